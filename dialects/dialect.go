@@ -1,0 +1,246 @@
+package dialects
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// State is the life-cycle position of an outbox row.
+type State string
+
+// The states of an outbox row (behaviour.md, "The life cycle of a row").
+const (
+	Pending    State = "pending"
+	Processing State = "processing"
+	Delivered  State = "delivered"
+	Dead       State = "dead"
+)
+
+// States lists every state in life-cycle order.
+var States = []State{Pending, Processing, Delivered, Dead}
+
+// Valid reports whether s is one of the four states.
+func (s State) Valid() bool {
+	switch s {
+	case Pending, Processing, Delivered, Dead:
+		return true
+	}
+	return false
+}
+
+// Claim identifies one claimed row: its id and the token of the claim that
+// holds it. Every write that ends a claim matches both.
+type Claim struct {
+	ID    uuid.UUID
+	Token uuid.UUID
+}
+
+// Row is an outbox row as a claim returns it.
+type Row struct {
+	Claim
+	Topic string
+	// Key is the ordering key; "" for a null or empty key (unkeyed).
+	Key     string
+	Payload []byte
+	Headers []byte
+	// AggregateType is nil when the column is null.
+	AggregateType *string
+	Attempt       int
+	MaxAttempts   int
+	Sequence      int64
+	CreatedAt     time.Time
+}
+
+// Keyed reports whether the row takes part in per-key ordering.
+func (r *Row) Keyed() bool { return r.Key != "" }
+
+// OutcomeKind says how a claim ends.
+type OutcomeKind uint8
+
+// The ways a claim can end.
+const (
+	// OutcomeDelivered: the destination accepted the row.
+	OutcomeDelivered OutcomeKind = iota + 1
+	// OutcomeRetry: the delivery failed; attempt+1, scheduled_at = now+Delay.
+	OutcomeRetry
+	// OutcomeDead: the row will not be tried again; attempt unchanged.
+	OutcomeDead
+	// OutcomeRelease: back to pending untouched (attempt unchanged); the
+	// delivery never started or was abandoned.
+	OutcomeRelease
+)
+
+func (k OutcomeKind) String() string {
+	switch k {
+	case OutcomeDelivered:
+		return "delivered"
+	case OutcomeRetry:
+		return "retry"
+	case OutcomeDead:
+		return "dead"
+	case OutcomeRelease:
+		return "release"
+	}
+	return "unknown"
+}
+
+// Outcome is the end of one claim, as the Completer writes it.
+type Outcome struct {
+	Claim
+	Kind OutcomeKind
+	// Delay before the next attempt (OutcomeRetry only).
+	Delay time.Duration
+	// Error is written to last_error (OutcomeRetry and OutcomeDead only). It
+	// must already be redacted and cut.
+	Error string
+}
+
+// ClaimParams are the inputs of one claim statement.
+type ClaimParams struct {
+	// Limit is the most rows to claim.
+	Limit int
+	// Lease is the lease length, added to the database clock.
+	Lease time.Duration
+	// Token is written to claim_token of every row of this claim.
+	Token uuid.UUID
+}
+
+// NewRow is a row as an application inserts it. Nil fields take the column
+// default.
+type NewRow struct {
+	ID            *uuid.UUID
+	Topic         string
+	Key           *string
+	Payload       []byte
+	Headers       []byte
+	AggregateType *string
+	MaxAttempts   *int
+	ScheduledAt   *time.Time
+}
+
+// Filter selects rows for replay, listing and operator commands.
+type Filter struct {
+	// IDs, when set, selects exactly these rows (other fields but State
+	// still narrow the selection).
+	IDs []uuid.UUID
+	// States to select; empty means the command's default.
+	States []State
+	// TopicMatch, when set, keeps rows whose topic it accepts. It runs in
+	// Go, so that topic patterns mean the same everywhere.
+	TopicMatch func(topic string) bool
+	Key        *string
+	// Since and Until bound updated_at (inclusive, exclusive).
+	Since, Until  *time.Time
+	ErrorContains string
+}
+
+// ListedRow is a row as operator commands show it.
+type ListedRow struct {
+	ID            uuid.UUID
+	Topic         string
+	Key           *string
+	AggregateType *string
+	State         State
+	Attempt       int
+	MaxAttempts   int
+	Sequence      int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	LastError     *string
+}
+
+// Stats summarises the outbox table.
+type Stats struct {
+	Rows map[State]int64
+	// OldestPending is the age of the oldest pending row (created_at on the
+	// database clock); zero when there is none.
+	OldestPending time.Duration
+	DeadByTopic   map[string]int64
+}
+
+// Dialect is every statement QueueBox runs against its database.
+//
+// Implementations are safe for concurrent use. Every method measures time on
+// the database clock.
+type Dialect interface {
+	// Name is "postgresql" or "sqlserver".
+	Name() string
+	Names() Names
+
+	// OutboxClaim claims up to p.Limit claimable rows (see the package doc)
+	// and returns them ordered by key, then sequence.
+	OutboxClaim(ctx context.Context, p ClaimParams) ([]Row, error)
+	// OutboxRenewLeases extends the lease of every claim that is still held,
+	// in one statement, and returns the claims that are no longer held.
+	OutboxRenewLeases(ctx context.Context, claims []Claim, lease time.Duration) (lost []Claim, err error)
+	// OutboxComplete writes many outcomes in one statement and returns the
+	// outcomes whose claim was lost (nothing was written for them).
+	OutboxComplete(ctx context.Context, outcomes []Outcome) (lost []Claim, err error)
+	// OutboxReleaseExpired returns up to limit processing rows whose lease has
+	// passed (or that have none) to pending, attempt unchanged.
+	OutboxReleaseExpired(ctx context.Context, limit int) (int, error)
+	// OutboxReplay puts the selected dead (or delivered) rows back to
+	// pending; it never touches a processing row. With dryRun it only counts.
+	OutboxReplay(ctx context.Context, f Filter, dryRun bool) (int, error)
+	// OutboxPurge deletes up to batch rows in state that were last updated
+	// more than olderThan ago.
+	OutboxPurge(ctx context.Context, state State, olderThan time.Duration, batch int) (int, error)
+	// OutboxStats counts rows per state and dead rows per topic.
+	OutboxStats(ctx context.Context) (Stats, error)
+	// OutboxList lists rows matching f, newest update first.
+	OutboxList(ctx context.Context, f Filter, limit int) ([]ListedRow, error)
+	// OutboxInsert inserts rows the way an application would, in one
+	// transaction.
+	OutboxInsert(ctx context.Context, rows []NewRow) error
+
+	// Listen blocks until ctx ends, calling wake whenever rows may have
+	// arrived. It returns ErrNotSupported where the database has no
+	// notifications.
+	Listen(ctx context.Context, wake func()) error
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+
+	// MigrationSession takes the migration lock and returns a session that
+	// applies migrations under it.
+	MigrationSession(ctx context.Context) (MigrationSession, error)
+
+	Close()
+}
+
+// AppliedMigration is one row of the migration history.
+type AppliedMigration struct {
+	Version   int
+	Name      string
+	Checksum  string
+	AppliedAt time.Time
+}
+
+// MigrationSession holds the migration lock of one database: two processes
+// migrating at once serialise on it.
+type MigrationSession interface {
+	// Applied lists the applied migrations, creating the history table when
+	// it is missing.
+	Applied(ctx context.Context) ([]AppliedMigration, error)
+	// Apply runs the batches of one migration and records it, in one
+	// transaction.
+	Apply(ctx context.Context, version int, name, checksum string, batches []string) error
+	// Close releases the lock.
+	Close(ctx context.Context) error
+}
+
+// ErrNotSupported is returned by methods that a dialect cannot offer.
+var ErrNotSupported = errors.New("not supported by this database")
+
+// LostClaims returns the claims of want that are not in held.
+func LostClaims(want []Claim, held map[uuid.UUID]struct{}) []Claim {
+	var lost []Claim
+	for _, c := range want {
+		if _, ok := held[c.ID]; !ok {
+			lost = append(lost, c)
+		}
+	}
+	return lost
+}

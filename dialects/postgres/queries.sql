@@ -1,0 +1,181 @@
+-- Every statement QueueBox runs against PostgreSQL, rendered once for the
+-- configured table and column names. See the dialects package doc for the
+-- claim's two steps, and docs/internals.md for the plans on a large table.
+
+-- name: OutboxClaim
+-- $1 limit, $2 lease in ms, $3 claim token.
+WITH candidates AS (
+    SELECT o.{{c "id"}} AS id, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
+      FROM {{t}} AS o
+     WHERE o.{{c "state"}} = 'pending'
+       AND o.{{c "scheduled_at"}} <= now()
+       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR NOT EXISTS (
+            SELECT 1 FROM {{t}} AS b
+             WHERE b.{{c "key"}} = o.{{c "key"}}
+               AND b.{{c "sequence"}} < o.{{c "sequence"}}
+               AND b.{{c "state"}} IN ('pending', 'processing')
+               AND (b.{{c "state"}} = 'processing' OR b.{{c "scheduled_at"}} > now())))
+     ORDER BY o.{{c "scheduled_at"}}
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), eligible AS (
+    SELECT l.id
+      FROM candidates AS l
+     WHERE l.k IS NULL OR l.k = '' OR NOT EXISTS (
+           SELECT 1 FROM {{t}} AS b
+            WHERE b.{{c "key"}} = l.k
+              AND b.{{c "sequence"}} < l.seq
+              AND b.{{c "state"}} IN ('pending', 'processing')
+              AND NOT EXISTS (SELECT 1 FROM candidates AS x WHERE x.id = b.{{c "id"}}))
+)
+UPDATE {{t}} AS o
+   SET {{c "state"}} = 'processing',
+       {{c "claimed_at"}} = now(),
+       {{c "claim_token"}} = $3,
+       {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond',
+       {{c "updated_at"}} = now()
+ WHERE o.{{c "id"}} = ANY(ARRAY(SELECT id FROM eligible))
+RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
+          o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}}
+
+-- name: OutboxRenewLeases
+-- $1 claim tokens, $2 lease in ms. Rows that a completion is writing right
+-- now are skipped rather than waited for: they are being released anyway.
+UPDATE {{t}}
+   SET {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond'
+ WHERE {{c "id"}} = ANY(ARRAY(
+         SELECT {{c "id"}} FROM {{t}}
+          WHERE {{c "state"}} = 'processing' AND {{c "claim_token"}} = ANY($1::uuid[])
+            FOR UPDATE SKIP LOCKED))
+   AND {{c "state"}} = 'processing'
+RETURNING {{c "id"}}
+
+-- name: OutboxComplete
+-- One row of the arrays per outcome: id, token, new state, attempt increment,
+-- retry delay in ms (NULL keeps scheduled_at), error (NULL keeps last_error).
+UPDATE {{t}} AS o
+   SET {{c "state"}} = v.state,
+       {{c "attempt"}} = o.{{c "attempt"}} + v.attempt_inc,
+       {{c "scheduled_at"}} = COALESCE(now() + v.delay_ms * interval '1 millisecond', o.{{c "scheduled_at"}}),
+       {{c "last_error"}} = COALESCE(v.err, o.{{c "last_error"}}),
+       {{c "claimed_at"}} = NULL,
+       {{c "claim_token"}} = NULL,
+       {{c "lease_expires_at"}} = NULL,
+       {{c "updated_at"}} = now()
+  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[])
+       AS v(id, token, state, attempt_inc, delay_ms, err)
+ WHERE o.{{c "id"}} = v.id
+   AND o.{{c "claim_token"}} = v.token
+   AND o.{{c "state"}} = 'processing'
+RETURNING o.{{c "id"}}
+
+-- name: OutboxReleaseExpired
+-- $1 limit.
+UPDATE {{t}}
+   SET {{c "state"}} = 'pending',
+       {{c "claimed_at"}} = NULL,
+       {{c "claim_token"}} = NULL,
+       {{c "lease_expires_at"}} = NULL,
+       {{c "updated_at"}} = now()
+ WHERE {{c "id"}} = ANY(ARRAY(
+         SELECT {{c "id"}} FROM {{t}}
+          WHERE {{c "state"}} = 'processing'
+            AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
+          ORDER BY {{c "claimed_at"}}
+          LIMIT $1
+            FOR UPDATE SKIP LOCKED))
+   AND {{c "state"}} = 'processing'
+   AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
+
+-- name: OutboxSelect
+-- Operator selection: $1 states, $2 ids or NULL, $3 key or NULL, $4 since,
+-- $5 until, $6 text in last_error, $7 rows after this sequence (keyset),
+-- $8 limit. Oldest first, for replay in chunks.
+SELECT {{c "id"}}, {{c "topic"}}, {{c "sequence"}}
+  FROM {{t}}
+ WHERE {{c "state"}} = ANY($1::text[])
+   AND ($2::uuid[] IS NULL OR {{c "id"}} = ANY($2::uuid[]))
+   AND ($3::text IS NULL OR {{c "key"}} = $3::text)
+   AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
+   AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
+   AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+   AND {{c "sequence"}} > $7::bigint
+ ORDER BY {{c "sequence"}}
+ LIMIT $8
+
+-- name: OutboxList
+-- Like OutboxSelect, newest update first, with the columns operators read.
+SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},
+       {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
+  FROM {{t}}
+ WHERE {{c "state"}} = ANY($1::text[])
+   AND ($2::uuid[] IS NULL OR {{c "id"}} = ANY($2::uuid[]))
+   AND ($3::text IS NULL OR {{c "key"}} = $3::text)
+   AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
+   AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
+   AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+ ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC
+ LIMIT $7
+
+-- name: OutboxReplay
+-- $1 ids, $2 states that may be replayed. Never a processing row.
+UPDATE {{t}}
+   SET {{c "state"}} = 'pending',
+       {{c "attempt"}} = 0,
+       {{c "last_error"}} = NULL,
+       {{c "scheduled_at"}} = now(),
+       {{c "claimed_at"}} = NULL,
+       {{c "claim_token"}} = NULL,
+       {{c "lease_expires_at"}} = NULL,
+       {{c "updated_at"}} = now()
+ WHERE {{c "id"}} = ANY($1::uuid[])
+   AND {{c "state"}} = ANY($2::text[])
+   AND {{c "state"}} <> 'processing'
+
+-- name: OutboxPurge
+-- $1 state, $2 age in ms, $3 batch.
+DELETE FROM {{t}}
+ WHERE {{c "id"}} = ANY(ARRAY(
+         SELECT {{c "id"}} FROM {{t}}
+          WHERE {{c "state"}} = $1::text
+            AND {{c "updated_at"}} < now() - $2::bigint * interval '1 millisecond'
+          LIMIT $3
+            FOR UPDATE SKIP LOCKED))
+
+-- name: OutboxCountByState
+SELECT {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "state"}}
+
+-- name: OutboxOldestPending
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - min({{c "created_at"}})), 0)::float8
+  FROM {{t}} WHERE {{c "state"}} = 'pending'
+
+-- name: OutboxDeadByTopic
+SELECT {{c "topic"}}, count(*) FROM {{t}} WHERE {{c "state"}} = 'dead' GROUP BY {{c "topic"}}
+
+-- name: OutboxInsert
+-- One row of the arrays per new row, inserted in array order. NULLs take the
+-- column defaults (max_attempts 5, as the column's default).
+INSERT INTO {{t}} ({{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "payload"}}, {{c "headers"}},
+                   {{c "aggregate_type"}}, {{c "max_attempts"}}, {{c "scheduled_at"}})
+SELECT COALESCE(v.id, gen_random_uuid()), v.topic, v.k, v.payload, COALESCE(v.headers, '{}'::jsonb),
+       v.aggregate_type, COALESCE(v.max_attempts, 5), COALESCE(v.scheduled_at, CURRENT_TIMESTAMP)
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[], $7::int[], $8::timestamptz[])
+       WITH ORDINALITY AS v(id, topic, k, payload, headers, aggregate_type, max_attempts, scheduled_at, n)
+ ORDER BY v.n
+
+-- name: HistoryCreate
+CREATE TABLE IF NOT EXISTS {{q (obj "schema_history") | qualify}} (
+    version INTEGER NOT NULL PRIMARY KEY,
+    name VARCHAR(255) NOT NULL,
+    checksum VARCHAR(64) NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP
+)
+
+-- name: HistoryList
+SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qualify}} ORDER BY version
+
+-- name: HistoryInsert
+INSERT INTO {{q (obj "schema_history") | qualify}} (version, name, checksum) VALUES ($1, $2, $3)
+
+-- name: SchemaCreate
+CREATE SCHEMA IF NOT EXISTS {{q schema}}

@@ -1,0 +1,191 @@
+-- Every statement QueueBox runs against SQL Server, rendered once for the
+-- configured table and column names. Ids travel as text (CAST to and from
+-- UNIQUEIDENTIFIER) so that no driver byte-order question arises; lists of
+-- values travel as one JSON parameter read with OPENJSON. Times are UTC
+-- (DATETIME2 holds no zone; the column defaults use GETUTCDATE()).
+
+-- name: OutboxClaim
+-- @p1 limit, @p2 lease in ms, @p3 claim token.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @candidates TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, k NVARCHAR(255) NULL, seq BIGINT NOT NULL);
+INSERT INTO @candidates (id, k, seq)
+SELECT TOP (@p1) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
+  FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
+ WHERE o.{{c "state"}} = N'pending'
+   AND o.{{c "scheduled_at"}} <= @now
+   AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = N'' OR NOT EXISTS (
+        SELECT 1 FROM {{t}} AS b
+         WHERE b.{{c "key"}} = o.{{c "key"}}
+           AND b.{{c "sequence"}} < o.{{c "sequence"}}
+           AND b.{{c "state"}} IN (N'pending', N'processing')
+           AND (b.{{c "state"}} = N'processing' OR b.{{c "scheduled_at"}} > @now)))
+ ORDER BY o.{{c "scheduled_at"}};
+UPDATE o
+   SET {{c "state"}} = N'processing',
+       {{c "claimed_at"}} = @now,
+       {{c "claim_token"}} = CAST(@p3 AS UNIQUEIDENTIFIER),
+       {{c "lease_expires_at"}} = DATEADD(millisecond, @p2, @now),
+       {{c "updated_at"}} = @now
+OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36)), inserted.{{c "topic"}}, COALESCE(inserted.{{c "key"}}, N''),
+       inserted.{{c "payload"}}, inserted.{{c "headers"}}, inserted.{{c "aggregate_type"}}, inserted.{{c "attempt"}},
+       inserted.{{c "max_attempts"}}, inserted.{{c "sequence"}}, inserted.{{c "created_at"}}
+  FROM {{t}} AS o
+  JOIN @candidates AS l ON o.{{c "id"}} = l.id
+ WHERE l.k IS NULL OR l.k = N'' OR NOT EXISTS (
+       SELECT 1 FROM {{t}} AS b
+        WHERE b.{{c "key"}} = l.k
+          AND b.{{c "sequence"}} < l.seq
+          AND b.{{c "state"}} IN (N'pending', N'processing')
+          AND NOT EXISTS (SELECT 1 FROM @candidates AS x WHERE x.id = b.{{c "id"}}));
+COMMIT TRANSACTION;
+
+-- name: OutboxRenewLeases
+-- @p1 JSON array of claim tokens, @p2 lease in ms.
+SET NOCOUNT ON;
+UPDATE o
+   SET {{c "lease_expires_at"}} = DATEADD(millisecond, @p2, SYSUTCDATETIME())
+OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
+  FROM {{t}} AS o WITH (ROWLOCK, READPAST)
+ WHERE o.{{c "state"}} = N'processing'
+   AND o.{{c "claim_token"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1));
+
+-- name: OutboxComplete
+-- @p1 JSON array of {i: id, t: token, s: state, a: attempt increment,
+-- d: delay ms or null, w: 1 to write e into last_error, e: error}.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+UPDATE o
+   SET {{c "state"}} = v.s,
+       {{c "attempt"}} = o.{{c "attempt"}} + v.a,
+       {{c "scheduled_at"}} = COALESCE(DATEADD(millisecond, v.d, @now), o.{{c "scheduled_at"}}),
+       {{c "last_error"}} = CASE WHEN v.w = 1 THEN v.e ELSE o.{{c "last_error"}} END,
+       {{c "claimed_at"}} = NULL,
+       {{c "claim_token"}} = NULL,
+       {{c "lease_expires_at"}} = NULL,
+       {{c "updated_at"}} = @now
+OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
+  FROM {{t}} AS o
+  JOIN OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', t UNIQUEIDENTIFIER '$.t', s NVARCHAR(50) '$.s',
+                           a INT '$.a', d INT '$.d', w INT '$.w', e NVARCHAR(MAX) '$.e') AS v
+    ON o.{{c "id"}} = v.i AND o.{{c "claim_token"}} = v.t
+ WHERE o.{{c "state"}} = N'processing';
+
+-- name: OutboxReleaseExpired
+-- @p1 limit.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+UPDATE TOP (@p1) o
+   SET {{c "state"}} = N'pending',
+       {{c "claimed_at"}} = NULL,
+       {{c "claim_token"}} = NULL,
+       {{c "lease_expires_at"}} = NULL,
+       {{c "updated_at"}} = @now
+  FROM {{t}} AS o WITH (ROWLOCK, READPAST)
+ WHERE o.{{c "state"}} = N'processing'
+   AND (o.{{c "lease_expires_at"}} IS NULL OR o.{{c "lease_expires_at"}} <= @now);
+SELECT @@ROWCOUNT;
+
+-- name: OutboxSelect
+-- @p1 JSON states, @p2 JSON ids or NULL, @p3 key, @p4 since, @p5 until,
+-- @p6 text in last_error, @p7 after this sequence, @p8 limit.
+SELECT TOP (@p8) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"}}
+  FROM {{t}}
+ WHERE {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
+   AND (@p2 IS NULL OR {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)))
+   AND (@p3 IS NULL OR {{c "key"}} = @p3)
+   AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
+   AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
+   AND (@p6 IS NULL OR CHARINDEX(@p6, {{c "last_error"}}) > 0)
+   AND {{c "sequence"}} > @p7
+ ORDER BY {{c "sequence"}};
+
+-- name: OutboxList
+SELECT TOP (@p7) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}},
+       {{c "attempt"}}, {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
+  FROM {{t}}
+ WHERE {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
+   AND (@p2 IS NULL OR {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)))
+   AND (@p3 IS NULL OR {{c "key"}} = @p3)
+   AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
+   AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
+   AND (@p6 IS NULL OR CHARINDEX(@p6, {{c "last_error"}}) > 0)
+ ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC;
+
+-- name: OutboxReplay
+-- @p1 JSON ids, @p2 JSON states that may be replayed.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+UPDATE {{t}}
+   SET {{c "state"}} = N'pending',
+       {{c "attempt"}} = 0,
+       {{c "last_error"}} = NULL,
+       {{c "scheduled_at"}} = @now,
+       {{c "claimed_at"}} = NULL,
+       {{c "claim_token"}} = NULL,
+       {{c "lease_expires_at"}} = NULL,
+       {{c "updated_at"}} = @now
+ WHERE {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1))
+   AND {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p2))
+   AND {{c "state"}} <> N'processing';
+SELECT @@ROWCOUNT;
+
+-- name: OutboxPurge
+-- @p1 state, @p2 age in seconds, @p3 batch.
+SET NOCOUNT ON;
+DELETE TOP (@p3) FROM {{t}} WITH (ROWLOCK, READPAST)
+ WHERE {{c "state"}} = @p1
+   AND {{c "updated_at"}} < DATEADD(second, -@p2, SYSUTCDATETIME());
+SELECT @@ROWCOUNT;
+
+-- name: OutboxCountByState
+SELECT {{c "state"}}, COUNT_BIG(*) FROM {{t}} GROUP BY {{c "state"}};
+
+-- name: OutboxOldestPending
+SELECT COALESCE(DATEDIFF_BIG(millisecond, MIN({{c "created_at"}}), SYSUTCDATETIME()), 0)
+  FROM {{t}} WHERE {{c "state"}} = N'pending';
+
+-- name: OutboxDeadByTopic
+SELECT {{c "topic"}}, COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'dead' GROUP BY {{c "topic"}};
+
+-- name: OutboxInsert
+-- @p1 JSON array of rows {i, topic, k, payload, headers, agg, max, at}; the
+-- sequence is drawn in array order.
+SET NOCOUNT ON;
+INSERT INTO {{t}} ({{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "payload"}}, {{c "headers"}},
+                   {{c "aggregate_type"}}, {{c "max_attempts"}}, {{c "scheduled_at"}}, {{c "sequence"}})
+SELECT COALESCE(v.i, NEWID()), v.topic, v.k, v.payload, COALESCE(v.headers, N'{}'), v.agg,
+       COALESCE(v.mx, 5), COALESCE(v.at, GETUTCDATE()),
+       NEXT VALUE FOR {{seq}} OVER (ORDER BY CAST(j.[key] AS INT))
+  FROM OPENJSON(@p1) AS j
+ CROSS APPLY OPENJSON(j.[value]) WITH (i UNIQUEIDENTIFIER '$.i', topic NVARCHAR(255) '$.topic', k NVARCHAR(255) '$.k',
+       payload NVARCHAR(MAX) '$.payload', headers NVARCHAR(MAX) '$.headers', agg NVARCHAR(255) '$.agg',
+       mx INT '$.max', at DATETIME2 '$.at') AS v;
+
+-- name: SchemaCreate
+IF SCHEMA_ID({{lit schema}}) IS NULL EXEC(N'CREATE SCHEMA {{q schema}}');
+
+-- name: HistoryCreate
+IF OBJECT_ID({{lit (qualify (q (obj "schema_history")))}}, N'U') IS NULL
+CREATE TABLE {{q (obj "schema_history") | qualify}} (
+    version INT NOT NULL PRIMARY KEY,
+    name NVARCHAR(255) NOT NULL,
+    checksum NVARCHAR(64) NOT NULL,
+    applied_at DATETIME2 NOT NULL DEFAULT GETUTCDATE()
+);
+
+-- name: HistoryList
+SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qualify}} ORDER BY version;
+
+-- name: HistoryInsert
+INSERT INTO {{q (obj "schema_history") | qualify}} (version, name, checksum) VALUES (@p1, @p2, @p3);
+
+-- name: MigrationLock
+DECLARE @r INT;
+EXEC @r = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = -1;
+IF @r < 0 THROW 50000, N'could not take the QueueBox migration lock', 1;
+
+-- name: MigrationUnlock
+EXEC sp_releaseapplock @Resource = @p1, @LockOwner = N'Session';

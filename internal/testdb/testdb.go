@@ -1,0 +1,144 @@
+// Package testdb gives each test an isolated schema in a real PostgreSQL.
+//
+// The server is $QUEUEBOX_TEST_DATABASE_URL when set (scripts/test.sh starts
+// one throwaway cluster for the whole run and sets it); otherwise the test
+// binary starts a throwaway cluster of its own in Main. Connections made
+// through URL have an empty-ish search_path (pg_catalog only), so a statement
+// that forgets to qualify a name fails loudly.
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/internal/pgcluster"
+)
+
+var (
+	mu      sync.Mutex
+	cluster *pgcluster.Cluster
+	baseURL string
+)
+
+// Main runs the tests of a package and stops a cluster it started.
+func Main(m *testing.M) {
+	code := m.Run()
+	mu.Lock()
+	if cluster != nil {
+		cluster.Stop()
+	}
+	mu.Unlock()
+	os.Exit(code)
+}
+
+// ServerURL returns the URL of the test server's default database, starting
+// a cluster if needed.
+func ServerURL(t testing.TB) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if baseURL != "" {
+		return baseURL
+	}
+	if u := os.Getenv("QUEUEBOX_TEST_DATABASE_URL"); u != "" {
+		baseURL = u
+		return u
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{TestSettings: true, Prefix: "queuebox-test-"})
+	if err != nil {
+		t.Fatalf("start a throwaway PostgreSQL: %v", err)
+	}
+	cluster, baseURL = c, c.URL()
+	return baseURL
+}
+
+// Cluster returns the cluster this binary started, or nil when the server
+// came from the environment.
+func Cluster() *pgcluster.Cluster {
+	mu.Lock()
+	defer mu.Unlock()
+	return cluster
+}
+
+// Schema creates a fresh schema, dropped when the test ends, and returns its
+// name and a URL whose search_path is pg_catalog only.
+func Schema(t testing.TB) (schema, dbURL string) {
+	t.Helper()
+	base := ServerURL(t)
+	schema = "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to the test database: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA %q`, schema)); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, fmt.Sprintf(`DROP SCHEMA %q CASCADE`, schema))
+	})
+	return schema, WithParam(base, "search_path", "pg_catalog")
+}
+
+// WithParam adds a query parameter to a connection URL.
+func WithParam(dbURL, key, value string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Database creates a fresh database (for tests that need a whole one, such
+// as runs of the real binary), dropped when the test ends.
+func Database(t testing.TB) string {
+	t.Helper()
+	base := ServerURL(t)
+	name := "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to the test database: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %q`, name)); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, fmt.Sprintf(`DROP DATABASE %q WITH (FORCE)`, name))
+	})
+	u, _ := url.Parse(base)
+	u.Path = "/" + name
+	return u.String()
+}

@@ -1,0 +1,371 @@
+package migrations_test
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// seedColumn is one row of the seed page's column table (PostgreSQL side),
+// in the catalog's words.
+type seedColumn struct {
+	name, typ string
+	notNull   bool
+	def       string // "" for none; the sequence default is checked apart
+}
+
+var seedColumns = []seedColumn{
+	{"id", "uuid", true, "gen_random_uuid()"},
+	{"topic", "character varying(255)", true, ""},
+	{"key", "character varying(255)", false, ""},
+	{"payload", "jsonb", true, ""},
+	{"headers", "jsonb", true, "'{}'::jsonb"},
+	{"aggregate_type", "character varying(255)", false, ""},
+	{"state", "character varying(50)", true, "'pending'::character varying"},
+	{"attempt", "integer", true, "0"},
+	{"max_attempts", "integer", true, "5"},
+	{"scheduled_at", "timestamp with time zone", true, "CURRENT_TIMESTAMP"},
+	{"created_at", "timestamp with time zone", true, "CURRENT_TIMESTAMP"},
+	{"updated_at", "timestamp with time zone", true, "CURRENT_TIMESTAMP"},
+	{"claimed_at", "timestamp with time zone", false, ""},
+	{"claim_token", "uuid", false, ""},
+	{"lease_expires_at", "timestamp with time zone", false, ""},
+	{"last_error", "text", false, ""},
+	{"sequence", "bigint", true, "nextval(SEQ)"},
+}
+
+// seedIndex is one row of the seed page's PostgreSQL index table.
+type seedIndex struct {
+	name    string // with "outbox" standing for the table name
+	columns []string
+	primary bool
+	states  []string // the filter's states; nil for no filter
+}
+
+var seedIndexes = []seedIndex{
+	{"outbox_pkey", []string{"id"}, true, nil},
+	{"idx_outbox_pending_scheduled", []string{"state", "scheduled_at"}, false, []string{"pending"}},
+	{"idx_outbox_topic", []string{"topic"}, false, nil},
+	{"idx_outbox_processing_claimed", []string{"claimed_at"}, false, []string{"processing"}},
+	{"idx_outbox_key_sequence", []string{"key", "sequence"}, false, []string{"pending", "processing"}},
+}
+
+func migrated(t *testing.T, names dialects.Names) (*postgres.Dialect, string) {
+	t.Helper()
+	schema, url := testdb.Schema(t)
+	names.Schema = schema
+	ctx := context.Background()
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+	return d, schema
+}
+
+func TestCatalogMatchesSeed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		names dialects.Names
+	}{
+		{"default names", dialects.DefaultNames()},
+		{"renamed table and columns", dialects.Names{
+			Outbox: "events_out", Inbox: "events_in",
+			OutboxColumns: map[string]string{"key": "message_key", "payload": "body", "sequence": "seq_no", "state": "status", "topic": "subject"},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d, schema := migrated(t, tc.names)
+			names := d.Names()
+			checkColumns(t, d, schema, names)
+			checkIndexes(t, d, schema, names)
+		})
+	}
+}
+
+func checkColumns(t *testing.T, d *postgres.Dialect, schema string, names dialects.Names) {
+	ctx := context.Background()
+	rows, err := d.Pool().Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '')
+		  FROM pg_attribute a
+		  LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+		 WHERE a.attrelid = (quote_ident($1) || '.' || quote_ident($2))::regclass AND a.attnum > 0 AND NOT a.attisdropped
+		 ORDER BY a.attnum`, schema, names.Outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type col struct {
+		name, typ string
+		notNull   bool
+		def       string
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (col, error) {
+		var c col
+		err := r.Scan(&c.name, &c.typ, &c.notNull, &c.def)
+		return c, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(seedColumns) {
+		t.Fatalf("the table has %d columns, the seed page %d: %+v", len(got), len(seedColumns), got)
+	}
+	for i, want := range seedColumns {
+		g := got[i]
+		wantName := names.Col(want.name)
+		if g.name != wantName || g.typ != want.typ || g.notNull != want.notNull {
+			t.Errorf("column %d: got %s %s notnull=%v, want %s %s notnull=%v", i+1, g.name, g.typ, g.notNull, wantName, want.typ, want.notNull)
+		}
+		wantDef := want.def
+		if wantDef == "nextval(SEQ)" {
+			wantDef = "nextval('" + schema + "." + names.Sequence() + "'::regclass)"
+		}
+		if g.def != wantDef {
+			t.Errorf("column %s: default %q, want %q", g.name, g.def, wantDef)
+		}
+	}
+	// The sequence exists under the seed's name (renamed with the table).
+	var seqName string
+	if err := d.Pool().QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'S' AND c.relname = $2`, schema, names.Sequence()).Scan(&seqName); err != nil {
+		t.Errorf("sequence %s: %v", names.Sequence(), err)
+	}
+}
+
+var literalRE = regexp.MustCompile(`'([a-z]+)'::`)
+
+func checkIndexes(t *testing.T, d *postgres.Dialect, schema string, names dialects.Names) {
+	ctx := context.Background()
+	rows, err := d.Pool().Query(ctx, `
+		SELECT i.relname, ix.indisprimary, COALESCE(pg_get_expr(ix.indpred, ix.indrelid), ''),
+		       ARRAY(SELECT a.attname::text FROM unnest(ix.indkey) WITH ORDINALITY AS k(attnum, n)
+		              JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum ORDER BY k.n)
+		  FROM pg_index ix JOIN pg_class i ON i.oid = ix.indexrelid
+		 WHERE ix.indrelid = (quote_ident($1) || '.' || quote_ident($2))::regclass
+		 ORDER BY i.relname`, schema, names.Outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type idx struct {
+		name    string
+		primary bool
+		pred    string
+		cols    []string
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idx, error) {
+		var i idx
+		err := r.Scan(&i.name, &i.primary, &i.pred, &i.cols)
+		return i, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(seedIndexes) {
+		t.Fatalf("the table has %d indexes, the seed page %d: %+v", len(got), len(seedIndexes), got)
+	}
+	byName := map[string]idx{}
+	for _, g := range got {
+		byName[g.name] = g
+	}
+	for _, want := range seedIndexes {
+		name := strings.Replace(want.name, "outbox", names.Outbox, 1)
+		g, ok := byName[name]
+		if !ok {
+			t.Errorf("index %s is missing; have %v", name, got)
+			continue
+		}
+		var wantCols []string
+		for _, c := range want.columns {
+			wantCols = append(wantCols, names.Col(c))
+		}
+		if !slices.Equal(g.cols, wantCols) || g.primary != want.primary {
+			t.Errorf("index %s: columns %v primary=%v, want %v primary=%v", name, g.cols, g.primary, wantCols, want.primary)
+		}
+		if want.states == nil {
+			if g.pred != "" {
+				t.Errorf("index %s: filter %q, want none", name, g.pred)
+			}
+			continue
+		}
+		var states []string
+		for _, m := range literalRE.FindAllStringSubmatch(g.pred, -1) {
+			states = append(states, m[1])
+		}
+		sort.Strings(states)
+		if !slices.Equal(states, want.states) || !strings.Contains(g.pred, "("+names.Col("state")+")") {
+			t.Errorf("index %s: filter %q, want %s in %v", name, g.pred, names.Col("state"), want.states)
+		}
+	}
+}
+
+// The seed's example insert and a two-column insert succeed; an explicit
+// NULL headers fails.
+func TestSeedInserts(t *testing.T) {
+	t.Parallel()
+	d, schema := migrated(t, dialects.DefaultNames())
+	ctx := context.Background()
+	conn, err := d.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	seedExample := `INSERT INTO outbox (topic, key, payload, headers, aggregate_type)
+VALUES (
+    'order.created',
+    'cust-42',
+    '{"orderId":"11111111-1111-1111-1111-111111111111","amount":99.99}'::jsonb,
+    '{"X-Tenant":"acme"}'::jsonb,
+    'order'
+);`
+	if _, err := conn.Exec(ctx, seedExample); err != nil {
+		t.Fatalf("the seed's example insert failed: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (topic, payload) VALUES ('order.paid', '{"a":1}')`); err != nil {
+		t.Fatalf("a two-column insert failed: %v", err)
+	}
+	_, err = conn.Exec(ctx, `INSERT INTO outbox (topic, payload, headers) VALUES ('x', '{}', NULL)`)
+	if err == nil || !strings.Contains(err.Error(), "not-null") {
+		t.Fatalf("an explicit NULL headers must fail with a not-null violation, got %v", err)
+	}
+	var state string
+	var attempt, maxAttempts int
+	var headers string
+	if err := conn.QueryRow(ctx, `SELECT state, attempt, max_attempts, headers::text FROM outbox WHERE topic = 'order.paid'`).Scan(&state, &attempt, &maxAttempts, &headers); err != nil {
+		t.Fatal(err)
+	}
+	if state != "pending" || attempt != 0 || maxAttempts != 5 || headers != "{}" {
+		t.Errorf("defaults: state=%s attempt=%d max_attempts=%d headers=%s", state, attempt, maxAttempts, headers)
+	}
+}
+
+// Migrating twice changes nothing; two processes migrating at once apply
+// every version exactly once.
+func TestMigrateIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	applied := make([]int, 4)
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer d.Close()
+			st, err := migrations.Up(ctx, d)
+			applied[i], errs[i] = len(st), err
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range 4 {
+		if errs[i] != nil {
+			t.Fatalf("migrator %d: %v", i, errs[i])
+		}
+		total += applied[i]
+	}
+	all, _ := migrations.Load("postgresql")
+	if total != len(all) {
+		t.Fatalf("4 concurrent migrators applied %d migrations in all, want %d (each once)", total, len(all))
+	}
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st, err := migrations.Up(ctx, d)
+	if err != nil || len(st) != 0 {
+		t.Fatalf("a second migrate applied %d (err %v), want 0", len(st), err)
+	}
+	status, err := migrations.StatusOf(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range status {
+		if !s.Applied || s.Changed {
+			t.Errorf("V%d %s: applied=%v changed=%v", s.Version, s.Name, s.Applied, s.Changed)
+		}
+	}
+}
+
+// V11 numbers the rows that exist in created_at order.
+func TestV11NumbersExistingRows(t *testing.T) {
+	t.Parallel()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	ctx := context.Background()
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := migrations.UpTo(ctx, d, 10); err != nil {
+		t.Fatal(err)
+	}
+	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	base := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Inserted out of created_at order: topic tN must get sequence N.
+	for _, n := range []int{3, 1, 5, 2, 4} {
+		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, payload, created_at) VALUES ($1, '{}', $2)`,
+			"t"+string(rune('0'+n)), base.Add(time.Duration(n)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := d.Pool().Query(ctx, `SELECT topic, sequence FROM `+tbl+` ORDER BY sequence`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 1
+	for rows.Next() {
+		var topic string
+		var seq int64
+		if err := rows.Scan(&topic, &seq); err != nil {
+			t.Fatal(err)
+		}
+		if topic != "t"+string(rune('0'+i)) || seq != int64(i) {
+			t.Errorf("row %d: topic %s sequence %d", i, topic, seq)
+		}
+		i++
+	}
+	// A new row continues after the numbered ones.
+	var next int64
+	if err := d.Pool().QueryRow(ctx, `INSERT INTO `+tbl+` (topic, payload) VALUES ('new', '{}') RETURNING sequence`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if next <= 5 {
+		t.Errorf("the first row after V11 got sequence %d, want more than 5", next)
+	}
+}
