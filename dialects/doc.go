@@ -15,23 +15,25 @@
 //
 // # Claims, leases and ordering
 //
-// A claim is one statement. It locks up to Limit claimable rows with
-// FOR UPDATE SKIP LOCKED (SQL Server: UPDLOCK, READPAST, ROWLOCK), so that two
-// replicas never hold one row, and stamps them with the claim's token and a
-// lease measured on the database clock. A keyed row is claimable only when it
-// is the head of its key: no row of the same key with a smaller sequence is
-// pending or processing, except rows that the very same claim has locked. The
-// claim therefore runs in two steps inside the statement:
+// A claim is one statement. It stamps up to Limit claimable rows with the
+// claim's token and a lease measured on the database clock. A keyed row is
+// claimable only while it is the head of its key: no row of the same key with
+// a smaller sequence is pending or processing. The statement has two steps:
 //
-//  1. candidates: pending, due rows whose key has no earlier row that is
-//     processing or waiting for a retry; locked with SKIP LOCKED, LIMIT n.
-//  2. eligible: the candidates whose every earlier pending/processing row of
-//     the key is itself among the locked candidates.
+//  1. heads: due pending rows that are the first pending/processing row of
+//     their key (or have no key), in scheduled_at order, locked with
+//     FOR UPDATE SKIP LOCKED (SQL Server: UPDLOCK, READPAST, ROWLOCK), so two
+//     replicas never take one row.
+//  2. followers: for each keyed head, the pending rows right behind it in
+//     sequence order, up to the first row that is processing or waiting for
+//     a retry, at most (Limit - heads) / heads of them per key.
 //
-// Step 2 is what makes several consecutive head rows of one key claimable at
-// once while staying safe against a concurrent claimer that locked (and so made
-// us skip) an earlier row of the same key. Locked but not eligible rows are
-// simply not updated; their lock ends with the statement.
+// Step 2 is safe without locks of its own: a row behind a head is never a
+// head for any other claimer while the head is pending or processing, and we
+// hold the head. Ordering candidates by heads first matters: a retried head
+// sorts after its own released followers by scheduled_at, and a claim that
+// considered followers as candidates could fill its limit with rows that it
+// may not take, forever.
 //
 // Every write that ends a claim (OutboxComplete) matches id, claim token and
 // state 'processing'. An outcome that matches nothing is returned as lost: the

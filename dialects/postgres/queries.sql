@@ -4,7 +4,14 @@
 
 -- name: OutboxClaim
 -- $1 limit, $2 lease in ms, $3 claim token.
-WITH candidates AS (
+--
+-- heads: due pending rows that are the first pending/processing row of their
+-- key (or have no key), locked with SKIP LOCKED. A row behind a head is never
+-- a head for anyone, so no concurrent claimer can take it.
+-- followers: for each keyed head, the pending rows right behind it, in
+-- sequence order, up to the first row that is processing or waiting for a
+-- retry; at most ($1 - heads) / heads per key, so the claim stays within $1.
+WITH heads AS (
     SELECT o.{{c "id"}} AS id, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
@@ -13,20 +20,26 @@ WITH candidates AS (
             SELECT 1 FROM {{t}} AS b
              WHERE b.{{c "key"}} = o.{{c "key"}}
                AND b.{{c "sequence"}} < o.{{c "sequence"}}
-               AND b.{{c "state"}} IN ('pending', 'processing')
-               AND (b.{{c "state"}} = 'processing' OR b.{{c "scheduled_at"}} > now())))
+               AND b.{{c "state"}} IN ('pending', 'processing')))
      ORDER BY o.{{c "scheduled_at"}}
      LIMIT $1
        FOR UPDATE SKIP LOCKED
-), eligible AS (
-    SELECT l.id
-      FROM candidates AS l
-     WHERE l.k IS NULL OR l.k = '' OR NOT EXISTS (
-           SELECT 1 FROM {{t}} AS b
-            WHERE b.{{c "key"}} = l.k
-              AND b.{{c "sequence"}} < l.seq
-              AND b.{{c "state"}} IN ('pending', 'processing')
-              AND NOT EXISTS (SELECT 1 FROM candidates AS x WHERE x.id = b.{{c "id"}}))
+), followers AS (
+    SELECT f.id
+      FROM heads AS h
+     CROSS JOIN LATERAL (
+           SELECT w.id, w.blocked
+             FROM (SELECT x.{{c "id"}} AS id,
+                          bool_or(x.{{c "state"}} = 'processing' OR x.{{c "scheduled_at"}} > now())
+                              OVER (ORDER BY x.{{c "sequence"}}) AS blocked
+                     FROM {{t}} AS x
+                    WHERE x.{{c "key"}} = h.k
+                      AND x.{{c "sequence"}} > h.seq
+                      AND x.{{c "state"}} IN ('pending', 'processing')
+                    ORDER BY x.{{c "sequence"}}
+                    LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*), 1) FROM heads)) AS w
+            WHERE NOT w.blocked) AS f
+     WHERE h.k IS NOT NULL AND h.k <> ''
 )
 UPDATE {{t}} AS o
    SET {{c "state"}} = 'processing',
@@ -34,7 +47,8 @@ UPDATE {{t}} AS o
        {{c "claim_token"}} = $3,
        {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond',
        {{c "updated_at"}} = now()
- WHERE o.{{c "id"}} = ANY(ARRAY(SELECT id FROM eligible))
+ WHERE o.{{c "id"}} = ANY(ARRAY(SELECT id FROM heads UNION ALL SELECT id FROM followers))
+   AND o.{{c "state"}} = 'pending'
 RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
           o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}}
 

@@ -5,13 +5,14 @@
 -- (DATETIME2 holds no zone; the column defaults use GETUTCDATE()).
 
 -- name: OutboxClaim
--- @p1 limit, @p2 lease in ms, @p3 claim token.
+-- @p1 limit, @p2 lease in ms, @p3 claim token. Heads, then each keyed head's
+-- followers, as in the PostgreSQL dialect (see the dialects package doc).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
-DECLARE @candidates TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, k NVARCHAR(255) NULL, seq BIGINT NOT NULL);
-INSERT INTO @candidates (id, k, seq)
+DECLARE @heads TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, k NVARCHAR(255) NULL, seq BIGINT NOT NULL);
+INSERT INTO @heads (id, k, seq)
 SELECT TOP (@p1) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
   FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
  WHERE o.{{c "state"}} = N'pending'
@@ -20,9 +21,27 @@ SELECT TOP (@p1) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
         SELECT 1 FROM {{t}} AS b
          WHERE b.{{c "key"}} = o.{{c "key"}}
            AND b.{{c "sequence"}} < o.{{c "sequence"}}
-           AND b.{{c "state"}} IN (N'pending', N'processing')
-           AND (b.{{c "state"}} = N'processing' OR b.{{c "scheduled_at"}} > @now)))
+           AND b.{{c "state"}} IN (N'pending', N'processing')))
  ORDER BY o.{{c "scheduled_at"}};
+DECLARE @nheads INT = (SELECT COUNT(*) FROM @heads);
+DECLARE @per INT = (@p1 - @nheads) / CASE WHEN @nheads > 0 THEN @nheads ELSE 1 END;
+DECLARE @claim TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+INSERT INTO @claim (id) SELECT id FROM @heads;
+INSERT INTO @claim (id)
+SELECT f.id
+  FROM @heads AS h
+ CROSS APPLY (
+       SELECT w.id
+         FROM (SELECT TOP (@per) x.{{c "id"}} AS id,
+                      MAX(CASE WHEN x.{{c "state"}} = N'processing' OR x.{{c "scheduled_at"}} > @now THEN 1 ELSE 0 END)
+                          OVER (ORDER BY x.{{c "sequence"}} ROWS UNBOUNDED PRECEDING) AS blocked
+                 FROM {{t}} AS x
+                WHERE x.{{c "key"}} = h.k
+                  AND x.{{c "sequence"}} > h.seq
+                  AND x.{{c "state"}} IN (N'pending', N'processing')
+                ORDER BY x.{{c "sequence"}}) AS w
+        WHERE w.blocked = 0) AS f
+ WHERE h.k IS NOT NULL AND h.k <> N'';
 UPDATE o
    SET {{c "state"}} = N'processing',
        {{c "claimed_at"}} = @now,
@@ -33,13 +52,8 @@ OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36)), inserted.{{c "topic"}}, COALES
        inserted.{{c "payload"}}, inserted.{{c "headers"}}, inserted.{{c "aggregate_type"}}, inserted.{{c "attempt"}},
        inserted.{{c "max_attempts"}}, inserted.{{c "sequence"}}, inserted.{{c "created_at"}}
   FROM {{t}} AS o
-  JOIN @candidates AS l ON o.{{c "id"}} = l.id
- WHERE l.k IS NULL OR l.k = N'' OR NOT EXISTS (
-       SELECT 1 FROM {{t}} AS b
-        WHERE b.{{c "key"}} = l.k
-          AND b.{{c "sequence"}} < l.seq
-          AND b.{{c "state"}} IN (N'pending', N'processing')
-          AND NOT EXISTS (SELECT 1 FROM @candidates AS x WHERE x.id = b.{{c "id"}}));
+  JOIN @claim AS c ON o.{{c "id"}} = c.id
+ WHERE o.{{c "state"}} = N'pending';
 COMMIT TRANSACTION;
 
 -- name: OutboxRenewLeases

@@ -1,0 +1,627 @@
+// Package dialecttest is the conformance suite that every dialect passes: the
+// same subtests run against PostgreSQL and, when a server is configured,
+// SQL Server. Each subtest gets a fresh, migrated namespace from the harness.
+package dialecttest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+// Harness adapts one dialect to the suite.
+type Harness struct {
+	// New returns a dialect on a fresh namespace, migrated to the latest
+	// version (or to upTo when upTo > 0).
+	New func(t *testing.T, upTo int) dialects.Dialect
+	// Exec runs one statement of the dialect's own SQL, for setups the
+	// Dialect interface does not offer (backdating a row). The statement may
+	// use {{t}} and {{c "name"}} as the migrations do.
+	Exec func(t *testing.T, d dialects.Dialect, sql string, args ...any)
+	// BackdateUpdated is the statement that sets updated_at of every row in
+	// a state ($1) to a given number of hours ago ($2).
+	BackdateUpdated string
+	// InsertCreatedAt inserts a row with a topic ($1) and created_at ($2),
+	// before V11 exists.
+	InsertCreatedAt string
+	// SequenceOf reads the sequence of the row with a topic ($1).
+	SequenceOf func(t *testing.T, d dialects.Dialect, topic string) int64
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"ClaimRespectsLimitAndSchedule", testClaimLimitAndSchedule},
+		{"ClaimConsecutiveHeadsOfOneKey", testConsecutiveHeads},
+		{"ConcurrentClaimers", testConcurrentClaimers},
+		{"RetryHoldsItsKey", testRetryHoldsKey},
+		{"DeadDoesNotHoldItsKey", testDeadDoesNotHold},
+		{"ExpiredLeaseIsClaimableAgain", testExpiredLease},
+		{"StaleTokenIsLost", testStaleToken},
+		{"RenewLeases", testRenew},
+		{"OutcomesWriteTheTransitionTable", testOutcomes},
+		{"Replay", testReplay},
+		{"Purge", testPurge},
+		{"Stats", testStats},
+		{"V11NumbersExistingRows", testV11},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
+
+const lease = 30 * time.Second
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func str(s string) *string { return &s }
+
+func insert(t *testing.T, d dialects.Dialect, rows ...dialects.NewRow) {
+	t.Helper()
+	for i := range rows {
+		if rows[i].Payload == nil {
+			rows[i].Payload = []byte(`{"n":` + strconv.Itoa(i) + `}`)
+		}
+		if rows[i].Topic == "" {
+			rows[i].Topic = "test.topic"
+		}
+	}
+	if err := d.OutboxInsert(ctx(t), rows); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+}
+
+func keyed(key string, n int) []dialects.NewRow {
+	rows := make([]dialects.NewRow, n)
+	for i := range rows {
+		rows[i] = dialects.NewRow{Key: str(key), Payload: []byte(fmt.Sprintf(`{"key":%q,"i":%d}`, key, i))}
+	}
+	return rows
+}
+
+func claim(t *testing.T, d dialects.Dialect, limit int) []dialects.Row {
+	t.Helper()
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New()})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return rows
+}
+
+func complete(t *testing.T, d dialects.Dialect, outcomes ...dialects.Outcome) []dialects.Claim {
+	t.Helper()
+	lost, err := d.OutboxComplete(ctx(t), outcomes)
+	if err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	return lost
+}
+
+func outcome(r dialects.Row, kind dialects.OutcomeKind) dialects.Outcome {
+	return dialects.Outcome{Claim: r.Claim, Kind: kind}
+}
+
+func byKey(rows []dialects.Row) map[string][]dialects.Row {
+	m := map[string][]dialects.Row{}
+	for _, r := range rows {
+		m[r.Key] = append(m[r.Key], r)
+	}
+	return m
+}
+
+func testClaimLimitAndSchedule(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	later := time.Now().Add(time.Hour)
+	var rows []dialects.NewRow
+	for range 10 {
+		rows = append(rows, dialects.NewRow{})
+	}
+	rows = append(rows, dialects.NewRow{Topic: "later", ScheduledAt: &later})
+	insert(t, d, rows...)
+	got := claim(t, d, 4)
+	if len(got) != 4 {
+		t.Fatalf("claimed %d rows with limit 4", len(got))
+	}
+	got = append(got, claim(t, d, 100)...)
+	if len(got) != 10 {
+		t.Fatalf("claimed %d rows in all, want the 10 due ones", len(got))
+	}
+	seen := map[uuid.UUID]bool{}
+	for _, r := range got {
+		if r.Topic == "later" {
+			t.Fatal("a row scheduled an hour ahead was claimed")
+		}
+		if seen[r.ID] {
+			t.Fatalf("row %s claimed twice", r.ID)
+		}
+		seen[r.ID] = true
+		if r.Attempt != 0 || r.MaxAttempts != 5 || r.Key != "" || r.AggregateType != nil {
+			t.Errorf("row fields: %+v", r)
+		}
+	}
+	if more := claim(t, d, 100); len(more) != 0 {
+		t.Fatalf("claimed %d rows that are already held", len(more))
+	}
+}
+
+func testConsecutiveHeads(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("k1", 5)...)
+	got := claim(t, d, 100)
+	if len(got) != 5 {
+		t.Fatalf("claimed %d of the 5 head rows of one key", len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Sequence <= got[i-1].Sequence {
+			t.Fatalf("rows of one key not in sequence order: %d then %d", got[i-1].Sequence, got[i].Sequence)
+		}
+	}
+	// While they are held, a new row of the key is not claimable.
+	insert(t, d, keyed("k1", 1)...)
+	if more := claim(t, d, 100); len(more) != 0 {
+		t.Fatalf("claimed a row of a key whose earlier rows are processing")
+	}
+	for _, r := range got {
+		complete(t, d, outcome(r, dialects.OutcomeDelivered))
+	}
+	if more := claim(t, d, 100); len(more) != 1 {
+		t.Fatalf("after the key's rows were delivered, claimed %d, want the new row", len(more))
+	}
+}
+
+// Several claimers at once, thousands of rows over many keys: no row is
+// claimed twice, no key is held by two claims at once, and each key's rows
+// are claimed in sequence order.
+func testConcurrentClaimers(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	const keys, perKey, unkeyed = 200, 15, 1000
+	var rows []dialects.NewRow
+	for i := range perKey {
+		for k := range keys {
+			rows = append(rows, dialects.NewRow{Key: str("key-" + strconv.Itoa(k)), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+		}
+		for range unkeyed / perKey {
+			rows = append(rows, dialects.NewRow{})
+		}
+	}
+	// Empty keys are unkeyed too.
+	for range 10 {
+		rows = append(rows, dialects.NewRow{Key: str("")})
+	}
+	insert(t, d, rows...)
+	total := len(rows)
+
+	var (
+		mu        sync.Mutex
+		heldBy    = map[string]uuid.UUID{} // key -> token of the claim holding it
+		lastSeq   = map[string]int64{}
+		claimed   = map[uuid.UUID]bool{}
+		delivered atomic.Int64
+		failures  []string
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		failures = append(failures, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	const claimers = 4
+	var wg sync.WaitGroup
+	for c := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			idle := 0
+			for delivered.Load() < int64(total) && idle < 200 {
+				batch, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 1 + rng.IntN(150), Lease: lease, Token: uuid.New()})
+				if err != nil {
+					fail("claim: %v", err)
+					return
+				}
+				if len(batch) == 0 {
+					idle++
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				idle = 0
+				mu.Lock()
+				for _, r := range batch {
+					if claimed[r.ID] {
+						failures = append(failures, fmt.Sprintf("row %s claimed twice", r.ID))
+					}
+					claimed[r.ID] = true
+					if !r.Keyed() {
+						continue
+					}
+					if tok, ok := heldBy[r.Key]; ok && tok != r.Token {
+						failures = append(failures, fmt.Sprintf("key %s held by two claims at once", r.Key))
+					}
+					heldBy[r.Key] = r.Token
+					if r.Sequence <= lastSeq[r.Key] {
+						failures = append(failures, fmt.Sprintf("key %s: sequence %d claimed after %d", r.Key, r.Sequence, lastSeq[r.Key]))
+					}
+					lastSeq[r.Key] = r.Sequence
+				}
+				mu.Unlock()
+				// Deliver, sometimes in two completions, as the engine does.
+				if rng.IntN(3) == 0 {
+					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+				}
+				out := make([]dialects.Outcome, len(batch))
+				for i, r := range batch {
+					out[i] = outcome(r, dialects.OutcomeDelivered)
+				}
+				// Release the test's record of the hold before the database
+				// does, so that a claim that follows the commit never sees a
+				// stale hold.
+				mu.Lock()
+				for _, r := range batch {
+					if r.Keyed() && heldBy[r.Key] == r.Token {
+						delete(heldBy, r.Key)
+					}
+				}
+				mu.Unlock()
+				lost, err := d.OutboxComplete(context.Background(), out)
+				if err != nil {
+					fail("complete: %v", err)
+					return
+				}
+				if len(lost) > 0 {
+					fail("%d claims lost without any lease passing", len(lost))
+				}
+				delivered.Add(int64(len(batch)))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range failures[:min(len(failures), 10)] {
+		t.Error(f)
+	}
+	if int(delivered.Load()) != total || len(claimed) != total {
+		t.Fatalf("delivered %d, claimed %d distinct, want %d", delivered.Load(), len(claimed), total)
+	}
+	st, err := d.OutboxStats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows[dialects.Delivered] != int64(total) {
+		t.Fatalf("stats: %v", st.Rows)
+	}
+}
+
+func testRetryHoldsKey(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("k", 3)...)
+	insert(t, d, keyed("other", 1)...)
+	got := byKey(claim(t, d, 100))
+	k := got["k"]
+	if len(k) != 3 || len(got["other"]) != 1 {
+		t.Fatalf("claimed %v", got)
+	}
+	// The head fails: retried an hour from now; the rest of the run is released.
+	lost := complete(t, d,
+		dialects.Outcome{Claim: k[0].Claim, Kind: dialects.OutcomeRetry, Delay: time.Hour, Error: "HTTP 503"},
+		outcome(k[1], dialects.OutcomeRelease), outcome(k[2], dialects.OutcomeRelease),
+		outcome(got["other"][0], dialects.OutcomeDelivered))
+	if len(lost) != 0 {
+		t.Fatalf("lost %v", lost)
+	}
+	insert(t, d, keyed("other", 1)...)
+	again := byKey(claim(t, d, 100))
+	if len(again["k"]) != 0 {
+		t.Fatalf("a row waiting for a retry did not hold back its key: claimed %d rows of it", len(again["k"]))
+	}
+	if len(again["other"]) != 1 {
+		t.Fatalf("another key was held back: %v", again)
+	}
+	// Once the retry is due, the head comes first, with the rest behind it.
+	lost = complete(t, d, dialects.Outcome{Claim: claimAgainDue(t, h, d, k[0]).Claim, Kind: dialects.OutcomeRetry, Delay: 0, Error: "again"})
+	if len(lost) != 0 {
+		t.Fatalf("lost %v", lost)
+	}
+	rows := claim(t, d, 100)
+	if len(rows) != 3 || rows[0].ID != k[0].ID || rows[0].Attempt != 2 {
+		t.Fatalf("after the retry came due, claimed %+v", rows)
+	}
+}
+
+// claimAgainDue makes a row that waits for its retry due now and claims it.
+func claimAgainDue(t *testing.T, h Harness, d dialects.Dialect, r dialects.Row) dialects.Row {
+	t.Helper()
+	h.Exec(t, d, `UPDATE {{t}} SET {{c "scheduled_at"}} = {{c "created_at"}} WHERE {{c "state"}} = 'pending' AND {{c "attempt"}} > 0`)
+	rows := claim(t, d, 1)
+	if len(rows) != 1 || rows[0].ID != r.ID {
+		t.Fatalf("the due retry was not claimed first: %+v", rows)
+	}
+	if rows[0].Attempt != 1 {
+		t.Fatalf("attempt after one retry: %d", rows[0].Attempt)
+	}
+	return rows[0]
+}
+
+func testDeadDoesNotHold(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("k", 2)...)
+	rows := claim(t, d, 1)
+	if len(rows) != 1 {
+		t.Fatalf("claimed %d", len(rows))
+	}
+	complete(t, d, dialects.Outcome{Claim: rows[0].Claim, Kind: dialects.OutcomeDead, Error: `no route matches topic "x"`})
+	next := claim(t, d, 10)
+	if len(next) != 1 || next[0].Sequence <= rows[0].Sequence {
+		t.Fatalf("a dead row held back its key: claimed %+v", next)
+	}
+}
+
+func testExpiredLease(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("k", 2)...)
+	// A retry first, so that attempt is 1 and "unchanged" means something.
+	rows := claim(t, d, 10)
+	complete(t, d, dialects.Outcome{Claim: rows[0].Claim, Kind: dialects.OutcomeRetry, Error: "e"}, outcome(rows[1], dialects.OutcomeRelease))
+	// A claim whose lease ends at once, as if its replica died.
+	dead, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New()})
+	if err != nil || len(dead) != 1 || dead[0].Attempt != 1 {
+		t.Fatalf("claim: %v %+v", err, dead)
+	}
+	if more := claim(t, d, 10); len(more) != 0 {
+		t.Fatalf("claimed %d rows while the head is processing", len(more))
+	}
+	n, err := d.OutboxReleaseExpired(ctx(t), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("release expired: %d, %v", n, err)
+	}
+	again := claim(t, d, 10)
+	if len(again) != 2 || again[0].ID != dead[0].ID || again[0].Attempt != 1 {
+		t.Fatalf("the expired row was not claimable again with attempt unchanged: %+v", again)
+	}
+	// The dead claim's late completion is lost and writes nothing.
+	lost := complete(t, d, outcome(dead[0], dialects.OutcomeDelivered))
+	if len(lost) != 1 {
+		t.Fatalf("a completion by the expired claim was not reported lost")
+	}
+	// A live lease is not released.
+	if n, _ := d.OutboxReleaseExpired(ctx(t), 100); n != 0 {
+		t.Fatalf("released %d rows with live leases", n)
+	}
+}
+
+func testStaleToken(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{}, dialects.NewRow{})
+	rows := claim(t, d, 10)
+	stale := rows[0].Claim
+	stale.Token = uuid.New()
+	lost := complete(t, d, dialects.Outcome{Claim: stale, Kind: dialects.OutcomeDead, Error: "x"}, outcome(rows[1], dialects.OutcomeDelivered))
+	if len(lost) != 1 || lost[0] != stale {
+		t.Fatalf("lost = %v, want only the stale claim", lost)
+	}
+	listed, err := d.OutboxList(ctx(t), dialects.Filter{IDs: []uuid.UUID{rows[0].ID}, States: dialects.States}, 10)
+	if err != nil || len(listed) != 1 || listed[0].State != dialects.Processing || listed[0].LastError != nil {
+		t.Fatalf("a stale completion changed the row: %+v %v", listed, err)
+	}
+	// The real token still completes it.
+	if lost := complete(t, d, outcome(rows[0], dialects.OutcomeDelivered)); len(lost) != 0 {
+		t.Fatalf("the holder's completion was lost")
+	}
+}
+
+func testRenew(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
+	a := claim(t, d, 2)
+	b, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New()})
+	if err != nil || len(b) != 1 {
+		t.Fatal(err)
+	}
+	var claims []dialects.Claim
+	for _, r := range append(a, b...) {
+		claims = append(claims, r.Claim)
+	}
+	lost, err := d.OutboxRenewLeases(ctx(t), claims, lease)
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("renewing held claims: lost %v, %v", lost, err)
+	}
+	// b's lease was 0 but is now renewed: it must not be released.
+	if n, _ := d.OutboxReleaseExpired(ctx(t), 10); n != 0 {
+		t.Fatalf("released %d renewed rows", n)
+	}
+	complete(t, d, outcome(a[0], dialects.OutcomeDelivered))
+	lost, err = d.OutboxRenewLeases(ctx(t), claims, lease)
+	if err != nil || len(lost) != 1 || lost[0] != a[0].Claim {
+		t.Fatalf("after a completion, renewal reported lost %v, want the completed claim", lost)
+	}
+}
+
+func testOutcomes(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"}, dialects.NewRow{Topic: "d"})
+	rows := claim(t, d, 10)
+	topic := map[string]dialects.Row{}
+	for _, r := range rows {
+		topic[r.Topic] = r
+	}
+	complete(t, d,
+		outcome(topic["a"], dialects.OutcomeDelivered),
+		dialects.Outcome{Claim: topic["b"].Claim, Kind: dialects.OutcomeRetry, Delay: time.Hour, Error: "HTTP 500: boom"},
+		dialects.Outcome{Claim: topic["c"].Claim, Kind: dialects.OutcomeDead, Error: "dead reason"},
+		outcome(topic["d"], dialects.OutcomeRelease))
+	listed, err := d.OutboxList(ctx(t), dialects.Filter{States: dialects.States}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]dialects.ListedRow{}
+	for _, r := range listed {
+		got[r.Topic] = r
+	}
+	check := func(topic string, state dialects.State, attempt int, lastErr string) {
+		t.Helper()
+		r := got[topic]
+		le := ""
+		if r.LastError != nil {
+			le = *r.LastError
+		}
+		if r.State != state || r.Attempt != attempt || le != lastErr {
+			t.Errorf("%s: state=%s attempt=%d last_error=%q; want %s %d %q", topic, r.State, r.Attempt, le, state, attempt, lastErr)
+		}
+	}
+	check("a", dialects.Delivered, 0, "")
+	check("b", dialects.Pending, 1, "HTTP 500: boom")
+	check("c", dialects.Dead, 0, "dead reason")
+	check("d", dialects.Pending, 0, "")
+	// Only the released row is claimable now: b waits an hour.
+	next := claim(t, d, 10)
+	if len(next) != 1 || next[0].Topic != "d" {
+		t.Fatalf("claimable after the outcomes: %+v", next)
+	}
+}
+
+func testReplay(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{Topic: "order.created"}, dialects.NewRow{Topic: "order.paid"}, dialects.NewRow{Topic: "user.created"}, dialects.NewRow{Topic: "held"})
+	rows := claim(t, d, 10)
+	var out []dialects.Outcome
+	var held dialects.Row
+	for _, r := range rows {
+		if r.Topic == "held" {
+			held = r
+			continue
+		}
+		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "boom " + r.Topic})
+	}
+	complete(t, d, out...)
+	n, err := d.OutboxReplay(ctx(t), dialects.Filter{TopicMatch: func(s string) bool { return len(s) > 6 && s[:6] == "order." }}, true)
+	if err != nil || n != 2 {
+		t.Fatalf("dry run counted %d, %v; want 2", n, err)
+	}
+	if st, _ := d.OutboxStats(ctx(t)); st.Rows[dialects.Dead] != 3 {
+		t.Fatalf("a dry run changed rows: %v", st.Rows)
+	}
+	n, err = d.OutboxReplay(ctx(t), dialects.Filter{ErrorContains: "order.paid"}, false)
+	if err != nil || n != 1 {
+		t.Fatalf("replay by error text: %d, %v", n, err)
+	}
+	// A processing row is never touched, even by id.
+	n, err = d.OutboxReplay(ctx(t), dialects.Filter{IDs: []uuid.UUID{held.ID}, States: dialects.States}, false)
+	if err != nil || n != 0 {
+		t.Fatalf("replay touched a processing row: %d, %v", n, err)
+	}
+	again := claim(t, d, 10)
+	if len(again) != 1 || again[0].Topic != "order.paid" || again[0].Attempt != 0 {
+		t.Fatalf("the replayed row: %+v", again)
+	}
+	complete(t, d, outcome(again[0], dialects.OutcomeDelivered))
+	// Delivered rows are replayed when asked for by id.
+	n, err = d.OutboxReplay(ctx(t), dialects.Filter{IDs: []uuid.UUID{again[0].ID}}, false)
+	if err != nil || n != 1 {
+		t.Fatalf("replay of a delivered row by id: %d, %v", n, err)
+	}
+	listed, _ := d.OutboxList(ctx(t), dialects.Filter{IDs: []uuid.UUID{again[0].ID}, States: dialects.States}, 1)
+	if len(listed) != 1 || listed[0].State != dialects.Pending || listed[0].LastError != nil || listed[0].ID != again[0].ID {
+		t.Fatalf("after replay: %+v", listed)
+	}
+}
+
+func testPurge(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	for range 3 {
+		insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
+	}
+	rows := claim(t, d, 100)
+	var out []dialects.Outcome
+	for i, r := range rows {
+		kind := dialects.OutcomeDelivered
+		if i%3 == 0 {
+			kind = dialects.OutcomeDead
+		}
+		out = append(out, outcome(r, kind))
+	}
+	complete(t, d, out...)
+	if n, err := d.OutboxPurge(ctx(t), dialects.Delivered, time.Hour, 100); err != nil || n != 0 {
+		t.Fatalf("purged %d fresh rows (%v)", n, err)
+	}
+	h.Exec(t, d, h.BackdateUpdated, "delivered", 2)
+	total := 0
+	for {
+		n, err := d.OutboxPurge(ctx(t), dialects.Delivered, time.Hour, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 4 {
+			t.Fatalf("purged %d rows with a batch of 4", n)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	st, _ := d.OutboxStats(ctx(t))
+	if total != 6 || st.Rows[dialects.Delivered] != 0 || st.Rows[dialects.Dead] != 3 {
+		t.Fatalf("purged %d; left %v", total, st.Rows)
+	}
+}
+
+func testStats(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"})
+	rows := claim(t, d, 3)
+	var out []dialects.Outcome
+	for _, r := range rows {
+		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "x"})
+	}
+	complete(t, d, out...)
+	st, err := d.OutboxStats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows[dialects.Dead] != 3 || st.Rows[dialects.Pending] != 1 || st.OldestPending <= 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	sum := int64(0)
+	for _, n := range st.DeadByTopic {
+		sum += n
+	}
+	if sum != 3 {
+		t.Fatalf("dead by topic %v", st.DeadByTopic)
+	}
+}
+
+func testV11(t *testing.T, h Harness) {
+	d := h.New(t, 10)
+	base := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range []int{3, 1, 5, 2, 4} {
+		h.Exec(t, d, h.InsertCreatedAt, "t"+strconv.Itoa(n), base.Add(time.Duration(n)*time.Minute))
+	}
+	if _, err := migrations.Up(ctx(t), d); err != nil {
+		t.Fatalf("migrate past V11: %v", err)
+	}
+	for n := 1; n <= 5; n++ {
+		if got := h.SequenceOf(t, d, "t"+strconv.Itoa(n)); got != int64(n) {
+			t.Errorf("row created %d minutes after the base got sequence %d, want %d", n, got, n)
+		}
+	}
+	insert(t, d, dialects.NewRow{Topic: "after"})
+	if got := h.SequenceOf(t, d, "after"); got <= 5 {
+		t.Errorf("the first row after V11 got sequence %d", got)
+	}
+}

@@ -1,0 +1,184 @@
+package sqlserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/dialecttest"
+	"github.com/queuebox/queuebox/dialects/sqlserver"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+var renamed = dialects.Names{
+	Schema: "app", Outbox: "events_out", Inbox: "events_in",
+	OutboxColumns: map[string]string{"key": "message_key", "state": "status", "sequence": "seq_no"},
+}
+
+// Every statement renders for renamed names: no template markers left, the
+// physical names quoted, the logical ones gone where they were renamed.
+func TestQueriesRenderForRenamedNames(t *testing.T) {
+	q, err := sqlserver.Queries(renamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"OutboxClaim", "OutboxRenewLeases", "OutboxComplete", "OutboxReleaseExpired",
+		"OutboxSelect", "OutboxList", "OutboxReplay", "OutboxPurge", "OutboxCountByState", "OutboxOldestPending",
+		"OutboxDeadByTopic", "OutboxInsert", "HistoryCreate", "HistoryList", "HistoryInsert", "MigrationLock", "MigrationUnlock"} {
+		sql, ok := q[name]
+		if !ok {
+			t.Errorf("%s is missing", name)
+			continue
+		}
+		if strings.Contains(sql, "{{") {
+			t.Errorf("%s has an unrendered template marker", name)
+		}
+		if strings.HasPrefix(name, "Outbox") {
+			if !strings.Contains(sql, "[app].[events_out]") {
+				t.Errorf("%s does not name the qualified table [app].[events_out]:\n%s", name, sql)
+			}
+			if regexp.MustCompile(`(^|[^.])\[(key|state|sequence)\]`).MatchString(sql) {
+				t.Errorf("%s still names a renamed column:\n%s", name, sql)
+			}
+		}
+	}
+}
+
+func TestClaimUsesLockHintsAndHeadRule(t *testing.T) {
+	q, err := sqlserver.Queries(dialects.DefaultNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := q["OutboxClaim"]
+	for _, want := range []string{
+		"WITH (UPDLOCK, READPAST, ROWLOCK)",
+		"BEGIN TRANSACTION", "COMMIT TRANSACTION", "SET XACT_ABORT ON",
+		"SYSUTCDATETIME()",            // the database clock
+		"b.[sequence] < o.[sequence]", // the head rule
+		"b.[state] IN (N'pending', N'processing')",
+		"DATEADD(millisecond, @p2, @now)", // the lease
+		"CAST(@p3 AS UNIQUEIDENTIFIER)",   // the token, a parameter
+		"ROWS UNBOUNDED PRECEDING",        // followers stop at the first blocker
+	} {
+		if !strings.Contains(claim, want) {
+			t.Errorf("the claim lacks %q", want)
+		}
+	}
+	complete := q["OutboxComplete"]
+	for _, want := range []string{"o.[claim_token] = v.t", "WHERE o.[state] = N'processing'", "OPENJSON(@p1)"} {
+		if !strings.Contains(complete, want) {
+			t.Errorf("the completion lacks %q", want)
+		}
+	}
+	// No statement carries a row value: every value is a parameter.
+	for name, sql := range q {
+		if regexp.MustCompile(`N'[0-9a-f]{8}-`).MatchString(sql) {
+			t.Errorf("%s embeds a uuid literal", name)
+		}
+	}
+}
+
+// The JSON parameter of a completion carries exactly what the transition
+// table says.
+func TestCompleteArg(t *testing.T) {
+	id, tok := uuid.New(), uuid.New()
+	arg := sqlserver.CompleteArg([]dialects.Outcome{
+		{Claim: dialects.Claim{ID: id, Token: tok}, Kind: dialects.OutcomeRetry, Delay: 1500 * time.Millisecond, Error: `it's "bad"`},
+		{Claim: dialects.Claim{ID: id, Token: tok}, Kind: dialects.OutcomeRelease},
+	})
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(arg), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got[0]["s"] != "pending" || got[0]["a"] != 1.0 || got[0]["d"] != 1500.0 || got[0]["w"] != 1.0 || got[0]["e"] != `it's "bad"` || got[0]["i"] != id.String() {
+		t.Errorf("retry arg %v", got[0])
+	}
+	if got[1]["s"] != "pending" || got[1]["a"] != 0.0 || got[1]["d"] != nil || got[1]["w"] != 0.0 {
+		t.Errorf("release arg %v", got[1])
+	}
+}
+
+// Every SQL Server migration renders, with GO splitting batches so that
+// CREATE statements that must start a batch do.
+func TestMigrationsRender(t *testing.T) {
+	ms, err := migrations.Load("sqlserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v11 []string
+	for _, m := range ms {
+		batches, err := migrations.Render("sqlserver", m, renamed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range batches {
+			if strings.Contains(b, "{{") || regexp.MustCompile(`(?m)^\s*GO\s*$`).MatchString(b) {
+				t.Errorf("V%d: a batch kept a marker or a GO line:\n%s", m.Version, b)
+			}
+		}
+		if m.Version == 11 {
+			v11 = batches
+		}
+	}
+	joined := strings.Join(v11, "\n")
+	for _, want := range []string{"CREATE SEQUENCE [app].[events_out_sequence_seq]", "ROW_NUMBER() OVER (ORDER BY [created_at], [id])",
+		"DEFAULT NEXT VALUE FOR [app].[events_out_sequence_seq] FOR [seq_no]", "CREATE INDEX [idx_events_out_key_sequence] ON [app].[events_out] ([message_key], [seq_no])",
+		"WHERE [status] IN ('pending', 'processing')"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("V11 lacks %q", want)
+		}
+	}
+}
+
+// The conformance suite, against a real SQL Server when one is configured.
+func TestConformance(t *testing.T) {
+	url := os.Getenv("QUEUEBOX_TEST_SQLSERVER_URL")
+	if url == "" {
+		t.Skip("QUEUEBOX_TEST_SQLSERVER_URL is not set: no SQL Server to run the conformance suite against")
+	}
+	dialecttest.Run(t, dialecttest.Harness{
+		New: func(t *testing.T, upTo int) dialects.Dialect {
+			names := dialects.DefaultNames()
+			names.Schema = "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+			d, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: url, Names: names})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			if upTo == 0 {
+				upTo = 1 << 30
+			}
+			if _, err := migrations.UpTo(context.Background(), d, upTo); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Exec: func(t *testing.T, d dialects.Dialect, sql string, args ...any) {
+			q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q = strings.ReplaceAll(strings.ReplaceAll(q, "$1", "@p1"), "$2", "@p2")
+			if _, err := d.(*sqlserver.Dialect).DB().Exec(q, args...); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		},
+		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = DATEADD(hour, -$2, SYSUTCDATETIME()) WHERE {{c "state"}} = $1`,
+		InsertCreatedAt: `INSERT INTO {{t}} ({{c "topic"}}, {{c "payload"}}, {{c "created_at"}}) VALUES ($1, N'{}', $2)`,
+		SequenceOf: func(t *testing.T, d dialects.Dialect, topic string) int64 {
+			q, _ := dialects.Render("seq", `SELECT {{c "sequence"}} FROM {{t}} WHERE {{c "topic"}} = @p1`, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
+			var seq int64
+			if err := d.(*sqlserver.Dialect).DB().QueryRow(q, topic).Scan(&seq); err != nil {
+				t.Fatal(err)
+			}
+			return seq
+		},
+	})
+}
