@@ -1,0 +1,287 @@
+package bootstrap
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the whole configuration file (spec: configuration.md). Every key
+// of the specification exists here, including those whose behaviour lands in
+// later releases, so that a file written for the full product validates now.
+type Config struct {
+	Database     DatabaseConfig                 `yaml:"database"`
+	Outbox       OutboxConfig                   `yaml:"outbox"`
+	Inbox        InboxConfig                    `yaml:"inbox"`
+	HTTP         HTTPConfig                     `yaml:"http"`
+	Engine       EngineConfig                   `yaml:"engine"`
+	Shutdown     ShutdownConfig                 `yaml:"shutdown"`
+	Destinations map[string]*DestinationConfig `yaml:"destinations"`
+	Routes       []RouteConfig                  `yaml:"routes"`
+	Admin        AdminConfig                    `yaml:"admin"`
+	Log          LogConfig                      `yaml:"log"`
+}
+
+type DatabaseConfig struct {
+	Dialect         string        `yaml:"dialect"`
+	URL             string        `yaml:"url"`
+	Schema          string        `yaml:"schema"`
+	MaxConnections  int           `yaml:"maxConnections" min:"1" max:"1000"`
+	OutboxTableName string        `yaml:"outboxTableName"`
+	InboxTableName  string        `yaml:"inboxTableName"`
+	ColumnMapping   ColumnMapping `yaml:"columnMapping"`
+}
+
+type ColumnMapping struct {
+	Outbox map[string]string `yaml:"outbox"`
+	Inbox  map[string]string `yaml:"inbox"`
+}
+
+type OutboxConfig struct {
+	MaxAttempts    int             `yaml:"maxAttempts" min:"0" max:"1000"`
+	ClaimTimeoutMs int             `yaml:"claimTimeoutMs" min:"1000" max:"86400000"`
+	BatchSize      int             `yaml:"batchSize" min:"1" max:"10000"`
+	MaxInFlight    int             `yaml:"maxInFlight" min:"1" max:"1000000"`
+	PollIntervalMs int             `yaml:"pollIntervalMs" min:"1" max:"3600000"`
+	Notify         bool            `yaml:"notify"`
+	Backoff        BackoffConfig   `yaml:"backoff"`
+	Retention      RetentionConfig `yaml:"retention"`
+}
+
+type BackoffConfig struct {
+	InitialMs  int     `yaml:"initialMs" min:"0" max:"86400000"`
+	Multiplier float64 `yaml:"multiplier" min:"1" max:"100"`
+	MaxMs      int     `yaml:"maxMs" min:"0" max:"604800000"`
+	Jitter     float64 `yaml:"jitter" min:"0" max:"1"`
+}
+
+type RetentionConfig struct {
+	Delivered  Duration `yaml:"delivered"`
+	Dead       Duration `yaml:"dead"`
+	IntervalMs int      `yaml:"intervalMs" min:"1000" max:"86400000"`
+	BatchSize  int      `yaml:"batchSize" min:"1" max:"100000"`
+}
+
+type InboxConfig struct {
+	Relay   InboxRelayConfig               `yaml:"relay"`
+	Sources map[string]*InboxSourceConfig `yaml:"sources"`
+}
+
+type InboxRelayConfig struct {
+	Enabled     bool `yaml:"enabled"`
+	MaxAttempts int  `yaml:"maxAttempts" min:"0" max:"1000"`
+}
+
+// InboxSourceConfig is one inbox source (inbox.md). Which keys apply depends
+// on Type; the kinds tag lists the types a key belongs to.
+type InboxSourceConfig struct {
+	Type          string `yaml:"type"`
+	Token         string `yaml:"token" kinds:"http" secret:"true"`
+	SigningSecret string `yaml:"signingSecret" kinds:"http" secret:"true"`
+	Topic         string `yaml:"topic"`
+	AggregateType string `yaml:"aggregateType"`
+	AggregateID   string `yaml:"aggregateId"`
+	URL           string `yaml:"url" kinds:"rabbitmq,nats"`
+	Queue         string `yaml:"queue" kinds:"rabbitmq"`
+	Brokers       []string `yaml:"brokers" kinds:"kafka"`
+	KafkaTopic    string `yaml:"kafkaTopic" kinds:"kafka"`
+	GroupID       string `yaml:"groupId" kinds:"kafka"`
+	Stream        string `yaml:"stream" kinds:"nats"`
+	Durable       string `yaml:"durable" kinds:"nats"`
+}
+
+type HTTPConfig struct {
+	MaxErrorBodyBytes int `yaml:"maxErrorBodyBytes" min:"64" max:"1048576"`
+	TimeoutMs         int `yaml:"timeoutMs" min:"1" max:"3600000"`
+}
+
+type EngineConfig struct {
+	Mailbox              MailboxConfig `yaml:"mailbox"`
+	KeyIdleMs            int           `yaml:"keyIdleMs" min:"1" max:"3600000"`
+	UnorderedConcurrency int           `yaml:"unorderedConcurrency" min:"1" max:"100000"`
+}
+
+// MailboxConfig sizes the bounded mailboxes per actor kind; 0 is unbounded.
+type MailboxConfig struct {
+	Claimer   int `yaml:"claimer" min:"0" max:"1048576"`
+	Key       int `yaml:"key" min:"0" max:"1048576"`
+	Sink      int `yaml:"sink" min:"0" max:"1048576"`
+	Completer int `yaml:"completer" min:"0" max:"1048576"`
+}
+
+type ShutdownConfig struct {
+	DrainTimeoutMs int `yaml:"drainTimeoutMs" min:"0" max:"3600000"`
+}
+
+// DestinationConfig is one destination (destinations.md). Keys apply by type
+// (the kinds tag); a key of another type is a validation error.
+type DestinationConfig struct {
+	Type string `yaml:"type"`
+
+	// http
+	URL                string            `yaml:"url" kinds:"http,rabbitmq,nats"`
+	Method             string            `yaml:"method" kinds:"http"`
+	Headers            map[string]string `yaml:"headers" kinds:"http"`
+	TimeoutMs          int               `yaml:"timeoutMs" kinds:"http" min:"0" max:"3600000"`
+	NonRetryableStatus []int             `yaml:"nonRetryableStatus" kinds:"http"`
+	MaxConnections     int               `yaml:"maxConnections" kinds:"http" min:"0" max:"100000"`
+	SigningSecret      string            `yaml:"signingSecret" kinds:"http" secret:"true"`
+	TLS                TLSConfig         `yaml:"tls" kinds:"http,kafka"`
+
+	// rabbitmq
+	Exchange        string `yaml:"exchange" kinds:"rabbitmq"`
+	ExchangeFrom    string `yaml:"exchangeFrom" kinds:"rabbitmq"`
+	RoutingKey      string `yaml:"routingKey" kinds:"rabbitmq"`
+	Mandatory       *bool  `yaml:"mandatory" kinds:"rabbitmq"`
+	DeclareExchange bool   `yaml:"declareExchange" kinds:"rabbitmq"`
+
+	// kafka
+	Brokers     []string   `yaml:"brokers" kinds:"kafka"`
+	Topic       string     `yaml:"topic" kinds:"kafka"`
+	Acks        string     `yaml:"acks" kinds:"kafka"`
+	Compression string     `yaml:"compression" kinds:"kafka"`
+	Partitioner string     `yaml:"partitioner" kinds:"kafka"`
+	SASL        SASLConfig `yaml:"sasl" kinds:"kafka"`
+
+	// nats
+	Subject         string `yaml:"subject" kinds:"nats"`
+	JetStream       *bool  `yaml:"jetstream" kinds:"nats"`
+	CredentialsFile string `yaml:"credentialsFile" kinds:"nats"`
+}
+
+type TLSConfig struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"caFile"`
+	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
+}
+
+type SASLConfig struct {
+	Mechanism string `yaml:"mechanism"`
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password" secret:"true"`
+}
+
+type RouteConfig struct {
+	Name         string `yaml:"name"`
+	TopicPattern string `yaml:"topicPattern"`
+	Destination  string `yaml:"destination"`
+	Transform    string `yaml:"transform"`
+}
+
+type AdminConfig struct {
+	Listen string `yaml:"listen"`
+	Token  string `yaml:"token" secret:"true"`
+}
+
+type LogConfig struct {
+	Format string `yaml:"format"`
+	Level  string `yaml:"level"`
+}
+
+// Duration is a Go duration in the file ("168h"); a bare 0 is zero.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	s := string(b)
+	if s == "0" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: write it like 168h, 30m or 0", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) {
+	if d == 0 {
+		return []byte("0"), nil
+	}
+	return []byte(time.Duration(d).String()), nil
+}
+
+// Defaults returns the configuration with every default of configuration.md.
+func Defaults() *Config {
+	return &Config{
+		Database: DatabaseConfig{
+			Dialect:         "postgresql",
+			MaxConnections:  10,
+			OutboxTableName: "outbox",
+			InboxTableName:  "inbox",
+		},
+		Outbox: OutboxConfig{
+			MaxAttempts:    5,
+			ClaimTimeoutMs: 30000,
+			BatchSize:      500,
+			MaxInFlight:    10000,
+			PollIntervalMs: 500,
+			Notify:         true,
+			Backoff:        BackoffConfig{InitialMs: 1000, Multiplier: 2.0, MaxMs: 600000, Jitter: 0.2},
+			Retention: RetentionConfig{
+				Delivered:  Duration(168 * time.Hour),
+				Dead:       Duration(720 * time.Hour),
+				IntervalMs: 60000,
+				BatchSize:  5000,
+			},
+		},
+		Inbox:    InboxConfig{Relay: InboxRelayConfig{Enabled: true}},
+		HTTP:     HTTPConfig{MaxErrorBodyBytes: 2048, TimeoutMs: 10000},
+		Engine:   EngineConfig{Mailbox: MailboxConfig{Claimer: 256, Key: 64, Sink: 1024, Completer: 8192}, KeyIdleMs: 10000, UnorderedConcurrency: 256},
+		Shutdown: ShutdownConfig{DrainTimeoutMs: 15000},
+		Admin:    AdminConfig{Listen: "127.0.0.1:8080"},
+		Log:      LogConfig{Format: "json", Level: "info"},
+	}
+}
+
+// applyDestinationDefaults fills the per-type defaults of destinations.md.
+func (c *Config) applyDestinationDefaults() {
+	for _, d := range c.Destinations {
+		if d == nil {
+			continue
+		}
+		switch d.Type {
+		case "http":
+			if d.Method == "" {
+				d.Method = "POST"
+			}
+			if d.TimeoutMs == 0 {
+				d.TimeoutMs = c.HTTP.TimeoutMs
+			}
+			if d.MaxConnections == 0 {
+				d.MaxConnections = 64
+			}
+		case "rabbitmq":
+			if d.RoutingKey == "" {
+				d.RoutingKey = "{{ topic }}"
+			}
+			if d.Mandatory == nil {
+				t := true
+				d.Mandatory = &t
+			}
+		case "kafka":
+			if d.Acks == "" {
+				d.Acks = "all"
+			}
+			if d.Compression == "" {
+				d.Compression = "none"
+			}
+			if d.Partitioner == "" {
+				d.Partitioner = "murmur2"
+			}
+		case "nats":
+			if d.JetStream == nil {
+				t := true
+				d.JetStream = &t
+			}
+		}
+	}
+	for i := range c.Routes {
+		if c.Routes[i].Name == "" {
+			c.Routes[i].Name = c.Routes[i].TopicPattern
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Problem is one fault of a configuration: the key path, its line in the
+// file (0 when unknown) and the reason.
+type Problem struct {
+	Key    string
+	Line   int
+	Reason string
+}
+
+func (p Problem) String() string {
+	if p.Line > 0 {
+		return fmt.Sprintf("%s (line %d): %s", p.Key, p.Line, p.Reason)
+	}
+	return fmt.Sprintf("%s: %s", p.Key, p.Reason)
+}
+
+// Error is an invalid configuration: every problem found, one per line.
+type Error struct {
+	File     string
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	n := len(e.Problems)
+	fmt.Fprintf(&b, "the configuration %s has %d problem", e.File, n)
+	if n != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString(":")
+	for _, p := range e.Problems {
+		b.WriteString("\n  - ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Loaded is a loaded, validated configuration with its secrets.
+type Loaded struct {
+	*Config
+	File    string
+	Secrets *Secrets
+}
+
+// Load reads, substitutes, decodes and validates a configuration file.
+func Load(path string) (*Loaded, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, &Error{File: path, Problems: []Problem{{Key: "--config", Reason: fmt.Sprintf("the file %s does not exist; pass --config FILE, or create queuebox.yaml (docs/configuration.md shows one)", path)}}}
+		}
+		return nil, err
+	}
+	return Parse(path, data, os.LookupEnv)
+}
+
+// Parse is Load on bytes, with env as the environment.
+func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, error) {
+	cfg := Defaults()
+	secrets := NewSecrets()
+	d := &decoder{lines: map[string]int{}, present: map[string]bool{}, env: env, secrets: secrets}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &Error{File: name, Problems: []Problem{{Key: "(file)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	}
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		d.decode(root.Content[0], reflect.ValueOf(cfg).Elem(), "")
+	}
+	if v, ok := env("QUEUEBOX_DATABASE_URL"); ok && v != "" {
+		cfg.Database.URL = v
+		d.present["database.url"] = true
+	}
+	cfg.applyDestinationDefaults()
+	problems := append(d.problems, validate(cfg, d)...)
+	if len(problems) > 0 {
+		sort.SliceStable(problems, func(i, j int) bool {
+			li, lj := problems[i].Line, problems[j].Line
+			if li == 0 || lj == 0 {
+				return lj == 0 && li != 0
+			}
+			return li < lj
+		})
+		return nil, &Error{File: name, Problems: problems}
+	}
+	collectSecrets(cfg, secrets)
+	return &Loaded{Config: cfg, File: name, Secrets: secrets}, nil
+}
+
+// FromConfig validates a configuration built in code (the dev mode).
+func FromConfig(cfg *Config) (*Loaded, error) {
+	cfg.applyDestinationDefaults()
+	d := &decoder{lines: map[string]int{}, present: map[string]bool{}}
+	if ps := validate(cfg, d); len(ps) > 0 {
+		return nil, &Error{File: "(generated)", Problems: ps}
+	}
+	secrets := NewSecrets()
+	collectSecrets(cfg, secrets)
+	return &Loaded{Config: cfg, File: "(generated)", Secrets: secrets}, nil
+}
+
+type decoder struct {
+	problems []Problem
+	lines    map[string]int
+	present  map[string]bool
+	env      func(string) (string, bool)
+	secrets  *Secrets
+}
+
+func (d *decoder) add(path string, line int, format string, args ...any) {
+	d.problems = append(d.problems, Problem{Key: displayPath(path), Line: line, Reason: fmt.Sprintf(format, args...)})
+}
+
+func displayPath(p string) string {
+	if p == "" {
+		return "(top level)"
+	}
+	return p
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+var textUnmarshaler = reflect.TypeOf((*interface{ UnmarshalText([]byte) error })(nil)).Elem()
+
+// decode fills v from n, reporting every problem with its key path and line.
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	d.present[path] = true
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an empty value keeps the default
+	}
+	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) {
+		d.scalar(n, v, path)
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		d.decode(n, v.Elem(), path)
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			d.add(path, n.Line, "expected a mapping of keys, got %s", describe(n))
+			return
+		}
+		fields := fieldsOf(v.Type())
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			key := join(path, k.Value)
+			d.lines[key] = k.Line
+			f, ok := fields[k.Value]
+			if !ok {
+				d.add(key, k.Line, "unknown key%s; the keys here are %s", suggest(k.Value, fields), strings.Join(sortedKeys(fields), ", "))
+				continue
+			}
+			fv := v.Field(f.index)
+			d.decode(val, fv, key)
+			d.checkRange(val, fv, f.field, key)
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			d.add(path, n.Line, "expected a mapping, got %s", describe(n))
+			return
+		}
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			key := join(path, k.Value)
+			d.lines[key] = k.Line
+			ev := reflect.New(v.Type().Elem()).Elem()
+			d.decode(val, ev, key)
+			v.SetMapIndex(reflect.ValueOf(k.Value), ev)
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.add(path, n.Line, "expected a list, got %s", describe(n))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			key := fmt.Sprintf("%s[%d]", path, i)
+			d.lines[key] = item.Line
+			d.decode(item, s.Index(i), key)
+		}
+		v.Set(s)
+	default:
+		d.scalar(n, v, path)
+	}
+}
+
+var envRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// scalar decodes one scalar after ${VAR} substitution.
+func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.ScalarNode {
+		d.add(path, n.Line, "expected a single value, got %s", describe(n))
+		return
+	}
+	node := *n
+	if d.env != nil && strings.Contains(n.Value, "${") {
+		failed := false
+		node.Value = envRE.ReplaceAllStringFunc(n.Value, func(m string) string {
+			sub := envRE.FindStringSubmatch(m)
+			val, ok := d.env(sub[1])
+			if ok {
+				d.secrets.AddFromEnv(val)
+				return val
+			}
+			if sub[2] != "" {
+				return sub[3]
+			}
+			failed = true
+			d.add(path, n.Line, "the environment variable %s is not set; set it, or give a default as ${%s:-value}", sub[1], sub[1])
+			return ""
+		})
+		if failed {
+			return
+		}
+		if n.Style == 0 || n.Style == yaml.TaggedStyle {
+			node.Tag = "" // re-resolve the type of the substituted text
+			node.Style = 0
+		}
+	}
+	if err := node.Decode(v.Addr().Interface()); err != nil {
+		d.add(path, n.Line, "%s", scalarError(err, v, node.Value))
+	}
+}
+
+func scalarError(err error, v reflect.Value, got string) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "\n"); i >= 0 {
+		msg = msg[i+1:]
+	}
+	want := ""
+	switch v.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		want = "a whole number"
+	case reflect.Float64:
+		want = "a number"
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.String:
+		want = "text"
+	}
+	if want != "" && v.Type().PkgPath() == "" {
+		return fmt.Sprintf("expected %s, got %q", want, got)
+	}
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	if i := strings.Index(msg, ": "); i >= 0 && strings.HasPrefix(msg, "line ") {
+		msg = msg[i+2:]
+	}
+	return msg
+}
+
+func (d *decoder) checkRange(n *yaml.Node, v reflect.Value, f reflect.StructField, path string) {
+	minS, hasMin := f.Tag.Lookup("min")
+	maxS, hasMax := f.Tag.Lookup("max")
+	if !hasMin && !hasMax {
+		return
+	}
+	var x float64
+	switch v.Kind() {
+	case reflect.Int:
+		x = float64(v.Int())
+	case reflect.Float64:
+		x = v.Float()
+	default:
+		return
+	}
+	lo, _ := strconv.ParseFloat(minS, 64)
+	hi, _ := strconv.ParseFloat(maxS, 64)
+	if (hasMin && x < lo) || (hasMax && x > hi) {
+		d.add(path, n.Line, "%v is out of range; use a value from %s to %s", fmtNum(x), minS, maxS)
+	}
+}
+
+func fmtNum(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	default:
+		return fmt.Sprintf("%q", n.Value)
+	}
+}
+
+type fieldInfo struct {
+	index int
+	field reflect.StructField
+}
+
+func fieldsOf(t reflect.Type) map[string]fieldInfo {
+	out := map[string]fieldInfo{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if name != "" && name != "-" {
+			out[name] = fieldInfo{i, f}
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]fieldInfo) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// suggest offers the closest known key for a typo.
+func suggest(key string, fields map[string]fieldInfo) string {
+	best, bestD := "", 4
+	for k := range fields {
+		if d := distance(strings.ToLower(key), strings.ToLower(k)); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,298 @@
+package bootstrap
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/url"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/routing"
+)
+
+// DestinationTypes are the destination kinds.
+var DestinationTypes = []string{"http", "rabbitmq", "kafka", "nats", "null"}
+
+type validator struct {
+	d        *decoder
+	problems []Problem
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.problems = append(v.problems, Problem{Key: key, Line: v.line(key), Reason: fmt.Sprintf(format, args...)})
+}
+
+// line finds the line of key, or of its nearest parent that has one.
+func (v *validator) line(key string) int {
+	for k := key; k != ""; {
+		if l, ok := v.d.lines[k]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(k, ".[")
+		if i < 0 {
+			break
+		}
+		k = k[:i]
+	}
+	return 0
+}
+
+func oneOf(s string, allowed ...string) bool {
+	for _, a := range allowed {
+		if s == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Names returns the table and column names of the configuration.
+func (c *Config) Names() dialects.Names {
+	return dialects.Names{
+		Schema:        c.Database.Schema,
+		Outbox:        c.Database.OutboxTableName,
+		Inbox:         c.Database.InboxTableName,
+		OutboxColumns: c.Database.ColumnMapping.Outbox,
+		InboxColumns:  c.Database.ColumnMapping.Inbox,
+	}
+}
+
+func validate(c *Config, d *decoder) []Problem {
+	v := &validator{d: d}
+	if !oneOf(c.Database.Dialect, "postgresql", "sqlserver") {
+		v.add("database.dialect", "%q is not a dialect; use postgresql or sqlserver", c.Database.Dialect)
+	}
+	if strings.TrimSpace(c.Database.URL) == "" {
+		v.add("database.url", "is required: the URL of the database that holds the outbox table (or set QUEUEBOX_DATABASE_URL)")
+	} else if u, err := url.Parse(c.Database.URL); err != nil || u.Scheme == "" {
+		v.add("database.url", "is not a URL; write it like postgres://user:password@host:5432/app or sqlserver://user:password@host:1433?database=app")
+	} else {
+		want := map[string][]string{"postgresql": {"postgres", "postgresql"}, "sqlserver": {"sqlserver", "mssql"}}[c.Database.Dialect]
+		if want != nil && !oneOf(u.Scheme, want...) {
+			v.add("database.url", "starts with %s://, which does not fit database.dialect %s (expected %s://)", u.Scheme, c.Database.Dialect, want[0])
+		}
+	}
+	for _, p := range c.Names().Validate() {
+		v.add(p.Key, "%s", p.Reason)
+	}
+	if c.Outbox.Backoff.MaxMs < c.Outbox.Backoff.InitialMs {
+		v.add("outbox.backoff.maxMs", "%d is below outbox.backoff.initialMs (%d); the longest delay cannot be shorter than the first", c.Outbox.Backoff.MaxMs, c.Outbox.Backoff.InitialMs)
+	}
+	if !oneOf(c.Log.Format, "json", "text") {
+		v.add("log.format", "%q is not a log format; use json or text", c.Log.Format)
+	}
+	if !oneOf(strings.ToLower(c.Log.Level), "debug", "info", "warn", "error") {
+		v.add("log.level", "%q is not a level; use debug, info, warn or error", c.Log.Level)
+	}
+	v.admin(c)
+	v.destinations(c)
+	v.routes(c)
+	v.inbox(c)
+	return v.problems
+}
+
+func (v *validator) admin(c *Config) {
+	host, port, err := net.SplitHostPort(c.Admin.Listen)
+	if err != nil || port == "" {
+		v.add("admin.listen", "%q is not host:port (for example 127.0.0.1:8080)", c.Admin.Listen)
+		return
+	}
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	if !loopback && c.Admin.Token == "" {
+		v.add("admin.listen", "%q is reachable from other machines, and admin.token is empty; set admin.token, or listen on 127.0.0.1", c.Admin.Listen)
+	}
+}
+
+func (v *validator) destinations(c *Config) {
+	names := make([]string, 0, len(c.Destinations))
+	for n := range c.Destinations {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		d := c.Destinations[name]
+		key := "destinations." + name
+		if d == nil {
+			v.add(key, "is empty; give it a type (%s)", strings.Join(DestinationTypes, ", "))
+			continue
+		}
+		if !oneOf(d.Type, DestinationTypes...) {
+			v.add(key+".type", "%q is not a destination type; use one of %s", d.Type, strings.Join(DestinationTypes, ", "))
+			continue
+		}
+		// Keys of other destination types.
+		t := reflect.TypeOf(*d)
+		for i := range t.NumField() {
+			f := t.Field(i)
+			kinds, ok := f.Tag.Lookup("kinds")
+			yk := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			if ok && v.d.present[key+"."+yk] && !oneOf(d.Type, strings.Split(kinds, ",")...) {
+				v.add(key+"."+yk, "is not a key of a %s destination (it belongs to %s)", d.Type, strings.ReplaceAll(kinds, ",", ", "))
+			}
+		}
+		switch d.Type {
+		case "http":
+			v.httpDestination(key, d)
+		case "rabbitmq":
+			v.required(key+".url", d.URL)
+			switch {
+			case d.Exchange == "" && d.ExchangeFrom == "":
+				v.add(key, "needs exchange (a template) or exchangeFrom: aggregate_type")
+			case d.Exchange != "" && d.ExchangeFrom != "":
+				v.add(key+".exchangeFrom", "cannot be combined with exchange; keep one of the two")
+			case d.ExchangeFrom != "" && d.ExchangeFrom != "aggregate_type":
+				v.add(key+".exchangeFrom", "%q is not supported; the only value is aggregate_type", d.ExchangeFrom)
+			}
+			v.template(key+".exchange", d.Exchange)
+			v.template(key+".routingKey", d.RoutingKey)
+		case "kafka":
+			if len(d.Brokers) == 0 {
+				v.add(key+".brokers", "is required: a list of host:port")
+			}
+			v.required(key+".topic", d.Topic)
+			v.template(key+".topic", d.Topic)
+			if !oneOf(d.Acks, "all", "one") {
+				v.add(key+".acks", "%q: use all or one", d.Acks)
+			}
+			if !oneOf(d.Compression, "none", "gzip", "snappy", "lz4", "zstd") {
+				v.add(key+".compression", "%q: use none, gzip, snappy, lz4 or zstd", d.Compression)
+			}
+			if !oneOf(d.Partitioner, "murmur2", "fnv1a") {
+				v.add(key+".partitioner", "%q: use murmur2 or fnv1a", d.Partitioner)
+			}
+			if !oneOf(d.SASL.Mechanism, "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") {
+				v.add(key+".sasl.mechanism", "%q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, or leave it empty", d.SASL.Mechanism)
+			}
+		case "nats":
+			v.required(key+".url", d.URL)
+			v.required(key+".subject", d.Subject)
+			v.template(key+".subject", d.Subject)
+		}
+	}
+}
+
+func (v *validator) required(key, val string) {
+	if strings.TrimSpace(val) == "" {
+		v.add(key, "is required")
+	}
+}
+
+func (v *validator) template(key, s string) *routing.Template {
+	if s == "" {
+		return nil
+	}
+	t, err := routing.ParseTemplate(s)
+	if err != nil {
+		v.add(key, "%v", err)
+	}
+	return t
+}
+
+func (v *validator) httpDestination(key string, d *DestinationConfig) {
+	v.required(key+".url", d.URL)
+	if d.URL != "" && v.template(key+".url", d.URL) != nil {
+		// Placeholders stand for a value; the scheme and host must be there.
+		probe := placeholderProbe.ReplaceAllString(d.URL, "x")
+		if u, err := url.Parse(probe); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(key+".url", "%q is not an http:// or https:// URL with a host", d.URL)
+		}
+	}
+	if !oneOf(d.Method, "POST", "PUT", "PATCH") {
+		v.add(key+".method", "%q: use POST, PUT or PATCH", d.Method)
+	}
+	for i, s := range d.NonRetryableStatus {
+		if s < 100 || s > 599 {
+			v.add(fmt.Sprintf("%s.nonRetryableStatus[%d]", key, i), "%d is not an HTTP status", s)
+		} else if s >= 200 && s < 300 {
+			v.add(fmt.Sprintf("%s.nonRetryableStatus[%d]", key, i), "%d is a success status; only failures can be non-retryable", s)
+		}
+	}
+	if d.SigningSecret != "" {
+		if _, err := DecodeSigningSecret(d.SigningSecret); err != nil {
+			v.add(key+".signingSecret", "%v", err)
+		}
+	}
+	for name := range d.Headers {
+		if name == "" || strings.ContainsAny(name, " :\r\n") {
+			v.add(key+".headers", "%q is not a valid header name", name)
+		}
+	}
+}
+
+var placeholderProbe = regexp.MustCompile(`\{\{[^{}]*\}\}`)
+
+// DecodeSigningSecret decodes a Standard Webhooks secret: "whsec_" followed
+// by base64, or plain base64.
+func DecodeSigningSecret(s string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+	if err != nil || len(b) < 16 {
+		return nil, fmt.Errorf("a Standard Webhooks secret is whsec_ followed by base64 of at least 16 random bytes (for example whsec_%s)", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123")))
+	}
+	return b, nil
+}
+
+func (v *validator) routes(c *Config) {
+	if len(c.Routes) == 0 {
+		v.add("routes", "no route is configured: every row would go dead with \"no route matches topic\". Add one, for example {topicPattern: \"#\", destination: NAME}")
+		return
+	}
+	defined := make([]string, 0, len(c.Destinations))
+	for n := range c.Destinations {
+		defined = append(defined, n)
+	}
+	sort.Strings(defined)
+	for i, r := range c.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if r.TopicPattern == "" {
+			v.add(key+".topicPattern", "is required (# matches every topic)")
+		} else if _, err := routing.CompilePattern(r.TopicPattern); err != nil {
+			v.add(key+".topicPattern", "%v", err)
+		}
+		switch {
+		case r.Destination == "":
+			v.add(key+".destination", "is required: the name of a destination")
+		case c.Destinations[r.Destination] == nil:
+			list := "none is defined"
+			if len(defined) > 0 {
+				list = "the defined ones are " + strings.Join(defined, ", ")
+			}
+			v.add(key+".destination", "%q is not a defined destination; %s", r.Destination, list)
+		}
+		if r.Transform != "" {
+			if _, err := routing.CompileTransform(r.Transform); err != nil {
+				v.add(key+".transform", "%v; the variables are %s", err, strings.Join(routing.TransformVariables, ", "))
+			}
+		}
+	}
+}
+
+func (v *validator) inbox(c *Config) {
+	for name, s := range c.Inbox.Sources {
+		key := "inbox.sources." + name
+		if s == nil {
+			v.add(key, "is empty; give it a type (http, rabbitmq, kafka, nats)")
+			continue
+		}
+		if !oneOf(s.Type, "http", "rabbitmq", "kafka", "nats") {
+			v.add(key+".type", "%q is not a source type; use http, rabbitmq, kafka or nats", s.Type)
+			continue
+		}
+		t := reflect.TypeOf(*s)
+		for i := range t.NumField() {
+			f := t.Field(i)
+			kinds, ok := f.Tag.Lookup("kinds")
+			yk := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			if ok && v.d.present[key+"."+yk] && !oneOf(s.Type, strings.Split(kinds, ",")...) {
+				v.add(key+"."+yk, "is not a key of a %s source (it belongs to %s)", s.Type, strings.ReplaceAll(kinds, ",", ", "))
+			}
+		}
+		v.required(key+".topic", s.Topic)
+		v.template(key+".topic", s.Topic)
+		v.template(key+".aggregateId", s.AggregateID)
+	}
+}
