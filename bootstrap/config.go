@@ -9,16 +9,16 @@ import (
 // of the specification exists here, including those whose behaviour lands in
 // later releases, so that a file written for the full product validates now.
 type Config struct {
-	Database     DatabaseConfig                 `yaml:"database"`
-	Outbox       OutboxConfig                   `yaml:"outbox"`
-	Inbox        InboxConfig                    `yaml:"inbox"`
-	HTTP         HTTPConfig                     `yaml:"http"`
-	Engine       EngineConfig                   `yaml:"engine"`
-	Shutdown     ShutdownConfig                 `yaml:"shutdown"`
+	Database     DatabaseConfig                `yaml:"database"`
+	Outbox       OutboxConfig                  `yaml:"outbox"`
+	Inbox        InboxConfig                   `yaml:"inbox"`
+	HTTP         HTTPConfig                    `yaml:"http"`
+	Engine       EngineConfig                  `yaml:"engine"`
+	Shutdown     ShutdownConfig                `yaml:"shutdown"`
 	Destinations map[string]*DestinationConfig `yaml:"destinations"`
-	Routes       []RouteConfig                  `yaml:"routes"`
-	Admin        AdminConfig                    `yaml:"admin"`
-	Log          LogConfig                      `yaml:"log"`
+	Routes       []RouteConfig                 `yaml:"routes"`
+	Admin        AdminConfig                   `yaml:"admin"`
+	Log          LogConfig                     `yaml:"log"`
 }
 
 type DatabaseConfig struct {
@@ -62,7 +62,7 @@ type RetentionConfig struct {
 }
 
 type InboxConfig struct {
-	Relay   InboxRelayConfig               `yaml:"relay"`
+	Relay   InboxRelayConfig              `yaml:"relay"`
 	Sources map[string]*InboxSourceConfig `yaml:"sources"`
 }
 
@@ -74,19 +74,19 @@ type InboxRelayConfig struct {
 // InboxSourceConfig is one inbox source (inbox.md). Which keys apply depends
 // on Type; the kinds tag lists the types a key belongs to.
 type InboxSourceConfig struct {
-	Type          string `yaml:"type"`
-	Token         string `yaml:"token" kinds:"http" secret:"true"`
-	SigningSecret string `yaml:"signingSecret" kinds:"http" secret:"true"`
-	Topic         string `yaml:"topic"`
-	AggregateType string `yaml:"aggregateType"`
-	AggregateID   string `yaml:"aggregateId"`
-	URL           string `yaml:"url" kinds:"rabbitmq,nats"`
-	Queue         string `yaml:"queue" kinds:"rabbitmq"`
+	Type          string   `yaml:"type"`
+	Token         string   `yaml:"token" kinds:"http" secret:"true"`
+	SigningSecret string   `yaml:"signingSecret" kinds:"http" secret:"true"`
+	Topic         string   `yaml:"topic"`
+	AggregateType string   `yaml:"aggregateType"`
+	AggregateID   string   `yaml:"aggregateId"`
+	URL           string   `yaml:"url" kinds:"rabbitmq,nats"`
+	Queue         string   `yaml:"queue" kinds:"rabbitmq"`
 	Brokers       []string `yaml:"brokers" kinds:"kafka"`
-	KafkaTopic    string `yaml:"kafkaTopic" kinds:"kafka"`
-	GroupID       string `yaml:"groupId" kinds:"kafka"`
-	Stream        string `yaml:"stream" kinds:"nats"`
-	Durable       string `yaml:"durable" kinds:"nats"`
+	KafkaTopic    string   `yaml:"kafkaTopic" kinds:"kafka"`
+	GroupID       string   `yaml:"groupId" kinds:"kafka"`
+	Stream        string   `yaml:"stream" kinds:"nats"`
+	Durable       string   `yaml:"durable" kinds:"nats"`
 }
 
 type HTTPConfig struct {

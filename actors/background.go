@@ -1,0 +1,137 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+func timeNow() time.Time { return time.Now() }
+
+// startBackground starts the tickers (claim poll, lease renewal), the
+// notifier and the janitor. They are goroutines, not actors: they only ever
+// send to actors, so no mailbox waits on them.
+func (e *Engine) startBackground() {
+	e.every(e.opts.PollInterval, func() { e.send(e.claimer, &claimTick{}) })
+	e.every(e.opts.Lease/3, func() { e.send(e.leaseKeeper, &renewTick{}) })
+	if e.opts.Notify {
+		e.bg.Add(1)
+		go e.notifier()
+	}
+	e.bg.Add(1)
+	go e.janitor()
+}
+
+func (e *Engine) every(d time.Duration, f func()) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.bgCtx.Done():
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+}
+
+// notifier LISTENs for inserts and wakes the claimer. A wake while a claim
+// runs makes the claimer claim again as soon as it returns.
+func (e *Engine) notifier() {
+	defer e.bg.Done()
+	poke := func() { e.send(e.claimer, &wake{}) }
+	backoff := 100 * time.Millisecond
+	for e.bgCtx.Err() == nil {
+		err := e.opts.Dialect.Listen(e.bgCtx, poke)
+		if errors.Is(err, dialects.ErrNotSupported) {
+			e.log.Info("this database has no notifications; polling", "every", e.opts.PollInterval)
+			return
+		}
+		if e.bgCtx.Err() != nil {
+			return
+		}
+		e.log.Warn("notifications lost; polling until they are back", "error", err)
+		select {
+		case <-e.bgCtx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+		poke() // rows may have arrived while we were away
+	}
+}
+
+// janitor returns expired leases to pending and deletes old rows in small
+// batches.
+func (e *Engine) janitor() {
+	defer e.bg.Done()
+	release := time.NewTicker(max(e.opts.Lease/3, 100*time.Millisecond))
+	defer release.Stop()
+	var purge <-chan time.Time
+	if r := e.opts.Retention; r.Interval > 0 && (r.Delivered > 0 || r.Dead > 0) {
+		t := time.NewTicker(r.Interval)
+		defer t.Stop()
+		purge = t.C
+	}
+	for {
+		select {
+		case <-e.bgCtx.Done():
+			return
+		case <-release.C:
+			e.releaseExpired()
+		case <-purge:
+			e.purge()
+		}
+	}
+}
+
+func (e *Engine) releaseExpired() {
+	for e.bgCtx.Err() == nil {
+		ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
+		n, err := e.opts.Dialect.OutboxReleaseExpired(ctx, 1000)
+		cancel()
+		if err != nil || n == 0 {
+			return
+		}
+		e.log.Info("released rows whose leases had passed", "rows", n)
+		e.send(e.claimer, &wake{})
+		if n < 1000 {
+			return
+		}
+	}
+}
+
+func (e *Engine) purge() {
+	r := e.opts.Retention
+	for _, p := range []struct {
+		state dialects.State
+		age   time.Duration
+	}{{dialects.Delivered, r.Delivered}, {dialects.Dead, r.Dead}} {
+		if p.age <= 0 {
+			continue
+		}
+		total := 0
+		for e.bgCtx.Err() == nil {
+			ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
+			n, err := e.opts.Dialect.OutboxPurge(ctx, p.state, p.age, r.BatchSize)
+			cancel()
+			if err != nil {
+				e.log.Warn("retention delete failed", "state", p.state, "error", err)
+				break
+			}
+			total += n
+			if n < r.BatchSize {
+				break
+			}
+		}
+		if total > 0 {
+			e.log.Info("retention deleted rows", "state", p.state, "rows", total)
+		}
+	}
+}

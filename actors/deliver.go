@@ -1,0 +1,221 @@
+package actors
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+)
+
+// Backoff is the retry delay policy of behaviour.md.
+type Backoff struct {
+	Initial    time.Duration
+	Multiplier float64
+	Max        time.Duration
+	Jitter     float64
+}
+
+// Delay returns the delay before retry n (n = the new attempt, from 1),
+// spread by ±Jitter, and capped at Max.
+func (b Backoff) Delay(n int, rnd float64) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(n-1))
+	if d > float64(b.Max) || math.IsInf(d, 0) {
+		d = float64(b.Max)
+	}
+	d *= 1 + b.Jitter*(2*rnd-1)
+	if d > float64(b.Max) {
+		d = float64(b.Max)
+	}
+	if d < 0 {
+		d = 0
+	}
+	return time.Duration(d)
+}
+
+// prepared is a row ready for its sink, or the reason it never can be.
+type prepared struct {
+	row   dialects.Row
+	route *routing.Route
+	dest  *sinkHandle
+	msg   sinks.Message
+	// dead is set when the row can never be delivered.
+	dead error
+	// retry is set when this attempt failed before reaching the sink (a
+	// transform that failed on this payload).
+	retry error
+}
+
+// prepare routes a row and builds its message. The bad-row cases of
+// behaviour.md come back as dead with their own words.
+func (e *Engine) prepare(r dialects.Row) prepared {
+	p := prepared{row: r}
+	p.route = e.opts.Router.Match(r.Topic)
+	if p.route == nil {
+		p.dead = fmt.Errorf("no route matches topic %q", r.Topic)
+		return p
+	}
+	p.dest = e.sinks[p.route.Destination]
+	if p.dest == nil {
+		p.dead = fmt.Errorf("route %q sends to destination %q, which does not exist", p.route.Name, p.route.Destination)
+		return p
+	}
+	if err := checkPayload(r.Payload); err != nil {
+		p.dead = err
+		return p
+	}
+	headers, err := parseHeaders(r.Headers)
+	if err != nil {
+		p.dead = err
+		return p
+	}
+	p.msg = sinks.Message{
+		ID: r.ID.String(), Topic: r.Topic, Key: r.Key, AggregateType: r.AggregateType,
+		Sequence: r.Sequence, Attempt: r.Attempt, CreatedAt: r.CreatedAt, Headers: headers, Body: r.Payload,
+	}
+	if p.route.Transform != nil {
+		var key *string
+		if r.Key != "" {
+			key = &r.Key
+		}
+		body, err := p.route.Transform.Run(r.Payload, routing.Vars{
+			Attempt: r.Attempt, ID: p.msg.ID, Topic: r.Topic, Key: key, AggregateType: r.AggregateType,
+			Sequence: r.Sequence, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), Headers: headers,
+		})
+		if err != nil {
+			p.retry = err
+			return p
+		}
+		p.msg.Body = body
+	}
+	return p
+}
+
+// checkPayload accepts a JSON object or array.
+func checkPayload(b []byte) error {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return errors.New("the payload is empty; write a JSON object or array")
+	}
+	if !json.Valid(t) {
+		var v any
+		err := json.Unmarshal(t, &v)
+		return fmt.Errorf("the payload is not valid JSON (%v); write a JSON object or array", err)
+	}
+	switch t[0] {
+	case '{', '[':
+		return nil
+	case '"':
+		var s string
+		_ = json.Unmarshal(t, &s)
+		inner := strings.TrimSpace(s)
+		if len(inner) > 0 && (inner[0] == '{' || inner[0] == '[') && json.Valid([]byte(inner)) {
+			return errors.New("the payload is a JSON string that holds JSON text, not a JSON object: the JSON was encoded twice. Store the object itself (in PostgreSQL '{\"a\":1}'::jsonb, not to_jsonb('{\"a\":1}'::text))")
+		}
+		return errors.New("the payload is a JSON string; QueueBox delivers a JSON object or array")
+	case 't', 'f':
+		return errors.New("the payload is a JSON boolean; QueueBox delivers a JSON object or array")
+	case 'n':
+		return errors.New("the payload is JSON null; QueueBox delivers a JSON object or array")
+	default:
+		return errors.New("the payload is a JSON number; QueueBox delivers a JSON object or array")
+	}
+}
+
+// parseHeaders reads the headers column: a JSON object of string values.
+func parseHeaders(b []byte) (map[string]string, error) {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || bytes.Equal(t, []byte("{}")) {
+		return nil, nil
+	}
+	if t[0] != '{' {
+		return nil, fmt.Errorf("headers must be a JSON object of string values, got %s", jsonKind(t))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(t, &raw); err != nil {
+		return nil, fmt.Errorf("headers must be a JSON object of string values: %v", err)
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return nil, fmt.Errorf("headers must be a JSON object of string values; %q is %s", k, jsonKind(v))
+		}
+		if k == "" || strings.ContainsAny(k, " :\r\n") || strings.ContainsAny(s, "\r\n") {
+			return nil, fmt.Errorf("headers: %q is not a valid header (names have no spaces or colons, values no line breaks)", k)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+func jsonKind(b []byte) string {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return "empty"
+	}
+	switch t[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// decide turns a delivery result into the row's outcome.
+func (e *Engine) decide(r dialects.Row, err error) dialects.Outcome {
+	o := dialects.Outcome{Claim: r.Claim}
+	switch {
+	case err == nil:
+		o.Kind = dialects.OutcomeDelivered
+	case sinks.IsPermanent(err) || r.Attempt >= r.MaxAttempts:
+		o.Kind, o.Error = dialects.OutcomeDead, e.lastError(err)
+	default:
+		o.Kind, o.Error = dialects.OutcomeRetry, e.lastError(err)
+		o.Delay = e.opts.Backoff.Delay(r.Attempt+1, rand.Float64())
+		if after, ok := sinks.RetryAfter(err); ok && after > o.Delay {
+			o.Delay = min(after, e.opts.Backoff.Max)
+		}
+	}
+	return o
+}
+
+// lastError redacts secrets and cuts the text to MaxErrorBytes on a UTF-8
+// boundary.
+func (e *Engine) lastError(err error) string {
+	s := err.Error()
+	if e.opts.Redact != nil {
+		s = e.opts.Redact(s)
+	}
+	return CutUTF8(s, e.opts.MaxErrorBytes)
+}
+
+// CutUTF8 cuts s to at most n bytes without splitting a character.
+func CutUTF8(s string, n int) string {
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
+}

@@ -1,0 +1,122 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// Messages of the lease keeper.
+type (
+	trackEntry struct {
+		claim dialects.Claim
+		pid   *actor.PID
+	}
+	trackClaims struct {
+		lease   *lease
+		entries []trackEntry
+	}
+	untrackClaims struct{ claims []dialects.Claim }
+	renewTick     struct{}
+	renewDone     struct {
+		sentAt time.Time
+		leases []*lease
+		lost   []dialects.Claim
+		err    error
+	}
+)
+
+type tracked struct {
+	pid   *actor.PID
+	lease *lease
+	lost  bool
+}
+
+// leaseKeeper knows every in-flight claim and renews them all in one
+// statement per tick (every claimTimeout/3). A renewal moves each claim's
+// trust window forward; a claim the database no longer holds is reported to
+// the actor holding it, which cancels that delivery and never writes the row.
+type leaseKeeper struct {
+	e        *Engine
+	claims   map[uuid.UUID]*tracked
+	leases   map[uuid.UUID]*lease // by token
+	perLease map[uuid.UUID]int
+	renewing bool
+}
+
+func newLeaseKeeper(e *Engine) *leaseKeeper {
+	return &leaseKeeper{e: e, claims: map[uuid.UUID]*tracked{}, leases: map[uuid.UUID]*lease{}, perLease: map[uuid.UUID]int{}}
+}
+
+func (k *leaseKeeper) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *trackClaims:
+		k.leases[m.lease.token] = m.lease
+		for _, t := range m.entries {
+			k.claims[t.claim.ID] = &tracked{pid: t.pid, lease: m.lease}
+			k.perLease[m.lease.token]++
+		}
+	case *untrackClaims:
+		for _, c := range m.claims {
+			t := k.claims[c.ID]
+			if t == nil || t.lease.token != c.Token {
+				continue
+			}
+			delete(k.claims, c.ID)
+			if k.perLease[c.Token]--; k.perLease[c.Token] <= 0 {
+				delete(k.perLease, c.Token)
+				delete(k.leases, c.Token)
+			}
+		}
+	case *renewTick:
+		k.renew(ctx)
+	case *renewDone:
+		k.renewing = false
+		if m.err != nil {
+			k.e.log.Warn("lease renewal failed; deliveries stop starting when the trust window ends", "error", m.err)
+			return
+		}
+		for _, l := range m.leases {
+			l.extend(m.sentAt, k.e.opts.Lease)
+		}
+		byPID := map[*actor.PID][]uuid.UUID{}
+		for _, c := range m.lost {
+			if t := k.claims[c.ID]; t != nil && t.lease.token == c.Token && !t.lost {
+				t.lost = true
+				byPID[t.pid] = append(byPID[t.pid], c.ID)
+			}
+		}
+		for pid, ids := range byPID {
+			ctx.Send(pid, &cancelClaims{ids: ids})
+		}
+	}
+}
+
+func (k *leaseKeeper) renew(ctx actor.Context) {
+	if k.renewing || len(k.claims) == 0 {
+		return
+	}
+	claims := make([]dialects.Claim, 0, len(k.claims))
+	for id, t := range k.claims {
+		if !t.lost {
+			claims = append(claims, dialects.Claim{ID: id, Token: t.lease.token})
+		}
+	}
+	leases := make([]*lease, 0, len(k.leases))
+	for _, l := range k.leases {
+		leases = append(leases, l)
+	}
+	k.renewing = true
+	e, self := k.e, ctx.Self()
+	go func() {
+		sentAt := time.Now()
+		qctx, cancel := context.WithTimeout(e.bgCtx, e.opts.Lease/3)
+		lost, err := e.opts.Dialect.OutboxRenewLeases(qctx, claims, e.opts.Lease)
+		cancel()
+		e.send(self, &renewDone{sentAt: sentAt, leases: leases, lost: lost, err: err})
+	}()
+}

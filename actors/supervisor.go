@@ -1,0 +1,114 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// supervisorActor is the engine supervisor: it spawns the engine's actors
+// and owns their failures through engineStrategy.
+type supervisorActor struct {
+	e    *Engine
+	kids *children
+}
+
+type whereAreYou struct{}
+
+type children struct {
+	claimer, completer, leaseKeeper, pool, sinks *actor.PID
+}
+
+func (s *supervisorActor) Receive(c actor.Context) {
+	switch c.Message().(type) {
+	case *actor.Started:
+		e := s.e
+		mb := e.opts.Mailboxes
+		k := &children{}
+		k.sinks = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &sinkSupervisor{e: e} },
+			actor.WithSupervisor(actor.NewExponentialBackoffStrategy(time.Minute, time.Second))), "sinks")
+		k.completer = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newCompleter(e) },
+			actor.WithMailbox(mailbox(mb.Completer))), "completer")
+		k.leaseKeeper = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newLeaseKeeper(e) },
+			actor.WithMailbox(mailbox(mb.Claimer))), "lease-keeper")
+		// The pool and the key actors must know the completer before they run.
+		e.completer = k.completer
+		e.leaseKeeper = k.leaseKeeper
+		k.pool = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newPool(e) },
+			actor.WithMailbox(mailbox(mb.Key))), "unordered")
+		e.pool = k.pool
+		k.claimer = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newClaimer(e) },
+			actor.WithMailbox(mailbox(mb.Claimer))), "claimer")
+		e.claimer = k.claimer
+		s.kids = k
+	case *whereAreYou:
+		c.Respond(s.kids)
+	}
+}
+
+// engineStrategy handles a crash of an engine actor. The claimer, completer,
+// lease keeper and key actors hold the replica's claims in memory: a restart
+// would forget them, so a crash there is a bug that stops the replica (its
+// leases expire and other replicas take the rows). Sink actors are restarted
+// with backoff by their own supervisor.
+type engineStrategy struct{ e *Engine }
+
+func (s *engineStrategy) HandleFailure(_ *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason interface{}, message interface{}) {
+	s.e.crash(fmt.Errorf("%s panicked on %T: %v", child.Id, message, reason))
+	supervisor.StopChildren(child)
+}
+
+// sinkSupervisor is one-for-one over one sink actor per destination.
+type sinkSupervisor struct{ e *Engine }
+
+func (s *sinkSupervisor) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); ok {
+		for name, h := range s.e.sinks {
+			f := s.e.opts.Destinations[name]
+			c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &sinkActor{e: s.e, h: h, factory: f} },
+				actor.WithMailbox(mailbox(s.e.opts.Mailboxes.Sink))), "sink-"+name)
+		}
+	}
+}
+
+// sinkActor owns one destination's sink: it builds it when it is missing
+// (after a crash the supervisor restarts the actor with backoff, and the new
+// incarnation rebuilds), and closes it when it stops. Deliveries use the sink
+// through its handle, never through this actor's mailbox, so a slow
+// destination never blocks a mailbox.
+type sinkActor struct {
+	e       *Engine
+	h       *sinkHandle
+	factory SinkFactory
+}
+
+type rebuildSink struct{ reason error }
+
+func (s *sinkActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		if s.h.get() == nil {
+			s.rebuild(nil)
+		}
+	case *rebuildSink:
+		s.rebuild(m.reason)
+	}
+}
+
+func (s *sinkActor) rebuild(reason error) {
+	if old := s.h.get(); old != nil {
+		_ = old.Close()
+	}
+	snk, err := s.factory()
+	if err != nil {
+		// A panic hands the actor to its supervisor, which restarts it
+		// with backoff; meanwhile deliveries to it fail and are retried.
+		s.h.set(nil)
+		panic(fmt.Sprintf("destination %s could not be built: %v", s.h.name, err))
+	}
+	s.h.set(snk)
+	if reason != nil {
+		s.e.log.Info("destination reconnected", "destination", s.h.name, "after", reason)
+	}
+}

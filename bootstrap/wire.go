@@ -1,0 +1,135 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/dialects/sqlserver"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
+	nullsink "github.com/queuebox/queuebox/sinks/null"
+)
+
+// NewLogger builds the structured logger of the configuration, with secrets
+// redacted from every line.
+func NewLogger(l *Loaded, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if l.Log.Format == "text" {
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(RedactingHandler{Handler: h, Secrets: l.Secrets})
+}
+
+// OpenDialect opens the configured database (lazily: nothing connects yet).
+func OpenDialect(ctx context.Context, l *Loaded) (dialects.Dialect, error) {
+	names := l.Names()
+	switch l.Database.Dialect {
+	case "sqlserver":
+		return sqlserver.Open(ctx, sqlserver.Options{URL: l.Database.URL, Names: names, MaxConnections: l.Database.MaxConnections})
+	default:
+		return postgres.Open(ctx, postgres.Options{URL: l.Database.URL, Names: names, MaxConnections: l.Database.MaxConnections})
+	}
+}
+
+// Router compiles the routes (validated already).
+func Router(l *Loaded) (*routing.Router, error) {
+	routes := make([]routing.Route, 0, len(l.Routes))
+	for i, r := range l.Routes {
+		p, err := routing.CompilePattern(r.TopicPattern)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d].topicPattern: %w", i, err)
+		}
+		route := routing.Route{Name: r.Name, Pattern: p, Destination: r.Destination}
+		if r.Transform != "" {
+			if route.Transform, err = routing.CompileTransform(r.Transform); err != nil {
+				return nil, fmt.Errorf("routes[%d].transform: %w", i, err)
+			}
+		}
+		routes = append(routes, route)
+	}
+	return routing.NewRouter(routes), nil
+}
+
+// SinkFactories builds a factory per destination.
+func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
+	out := map[string]actors.SinkFactory{}
+	for name, d := range l.Destinations {
+		switch d.Type {
+		case "null":
+			out[name] = func() (sinks.Sink, error) { return nullsink.New(), nil }
+		case "http":
+			tpl, err := routing.ParseTemplate(d.URL)
+			if err != nil {
+				return nil, fmt.Errorf("destinations.%s.url: %w", name, err)
+			}
+			var secret []byte
+			if d.SigningSecret != "" {
+				if secret, err = DecodeSigningSecret(d.SigningSecret); err != nil {
+					return nil, fmt.Errorf("destinations.%s.signingSecret: %w", name, err)
+				}
+			}
+			cfg := httpsink.Config{
+				URL: tpl, Method: d.Method, Headers: d.Headers, Timeout: time.Duration(d.TimeoutMs) * time.Millisecond,
+				NonRetryableStatus: d.NonRetryableStatus, MaxConnections: d.MaxConnections, SigningSecret: secret,
+				CAFile: d.TLS.CAFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify, MaxErrorBody: l.HTTP.MaxErrorBodyBytes,
+			}
+			out[name] = func() (sinks.Sink, error) { return httpsink.New(cfg) }
+		default:
+			return nil, &Error{File: l.File, Problems: []Problem{{Key: "destinations." + name + ".type",
+				Reason: fmt.Sprintf("%s destinations are not available in this version of QueueBox yet; use http or null", d.Type)}}}
+		}
+	}
+	return out, nil
+}
+
+// EngineOptions maps the configuration onto the engine.
+func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Options, error) {
+	router, err := Router(l)
+	if err != nil {
+		return actors.Options{}, err
+	}
+	factories, err := SinkFactories(l)
+	if err != nil {
+		return actors.Options{}, err
+	}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	o := l.Outbox
+	return actors.Options{
+		Dialect: d, Router: router, Destinations: factories,
+		BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight, Lease: ms(o.ClaimTimeoutMs), PollInterval: ms(o.PollIntervalMs),
+		Notify:  o.Notify && d.Name() == "postgresql",
+		Backoff: actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
+		Retention: actors.Retention{Delivered: time.Duration(o.Retention.Delivered), Dead: time.Duration(o.Retention.Dead),
+			Interval: ms(o.Retention.IntervalMs), BatchSize: o.Retention.BatchSize},
+		Mailboxes: actors.Mailboxes{Claimer: l.Engine.Mailbox.Claimer, Key: l.Engine.Mailbox.Key, Sink: l.Engine.Mailbox.Sink, Completer: l.Engine.Mailbox.Completer},
+		KeyIdle:   ms(l.Engine.KeyIdleMs), UnorderedConcurrency: l.Engine.UnorderedConcurrency,
+		DrainTimeout: ms(l.Shutdown.DrainTimeoutMs), MaxErrorBytes: l.HTTP.MaxErrorBodyBytes,
+		Redact: l.Secrets.Redact, Logger: log,
+	}, nil
+}
+
+// Stderr is where commands write logs; tests may swap it.
+var Stderr io.Writer = os.Stderr
+
+// Version information, set by the build (-ldflags -X).
+var (
+	Version = "dev"
+	Commit  = "unknown"
+)
+
+// Short returns "queuebox VERSION (COMMIT)".
+func Short() string { return fmt.Sprintf("queuebox %s (%s)", Version, strings.TrimSpace(Commit)) }

@@ -1,0 +1,222 @@
+// Package http is the HTTP destination: one request per message, with the
+// headers of behaviour.md, optional Standard Webhooks signatures, pooled
+// keep-alive connections, and typed outcomes (a non-retryable status is
+// permanent, Retry-After on 429 and 503 is honoured).
+package http
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	nethttp "net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+)
+
+// Config is a compiled HTTP destination.
+type Config struct {
+	URL                *routing.Template
+	Method             string
+	Headers            map[string]string
+	Timeout            time.Duration
+	NonRetryableStatus []int
+	MaxConnections     int
+	// SigningSecret is the decoded Standard Webhooks key; nil for none.
+	SigningSecret      []byte
+	CAFile             string
+	InsecureSkipVerify bool
+	// MaxErrorBody is how much of a failed response's body goes into the
+	// error (http.maxErrorBodyBytes).
+	MaxErrorBody int
+}
+
+// Sink delivers over HTTP.
+type Sink struct {
+	cfg    Config
+	client *nethttp.Client
+	now    func() time.Time
+}
+
+// New builds the sink and its connection pool.
+func New(cfg Config) (*Sink, error) {
+	tlsCfg := &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // the user's explicit choice
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.caFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.caFile %s holds no PEM certificate", cfg.CAFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = 64
+	}
+	if cfg.MaxErrorBody <= 0 {
+		cfg.MaxErrorBody = 2048
+	}
+	tr := &nethttp.Transport{
+		Proxy:                 nethttp.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          cfg.MaxConnections,
+		MaxIdleConnsPerHost:   cfg.MaxConnections,
+		MaxConnsPerHost:       cfg.MaxConnections,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       tlsCfg,
+	}
+	return &Sink{cfg: cfg, client: &nethttp.Client{Transport: tr, Timeout: cfg.Timeout}, now: time.Now}, nil
+}
+
+// Close closes idle connections.
+func (s *Sink) Close() error {
+	s.client.CloseIdleConnections()
+	return nil
+}
+
+// Publish sends the messages one after another, stopping at the first
+// failure: the rest get the same error without being sent, so that order
+// holds when the caller hands over a run of one key.
+func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
+	errs := make([]error, len(msgs))
+	for i := range msgs {
+		if err := s.deliver(ctx, &msgs[i]); err != nil {
+			for j := i; j < len(msgs); j++ {
+				errs[j] = err
+			}
+			break
+		}
+	}
+	return errs
+}
+
+func (s *Sink) render(m *sinks.Message) (string, error) {
+	u, err := s.cfg.URL.Render(m.Fields(), func(i int, v string) (string, error) {
+		if strings.Contains(s.cfg.URL.PrefixOf(i), "?") {
+			return url.QueryEscape(v), nil
+		}
+		return url.PathEscape(v), nil
+	})
+	if err != nil {
+		return "", sinks.Permanent(err)
+	}
+	return u, nil
+}
+
+func (s *Sink) deliver(ctx context.Context, m *sinks.Message) error {
+	target, err := s.render(m)
+	if err != nil {
+		return err
+	}
+	req, err := nethttp.NewRequestWithContext(ctx, s.cfg.Method, target, bytes.NewReader(m.Body))
+	if err != nil {
+		return sinks.Permanent(fmt.Errorf("the rendered URL %q is not valid: %v", target, err))
+	}
+	h := req.Header
+	for k, v := range m.Headers {
+		h.Set(k, v)
+	}
+	for k, v := range s.cfg.Headers {
+		h.Set(k, v)
+	}
+	m.StandardHeaders(h.Set)
+	if s.cfg.SigningSecret != nil {
+		ts := strconv.FormatInt(s.now().Unix(), 10)
+		h.Set("webhook-id", m.ID)
+		h.Set("webhook-timestamp", ts)
+		h.Set("webhook-signature", "v1,"+Sign(s.cfg.SigningSecret, m.ID, ts, m.Body))
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return transportError(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		// Read what is left (bounded) so the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(s.cfg.MaxErrorBody)))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	err = statusError(resp, body)
+	if slices.Contains(s.cfg.NonRetryableStatus, resp.StatusCode) {
+		return sinks.Permanent(err)
+	}
+	if resp.StatusCode == nethttp.StatusTooManyRequests || resp.StatusCode == nethttp.StatusServiceUnavailable {
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.now()); ok {
+			return sinks.WithRetryAfter(err, d)
+		}
+	}
+	return err
+}
+
+func statusError(resp *nethttp.Response, body []byte) error {
+	text := strings.TrimSpace(strings.ToValidUTF8(string(body), "\uFFFD"))
+	if !utf8.ValidString(text) || text == "" {
+		return fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return fmt.Errorf("HTTP %s: %s", resp.Status, text)
+}
+
+// transportError keeps the destination's words and drops Go's wrapping.
+func transportError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return fmt.Errorf("%s %s: timed out", ue.Op, ue.URL)
+		}
+		return fmt.Errorf("%s %s: %v", ue.Op, ue.URL, ue.Err)
+	}
+	return err
+}
+
+// parseRetryAfter reads seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := nethttp.ParseTime(v); err == nil {
+		d := t.Sub(now)
+		if d < 0 {
+			d = 0
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+// Sign computes a Standard Webhooks signature: base64 of
+// HMAC-SHA256(key, "{id}.{timestamp}.{body}").
+func Sign(key []byte, id, timestamp string, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id))
+	mac.Write([]byte{'.'})
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}

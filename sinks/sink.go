@@ -1,0 +1,120 @@
+// Package sinks defines how QueueBox hands a message to a destination.
+//
+// A Sink publishes messages in order and reports one result per message. It
+// is safe for concurrent use: key actors and the unordered pool call Publish
+// from many goroutines at once, each call with its own messages. Publish
+// returns when every message has an outcome; it honours ctx, which is
+// cancelled when the claim is lost or the replica stops. Close releases the
+// sink's connections; no Publish may run after it.
+//
+// Errors are typed, so that the engine never parses strings: Permanent marks
+// a message that can never be delivered (it goes dead at once), WithRetryAfter
+// carries the destination's own wish for a delay. Anything else is a failed
+// delivery that is retried with backoff.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/queuebox/queuebox/routing"
+)
+
+// Message is one outbox row, ready for a destination.
+type Message struct {
+	ID            string
+	Topic         string
+	Key           string // "" when unkeyed
+	AggregateType *string
+	Sequence      int64
+	Attempt       int
+	CreatedAt     time.Time
+	// Headers are the entries of the row's headers column.
+	Headers map[string]string
+	// Body is the (transformed) payload.
+	Body []byte
+}
+
+// Fields returns what address templates read.
+func (m *Message) Fields() *routing.Fields {
+	return &routing.Fields{ID: m.ID, Topic: m.Topic, Key: m.Key, AggregateType: m.AggregateType, Headers: m.Headers}
+}
+
+// StandardHeaders calls set for every header QueueBox adds to a delivery
+// (behaviour.md, "Headers that QueueBox adds"), after the row's own headers,
+// so that QueueBox's values win on a collision.
+func (m *Message) StandardHeaders(set func(name, value string)) {
+	set("X-Message-Id", m.ID)
+	set("X-Attempt", strconv.Itoa(m.Attempt))
+	set("X-Topic", m.Topic)
+	if m.Key != "" {
+		set("X-Key", m.Key)
+	}
+	if m.AggregateType != nil {
+		set("X-Aggregate-Type", *m.AggregateType)
+	}
+	set("X-Sequence", strconv.FormatInt(m.Sequence, 10))
+	set("X-Created-At", m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	set("Content-Type", "application/json")
+}
+
+// Sink is a destination's publisher.
+type Sink interface {
+	// Publish sends msgs in order and returns one error (or nil) per message.
+	Publish(ctx context.Context, msgs []Message) []error
+	// Close releases the sink's connections.
+	Close() error
+}
+
+// OrderedBatcher is implemented by sinks whose protocol keeps order within
+// one Publish call of several messages (a produce to one partition, pipelined
+// publishes on one channel). A key actor then hands them a run of one key at
+// once; other sinks get one message per call.
+type OrderedBatcher interface {
+	MaxOrderedBatch() int
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as a failure that no retry can cure.
+func Permanent(err error) error { return &permanentError{err} }
+
+// IsPermanent reports whether err was marked Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// WithRetryAfter attaches the destination's requested delay to err.
+func WithRetryAfter(err error, after time.Duration) error { return &retryAfterError{err, after} }
+
+// RetryAfter returns the delay a destination asked for, if any.
+func RetryAfter(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}
+
+// Errors returns a slice of n copies of err, for a Publish that fails whole.
+func Errors(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
