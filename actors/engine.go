@@ -121,11 +121,16 @@ func New(opts Options) (*Engine, error) {
 	return e, nil
 }
 
+// mailbox returns a bounded mailbox of size (0: unbounded). A size of 1 is
+// served as 2: protoactor's bounded mailbox sits on a Workiva ring buffer
+// whose "full" test cannot work at capacity 1 (a second Put overwrites the
+// unread message and the reader then spins forever). Sizes are rounded up to
+// a power of two by the ring buffer anyway.
 func mailbox(size int) actor.MailboxProducer {
 	if size <= 0 {
 		return actor.Unbounded()
 	}
-	return actor.Bounded(size)
+	return actor.Bounded(max(size, 2))
 }
 
 // Start spawns the actors and begins claiming.
@@ -230,9 +235,8 @@ func (e *Engine) send(pid *actor.PID, msg any) { e.system.Root.Send(pid, msg) }
 // sinkHandle is a destination's current sink. The sink actor swaps it when
 // it rebuilds the sink; deliveries read it without locks.
 type sinkHandle struct {
-	name  string
-	cur   atomic.Pointer[sinkBox]
-	batch int
+	name string
+	cur  atomic.Pointer[sinkBox]
 }
 
 type sinkBox struct{ s sinks.Sink }

@@ -30,7 +30,7 @@ var (
 )
 
 // Main runs the tests of a package and stops a cluster it started.
-func Main(m *testing.M) {
+func Main(m interface{ Run() int }) {
 	code := m.Run()
 	mu.Lock()
 	if cluster != nil {

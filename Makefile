@@ -1,0 +1,38 @@
+# QueueBox. `make help` lists the targets.
+GO       ?= go
+BIN      := bin/queuebox
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X github.com/queuebox/queuebox/bootstrap.Version=$(VERSION) -X github.com/queuebox/queuebox/bootstrap.Commit=$(COMMIT)
+# The suite runs with the race detector; TESTFLAGS adds to it.
+TESTFLAGS ?=
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: help build run test test-short lint bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/queuebox
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/queuebox
+
+run: build ## start the local default: throwaway PostgreSQL, relay, receiver, sample traffic
+	@scripts/install-postgres.sh
+	$(BIN) dev
+
+test: lint ## install and start what the tests need, then run every test
+	scripts/test.sh -race -timeout 15m $(TESTFLAGS) ./...
+
+test-short: ## the tests without the slow ones, no race detector
+	scripts/test.sh -short $(TESTFLAGS) ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+bench: ## the dialect and engine benchmarks (queuebox bench comes later)
+	scripts/test.sh -run '^$$' -bench . -benchtime 1x -timeout 30m ./dialects/... ./actors/...
+
+clean: ## remove build output
+	rm -rf bin

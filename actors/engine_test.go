@@ -1,0 +1,448 @@
+package actors_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/migrations"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
+	nullsink "github.com/queuebox/queuebox/sinks/null"
+)
+
+func TestMain(m *testing.M) {
+	testdb.Main(goleakMain{m})
+}
+
+// goleakMain checks that no goroutine outlives the tests.
+type goleakMain struct{ m *testing.M }
+
+func (g goleakMain) Run() int {
+	code := g.m.Run()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+			goleak.IgnoreAnyFunction("github.com/queuebox/queuebox/internal/pgcluster.(*Cluster).watch.func1")); err != nil {
+			fmt.Println("goroutines leaked:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// harness is one engine on a fresh schema.
+type harness struct {
+	t    *testing.T
+	d    *postgres.Dialect
+	opts actors.Options
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if _, err := migrations.Up(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	return &harness{t: t, d: d, logs: logs, opts: actors.Options{
+		Dialect: d, BatchSize: 100, MaxInFlight: 1000, Lease: 10 * time.Second, PollInterval: 50 * time.Millisecond,
+		Notify:    true,
+		Backoff:   actors.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.2},
+		Mailboxes: actors.Mailboxes{Claimer: 256, Key: 64, Sink: 1024, Completer: 8192},
+		KeyIdle:   200 * time.Millisecond, UnorderedConcurrency: 32, DrainTimeout: 10 * time.Second, MaxErrorBytes: 2048,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}}
+}
+
+func route(pattern, dest string) routing.Route {
+	p, err := routing.CompilePattern(pattern)
+	if err != nil {
+		panic(err)
+	}
+	return routing.Route{Name: pattern, Pattern: p, Destination: dest}
+}
+
+func httpDest(t *testing.T, url string, mod func(*httpsink.Config)) actors.SinkFactory {
+	tpl, err := routing.ParseTemplate(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := httpsink.Config{URL: tpl, Method: "POST", Timeout: 5 * time.Second, MaxConnections: 64, MaxErrorBody: 2048}
+	if mod != nil {
+		mod(&cfg)
+	}
+	return func() (sinks.Sink, error) { return httpsink.New(cfg) }
+}
+
+func (h *harness) start() *actors.Engine {
+	h.t.Helper()
+	e, err := actors.New(h.opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	return e
+}
+
+func str(s string) *string { return &s }
+
+// rows builds keys*perKey keyed rows, interleaved, plus unkeyed rows. The
+// payload says how many times the receiver should fail the row first.
+func rows(keys, perKey, unkeyed int, fail func(i int) int) []dialects.NewRow {
+	var out []dialects.NewRow
+	i := 0
+	for n := range perKey {
+		for k := range keys {
+			out = append(out, dialects.NewRow{Topic: "order.created", Key: str(fmt.Sprintf("key-%d", k)),
+				Payload: []byte(fmt.Sprintf(`{"i":%d,"n":%d,"fail":%d}`, i, n, fail(i)))})
+			i++
+		}
+	}
+	for range unkeyed {
+		out = append(out, dialects.NewRow{Topic: "audit.logged", Payload: []byte(fmt.Sprintf(`{"i":%d,"fail":%d}`, i, fail(i)))})
+		i++
+	}
+	return out
+}
+
+func (h *harness) insert(rs []dialects.NewRow) {
+	h.t.Helper()
+	for len(rs) > 0 {
+		n := min(len(rs), 1000)
+		if err := h.d.OutboxInsert(context.Background(), rs[:n]); err != nil {
+			h.t.Fatal(err)
+		}
+		rs = rs[n:]
+	}
+}
+
+func (h *harness) waitState(state dialects.State, n int64, timeout time.Duration) dialects.Stats {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var st dialects.Stats
+	for time.Now().Before(deadline) {
+		var err error
+		st, err = h.d.OutboxStats(context.Background())
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if st.Rows[state] >= n {
+			return st
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatalf("waited %s for %d %s rows; have %v", timeout, n, state, st.Rows)
+	return st
+}
+
+// failPolicy fails a row with 503 until its attempt reaches the payload's
+// "fail" count.
+func failPolicy(r *testrecv.Request) (int, string, map[string]string) {
+	if r.Attempt < testrecv.JSONField(r.Body, "fail") {
+		return 503, "try again later", map[string]string{"Retry-After": "0"}
+	}
+	return 200, "", nil
+}
+
+// Thousands of rows over many keys plus unkeyed rows, some answered 503,
+// arrive complete and every key in order; attempt and X-Attempt count the
+// failures; every row ends delivered.
+func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, failPolicy)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/{{ topic }}", nil)}
+	fail := func(i int) int {
+		switch i % 10 {
+		case 3:
+			return 1
+		case 7:
+			return 2
+		}
+		return 0
+	}
+	all := rows(100, 25, 500, fail)
+	h.insert(all)
+	e := h.start()
+	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
+
+	problems, dups := recv.OrderReport()
+	for _, p := range problems[:min(10, len(problems))] {
+		t.Error(p)
+	}
+	if dups != 0 {
+		t.Errorf("%d duplicate deliveries without any replica dying", dups)
+	}
+	if got := recv.Delivered(); got != len(all) {
+		t.Fatalf("the receiver accepted %d distinct rows, want %d", got, len(all))
+	}
+	// X-Attempt counts the failures before each request.
+	failures := map[string]int{}
+	for _, q := range recv.Requests() {
+		if q.Attempt != failures[q.ID] {
+			t.Fatalf("row %s: X-Attempt %d after %d failures", q.ID, q.Attempt, failures[q.ID])
+		}
+		if q.Status >= 300 {
+			failures[q.ID]++
+		}
+		if want := testrecv.JSONField(q.Body, "fail"); q.Status < 300 && failures[q.ID] != want {
+			t.Fatalf("row %s accepted after %d failures, want %d", q.ID, failures[q.ID], want)
+		}
+	}
+	// The attempt column holds the failures too.
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	var mismatched int
+	if err := h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE state <> 'delivered' OR attempt <> (payload->>'fail')::int OR claim_token IS NOT NULL`).Scan(&mismatched); err != nil {
+		t.Fatal(err)
+	}
+	if mismatched != 0 {
+		t.Fatalf("%d rows do not end delivered with attempt = their failures", mismatched)
+	}
+	if e.Stats.Retried.Load() == 0 {
+		t.Fatal("no retry happened; the test proves nothing")
+	}
+}
+
+// Every mailbox of size 1: everything is delivered, in order, no deadlock.
+func TestMailboxesOfOneDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, failPolicy)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route("#", "null")})
+	h.opts.Destinations = map[string]actors.SinkFactory{
+		"hook": httpDest(t, recv.URL+"/x", nil),
+		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
+	}
+	h.opts.Mailboxes = actors.Mailboxes{Claimer: 1, Key: 1, Sink: 1, Completer: 1}
+	h.opts.BatchSize, h.opts.MaxInFlight, h.opts.UnorderedConcurrency = 50, 200, 4
+	all := rows(40, 30, 400, func(i int) int {
+		if i%17 == 0 {
+			return 1
+		}
+		return 0
+	})
+	h.insert(all)
+	h.start()
+	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
+	problems, _ := recv.OrderReport()
+	for _, p := range problems[:min(10, len(problems))] {
+		t.Error(p)
+	}
+	if got := recv.Delivered(); got != 40*30 {
+		t.Fatalf("the receiver accepted %d keyed rows, want %d", got, 40*30)
+	}
+}
+
+// Each bad-row case goes dead at the first delivery with its own message,
+// while other keys keep flowing (and the same key proceeds past it).
+func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.opts.Router = routing.NewRouter([]routing.Route{
+		route("typed.#", "by-type"), route("ghost.#", "nowhere"), route("order.#", "hook"), route("audit.#", "hook"),
+	})
+	h.opts.Destinations = map[string]actors.SinkFactory{
+		"hook":    httpDest(t, recv.URL+"/{{ topic }}", nil),
+		"by-type": httpDest(t, recv.URL+"/{{ aggregateType }}/{{ topic }}", nil),
+	}
+	bad := []struct {
+		row  dialects.NewRow
+		want string
+	}{
+		{dialects.NewRow{Topic: "nobody.listens"}, `no route matches topic "nobody.listens"`},
+		{dialects.NewRow{Topic: "order.created", Payload: []byte(`"{\"a\":1}"`)}, "JSON string that holds JSON text"},
+		{dialects.NewRow{Topic: "order.created", Payload: []byte(`42`)}, "the payload is a JSON number"},
+		{dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-Count": 3}`)}, `"X-Count" is a number`},
+		{dialects.NewRow{Topic: "order.created", Headers: []byte(`["a"]`)}, "headers must be a JSON object of string values, got an array"},
+		{dialects.NewRow{Topic: "typed.created"}, "needs {{ aggregateType }}, but aggregate_type is null"},
+		{dialects.NewRow{Topic: "ghost.created"}, `sends to destination "nowhere", which does not exist`},
+	}
+	var all []dialects.NewRow
+	for i, b := range bad {
+		r := b.row
+		if r.Payload == nil {
+			r.Payload = []byte(`{"bad":true}`)
+		}
+		r.Key = str("shared") // bad rows first in one key: the good row behind them still goes
+		r.MaxAttempts = new(int)
+		*r.MaxAttempts = 5
+		_ = i
+		all = append(all, r)
+	}
+	all = append(all, dialects.NewRow{Topic: "order.created", Key: str("shared"), Payload: []byte(`{"good":1}`)})
+	all = append(all, rows(20, 5, 20, func(int) int { return 0 })...)
+	h.insert(all)
+	h.start()
+	h.waitState(dialects.Delivered, int64(len(all)-len(bad)), time.Minute)
+	st := h.waitState(dialects.Dead, int64(len(bad)), time.Minute)
+	if st.Rows[dialects.Pending] != 0 || st.Rows[dialects.Processing] != 0 {
+		t.Fatalf("rows left behind: %v", st.Rows)
+	}
+	dead, err := h.d.OutboxList(context.Background(), dialects.Filter{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bad {
+		found := false
+		for _, r := range dead {
+			if r.LastError != nil && strings.Contains(*r.LastError, b.want) {
+				found = true
+				if r.Attempt != 0 {
+					t.Errorf("%q went dead after %d attempts, want at the first", b.want, r.Attempt)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no dead row says %q; dead rows: %v", b.want, lastErrors(dead))
+		}
+	}
+}
+
+func lastErrors(rs []dialects.ListedRow) []string {
+	var out []string
+	for _, r := range rs {
+		if r.LastError != nil {
+			out = append(out, *r.LastError)
+		}
+	}
+	return out
+}
+
+// A secret used in a destination header never appears in last_error or the
+// logs, even when the receiver echoes it; last_error is never longer than
+// the limit.
+func TestSecretsNeverLeakAndErrorsAreCut(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const secret = "s3cr3t-token-from-env"
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		return 500, "you sent " + r.Header.Get("Authorization") + " " + strings.Repeat("é", 2000), nil
+	})
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", func(c *httpsink.Config) {
+		c.Headers = map[string]string{"Authorization": "Bearer " + secret}
+		c.MaxErrorBody = 5000
+	})}
+	h.opts.MaxErrorBytes = 301 // odd, so a cut could land inside a two-byte character
+	h.opts.Redact = strings.NewReplacer("Bearer "+secret, "[REDACTED]", secret, "[REDACTED]").Replace
+	h.opts.Logger = slog.New(redactingHandler{slog.NewTextHandler(h.logs, nil), h.opts.Redact})
+	one := 1
+	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`), MaxAttempts: &one}})
+	h.start()
+	h.waitState(dialects.Dead, 1, time.Minute)
+	dead, _ := h.d.OutboxList(context.Background(), dialects.Filter{}, 1)
+	le := *dead[0].LastError
+	if strings.Contains(le, secret) || !strings.Contains(le, "[REDACTED]") {
+		t.Fatalf("last_error leaks or lacks the redaction: %q", le[:min(120, len(le))])
+	}
+	if len(le) > 301 || !strings.HasPrefix(le, "HTTP 500") {
+		t.Fatalf("last_error is %d bytes: %q", len(le), le[:60])
+	}
+	if !strings.Contains(recv.Requests()[0].Header.Get("Authorization"), secret) {
+		t.Fatal("the header did not reach the receiver; the test proves nothing")
+	}
+	if strings.Contains(h.logs.String(), secret) {
+		t.Fatal("a log line holds the secret")
+	}
+}
+
+type redactingHandler struct {
+	slog.Handler
+	redact func(string) string
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	nr := slog.NewRecord(r.Time, r.Level, h.redact(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		nr.AddAttrs(slog.String(a.Key, h.redact(a.Value.String())))
+		return true
+	})
+	return h.Handler.Handle(ctx, nr)
+}
+
+// Stop drains: in-flight deliveries finish, rows not started go back to
+// pending at once, nothing stays processing.
+func TestStopDrains(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	recv.SetDelay(300 * time.Millisecond)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.opts.UnorderedConcurrency = 5
+	h.insert(rows(10, 20, 100, func(int) int { return 0 }))
+	e := h.start()
+	// Wait until deliveries are in flight.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(recv.Requests()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // some requests are now half-way
+	if err := e.Stop(context.Background()); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	st, err := h.d.OutboxStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows[dialects.Processing] != 0 {
+		t.Fatalf("%d rows stay processing after the drain", st.Rows[dialects.Processing])
+	}
+	// Everything the receiver accepted is recorded delivered; the rest is pending.
+	if int64(recv.Delivered()) != st.Rows[dialects.Delivered] || st.Rows[dialects.Pending] == 0 {
+		t.Fatalf("receiver accepted %d; database %v", recv.Delivered(), st.Rows)
+	}
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	var raised int
+	_ = h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE attempt > 0`).Scan(&raised)
+	if raised != 0 {
+		t.Fatalf("the drain raised attempt on %d rows", raised)
+	}
+}

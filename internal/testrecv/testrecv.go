@@ -1,0 +1,165 @@
+// Package testrecv is an HTTP receiver for tests: it records every request
+// with QueueBox's headers and answers as the test's policy says, so tests can
+// check at the receiver that nothing was lost and every key stayed in order.
+package testrecv
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Request is one request the receiver got.
+type Request struct {
+	ID       string
+	Topic    string
+	Key      string
+	Sequence int64
+	Attempt  int
+	Status   int
+	Body     []byte
+	Header   http.Header
+	At       time.Time
+}
+
+// Policy answers a request: the status, and optionally a body and headers.
+type Policy func(r *Request) (status int, body string, header map[string]string)
+
+// Receiver records requests.
+type Receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	reqs   []Request
+	policy Policy
+	delay  time.Duration
+}
+
+// New starts a receiver; nil policy answers 200.
+func New(t testing.TB, policy Policy) *Receiver {
+	r := &Receiver{policy: policy}
+	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.Server.Close)
+	return r
+}
+
+// SetDelay makes every answer wait d (requests stay in flight).
+func (r *Receiver) SetDelay(d time.Duration) {
+	r.mu.Lock()
+	r.delay = d
+	r.mu.Unlock()
+}
+
+func (r *Receiver) serve(w http.ResponseWriter, hr *http.Request) {
+	body, _ := io.ReadAll(hr.Body)
+	seq, _ := strconv.ParseInt(hr.Header.Get("X-Sequence"), 10, 64)
+	att, _ := strconv.Atoi(hr.Header.Get("X-Attempt"))
+	req := Request{ID: hr.Header.Get("X-Message-Id"), Topic: hr.Header.Get("X-Topic"), Key: hr.Header.Get("X-Key"),
+		Sequence: seq, Attempt: att, Body: body, Header: hr.Header.Clone(), Status: 200}
+	r.mu.Lock()
+	delay := r.delay
+	r.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	var respBody string
+	if r.policy != nil {
+		var hdr map[string]string
+		req.Status, respBody, hdr = r.policy(&req)
+		for k, v := range hdr {
+			w.Header().Set(k, v)
+		}
+	}
+	req.At = time.Now()
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	w.WriteHeader(req.Status)
+	_, _ = io.WriteString(w, respBody)
+}
+
+// Requests returns a copy of every request so far, in arrival order.
+func (r *Receiver) Requests() []Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Request(nil), r.reqs...)
+}
+
+// Delivered counts distinct message ids answered with a 2xx.
+func (r *Receiver) Delivered() int {
+	seen := map[string]bool{}
+	for _, q := range r.Requests() {
+		if q.Status < 300 {
+			seen[q.ID] = true
+		}
+	}
+	return len(seen)
+}
+
+// WaitDelivered waits until n distinct ids were accepted, or fails.
+func (r *Receiver) WaitDelivered(t testing.TB, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if r.Delivered() >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the receiver accepted %d distinct rows in %s, want %d", r.Delivered(), timeout, n)
+}
+
+// OrderReport checks per-key order at the receiver and returns problems.
+// Rules: within a key, a request may repeat the previous row (a retry, or a
+// duplicate after a replica died) or move to a later sequence, and it may
+// move on only after the previous row was accepted. Duplicates of accepted
+// rows are counted.
+func (r *Receiver) OrderReport() (problems []string, duplicates int) {
+	type state struct {
+		seq      int64
+		accepted bool
+	}
+	byKey := map[string]*state{}
+	accepted := map[string]bool{}
+	for _, q := range r.Requests() {
+		if q.Status < 300 {
+			if accepted[q.ID] {
+				duplicates++
+			}
+			accepted[q.ID] = true
+		}
+		if q.Key == "" {
+			continue
+		}
+		s := byKey[q.Key]
+		switch {
+		case s == nil:
+		case q.Sequence < s.seq:
+			problems = append(problems, fmt.Sprintf("key %s: sequence %d arrived after %d", q.Key, q.Sequence, s.seq))
+			continue
+		case q.Sequence > s.seq && !s.accepted:
+			problems = append(problems, fmt.Sprintf("key %s: sequence %d was sent before %d was accepted", q.Key, q.Sequence, s.seq))
+		}
+		if s == nil || q.Sequence != s.seq {
+			byKey[q.Key] = &state{seq: q.Sequence, accepted: q.Status < 300}
+		} else if q.Status < 300 {
+			s.accepted = true
+		}
+	}
+	sort.Strings(problems)
+	return problems, duplicates
+}
+
+// JSONField reads a top-level number from a request body.
+func JSONField(body []byte, name string) int {
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	f, _ := m[name].(float64)
+	return int(f)
+}
