@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testrecv"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds the real queuebox once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "queuebox-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "queuebox")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "queuebox.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// Bad configuration fails with a message that names the key and the reason,
+// and exit code 2; so does a usage error.
+func TestBadConfigurationExitsTwo(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, `database:
+  url: postgres://localhost/app
+  columnMapping:
+    outbox: { key: "not valid" }
+outbox:
+  batchSize: 0
+  pollIntervalMS: 5
+destinations:
+  hook: { type: http, url: "https://example.com/{{ nope }}" }
+routes:
+  - { topicPattern: "a.b*", destination: hook }
+  - { topicPattern: "#", destination: missing }
+`)
+	_, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 2 {
+		t.Fatalf("exit code %d, want 2; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"database.columnMapping.outbox.key (line 4)", "not a valid identifier",
+		"outbox.batchSize (line 6): 0 is out of range",
+		"outbox.pollIntervalMS (line 7): unknown key (did you mean pollIntervalMs?)",
+		"destinations.hook.url (line 9)", "unknown placeholder {{ nope }}",
+		"routes[0].topicPattern (line 11)", "mixes a wildcard",
+		`routes[1].destination (line 12): "missing" is not a defined destination`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+		t.Errorf("stderr holds a stack trace:\n%s", stderr)
+	}
+	if _, stderr, code = run(t, "replay", "--nonsense"); code != 2 || !strings.Contains(stderr, "unknown flag: --nonsense") {
+		t.Errorf("a usage error: exit %d, %s", code, stderr)
+	}
+	if _, stderr, code = run(t, "run", "--config", filepath.Join(t.TempDir(), "none.yaml")); code != 2 || !strings.Contains(stderr, "does not exist") {
+		t.Errorf("a missing file: exit %d, %s", code, stderr)
+	}
+}
+
+// Replicas of the real binary share one database; one is killed with
+// SIGKILL mid-run. At the receiver nothing is lost, every key stays in
+// order, and the only duplicates are rows that were in flight at the kill,
+// with the same X-Message-Id. SIGTERM then drains the others with exit 0.
+func TestReplicasSurviveKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three replicas of the binary")
+	}
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	recv := testrecv.New(t, nil)
+	recv.SetDelay(2 * time.Millisecond)
+	cfg := writeConfig(t, fmt.Sprintf(`database:
+  url: %s
+  maxConnections: 5
+outbox:
+  claimTimeoutMs: 2000
+  batchSize: 50
+  maxInFlight: 150
+  pollIntervalMs: 50
+  backoff: { initialMs: 50, maxMs: 500 }
+engine:
+  unorderedConcurrency: 16
+shutdown:
+  drainTimeoutMs: 10000
+destinations:
+  hook: { type: http, url: "%s/events/{{ topic }}" }
+routes:
+  - { topicPattern: "#", destination: hook }
+log: { format: json, level: info }
+`, dbURL, recv.URL))
+	if out, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
+		t.Fatalf("migrate up: %d %s %s", code, out, stderr)
+	}
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: dbURL, Names: dialects.DefaultNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const keys, perKey, unkeyed = 60, 40, 600
+	var rows []dialects.NewRow
+	for n := range perKey {
+		for k := range keys {
+			key := fmt.Sprintf("k%d", k)
+			rows = append(rows, dialects.NewRow{Topic: "order.updated", Key: &key, Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))})
+		}
+	}
+	for i := range unkeyed {
+		rows = append(rows, dialects.NewRow{Topic: "audit", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+	}
+	if err := d.OutboxInsert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	total := len(rows)
+
+	type replica struct {
+		cmd    *exec.Cmd
+		stderr *bytes.Buffer
+		done   chan error
+	}
+	start := func() *replica {
+		r := &replica{cmd: exec.Command(binary(t), "run", "--config", cfg), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+		r.cmd.Stderr = r.stderr
+		if err := r.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { r.done <- r.cmd.Wait() }()
+		t.Cleanup(func() { _ = r.cmd.Process.Kill() })
+		return r
+	}
+	reps := []*replica{start(), start(), start()}
+	recv.WaitDelivered(t, total/5, time.Minute)
+	if err := reps[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-reps[0].done
+	killedAt := len(recv.Requests())
+	recv.WaitDelivered(t, total, 2*time.Minute)
+
+	problems, dups := recv.OrderReport()
+	for _, p := range problems[:min(10, len(problems))] {
+		t.Error(p)
+	}
+	// Duplicates: only rows the killed replica had claimed (at most its
+	// maxInFlight), each sent again under the same id.
+	if dups > 150 {
+		t.Errorf("%d duplicates; the killed replica held at most 150 rows", dups)
+	}
+	t.Logf("%d rows, %d requests, %d duplicates after the kill at request %d", total, len(recv.Requests()), dups, killedAt)
+
+	// SIGTERM drains the others: exit code 0, nothing left processing.
+	for _, r := range reps[1:] {
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for i, r := range reps[1:] {
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("replica %d exited with %v after SIGTERM:\n%s", i+1, err, r.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("replica %d did not exit after SIGTERM", i+1)
+		}
+	}
+	st, err := d.OutboxStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows[dialects.Delivered] != int64(total) || st.Rows[dialects.Processing] != 0 {
+		t.Fatalf("database after the run: %v", st.Rows)
+	}
+}
