@@ -78,13 +78,66 @@ type keyEntry struct {
 type claimer struct {
 	e        *Engine
 	free     int
-	claiming bool
+	claiming int  // claim statements running (at most maxClaims)
 	more     bool // the last claim was full: more rows are likely waiting
 	again    bool // a wake came while a claim was running
-	draining bool
-	keys     map[string]*keyEntry
-	failures int
-	retryAt  time.Time
+	// waitCredit: after a short claim, how many more rows must finish
+	// before credit alone triggers the next claim. A short claim means most
+	// keys are busy; claiming again at every completion would scan the same
+	// busy keys' rows over and over.
+	waitCredit int
+	draining   bool
+	keys       map[string]*keyEntry
+	failures   int
+	retryAt    time.Time
+	heads      headPolicy
+}
+
+// headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads).
+// With a keyed backlog, a claim of few heads and long runs scans less of the
+// table (rows behind a busy key's head are not heads, and a claim passes over
+// them) and gives each key actor a run to deliver in one go. With many keys
+// of one row each, or unkeyed rows, a claim needs many heads. The policy
+// probes: after a full, mostly keyed claim it tries few heads; if that claim
+// comes back short, the keys are shallow, and it stays at full heads for a
+// while before probing again.
+type headPolicy struct {
+	small   bool
+	shallow int // claims left before the next probe
+}
+
+const (
+	runLength      = 8  // rows per key a small-heads claim aims for
+	shallowBackoff = 32 // claims to wait after a failed probe
+)
+
+func (h *headPolicy) next(limit int) int {
+	if h.small {
+		return max(1, limit/runLength)
+	}
+	return limit
+}
+
+func (h *headPolicy) observe(rows []dialects.Row, requested int) {
+	keyed := 0
+	for i := range rows {
+		if rows[i].Key != "" {
+			keyed++
+		}
+	}
+	full := len(rows)*10 >= requested*9
+	switch {
+	case h.small && !full:
+		h.small, h.shallow = false, shallowBackoff
+	case !h.small && full && keyed*2 > len(rows):
+		if h.shallow > 0 {
+			h.shallow--
+		} else {
+			h.small = true
+		}
+	case keyed*2 <= len(rows):
+		h.small = false
+	}
 }
 
 func newClaimer(e *Engine) *claimer {
@@ -102,7 +155,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *claimTick:
 		c.maybeClaim(ctx)
 	case *wake:
-		if c.claiming {
+		if c.claiming > 0 {
 			c.again = true
 		}
 		c.maybeClaim(ctx)
@@ -113,8 +166,13 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.e.Stats.InFlight.Add(-int64(m.n))
 		if c.draining {
 			c.checkDrained()
-		} else if c.more {
-			c.maybeClaim(ctx)
+		} else {
+			// Written outcomes can make the next rows of their keys heads:
+			// claim now rather than at the next poll.
+			c.waitCredit -= m.n
+			if c.waitCredit <= 0 {
+				c.maybeClaim(ctx)
+			}
 		}
 	case *keyIdle:
 		if e := c.keys[m.key]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
@@ -132,7 +190,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 }
 
 func (c *claimer) checkDrained() {
-	if c.free == c.e.opts.MaxInFlight && !c.claiming {
+	if c.free == c.e.opts.MaxInFlight && c.claiming == 0 {
 		select {
 		case <-c.e.drained:
 		default:
@@ -141,27 +199,46 @@ func (c *claimer) checkDrained() {
 	}
 }
 
+// maxClaims is how many claim statements may run at once: two overlap (one
+// is in the database while the other's rows are dispatched), as two
+// claim-complete loops beat one on these machines. SKIP LOCKED keeps them
+// from taking the same rows.
+const maxClaims = 2
+
 func (c *claimer) maybeClaim(ctx actor.Context) {
-	if c.claiming || c.draining || c.free < c.threshold() || time.Now().Before(c.retryAt) {
-		return
+	for c.claiming < maxClaims && c.claimOne(ctx) {
+		// A second claim only while the first is full: when the table is
+		// nearly drained, one is plenty.
+		if !c.more {
+			return
+		}
+	}
+}
+
+func (c *claimer) claimOne(ctx actor.Context) bool {
+	if c.draining || c.free < c.threshold() || time.Now().Before(c.retryAt) {
+		return false
 	}
 	limit := min(c.e.opts.BatchSize, c.free)
 	c.free -= limit
-	c.claiming = true
+	c.claiming++
 	l := &lease{token: uuid.New()}
-	self, e := ctx.Self(), c.e
+	self, e, heads := ctx.Self(), c.e, c.heads.next(limit)
 	go func() {
 		sentAt := time.Now()
 		qctx, cancel := context.WithTimeout(e.bgCtx, max(e.opts.Lease/2, time.Second))
-		rows, err := e.opts.Dialect.OutboxClaim(qctx, dialects.ClaimParams{Limit: limit, Lease: e.opts.Lease, Token: l.token})
+		e.Stats.ClaimStatements.Add(1)
+		rows, err := e.opts.Dialect.OutboxClaim(qctx, dialects.ClaimParams{Limit: limit, Lease: e.opts.Lease, Token: l.token, MaxHeads: heads})
 		cancel()
+		e.Stats.ClaimTime.Add(int64(time.Since(sentAt)))
 		l.extend(sentAt, e.opts.Lease)
 		e.send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l})
 	}()
+	return true
 }
 
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
-	c.claiming = false
+	c.claiming--
 	c.free += m.requested - len(m.rows)
 	e := c.e
 	if m.err != nil {
@@ -183,6 +260,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.failures = 0
 	e.ready.Store(true)
 	n := len(m.rows)
+	c.heads.observe(m.rows, m.requested)
 	if n > 0 {
 		e.Stats.Claimed.Add(int64(n))
 		e.Stats.InFlight.Add(int64(n))
@@ -195,6 +273,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		return
 	}
 	c.more = n == m.requested
+	c.waitCredit = 0
+	if !c.more {
+		c.waitCredit = min(c.e.opts.BatchSize/2, c.e.opts.MaxInFlight-c.free)
+	}
 	if c.more || c.again {
 		c.again = false
 		c.maybeClaim(ctx)

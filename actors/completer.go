@@ -93,7 +93,10 @@ func (e *Engine) writeOutcomes(out []dialects.Outcome) []dialects.Claim {
 	}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
+		e.Stats.CompleteStatements.Add(1)
+		t0 := time.Now()
 		lost, err := e.opts.Dialect.OutboxComplete(ctx, out)
+		e.Stats.CompleteTime.Add(int64(time.Since(t0)))
 		cancel()
 		if err == nil {
 			return lost

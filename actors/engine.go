@@ -62,6 +62,10 @@ type Options struct {
 type Stats struct {
 	Claimed, Delivered, Retried, Dead, Released, LostClaims atomic.Int64
 	InFlight                                                atomic.Int64
+	// ClaimStatements and CompleteStatements count round trips.
+	ClaimStatements, CompleteStatements atomic.Int64
+	// ClaimTime and CompleteTime add up the statements' durations.
+	ClaimTime, CompleteTime atomic.Int64
 }
 
 // Engine is one replica's relay: the actors of architecture.md under one

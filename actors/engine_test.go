@@ -49,7 +49,7 @@ func (g goleakMain) Run() int {
 
 // harness is one engine on a fresh schema.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	d    *postgres.Dialect
 	opts actors.Options
 	logs *syncBuffer
@@ -72,7 +72,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	schema, url := testdb.Schema(t)
 	names := dialects.DefaultNames()
@@ -104,7 +104,7 @@ func route(pattern, dest string) routing.Route {
 	return routing.Route{Name: pattern, Pattern: p, Destination: dest}
 }
 
-func httpDest(t *testing.T, url string, mod func(*httpsink.Config)) actors.SinkFactory {
+func httpDest(t testing.TB, url string, mod func(*httpsink.Config)) actors.SinkFactory {
 	tpl, err := routing.ParseTemplate(url)
 	if err != nil {
 		t.Fatal(err)

@@ -106,6 +106,19 @@ type ClaimParams struct {
 	Lease time.Duration
 	// Token is written to claim_token of every row of this claim.
 	Token uuid.UUID
+	// MaxHeads bounds the heads (rows that start a key's run, and unkeyed
+	// rows) of the claim; the rest of Limit goes to the rows right behind
+	// each keyed head. 0 means Limit. Fewer heads make the claim's scan
+	// shorter when most keys are busy, and hand each key a longer run.
+	MaxHeads int
+}
+
+// Heads returns the effective MaxHeads.
+func (p ClaimParams) Heads() int {
+	if p.MaxHeads <= 0 || p.MaxHeads > p.Limit {
+		return p.Limit
+	}
+	return p.MaxHeads
 }
 
 // NewRow is a row as an application inserts it. Nil fields take the column

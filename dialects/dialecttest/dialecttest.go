@@ -232,7 +232,7 @@ func testConcurrentClaimers(t *testing.T, h Harness) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
 			idle := 0
-			for delivered.Load() < int64(total) && idle < 200 {
+			for delivered.Load() < int64(total) && idle < 5000 {
 				batch, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 1 + rng.IntN(150), Lease: lease, Token: uuid.New()})
 				if err != nil {
 					fail("claim: %v", err)

@@ -5,7 +5,7 @@
 -- (DATETIME2 holds no zone; the column defaults use GETUTCDATE()).
 
 -- name: OutboxClaim
--- @p1 limit, @p2 lease in ms, @p3 claim token. Heads, then each keyed head's
+-- @p1 limit, @p2 lease in ms, @p3 claim token, @p4 most heads (<= @p1). Heads, then each keyed head's
 -- followers, as in the PostgreSQL dialect (see the dialects package doc).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -13,7 +13,7 @@ BEGIN TRANSACTION;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 DECLARE @heads TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, k NVARCHAR(255) NULL, seq BIGINT NOT NULL);
 INSERT INTO @heads (id, k, seq)
-SELECT TOP (@p1) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
+SELECT TOP (@p4) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
   FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
  WHERE o.{{c "state"}} = N'pending'
    AND o.{{c "scheduled_at"}} <= @now

@@ -87,7 +87,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]di
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := d.db.QueryContext(ctx, d.q["OutboxClaim"], p.Limit, p.Lease.Milliseconds(), p.Token.String())
+	rows, err := d.db.QueryContext(ctx, d.q["OutboxClaim"], p.Limit, p.Lease.Milliseconds(), p.Token.String(), p.Heads())
 	if err != nil {
 		return nil, err
 	}

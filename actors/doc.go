@@ -1,0 +1,68 @@
+// Package actors is QueueBox's engine: the actors of spec/architecture.md on
+// protoactor-go, and the rules of spec/behaviour.md.
+//
+// # The flow of one row
+//
+//	Claimer ──run──▶ Key actor (one per active key) ──┐
+//	   │      └─run──▶ Unordered pool               ├─finished──▶ Completer
+//	   └─track──▶ Lease keeper ──cancel──▶ key actor │
+//	                                                 ▼
+//	                 (flush goroutine) ──credit──▶ Claimer, ──untrack──▶ Lease keeper
+//
+// The Claimer claims a batch no larger than its free credit (so memory is
+// bounded by outbox.maxInFlight), groups it by key and sends each key's run,
+// in sequence order, to that key's actor, spawning it on demand; unkeyed rows
+// go to the pool. A key actor delivers its rows strictly one delivery after
+// another; on a failure that is retried it stops, reschedules the failed row
+// and releases every other row it holds, untouched, in the same completion
+// statement. A dead row does not stop it. The pool delivers unkeyed rows
+// concurrently. Each step's outcomes go to the Completer, which writes them
+// in few statements (group commit: one statement runs while the next batch
+// gathers, two at most) and, from the goroutine that wrote them, returns the
+// credit to the Claimer and tells the Lease keeper to forget the claims.
+//
+// # No deadlock at any mailbox size
+//
+// protoactor's bounded mailbox makes a sender wait while it is full, so a
+// cycle of actors sending to each other through full mailboxes would
+// deadlock. Here, inside Receive, actors send only downstream along an
+// acyclic graph: Claimer → {key actors, pool, Lease keeper}, Lease keeper →
+// key actors and pool, key actors and pool → Completer; the Completer sends
+// to no actor. Everything that flows back (claim results, delivery results,
+// credit, renewal results, "I am idle") is sent by a goroutine that owns the
+// I/O, never by an actor. The Completer therefore always makes progress,
+// then the key actors and pool, then the Lease keeper, then the Claimer.
+// Mailbox sizes (engine.mailbox.*) only tune throughput; a size of 1 is
+// served as 2, because the ring buffer behind protoactor's bounded mailbox
+// loses messages at capacity 1 (see mailbox in engine.go).
+//
+// # Leases and trust
+//
+// Each claim statement has one token and one lease; the lease's trust window
+// ends trustMargin before the database's lease would, measured from when the
+// claim (or the last successful renewal) was sent. A delivery starts only
+// inside the window; outside it, the row is released instead (the write
+// matches the token, so it changes nothing if the row is no longer ours). The
+// Lease keeper renews every in-flight claim in one statement every
+// claimTimeout/3; a claim the database no longer holds is reported to the
+// actor holding it, which cancels that delivery and abandons the row: nothing
+// is written for it. The Janitor returns rows whose lease has passed to
+// pending (attempt unchanged), and deletes old rows in small batches.
+//
+// # Shutdown
+//
+// Stop sends drain to the Claimer, which stops claiming and tells every key
+// actor and the pool to release the rows they have not started. In-flight
+// deliveries finish for up to shutdown.drainTimeoutMs; then their contexts
+// are cancelled and the rows released. Stop returns when every outcome is
+// written (the credit is full again).
+//
+// # Crashes
+//
+// Only a panic is a failure to a supervisor. The Claimer, Completer, Lease
+// keeper and key actors hold the replica's claims in memory; restarting them
+// would forget claims, so a panic there is a bug that stops the replica
+// (Fatal), and the leases hand its rows to the other replicas. A sink actor
+// that fails to build its sink is restarted with backoff; deliveries to it
+// fail meanwhile and are retried by the usual rules.
+package actors

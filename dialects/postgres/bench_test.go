@@ -1,0 +1,84 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// BenchmarkClaimComplete drains a backlog with the two hot statements: claim
+// n rows, then mark them delivered, by one loop or two overlapping loops.
+// Rows per second is the figure to compare with the raw baseline of
+// spec/architecture.md.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, batch := range []int{1, 100, 1000} {
+		for _, loops := range []int{1, 2} {
+			for _, keyed := range []bool{false, true} {
+				name := fmt.Sprintf("batch=%d/loops=%d/keys=%v", batch, loops, keyed)
+				b.Run(name, func(b *testing.B) { benchClaimComplete(b, batch, loops, keyed) })
+			}
+		}
+	}
+}
+
+func benchClaimComplete(b *testing.B, batch, loops int, keyed bool) {
+	d := open(b, 0)
+	ctx := context.Background()
+	rows := 20000
+	if batch == 1 {
+		rows = 2000
+	}
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	keyExpr := "NULL"
+	if keyed {
+		keyExpr = "'k' || (g % 1000)"
+	}
+	var elapsed time.Duration
+	drained := 0
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'bench', `+keyExpr+`, '{"a":1}' FROM generate_series(1, $1) AS g`, rows); err != nil {
+			b.Fatal(err)
+		}
+		_, _ = d.Pool().Exec(ctx, `ANALYZE `+tbl)
+		b.StartTimer()
+		start := time.Now()
+		done := make(chan int, loops)
+		for range loops {
+			go func() {
+				n := 0
+				for {
+					got, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: time.Minute, Token: uuid.New()})
+					if err != nil {
+						b.Error(err)
+						break
+					}
+					if len(got) == 0 {
+						break
+					}
+					out := make([]dialects.Outcome, len(got))
+					for i, r := range got {
+						out[i] = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered}
+					}
+					if _, err := d.OutboxComplete(ctx, out); err != nil {
+						b.Error(err)
+						break
+					}
+					n += len(got)
+				}
+				done <- n
+			}()
+		}
+		for range loops {
+			drained += <-done
+		}
+		elapsed += time.Since(start)
+	}
+	b.ReportMetric(float64(drained)/elapsed.Seconds(), "rows/s")
+}
