@@ -1,7 +1,6 @@
 package bootstrap
 
 import (
-	"encoding/base64"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
 )
 
 // DestinationTypes are the destination kinds.
@@ -226,15 +226,8 @@ func (v *validator) httpDestination(key string, d *DestinationConfig) {
 
 var placeholderProbe = regexp.MustCompile(`\{\{[^{}]*\}\}`)
 
-// DecodeSigningSecret decodes a Standard Webhooks secret: "whsec_" followed
-// by base64, or plain base64.
-func DecodeSigningSecret(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
-	if err != nil || len(b) < 16 {
-		return nil, fmt.Errorf("a Standard Webhooks secret is whsec_ followed by base64 of at least 16 random bytes (for example whsec_%s)", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123")))
-	}
-	return b, nil
-}
+// DecodeSigningSecret decodes a Standard Webhooks secret.
+func DecodeSigningSecret(s string) ([]byte, error) { return httpsink.DecodeSigningSecret(s) }
 
 func (v *validator) routes(c *Config) {
 	if len(c.Routes) == 0 {

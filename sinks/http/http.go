@@ -209,6 +209,16 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
+// DecodeSigningSecret decodes a Standard Webhooks secret: "whsec_" followed
+// by base64, or plain base64, of at least 16 bytes.
+func DecodeSigningSecret(s string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+	if err != nil || len(b) < 16 {
+		return nil, errors.New("a Standard Webhooks secret is whsec_ followed by the base64 of at least 16 random bytes (for example whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM=)")
+	}
+	return b, nil
+}
+
 // Sign computes a Standard Webhooks signature: base64 of
 // HMAC-SHA256(key, "{id}.{timestamp}.{body}").
 func Sign(key []byte, id, timestamp string, body []byte) string {
