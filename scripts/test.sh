@@ -24,11 +24,15 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 "${as_pg[@]}" "$bindir/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --no-sync --no-instructions >/dev/null
+# Durability off for tests; QUEUEBOX_TEST_DURABLE=1 (make bench) keeps the
+# server's defaults so that figures mean what they would in production.
+settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+if [ "${QUEUEBOX_TEST_DURABLE:-}" = "1" ]; then settings=""; fi
 port=""
 for _ in 1 2 3 4 5; do
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo $((20000 + RANDOM % 20000)))"
   if "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -w -t 60 -l "$dir/server.log" \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 $settings" \
       start >/dev/null; then
     break
   fi

@@ -55,7 +55,7 @@ func ServerURL(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{TestSettings: true, Prefix: "queuebox-test-"})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{TestSettings: os.Getenv("QUEUEBOX_TEST_DURABLE") != "1", Prefix: "queuebox-test-"})
 	if err != nil {
 		t.Fatalf("start a throwaway PostgreSQL: %v", err)
 	}
