@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/queuebox/queuebox/dialects"
 )
 
@@ -91,10 +93,19 @@ func (e *Engine) janitor() {
 	}
 }
 
+// releaseExpired returns rows of dead or hung replicas to pending. It keeps
+// this replica's own claims even when their lease passed (after a database
+// outage): the replica still holds them and writes their outcomes when it
+// can, and releasing them would only deliver them again.
 func (e *Engine) releaseExpired() {
+	res, err := e.system.Root.RequestFuture(e.leaseKeeper, &liveTokens{}, 10*time.Second).Result()
+	if err != nil {
+		return
+	}
+	keep, _ := res.([]uuid.UUID)
 	for e.bgCtx.Err() == nil {
 		ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
-		n, err := e.opts.Dialect.OutboxReleaseExpired(ctx, 1000)
+		n, err := e.opts.Dialect.OutboxReleaseExpired(ctx, 1000, keep)
 		cancel()
 		if err != nil || n == 0 {
 			return

@@ -139,8 +139,10 @@ func mailbox(size int) actor.MailboxProducer {
 
 // Start spawns the actors and begins claiming.
 func (e *Engine) Start(ctx context.Context) error {
+	// protoactor logs every dead letter (a message to an actor that just
+	// stopped, which is normal here) at info: keep its warnings only.
 	e.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return e.log.With("component", "actor-system").WithGroup("protoactor")
+		return slog.New(minLevel{e.log.Handler(), slog.LevelWarn}).With("component", "actor-system")
 	}))
 	e.deliveryCtx, e.cancelDelivery = context.WithCancel(context.WithoutCancel(ctx))
 	e.bgCtx, e.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
@@ -232,6 +234,21 @@ func (e *Engine) stop(ctx context.Context) error {
 	e.log.Info("stopped", "delivered", e.Stats.Delivered.Load(), "retried", e.Stats.Retried.Load(), "dead", e.Stats.Dead.Load())
 	return err
 }
+
+// minLevel drops records below a level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.min}
+}
+func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
 
 // send delivers a message to an actor from outside any actor (a goroutine).
 func (e *Engine) send(pid *actor.PID, msg any) { e.system.Root.Send(pid, msg) }

@@ -39,7 +39,9 @@ func (g goleakMain) Run() int {
 			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 			goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-			goleak.IgnoreAnyFunction("github.com/queuebox/queuebox/internal/pgcluster.(*Cluster).watch.func1")); err != nil {
+			goleak.IgnoreAnyFunction("github.com/queuebox/queuebox/internal/pgcluster.(*Cluster).launch.func1"),
+			// protoactor's dead-letter log throttle ends by itself a second later.
+			goleak.IgnoreAnyFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1")); err != nil {
 			fmt.Println("goroutines leaked:", err)
 			return 1
 		}

@@ -42,7 +42,14 @@ type keyActor struct {
 	lost     map[uuid.UUID]bool
 	draining bool
 	done     int
+	// idleGen counts the steps; an idle check from an older step is stale.
+	// (protoactor's own receive timeout races with the mailbox under the
+	// race detector, so key actors keep their own timer.)
+	idleGen int
 }
+
+// idleCheck arrives keyIdle after a step that left the actor with nothing.
+type idleCheck struct{ gen int }
 
 func newKeyActor(e *Engine, key string) *keyActor {
 	return &keyActor{e: e, key: key, lost: map[uuid.UUID]bool{}}
@@ -51,8 +58,6 @@ func newKeyActor(e *Engine, key string) *keyActor {
 func (k *keyActor) Receive(ctx actor.Context) {
 	var out outcomes
 	switch m := ctx.Message().(type) {
-	case *actor.Started:
-		ctx.SetReceiveTimeout(k.e.opts.KeyIdle)
 	case *deliverRun:
 		k.queue = append(k.queue, m.rows...)
 		if k.draining {
@@ -65,17 +70,24 @@ func (k *keyActor) Receive(ctx actor.Context) {
 	case *drain:
 		k.draining = true
 		k.releaseQueue(&out)
-	case *actor.ReceiveTimeout:
-		if k.cur == nil && len(k.queue) == 0 {
+	case *idleCheck:
+		if m.gen == k.idleGen && k.cur == nil && len(k.queue) == 0 {
 			e, key, self, done := k.e, k.key, ctx.Self(), k.done
 			// From a goroutine: the claimer may be waiting on this mailbox.
 			go e.send(e.claimer, &keyIdle{key: key, pid: self, done: done})
 		}
 		return
+	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+		return
 	}
 	k.next(ctx, &out)
 	k.done += out.count()
 	out.sendTo(ctx, k.e)
+	k.idleGen++
+	if k.cur == nil && len(k.queue) == 0 {
+		e, self, gen := k.e, ctx.Self(), k.idleGen
+		time.AfterFunc(e.opts.KeyIdle, func() { e.send(self, &idleCheck{gen: gen}) })
+	}
 }
 
 // next starts the next delivery if none is running.

@@ -22,7 +22,9 @@ type (
 	}
 	untrackClaims struct{ claims []dialects.Claim }
 	renewTick     struct{}
-	renewDone     struct {
+	// liveTokens asks for the tokens of every claim still held.
+	liveTokens struct{}
+	renewDone  struct {
 		sentAt time.Time
 		leases []*lease
 		lost   []dialects.Claim
@@ -74,6 +76,12 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 		}
 	case *renewTick:
 		k.renew(ctx)
+	case *liveTokens:
+		tokens := make([]uuid.UUID, 0, len(k.leases))
+		for t := range k.leases {
+			tokens = append(tokens, t)
+		}
+		ctx.Respond(tokens)
 	case *renewDone:
 		k.renewing = false
 		if m.err != nil {

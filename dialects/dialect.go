@@ -193,8 +193,9 @@ type Dialect interface {
 	// outcomes whose claim was lost (nothing was written for them).
 	OutboxComplete(ctx context.Context, outcomes []Outcome) (lost []Claim, err error)
 	// OutboxReleaseExpired returns up to limit processing rows whose lease has
-	// passed (or that have none) to pending, attempt unchanged.
-	OutboxReleaseExpired(ctx context.Context, limit int) (int, error)
+	// passed (or that have none) to pending, attempt unchanged, except rows of
+	// the claims in keep: the caller still holds those and will write them.
+	OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error)
 	// OutboxReplay puts the selected dead (or delivered) rows back to
 	// pending; it never touches a processing row. With dryRun it only counts.
 	OutboxReplay(ctx context.Context, f Filter, dryRun bool) (int, error)

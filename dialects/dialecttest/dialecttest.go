@@ -387,7 +387,11 @@ func testExpiredLease(t *testing.T, h Harness) {
 	if more := claim(t, d, 10); len(more) != 0 {
 		t.Fatalf("claimed %d rows while the head is processing", len(more))
 	}
-	n, err := d.OutboxReleaseExpired(ctx(t), 100)
+	// A caller that still holds the claim does not release it.
+	if n, err := d.OutboxReleaseExpired(ctx(t), 100, []uuid.UUID{dead[0].Token}); err != nil || n != 0 {
+		t.Fatalf("released a claim its caller keeps: %d, %v", n, err)
+	}
+	n, err := d.OutboxReleaseExpired(ctx(t), 100, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("release expired: %d, %v", n, err)
 	}
@@ -401,7 +405,7 @@ func testExpiredLease(t *testing.T, h Harness) {
 		t.Fatalf("a completion by the expired claim was not reported lost")
 	}
 	// A live lease is not released.
-	if n, _ := d.OutboxReleaseExpired(ctx(t), 100); n != 0 {
+	if n, _ := d.OutboxReleaseExpired(ctx(t), 100, nil); n != 0 {
 		t.Fatalf("released %d rows with live leases", n)
 	}
 }
@@ -443,7 +447,7 @@ func testRenew(t *testing.T, h Harness) {
 		t.Fatalf("renewing held claims: lost %v, %v", lost, err)
 	}
 	// b's lease was 0 but is now renewed: it must not be released.
-	if n, _ := d.OutboxReleaseExpired(ctx(t), 10); n != 0 {
+	if n, _ := d.OutboxReleaseExpired(ctx(t), 10, nil); n != 0 {
 		t.Fatalf("released %d renewed rows", n)
 	}
 	complete(t, d, outcome(a[0], dialects.OutcomeDelivered))

@@ -182,8 +182,11 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	return dialects.LostClaims(claims, held), nil
 }
 
-func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int) (int, error) {
-	tag, err := d.pool.Exec(ctx, d.q["OutboxReleaseExpired"], limit)
+func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error) {
+	if keep == nil {
+		keep = []uuid.UUID{}
+	}
+	tag, err := d.pool.Exec(ctx, d.q["OutboxReleaseExpired"], limit, keep)
 	if err != nil {
 		return 0, err
 	}

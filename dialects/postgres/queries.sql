@@ -92,7 +92,7 @@ UPDATE {{t}} AS o
 RETURNING o.{{c "id"}}
 
 -- name: OutboxReleaseExpired
--- $1 limit.
+-- $1 limit, $2 claim tokens the caller still holds (not released).
 UPDATE {{t}}
    SET {{c "state"}} = 'pending',
        {{c "claimed_at"}} = NULL,
@@ -103,6 +103,7 @@ UPDATE {{t}}
          SELECT {{c "id"}} FROM {{t}}
           WHERE {{c "state"}} = 'processing'
             AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
+            AND ({{c "claim_token"}} IS NULL OR {{c "claim_token"}} <> ALL($2::uuid[]))
           ORDER BY {{c "claimed_at"}}
           LIMIT $1
             FOR UPDATE SKIP LOCKED))

@@ -88,7 +88,7 @@ OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
  WHERE o.{{c "state"}} = N'processing';
 
 -- name: OutboxReleaseExpired
--- @p1 limit.
+-- @p1 limit, @p2 JSON array of claim tokens the caller still holds.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 UPDATE TOP (@p1) o
@@ -99,7 +99,9 @@ UPDATE TOP (@p1) o
        {{c "updated_at"}} = @now
   FROM {{t}} AS o WITH (ROWLOCK, READPAST)
  WHERE o.{{c "state"}} = N'processing'
-   AND (o.{{c "lease_expires_at"}} IS NULL OR o.{{c "lease_expires_at"}} <= @now);
+   AND (o.{{c "lease_expires_at"}} IS NULL OR o.{{c "lease_expires_at"}} <= @now)
+   AND (o.{{c "claim_token"}} IS NULL
+        OR o.{{c "claim_token"}} NOT IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)));
 SELECT @@ROWCOUNT;
 
 -- name: OutboxSelect

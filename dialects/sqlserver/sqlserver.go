@@ -196,8 +196,11 @@ func (d *Dialect) scalarInt(ctx context.Context, query string, args ...any) (int
 	return n, err
 }
 
-func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int) (int, error) {
-	return d.scalarInt(ctx, d.q["OutboxReleaseExpired"], limit)
+func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error) {
+	if keep == nil {
+		keep = []uuid.UUID{}
+	}
+	return d.scalarInt(ctx, d.q["OutboxReleaseExpired"], limit, jsonArg(keep))
 }
 
 func filterArgs(f dialects.Filter, defaults []dialects.State) []any {

@@ -32,6 +32,10 @@ type Cluster struct {
 	Port int
 	cmd  *exec.Cmd
 	done chan struct{}
+	bin  string
+	args []string
+	cred *syscall.Credential
+	log  *os.File
 }
 
 // Options tune Start.
@@ -104,13 +108,26 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var out bytes.Buffer
-	initdb.Stdout, initdb.Stderr = &out, &out
-	if err := initdb.Run(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb failed: %v: %s", err, strings.TrimSpace(out.String()))
+	for attempt := 1; ; attempt++ {
+		out.Reset()
+		initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions")
+		initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		initdb.Stdout, initdb.Stderr = &out, &out
+		err := initdb.Run()
+		if err == nil {
+			break
+		}
+		_ = os.RemoveAll(data)
+		if attempt == 3 {
+			_ = os.RemoveAll(dir)
+			text := strings.TrimSpace(out.String())
+			if len(text) > 800 {
+				text = "..." + text[len(text)-800:]
+			}
+			return nil, fmt.Errorf("initdb failed: %v: %s", err, text)
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 	}
 	c := &Cluster{Dir: dir, done: make(chan struct{})}
 	for attempt := 0; attempt < 5; attempt++ {
@@ -125,19 +142,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if opts.TestSettings {
 			args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 		}
-		cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+		c.bin, c.args, c.cred, c.log = bin, args, cred, opts.Log
 		var logBuf bytes.Buffer
-		if opts.Log != nil {
-			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
-		} else {
-			cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-		}
-		if err := cmd.Start(); err != nil {
+		if err := c.launch(&logBuf); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		c.cmd = c.watch(cmd)
 		if err := c.waitReady(ctx); err != nil {
 			c.Stop()
 			if strings.Contains(logBuf.String(), "Address already in use") {
@@ -153,13 +163,39 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return nil, errors.New("postgres could not find a free port")
 }
 
-func (c *Cluster) watch(cmd *exec.Cmd) *exec.Cmd {
+// launch starts the server process and a goroutine that notices its end.
+func (c *Cluster) launch(logBuf *bytes.Buffer) error {
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), c.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if c.log != nil {
+		cmd.Stdout, cmd.Stderr = c.log, c.log
+	} else {
+		cmd.Stdout, cmd.Stderr = logBuf, logBuf
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.cmd = cmd
 	done := c.done
 	go func() {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	return cmd
+	return nil
+}
+
+// Restart starts the server again after Kill, on the same folder and port
+// (crash recovery runs), and waits until it accepts connections.
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.done = make(chan struct{})
+	var logBuf bytes.Buffer
+	if err := c.launch(&logBuf); err != nil {
+		return err
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return fmt.Errorf("postgres did not restart: %v: %s", err, strings.TrimSpace(logBuf.String()))
+	}
+	return nil
 }
 
 func (c *Cluster) waitReady(ctx context.Context) error {

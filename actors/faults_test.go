@@ -1,0 +1,226 @@
+package actors_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/pgcluster"
+	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/migrations"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	nullsink "github.com/queuebox/queuebox/sinks/null"
+)
+
+// The database is killed (as by a crash) mid-run and restarted: the replica
+// keeps running, resumes, and at the receiver nothing is lost and every key
+// stays in order.
+func TestDatabaseRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{TestSettings: true, Prefix: "queuebox-test-restart-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	d, err := postgres.Open(ctx, postgres.Options{URL: cluster.URL(), Names: dialects.DefaultNames(), MaxConnections: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t)
+	h.d = d
+	h.opts.Dialect = d
+	h.opts.Lease = 3 * time.Second
+	recv := testrecv.New(t, nil)
+	recv.SetDelay(time.Millisecond)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.opts.BatchSize, h.opts.UnorderedConcurrency = 20, 4
+	all := rows(20, 40, 200, func(int) int { return 0 })
+	h.insert(all)
+	e := h.start()
+	recv.WaitDelivered(t, len(all)/5, time.Minute)
+	cluster.Kill()
+	time.Sleep(500 * time.Millisecond) // claims and completions fail meanwhile
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recv.WaitDelivered(t, len(all), 2*time.Minute)
+	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
+	problems, dups := recv.OrderReport()
+	for _, p := range problems[:min(10, len(problems))] {
+		t.Error(p)
+	}
+	t.Logf("%d duplicates after the restart (rows whose outcome was in flight)", dups)
+	if !e.Ready() {
+		t.Error("the engine does not report ready after the database came back")
+	}
+	if h.logs.String() == "" {
+		t.Error("no log line about the outage")
+	}
+}
+
+// A destination goes away and comes back: its rows are retried and arrive in
+// order; rows for another destination keep flowing during the outage.
+func TestDestinationOutage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	down := make(chan struct{})
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		select {
+		case <-down:
+			return 200, "", nil
+		default:
+			return 502, "bad gateway", nil
+		}
+	})
+	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route("#", "null")})
+	h.opts.Destinations = map[string]actors.SinkFactory{
+		"hook": httpDest(t, recv.URL+"/x", nil),
+		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
+	}
+	h.opts.Backoff = actors.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond, Jitter: 0.1}
+	keyed := rows(10, 5, 0, func(int) int { return 0 })
+	for i := range keyed {
+		m := 1000
+		keyed[i].MaxAttempts = &m
+	}
+	other := rows(0, 0, 300, func(int) int { return 0 }) // audit.logged -> null
+	h.insert(keyed)
+	h.insert(other)
+	h.start()
+	// The other destination drains while this one is down.
+	h.waitState(dialects.Delivered, int64(len(other)), time.Minute)
+	if recv.Delivered() != 0 {
+		t.Fatal("the receiver accepted rows while it was down")
+	}
+	close(down)
+	h.waitState(dialects.Delivered, int64(len(other)+len(keyed)), time.Minute)
+	problems, _ := recv.OrderReport()
+	for _, p := range problems[:min(10, len(problems))] {
+		t.Error(p)
+	}
+}
+
+// A claim that the database no longer holds (another replica took the row
+// after the lease passed) is reported lost: the delivery is cancelled and
+// the row is never written by this replica.
+func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		started <- struct{}{}
+		<-release
+		return 200, "", nil
+	})
+	defer close(release)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
+	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`)}, {Topic: "t", Key: str("k"), Payload: []byte(`{}`)}})
+	e := h.start()
+	<-started
+	// Another replica "takes" both rows: a new token.
+	other := uuid.New()
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := h.d.Pool().Exec(context.Background(), `UPDATE `+tbl+` SET claim_token = $1`, other); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for e.Stats.LostClaims.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.Stats.LostClaims.Load(); n < 2 {
+		t.Fatalf("lost claims counted: %d, want 2", n)
+	}
+	var changed int
+	if err := h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE state <> 'processing' OR claim_token <> $1`, other).Scan(&changed); err != nil {
+		t.Fatal(err)
+	}
+	if changed != 0 {
+		t.Fatalf("%d rows were written after their claim was lost", changed)
+	}
+	if len(recv.Requests()) > 1 {
+		t.Fatalf("the second row of the key was delivered after its claim was lost")
+	}
+}
+
+// With notifications, a new row is delivered long before the next poll.
+func TestNotifyWakesTheClaimer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.opts.PollInterval = time.Hour
+	h.start()
+	time.Sleep(300 * time.Millisecond) // the first (empty) claim and LISTEN are done
+	for i := range 3 {
+		h.insert([]dialects.NewRow{{Topic: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}})
+		recv.WaitDelivered(t, i+1, 30*time.Second) // a poll would take an hour
+	}
+}
+
+// Retention deletes old delivered and dead rows in batches, and keeps
+// everything else.
+func TestRetentionDeletesOldRows(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.opts.Router = routing.NewRouter([]routing.Route{route("keep.#", "null")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"null": func() (sinks.Sink, error) { return nullsink.New(), nil }}
+	var rs []dialects.NewRow
+	for i := range 30 {
+		topic := "keep.x"
+		if i%3 == 0 {
+			topic = "nowhere" // dead
+		}
+		rs = append(rs, dialects.NewRow{Topic: topic, Payload: []byte(`{}`)})
+	}
+	h.insert(rs)
+	// Deliver everything first, with retention off.
+	e := h.start()
+	h.waitState(dialects.Delivered, 20, time.Minute)
+	h.waitState(dialects.Dead, 10, time.Minute)
+	_ = e.Stop(context.Background())
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := h.d.Pool().Exec(context.Background(), `UPDATE `+tbl+` SET updated_at = now() - interval '2 days' WHERE topic = 'keep.x' AND sequence % 2 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.Pool().Exec(context.Background(), `UPDATE `+tbl+` SET updated_at = now() - interval '2 days' WHERE state = 'dead'`); err != nil {
+		t.Fatal(err)
+	}
+	var oldDelivered int64
+	_ = h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE state = 'delivered' AND updated_at < now() - interval '1 day'`).Scan(&oldDelivered)
+	h.opts.Retention = actors.Retention{Delivered: 24 * time.Hour, Dead: 0, Interval: 100 * time.Millisecond, BatchSize: 3}
+	h.start()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st, _ := h.d.OutboxStats(context.Background())
+		if st.Rows[dialects.Delivered] == 20-oldDelivered {
+			if st.Rows[dialects.Dead] != 10 {
+				t.Fatalf("dead rows were deleted with their age set to 0 (keep forever): %v", st.Rows)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st, _ := h.d.OutboxStats(context.Background())
+	t.Fatalf("retention left %v, want %d delivered", st.Rows, 20-oldDelivered)
+}
