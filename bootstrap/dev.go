@@ -79,13 +79,14 @@ func Dev(ctx context.Context, o DevOptions) error {
 		fmt.Fprintf(out, `
 QueueBox dev is running.
   database   %s   (throwaway: removed when you stop)
+  folder     %s
   receiver   %s   (prints every delivery below)
   routes     every topic (#) -> receiver
 
 Insert a row the way your application would:
   psql "%s" -c "INSERT INTO outbox (topic, key, payload) VALUES ('order.created', 'cust-42', '{\"orderId\": 42}')"
 
-`, cluster.URL(), recvURL, cluster.URL())
+`, cluster.URL(), cluster.Dir, recvURL, cluster.URL())
 		if o.Rate > 0 {
 			fmt.Fprintf(out, "Sample traffic: %.3g rows per second. Ctrl-C stops everything.\n\n", o.Rate)
 			go samples(sampleCtx, d, o.Rate, log)

@@ -229,3 +229,170 @@ log: { format: json, level: info }
 		t.Fatalf("database after the run: %v", st.Rows)
 	}
 }
+
+// `queuebox dev` (what `make run` runs) shows rows being delivered, and
+// Ctrl-C stops it with exit 0, leaving no process and no folder behind.
+func TestDevModeDeliversAndCleansUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts its own PostgreSQL")
+	}
+	t.Parallel()
+	cmd := exec.Command(binary(t), "dev", "--rate", "20")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	lines := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 0, 4096)
+		tmp := make([]byte, 1024)
+		for {
+			n, err := stdout.Read(tmp)
+			buf = append(buf, tmp[:n]...)
+			for {
+				i := bytes.IndexByte(buf, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- string(buf[:i])
+				buf = buf[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	var folder string
+	deliveries := 0
+	deadline := time.After(60 * time.Second)
+	for deliveries < 5 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("queuebox dev ended early:\n%s", stderr.String())
+			}
+			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "folder"); ok {
+				folder = strings.TrimSpace(f)
+			}
+			if strings.HasPrefix(l, "-> ") {
+				deliveries++
+			}
+		case <-deadline:
+			t.Fatalf("no deliveries within a minute; stderr:\n%s", stderr.String())
+		}
+	}
+	if folder == "" || !strings.HasPrefix(folder, "/tmp/queuebox-dev-") {
+		t.Fatalf("the banner did not name the cluster folder: %q", folder)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("queuebox dev exited with %v after Ctrl-C:\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(folder); !os.IsNotExist(err) {
+		t.Fatalf("the cluster folder %s is still there", folder)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(folder)) {
+			t.Fatalf("a process still runs from %s: %s", folder, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		}
+	}
+}
+
+// Operators' commands against a real database: status, dead list, replay
+// with a dry run and with filters.
+func TestStatusDeadListAndReplay(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+destinations: { n: { type: "null" } }
+routes: [ { topicPattern: "order.#", destination: n } ]
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	out, _, code := run(t, "migrate", "status", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "V11") || strings.Contains(out, "pending: run") {
+		t.Fatalf("migrate status:\n%s", out)
+	}
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: dbURL, Names: dialects.DefaultNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var rows []dialects.NewRow
+	for i := range 6 {
+		topic := "order.created"
+		if i%2 == 0 {
+			topic = "user.created" // no route: dead
+		}
+		rows = append(rows, dialects.NewRow{Topic: topic, Payload: []byte(`{}`)})
+	}
+	if err := d.OutboxInsert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	// Run the relay until the rows are settled, then stop it.
+	relay := exec.Command(binary(t), "run", "--config", cfg)
+	if err := relay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _ := d.OutboxStats(context.Background())
+		if st.Rows[dialects.Dead] == 3 && st.Rows[dialects.Delivered] == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rows did not settle: %v", st.Rows)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = relay.Process.Signal(syscall.SIGTERM)
+	if err := relay.Wait(); err != nil {
+		t.Fatalf("run exited with %v after SIGTERM", err)
+	}
+
+	out, _, _ = run(t, "status", "--config", cfg, "--json")
+	if !strings.Contains(out, `"dead":3`) || !strings.Contains(out, `"delivered":3`) || !strings.Contains(out, `"user.created":3`) {
+		t.Fatalf("status --json: %s", out)
+	}
+	out, _, _ = run(t, "dead", "list", "--config", cfg)
+	if len(strings.Split(strings.TrimSpace(out), "\n")) != 4 || !strings.Contains(out, `no route matches topic "user.created"`) {
+		t.Fatalf("dead list:\n%s", out)
+	}
+	out, _, code = run(t, "replay", "--config", cfg, "--topic", "user.#", "--dry-run")
+	if code != 0 || !strings.Contains(out, "3 rows would be replayed") {
+		t.Fatalf("dry run: %d %s", code, out)
+	}
+	if st, _ := d.OutboxStats(context.Background()); st.Rows[dialects.Dead] != 3 {
+		t.Fatal("the dry run changed rows")
+	}
+	out, _, _ = run(t, "replay", "--config", cfg, "--error-contains", "no route", "--topic", "user.*")
+	if !strings.Contains(out, "3 rows replayed") {
+		t.Fatalf("replay: %s", out)
+	}
+	st, _ := d.OutboxStats(context.Background())
+	if st.Rows[dialects.Pending] != 3 || st.Rows[dialects.Dead] != 0 {
+		t.Fatalf("after replay: %v", st.Rows)
+	}
+	if _, stderr, code := run(t, "replay", "--config", cfg); code != 2 || !strings.Contains(stderr, "say which rows") {
+		t.Fatalf("a bare replay: %d %s", code, stderr)
+	}
+	if _, stderr, code := run(t, "replay", "--config", cfg, "--since", "yesterday"); code != 2 || !strings.Contains(stderr, "--since") {
+		t.Fatalf("a bad --since: %d %s", code, stderr)
+	}
+}
