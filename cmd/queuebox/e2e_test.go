@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -394,5 +395,69 @@ routes: [ { topicPattern: "order.#", destination: n } ]
 	}
 	if _, stderr, code := run(t, "replay", "--config", cfg, "--since", "yesterday"); code != 2 || !strings.Contains(stderr, "--since") {
 		t.Fatalf("a bad --since: %d %s", code, stderr)
+	}
+}
+
+// A secret from the environment used in a destination header never appears
+// in last_error or in the logs, even when the receiver echoes it back, and
+// last_error stays within http.maxErrorBodyBytes.
+func TestEnvironmentSecretNeverLeaks(t *testing.T) {
+	const secret = "tok-9f8e7d6c5b4a-from-env"
+	dbURL := testdb.Database(t)
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		return 401, "bad credentials: " + r.Header.Get("Authorization") + " " + strings.Repeat("ü", 400), nil
+	})
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+http: { maxErrorBodyBytes: 100 }
+destinations:
+  hook:
+    type: http
+    url: %s/hook
+    headers: { Authorization: "Bearer ${HOOK_TOKEN}" }
+routes: [ { topicPattern: "#", destination: hook } ]
+log: { level: debug }
+`, dbURL, recv.URL))
+	t.Setenv("HOOK_TOKEN", secret)
+	if _, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: dbURL, Names: dialects.DefaultNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	zero := 0
+	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{{Topic: "x", Payload: []byte(`{}`), MaxAttempts: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	relay := exec.Command(binary(t), "run", "--config", cfg)
+	var logs bytes.Buffer
+	relay.Stderr = &logs
+	if err := relay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var listed []dialects.ListedRow
+	for len(listed) == 0 && time.Now().Before(deadline) {
+		listed, _ = d.OutboxList(context.Background(), dialects.Filter{}, 1)
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = relay.Process.Signal(syscall.SIGTERM)
+	_ = relay.Wait()
+	if len(listed) != 1 || listed[0].LastError == nil {
+		t.Fatalf("the row did not go dead: %+v", listed)
+	}
+	le := *listed[0].LastError
+	if !strings.Contains(recv.Requests()[0].Header.Get("Authorization"), secret) {
+		t.Fatal("the secret did not reach the receiver; the test proves nothing")
+	}
+	if strings.Contains(le, secret) || !strings.Contains(le, "[REDACTED]") || len(le) > 100 {
+		t.Fatalf("last_error (%d bytes) = %q", len(le), le)
+	}
+	if !utf8.ValidString(le) {
+		t.Fatalf("last_error was cut inside a character: %q", le)
+	}
+	if strings.Contains(logs.String(), secret) || !strings.Contains(logs.String(), "row dead") {
+		t.Fatalf("logs:\n%s", logs.String())
 	}
 }
