@@ -91,7 +91,17 @@ type claimer struct {
 	failures   int
 	retryAt    time.Time
 	heads      headPolicy
+	// fullAt is when the next claim without a window is due.
+	fullAt time.Time
 }
+
+// windowFactor sizes the claim window: a few claims' worth of the earliest
+// due rows. fullEvery bounds how long a row beyond the window can wait: at
+// least one claim that often considers every due row.
+const (
+	windowFactor = 4
+	fullEvery    = time.Second
+)
 
 // headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads).
 // With a keyed backlog, a claim of few heads and long runs scans less of the
@@ -224,11 +234,15 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	l := &lease{token: uuid.New()}
 	self, e, heads := ctx.Self(), c.e, c.heads.next(limit)
+	window := limit * windowFactor
+	if now := time.Now(); !now.Before(c.fullAt) {
+		window, c.fullAt = 0, now.Add(fullEvery)
+	}
 	go func() {
 		sentAt := time.Now()
 		qctx, cancel := context.WithTimeout(e.bgCtx, max(e.opts.Lease/2, time.Second))
 		e.Stats.ClaimStatements.Add(1)
-		rows, err := e.opts.Dialect.OutboxClaim(qctx, dialects.ClaimParams{Limit: limit, Lease: e.opts.Lease, Token: l.token, MaxHeads: heads})
+		rows, err := e.opts.Dialect.OutboxClaim(qctx, dialects.ClaimParams{Limit: limit, Lease: e.opts.Lease, Token: l.token, MaxHeads: heads, Window: window})
 		cancel()
 		e.Stats.ClaimTime.Add(int64(time.Since(sentAt)))
 		l.extend(sentAt, e.opts.Lease)

@@ -111,6 +111,12 @@ type ClaimParams struct {
 	// each keyed head. 0 means Limit. Fewer heads make the claim's scan
 	// shorter when most keys are busy, and hand each key a longer run.
 	MaxHeads int
+	// Window, when positive, restricts the candidates to the first Window
+	// due rows in scheduled_at order. In a deep keyed backlog that window
+	// holds every key's next row, so the claim need not pass over the rows
+	// behind busy keys. Rows beyond it wait for a claim without a window;
+	// callers make one regularly. A dialect may ignore it (SQL Server does).
+	Window int
 }
 
 // Heads returns the effective MaxHeads.

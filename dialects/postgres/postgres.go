@@ -94,7 +94,12 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]di
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := d.pool.Query(ctx, d.q["OutboxClaim"], p.Limit, ms(p.Lease), p.Token, p.Heads())
+	var window *int32
+	if p.Window > 0 {
+		w := int32(p.Window)
+		window = &w
+	}
+	rows, err := d.pool.Query(ctx, d.q["OutboxClaim"], p.Limit, ms(p.Lease), p.Token, p.Heads(), window)
 	if err != nil {
 		return nil, err
 	}

@@ -187,10 +187,10 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int) AS `+q["OutboxClaim"]); err != nil {
+	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int) AS `+q["OutboxClaim"]); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100)`)
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL)`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 -- claim's two steps, and docs/internals.md for the plans on a large table.
 
 -- name: OutboxClaim
--- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1).
+-- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
+-- $5 window: consider only the first $5 due rows by scheduled_at (NULL: all).
 --
 -- heads: due pending rows that are the first pending/processing row of their
 -- key (or have no key), locked with SKIP LOCKED. A row behind a head is never
@@ -20,6 +21,11 @@ WITH heads AS (
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
+       AND ($5::int IS NULL OR o.ctid = ANY(ARRAY(
+            SELECT w.ctid FROM {{t}} AS w
+             WHERE w.{{c "state"}} = 'pending' AND w.{{c "scheduled_at"}} <= now()
+             ORDER BY w.{{c "scheduled_at"}}
+             LIMIT $5)))
        AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR NOT EXISTS (
             SELECT 1 FROM {{t}} AS b
              WHERE b.{{c "key"}} = o.{{c "key"}}
