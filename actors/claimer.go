@@ -53,6 +53,8 @@ type (
 		err       error
 		requested int
 		lease     *lease
+		windowed  bool
+		took      time.Duration
 	}
 	// credit returns room for n rows: their outcomes are written.
 	credit struct{ n int }
@@ -91,17 +93,54 @@ type claimer struct {
 	failures   int
 	retryAt    time.Time
 	heads      headPolicy
-	// fullAt is when the next claim without a window is due.
-	fullAt time.Time
+	window     windowChoice
 }
 
 // windowFactor sizes the claim window: a few claims' worth of the earliest
-// due rows. fullEvery bounds how long a row beyond the window can wait: at
-// least one claim that often considers every due row.
+// due rows. A claim without a window stops scanning as soon as it has its
+// heads, cheapest while heads are plentiful; a windowed claim checks every
+// row of its window, cheapest when most keys are busy and a plain scan would
+// pass over every row behind them. Which is cheaper depends on the backlog,
+// so the claimer measures both (windowChoice) and uses the cheaper one, and
+// runs each at least every fullEvery: the plain claim so that no row beyond
+// the window waits for long, the windowed one to keep its measure fresh.
 const (
 	windowFactor = 4
 	fullEvery    = time.Second
 )
+
+// windowChoice keeps the cost per claimed row of each kind of claim.
+type windowChoice struct {
+	cost     [2]float64 // [plain, windowed]: moving average, seconds per row
+	lastRun  [2]time.Time
+	measured [2]bool
+}
+
+// pick returns true for a windowed claim.
+func (w *windowChoice) pick(now time.Time) bool {
+	switch {
+	case now.Sub(w.lastRun[0]) >= fullEvery:
+		return false
+	case now.Sub(w.lastRun[1]) >= fullEvery:
+		return true
+	case !w.measured[0] || !w.measured[1]:
+		return false
+	}
+	return w.cost[1] < w.cost[0]
+}
+
+func (w *windowChoice) observe(windowed bool, took time.Duration, rows int) {
+	i := 0
+	if windowed {
+		i = 1
+	}
+	c := took.Seconds() / float64(max(rows, 1))
+	if !w.measured[i] {
+		w.cost[i], w.measured[i] = c, true
+	} else {
+		w.cost[i] = 0.7*w.cost[i] + 0.3*c
+	}
+}
 
 // headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads).
 // With a keyed backlog, a claim of few heads and long runs scans less of the
@@ -234,9 +273,14 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	l := &lease{token: uuid.New()}
 	self, e, heads := ctx.Self(), c.e, c.heads.next(limit)
-	window := limit * windowFactor
-	if now := time.Now(); !now.Before(c.fullAt) {
-		window, c.fullAt = 0, now.Add(fullEvery)
+	window := 0
+	now := time.Now()
+	windowed := c.window.pick(now)
+	if windowed {
+		window = limit * windowFactor
+		c.window.lastRun[1] = now
+	} else {
+		c.window.lastRun[0] = now
 	}
 	go func() {
 		sentAt := time.Now()
@@ -246,7 +290,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		cancel()
 		e.Stats.ClaimTime.Add(int64(time.Since(sentAt)))
 		l.extend(sentAt, e.opts.Lease)
-		e.send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l})
+		e.send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l, windowed: windowed, took: time.Since(sentAt)})
 	}()
 	return true
 }
@@ -287,6 +331,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		return
 	}
 	c.more = n == m.requested
+	c.window.observe(m.windowed, m.took, n)
 	c.waitCredit = 0
 	if !c.more {
 		c.waitCredit = min(c.e.opts.BatchSize/2, c.e.opts.MaxInFlight-c.free)

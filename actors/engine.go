@@ -139,6 +139,20 @@ func mailbox(size int) actor.MailboxProducer {
 
 // Start spawns the actors and begins claiming.
 func (e *Engine) Start(ctx context.Context) error {
+	// The sinks first: a destination that cannot be built stops the start
+	// before anything runs.
+	for name, f := range e.opts.Destinations {
+		s, err := f()
+		if err != nil {
+			for _, h := range e.sinks {
+				if s := h.get(); s != nil {
+					_ = s.Close()
+				}
+			}
+			return fmt.Errorf("destination %s: %w", name, err)
+		}
+		e.sinks[name].set(s)
+	}
 	// protoactor logs every dead letter (a message to an actor that just
 	// stopped, which is normal here) at info: keep its warnings only.
 	e.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -146,15 +160,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	}))
 	e.deliveryCtx, e.cancelDelivery = context.WithCancel(context.WithoutCancel(ctx))
 	e.bgCtx, e.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
-
-	// The sinks first: a destination that cannot be built stops the start.
-	for name, f := range e.opts.Destinations {
-		s, err := f()
-		if err != nil {
-			return fmt.Errorf("destination %s: %w", name, err)
-		}
-		e.sinks[name].set(s)
-	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{e: e} },
 		actor.WithSupervisor(&engineStrategy{e: e}))
 	pid, err := e.system.Root.SpawnNamed(props, "engine")

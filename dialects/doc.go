@@ -35,6 +35,10 @@
 // considered followers as candidates could fill its limit with rows that it
 // may not take, forever.
 //
+// Two parameters narrow the candidates without touching the rule: MaxHeads
+// (fewer heads, longer runs) and Window (only the earliest due rows). See
+// ClaimParams.
+//
 // Every write that ends a claim (OutboxComplete) matches id, claim token and
 // state 'processing'. An outcome that matches nothing is returned as lost: the
 // lease passed and the row was released or taken by another replica.
