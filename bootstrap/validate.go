@@ -125,16 +125,7 @@ func (v *validator) destinations(c *Config) {
 			v.add(key+".type", "%q is not a destination type; use one of %s", d.Type, strings.Join(DestinationTypes, ", "))
 			continue
 		}
-		// Keys of other destination types.
-		t := reflect.TypeOf(*d)
-		for i := range t.NumField() {
-			f := t.Field(i)
-			kinds, ok := f.Tag.Lookup("kinds")
-			yk := strings.Split(f.Tag.Get("yaml"), ",")[0]
-			if ok && v.d.present[key+"."+yk] && !oneOf(d.Type, strings.Split(kinds, ",")...) {
-				v.add(key+"."+yk, "is not a key of a %s destination (it belongs to %s)", d.Type, strings.ReplaceAll(kinds, ",", ", "))
-			}
-		}
+		v.foreignKeys(key, d.Type, "destination", reflect.TypeOf(*d))
 		switch d.Type {
 		case "http":
 			v.httpDestination(key, d)
@@ -172,6 +163,19 @@ func (v *validator) destinations(c *Config) {
 			v.required(key+".url", d.URL)
 			v.required(key+".subject", d.Subject)
 			v.template(key+".subject", d.Subject)
+		}
+	}
+}
+
+// foreignKeys reports keys set under key that belong to another type than
+// typ: struct fields carry the types they apply to in a `kinds` tag.
+func (v *validator) foreignKeys(key, typ, what string, t reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		kinds, ok := f.Tag.Lookup("kinds")
+		yk := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if ok && v.d.present[key+"."+yk] && !oneOf(typ, strings.Split(kinds, ",")...) {
+			v.add(key+"."+yk, "is not a key of a %s %s (it belongs to %s)", typ, what, strings.ReplaceAll(kinds, ",", ", "))
 		}
 	}
 }
@@ -275,15 +279,7 @@ func (v *validator) inbox(c *Config) {
 			v.add(key+".type", "%q is not a source type; use http, rabbitmq, kafka or nats", s.Type)
 			continue
 		}
-		t := reflect.TypeOf(*s)
-		for i := range t.NumField() {
-			f := t.Field(i)
-			kinds, ok := f.Tag.Lookup("kinds")
-			yk := strings.Split(f.Tag.Get("yaml"), ",")[0]
-			if ok && v.d.present[key+"."+yk] && !oneOf(s.Type, strings.Split(kinds, ",")...) {
-				v.add(key+"."+yk, "is not a key of a %s source (it belongs to %s)", s.Type, strings.ReplaceAll(kinds, ",", ", "))
-			}
-		}
+		v.foreignKeys(key, s.Type, "source", reflect.TypeOf(*s))
 		v.required(key+".topic", s.Topic)
 		v.template(key+".topic", s.Topic)
 		v.template(key+".aggregateId", s.AggregateID)
