@@ -21,7 +21,18 @@ import (
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { testdb.Main(removeBinary{m}) }
+
+// removeBinary deletes the binary the tests built once they are done.
+type removeBinary struct{ m *testing.M }
+
+func (r removeBinary) Run() int {
+	code := r.m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	return code
+}
 
 var (
 	buildOnce sync.Once
