@@ -76,7 +76,7 @@ func (e *Engine) janitor() {
 	release := time.NewTicker(max(e.opts.Lease/3, 100*time.Millisecond))
 	defer release.Stop()
 	var purge <-chan time.Time
-	if r := e.opts.Retention; r.Interval > 0 && (r.Delivered > 0 || r.Dead > 0) {
+	if r := e.opts.Retention; r.Interval > 0 {
 		t := time.NewTicker(r.Interval)
 		defer t.Stop()
 		purge = t.C
@@ -144,5 +144,34 @@ func (e *Engine) purge() {
 		if total > 0 {
 			e.log.Info("retention deleted rows", "state", p.state, "rows", total)
 		}
+	}
+	e.pruneKeyLocks()
+}
+
+// pruneKeyLocks walks the producer-ordering lock table once, in batches, and
+// deletes the entries of keys that have nothing pending or processing, so
+// that the table holds about the active keys rather than every key ever
+// written.
+func (e *Engine) pruneKeyLocks() {
+	batch := max(e.opts.Retention.BatchSize, 1)
+	after, total := "", 0
+	for e.bgCtx.Err() == nil {
+		ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
+		n, next, err := e.opts.Dialect.KeyLocksPrune(ctx, after, batch)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, dialects.ErrNotSupported) {
+				e.log.Warn("pruning key locks failed", "error", err)
+			}
+			return
+		}
+		total += n
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if total > 0 {
+		e.log.Info("pruned idle key locks", "keys", total)
 	}
 }

@@ -208,6 +208,12 @@ type Dialect interface {
 	// OutboxPurge deletes up to batch rows in state that were last updated
 	// more than olderThan ago.
 	OutboxPurge(ctx context.Context, state State, olderThan time.Duration, batch int) (int, error)
+	// KeyLocksPrune deletes up to limit entries of the producer-ordering lock
+	// table, after the key after, whose key has no pending or processing
+	// row. It returns how many it deleted and the last key it looked at
+	// ("" when it reached the end). ErrNotSupported where there is no such
+	// table.
+	KeyLocksPrune(ctx context.Context, after string, limit int) (deleted int, next string, err error)
 	// OutboxStats counts rows per state and dead rows per topic.
 	OutboxStats(ctx context.Context) (Stats, error)
 	// OutboxList lists rows matching f, newest update first.

@@ -295,6 +295,18 @@ func (d *Dialect) OutboxPurge(ctx context.Context, state dialects.State, olderTh
 	return int(tag.RowsAffected()), nil
 }
 
+func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (int, string, error) {
+	var deleted int
+	var next *string
+	if err := d.pool.QueryRow(ctx, d.q["KeyLocksPrune"], after, limit).Scan(&deleted, &next); err != nil {
+		return 0, "", err
+	}
+	if next == nil {
+		return deleted, "", nil
+	}
+	return deleted, *next, nil
+}
+
 func (d *Dialect) OutboxStats(ctx context.Context) (dialects.Stats, error) {
 	st := dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
 	for _, s := range dialects.States {

@@ -208,3 +208,51 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		t.Fatalf("the generic claim plan scans the whole table:\n%s", text)
 	}
 }
+
+// The lock table of producer ordering keeps only keys with pending or
+// processing rows after a prune; a producer that finds its key pruned
+// re-creates it.
+func TestKeyLocksPrune(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	schema := d.Names().Schema
+	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	locks := pgx.Identifier{schema, "outbox_key_locks"}.Sanitize()
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload, state) SELECT 't', 'done-' || g, '{}', 'pending' FROM generate_series(1, 25) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 't', 'live-' || g, '{}' FROM generate_series(1, 5) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'delivered' WHERE key LIKE 'done-%'`); err != nil {
+		t.Fatal(err)
+	}
+	after, total := "", 0
+	for {
+		n, next, err := d.KeyLocksPrune(ctx, after, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	var left []string
+	rows, _ := d.Pool().Query(ctx, `SELECT key FROM `+locks+` ORDER BY key`)
+	left, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+	if total != 25 || len(left) != 5 || !strings.HasPrefix(left[0], "live-") {
+		t.Fatalf("pruned %d, left %v", total, left)
+	}
+	// A producer of a pruned key still takes the lock (the row comes back).
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', 'done-1', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	_ = d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+locks+` WHERE key = 'done-1'`).Scan(&n)
+	if n != 1 {
+		t.Fatal("the pruned key was not re-created by its next insert")
+	}
+}

@@ -171,6 +171,31 @@ DELETE FROM {{t}}
           LIMIT $3
             FOR UPDATE SKIP LOCKED))
 
+-- name: KeyLocksPrune
+-- Deletes, from the producer-ordering lock table, up to $2 keys after $1
+-- (in key order) that have no pending or processing row, and returns the
+-- last key it looked at. Keys locked by a producer right now are skipped,
+-- never waited for; a producer that finds its key gone inserts it again.
+WITH scanned AS (
+    SELECT l.{{q "key"}} AS k
+      FROM {{q (obj "key_locks") | qualify}} AS l
+     WHERE l.{{q "key"}} > $1
+     ORDER BY l.{{q "key"}}
+     LIMIT $2
+), idle AS (
+    SELECT l.{{q "key"}} AS k
+      FROM {{q (obj "key_locks") | qualify}} AS l
+     WHERE l.{{q "key"}} IN (SELECT k FROM scanned)
+       AND NOT EXISTS (SELECT 1 FROM {{t}} AS o
+                        WHERE o.{{c "key"}} = l.{{q "key"}} AND o.{{c "state"}} IN ('pending', 'processing'))
+       FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM {{q (obj "key_locks") | qualify}} AS l
+     WHERE l.{{q "key"}} IN (SELECT k FROM idle)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted), (SELECT max(k) FROM scanned)
+
 -- name: OutboxCountByState
 SELECT {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "state"}}
 

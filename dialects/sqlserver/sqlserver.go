@@ -366,6 +366,12 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) error 
 	return err
 }
 
+// KeyLocksPrune is not available: SQL Server has no producer-ordering lock
+// table.
+func (d *Dialect) KeyLocksPrune(context.Context, string, int) (int, string, error) {
+	return 0, "", dialects.ErrNotSupported
+}
+
 // Listen is not available: SQL Server has no LISTEN/NOTIFY; the claimer polls.
 func (d *Dialect) Listen(context.Context, func()) error { return dialects.ErrNotSupported }
 
