@@ -229,6 +229,9 @@ type Dialect interface {
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 
+	// MigrationHistory reads the applied migrations without a lock and
+	// without creating anything: nil when the history table does not exist.
+	MigrationHistory(ctx context.Context) ([]AppliedMigration, error)
 	// MigrationSession takes the migration lock and returns a session that
 	// applies migrations under it.
 	MigrationSession(ctx context.Context) (MigrationSession, error)

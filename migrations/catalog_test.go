@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	nurl "net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -367,5 +368,55 @@ func TestV11NumbersExistingRows(t *testing.T) {
 	}
 	if next <= 5 {
 		t.Errorf("the first row after V11 got sequence %d, want more than 5", next)
+	}
+}
+
+// Checking the schema only reads: on an empty schema it creates nothing,
+// and a role without CREATE rights can check a migrated one.
+func TestStatusOnlyReads(t *testing.T) {
+	t.Parallel()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	ctx := context.Background()
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	current, err := migrations.Current(ctx, d)
+	if err != nil || current {
+		t.Fatalf("an empty schema: current=%v err=%v", current, err)
+	}
+	var tables int
+	_ = d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1`, schema).Scan(&tables)
+	if tables != 0 {
+		t.Fatalf("checking the schema created %d tables", tables)
+	}
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	role := "r_" + schema
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
+	} {
+		if _, err := d.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = d.Pool().Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
+	})
+	u, _ := nurl.Parse(url)
+	u.User = nurl.User(role)
+	ro, err := postgres.Open(ctx, postgres.Options{URL: u.String(), Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if current, err := migrations.Current(ctx, ro); err != nil || !current {
+		t.Fatalf("a runtime role could not check the schema: current=%v err=%v", current, err)
 	}
 }

@@ -175,18 +175,14 @@ func UpTo(ctx context.Context, d dialects.Dialect, target int) ([]Status, error)
 	return out, nil
 }
 
-// StatusOf lists every bundled migration and whether it is applied.
+// StatusOf lists every bundled migration and whether it is applied. It only
+// reads: no lock, nothing created, so a least-privilege user can run it.
 func StatusOf(ctx context.Context, d dialects.Dialect) ([]Status, error) {
 	ms, err := Load(d.Name())
 	if err != nil {
 		return nil, err
 	}
-	s, err := d.MigrationSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close(context.WithoutCancel(ctx))
-	applied, err := s.Applied(ctx)
+	applied, err := d.MigrationHistory(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -4,12 +4,14 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -416,6 +418,25 @@ func (d *Dialect) isOurs(payload string) bool {
 	return d.names.Schema == "" || schema == d.names.Schema
 }
 
+func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
+	var out []dialects.AppliedMigration
+	rows, err := d.pool.Query(ctx, d.q["HistoryList"])
+	if err == nil {
+		out, err = pgx.CollectRows(rows, scanApplied)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: nothing applied
+		return nil, nil
+	}
+	return out, err
+}
+
+func scanApplied(r pgx.CollectableRow) (dialects.AppliedMigration, error) {
+	var m dialects.AppliedMigration
+	err := r.Scan(&m.Version, &m.Name, &m.Checksum, &m.AppliedAt)
+	return m, err
+}
+
 // MigrationSession takes a session-level advisory lock on a connection of its
 // own; a second migrator waits for it.
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
@@ -450,11 +471,7 @@ func (s *migrationSession) Applied(ctx context.Context) ([]dialects.AppliedMigra
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.AppliedMigration, error) {
-		var m dialects.AppliedMigration
-		err := r.Scan(&m.Version, &m.Name, &m.Checksum, &m.AppliedAt)
-		return m, err
-	})
+	return pgx.CollectRows(rows, scanApplied)
 }
 
 func (s *migrationSession) Apply(ctx context.Context, version int, name, checksum string, batches []string) error {

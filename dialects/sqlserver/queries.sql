@@ -195,6 +195,10 @@ CREATE TABLE {{q (obj "schema_history") | qualify}} (
 -- name: HistoryList
 SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qualify}} ORDER BY version;
 
+-- name: HistoryListIfExists
+IF OBJECT_ID({{lit (qualify (q (obj "schema_history")))}}, N'U') IS NOT NULL
+    SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qualify}} ORDER BY version;
+
 -- name: HistoryInsert
 INSERT INTO {{q (obj "schema_history") | qualify}} (version, name, checksum) VALUES (@p1, @p2, @p3);
 

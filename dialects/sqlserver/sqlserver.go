@@ -375,6 +375,27 @@ func (d *Dialect) KeyLocksPrune(context.Context, string, int) (int, string, erro
 // Listen is not available: SQL Server has no LISTEN/NOTIFY; the claimer polls.
 func (d *Dialect) Listen(context.Context, func()) error { return dialects.ErrNotSupported }
 
+func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
+	rows, err := d.db.QueryContext(ctx, d.q["HistoryListIfExists"])
+	if err != nil {
+		return nil, err
+	}
+	return scanApplied(rows)
+}
+
+func scanApplied(rows *sql.Rows) ([]dialects.AppliedMigration, error) {
+	defer rows.Close()
+	var out []dialects.AppliedMigration
+	for rows.Next() {
+		var m dialects.AppliedMigration
+		if err := rows.Scan(&m.Version, &m.Name, &m.Checksum, &m.AppliedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
 // MigrationSession takes an exclusive session-owned application lock
 // (sp_getapplock) on a connection of its own.
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
@@ -409,16 +430,7 @@ func (s *migrationSession) Applied(ctx context.Context) ([]dialects.AppliedMigra
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []dialects.AppliedMigration
-	for rows.Next() {
-		var m dialects.AppliedMigration
-		if err := rows.Scan(&m.Version, &m.Name, &m.Checksum, &m.AppliedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return scanApplied(rows)
 }
 
 func (s *migrationSession) Apply(ctx context.Context, version int, name, checksum string, batches []string) error {
