@@ -263,6 +263,8 @@ func (e *Engine) send(pid *actor.PID, msg any) { e.system.Root.Send(pid, msg) }
 type sinkHandle struct {
 	name string
 	cur  atomic.Pointer[sinkBox]
+	// down is set while the destination's deliveries fail (for the log).
+	down atomic.Bool
 }
 
 type sinkBox struct{ s sinks.Sink }

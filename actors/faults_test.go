@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +112,10 @@ func TestDestinationOutage(t *testing.T) {
 	}
 	close(down)
 	h.waitState(dialects.Delivered, int64(len(other)+len(keyed)), time.Minute)
+	logs := h.logs.String()
+	if strings.Count(logs, "destination failing") != 1 || strings.Count(logs, "destination delivering again") != 1 {
+		t.Errorf("want one line for the outage and one for the recovery:\n%s", logs)
+	}
 	problems, _ := recv.OrderReport()
 	for _, p := range problems[:min(10, len(problems))] {
 		t.Error(p)

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -230,6 +231,7 @@ func (e *Engine) startDelivery(self *actor.PID, gen int, batch []prepared) *flig
 	h := batch[0].dest
 	go func() {
 		errs := publish(dctx, h, msgs)
+		e.noteHealth(h, errs)
 		e.send(self, &deliveryDone{gen: gen, errs: errs})
 	}()
 	return &flight{rows: batch, cancel: cancel}
@@ -252,6 +254,31 @@ func publish(ctx context.Context, h *sinkHandle, msgs []sinks.Message) (errs []e
 		errs = append(errs, sinks.Errors(len(msgs)-len(errs), fmt.Errorf("destination %s gave no result", h.name))...)
 	}
 	return errs
+}
+
+// noteHealth logs a destination's change between working and failing: one
+// line when deliveries start failing, one when they succeed again. A failure
+// that is the row's own fault (a permanent error) says nothing about the
+// destination, and neither does a cancelled delivery.
+func (e *Engine) noteHealth(h *sinkHandle, errs []error) {
+	var failure error
+	ok := false
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok = true
+		case sinks.IsPermanent(err) || errors.Is(err, context.Canceled):
+		default:
+			failure = err
+		}
+	}
+	if failure != nil && !ok {
+		if h.down.CompareAndSwap(false, true) {
+			e.log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
+		}
+	} else if ok && h.down.CompareAndSwap(true, false) {
+		e.log.Info("destination delivering again", "destination", h.name)
+	}
 }
 
 // outcomes collects what one message to an actor decided, to be sent to the
