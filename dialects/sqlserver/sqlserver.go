@@ -78,6 +78,12 @@ func (d *Dialect) Names() dialects.Names          { return d.names }
 func (d *Dialect) Close()                         { _ = d.db.Close() }
 func (d *Dialect) Ping(ctx context.Context) error { return d.db.PingContext(ctx) }
 
+// dateaddArg fits a number for DATEADD, which refuses BIGINT (what the driver
+// sends for an int64): an int32, capped.
+func dateaddArg(n int64) int32 {
+	return int32(min(max(n, -1<<31+1), 1<<31-1))
+}
+
 func jsonArg(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -87,7 +93,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]di
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := d.db.QueryContext(ctx, d.q["OutboxClaim"], p.Limit, p.Lease.Milliseconds(), p.Token.String(), p.Heads())
+	rows, err := d.db.QueryContext(ctx, d.q["OutboxClaim"], p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads())
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +145,7 @@ func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	held, err := d.queryIDs(ctx, d.q["OutboxRenewLeases"], jsonArg(dialects.Tokens(claims)), lease.Milliseconds())
+	held, err := d.queryIDs(ctx, d.q["OutboxRenewLeases"], jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +303,7 @@ func (d *Dialect) OutboxList(ctx context.Context, f dialects.Filter, limit int) 
 }
 
 func (d *Dialect) OutboxPurge(ctx context.Context, state dialects.State, olderThan time.Duration, batch int) (int, error) {
-	return d.scalarInt(ctx, d.q["OutboxPurge"], string(state), int64(olderThan/time.Second), batch)
+	return d.scalarInt(ctx, d.q["OutboxPurge"], string(state), dateaddArg(int64(olderThan/time.Second)), batch)
 }
 
 func (d *Dialect) OutboxStats(ctx context.Context) (dialects.Stats, error) {
