@@ -229,3 +229,41 @@ func TestRetentionDeletesOldRows(t *testing.T) {
 	st, _ := h.d.OutboxStats(context.Background())
 	t.Fatalf("retention left %v, want %d delivered", st.Rows, 20-oldDelivered)
 }
+
+// failingRenewals is the real dialect whose lease renewals always fail, as
+// when the replica's path to the database is cut for renewals only.
+type failingRenewals struct{ dialects.Dialect }
+
+func (failingRenewals) OutboxRenewLeases(context.Context, []dialects.Claim, time.Duration) ([]dialects.Claim, error) {
+	return nil, fmt.Errorf("renewal refused (injected)")
+}
+
+// When leases cannot be renewed, a replica stops starting deliveries at the
+// end of the trust window and hands the rest of the key back; the rows are
+// claimed again with a fresh lease and still arrive complete and in order.
+func TestTrustWindowStopsDeliveriesWithoutRenewal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	recv.SetDelay(250 * time.Millisecond)
+	h.opts.Dialect = failingRenewals{h.d}
+	h.opts.Lease = time.Second // trusted for 800 ms after each claim
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.insert(rows(1, 10, 0, func(int) int { return 0 }))
+	e := h.start()
+	h.waitState(dialects.Delivered, 10, time.Minute)
+	if e.Stats.Released.Load() == 0 {
+		t.Fatal("ten deliveries of 250 ms each fit no 800 ms trust window, yet no row was handed back")
+	}
+	if e.Stats.Claimed.Load() <= 10 {
+		t.Fatalf("claimed %d times for 10 rows: the handed-back rows were not claimed again", e.Stats.Claimed.Load())
+	}
+	problems, dups := recv.OrderReport()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if dups != 0 {
+		t.Errorf("%d duplicates: a row was delivered after its trust window", dups)
+	}
+}
