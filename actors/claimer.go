@@ -226,6 +226,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *keyIdle:
 		if e := c.keys[m.key]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
 			delete(c.keys, m.key)
+			c.e.Stats.KeyActors.Add(-1)
 			ctx.Poison(m.pid)
 		}
 	case *drain:
@@ -369,6 +370,7 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
 					actor.WithMailbox(mailbox(c.e.opts.Mailboxes.Key)))
 				entry = &keyEntry{pid: ctx.SpawnPrefix(props, "key")}
 				c.keys[key] = entry
+				c.e.Stats.KeyActors.Add(1)
 			}
 			entry.sent += len(run)
 			pid = entry.pid

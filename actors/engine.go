@@ -62,6 +62,8 @@ type Options struct {
 type Stats struct {
 	Claimed, Delivered, Retried, Dead, Released, LostClaims atomic.Int64
 	InFlight                                                atomic.Int64
+	// KeyActors is how many key actors are alive.
+	KeyActors atomic.Int64
 	// ClaimStatements and CompleteStatements count round trips.
 	ClaimStatements, CompleteStatements atomic.Int64
 	// ClaimTime and CompleteTime add up the statements' durations.

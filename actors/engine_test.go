@@ -249,6 +249,15 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 	if e.Stats.Retried.Load() == 0 {
 		t.Fatal("no retry happened; the test proves nothing")
 	}
+	// Idle key actors stop (keyIdleMs is 200 ms here): memory follows the
+	// active keys, not every key ever seen.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.Stats.KeyActors.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.Stats.KeyActors.Load(); n != 0 {
+		t.Fatalf("%d key actors still alive long after their keys went idle", n)
+	}
 }
 
 // Every mailbox of size 1: everything is delivered, in order, no deadlock.

@@ -43,14 +43,15 @@ type keyActor struct {
 	lost     map[uuid.UUID]bool
 	draining bool
 	done     int
-	// idleGen counts the steps; an idle check from an older step is stale.
-	// (protoactor's own receive timeout races with the mailbox under the
-	// race detector, so key actors keep their own timer.)
-	idleGen int
+	// lastActive and idleTimer detect idleness: one timer per actor at most,
+	// rearmed for the rest of the period when it fires early. (protoactor's
+	// own receive timeout races with the mailbox under the race detector.)
+	lastActive time.Time
+	idleTimer  *time.Timer
 }
 
-// idleCheck arrives keyIdle after a step that left the actor with nothing.
-type idleCheck struct{ gen int }
+// idleCheck is the idle timer firing.
+type idleCheck struct{}
 
 func newKeyActor(e *Engine, key string) *keyActor {
 	return &keyActor{e: e, key: key, lost: map[uuid.UUID]bool{}}
@@ -72,23 +73,38 @@ func (k *keyActor) Receive(ctx actor.Context) {
 		k.draining = true
 		k.releaseQueue(&out)
 	case *idleCheck:
-		if m.gen == k.idleGen && k.cur == nil && len(k.queue) == 0 {
-			e, key, self, done := k.e, k.key, ctx.Self(), k.done
-			// From a goroutine: the claimer may be waiting on this mailbox.
-			go e.send(e.claimer, &keyIdle{key: key, pid: self, done: done})
+		k.idleTimer = nil
+		if k.cur != nil || len(k.queue) > 0 {
+			return // busy: the next idle step arms the timer again
+		}
+		if rest := k.e.opts.KeyIdle - time.Since(k.lastActive); rest > 0 {
+			k.armIdle(ctx, rest)
+			return
+		}
+		e, key, self, done := k.e, k.key, ctx.Self(), k.done
+		// From a goroutine: the claimer may be waiting on this mailbox.
+		go e.send(e.claimer, &keyIdle{key: key, pid: self, done: done})
+		return
+	case *actor.Stopping:
+		if k.idleTimer != nil {
+			k.idleTimer.Stop()
 		}
 		return
-	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	case *actor.Started, *actor.Stopped, *actor.Restarting:
 		return
 	}
 	k.next(ctx, &out)
 	k.done += out.count()
 	out.sendTo(ctx, k.e)
-	k.idleGen++
-	if k.cur == nil && len(k.queue) == 0 {
-		e, self, gen := k.e, ctx.Self(), k.idleGen
-		time.AfterFunc(e.opts.KeyIdle, func() { e.send(self, &idleCheck{gen: gen}) })
+	k.lastActive = time.Now()
+	if k.cur == nil && len(k.queue) == 0 && k.idleTimer == nil {
+		k.armIdle(ctx, k.e.opts.KeyIdle)
 	}
+}
+
+func (k *keyActor) armIdle(ctx actor.Context, after time.Duration) {
+	e, self := k.e, ctx.Self()
+	k.idleTimer = time.AfterFunc(after, func() { e.send(self, &idleCheck{}) })
 }
 
 // next starts the next delivery if none is running.
