@@ -48,6 +48,7 @@ type leaseKeeper struct {
 	leases   map[uuid.UUID]*lease // by token
 	perLease map[uuid.UUID]int
 	renewing bool
+	failing  bool // renewals are failing (logged once, and once when they work again)
 }
 
 func newLeaseKeeper(e *Engine) *leaseKeeper {
@@ -85,8 +86,15 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 	case *renewDone:
 		k.renewing = false
 		if m.err != nil {
-			k.e.log.Warn("lease renewal failed; deliveries stop starting when the trust window ends", "error", m.err)
+			if !k.failing {
+				k.failing = true
+				k.e.log.Warn("lease renewal failing; deliveries stop starting when a claim's trust window ends", "error", m.err)
+			}
 			return
+		}
+		if k.failing {
+			k.failing = false
+			k.e.log.Info("lease renewal working again")
 		}
 		for _, l := range m.leases {
 			l.extend(m.sentAt, k.e.opts.Lease)
