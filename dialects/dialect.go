@@ -260,6 +260,10 @@ type MigrationSession interface {
 	Close(ctx context.Context) error
 }
 
+// ErrNoTable means the outbox table does not exist: the migrations have not
+// run against this database, schema and table name.
+var ErrNoTable = errors.New("the outbox table does not exist")
+
 // ErrNotSupported is returned by methods that a dialect cannot offer.
 var ErrNotSupported = errors.New("not supported by this database")
 

@@ -334,6 +334,10 @@ func TestStatusDeadListAndReplay(t *testing.T) {
 destinations: { n: { type: "null" } }
 routes: [ { topicPattern: "order.#", destination: n } ]
 `, dbURL))
+	// Before the migrations, status says what to do.
+	if _, stderr, code := run(t, "status", "--config", cfg); code != 1 || !strings.Contains(stderr, "the outbox table does not exist") || !strings.Contains(stderr, "queuebox migrate up") {
+		t.Fatalf("status before migrate: %d %s", code, stderr)
+	}
 	if _, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
 		t.Fatal(stderr)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/queuebox/queuebox/bootstrap"
+	"github.com/queuebox/queuebox/dialects"
 )
 
 func main() {
@@ -15,7 +16,11 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "queuebox: "+err.Error())
+	msg := err.Error()
+	if errors.Is(err, dialects.ErrNoTable) {
+		msg += "; run `queuebox migrate up` (with the same --config) to create it, or check database.schema and database.outboxTableName"
+	}
+	fmt.Fprintln(os.Stderr, "queuebox: "+msg)
 	os.Exit(exitCode(err))
 }
 

@@ -60,7 +60,9 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	if opts.MaxConnections > 0 {
 		cfg.MaxConns = int32(opts.MaxConnections)
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "queuebox"
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "queuebox"
+	}
 	// Custom plans for every statement: a generic plan cannot see how many
 	// ids an array holds, and statistics of the small, transient set of
 	// processing rows are always stale. A generic plan of OutboxComplete ran
@@ -92,7 +94,8 @@ func (d *Dialect) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
+	defer func() { err = noTable(err) }()
 	if p.Limit <= 0 {
 		return nil, nil
 	}
@@ -223,7 +226,8 @@ func filterArgs(f dialects.Filter, defaultStates []dialects.State) []any {
 
 const selectChunk = 5000
 
-func (d *Dialect) OutboxReplay(ctx context.Context, f dialects.Filter, dryRun bool) (int, error) {
+func (d *Dialect) OutboxReplay(ctx context.Context, f dialects.Filter, dryRun bool) (_ int, err error) {
+	defer func() { err = noTable(err) }()
 	args := filterArgs(f, dialects.ReplayDefaultStates(f))
 	states := args[0]
 	total := 0
@@ -265,7 +269,8 @@ func (d *Dialect) OutboxReplay(ctx context.Context, f dialects.Filter, dryRun bo
 	}
 }
 
-func (d *Dialect) OutboxList(ctx context.Context, f dialects.Filter, limit int) ([]dialects.ListedRow, error) {
+func (d *Dialect) OutboxList(ctx context.Context, f dialects.Filter, limit int) (_ []dialects.ListedRow, err error) {
+	defer func() { err = noTable(err) }()
 	args := filterArgs(f, []dialects.State{dialects.Dead})
 	// Topic patterns are matched in Go: read in pages until limit rows match.
 	var out []dialects.ListedRow
@@ -309,8 +314,18 @@ func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (i
 	return deleted, *next, nil
 }
 
-func (d *Dialect) OutboxStats(ctx context.Context) (dialects.Stats, error) {
-	st := dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
+// noTable maps "relation does not exist" to dialects.ErrNoTable.
+func noTable(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, pgErr.Message)
+	}
+	return err
+}
+
+func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error) {
+	defer func() { err = noTable(err) }()
+	st = dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
 	for _, s := range dialects.States {
 		st.Rows[s] = 0
 	}
