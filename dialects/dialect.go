@@ -264,6 +264,9 @@ type MigrationSession interface {
 // run against this database, schema and table name.
 var ErrNoTable = errors.New("the outbox table does not exist")
 
+// ErrUnreachable means the database did not accept a connection.
+var ErrUnreachable = errors.New("could not reach the database")
+
 // ErrNotSupported is returned by methods that a dialect cannot offer.
 var ErrNotSupported = errors.New("not supported by this database")
 

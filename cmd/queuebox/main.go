@@ -17,8 +17,11 @@ func main() {
 		return
 	}
 	msg := err.Error()
-	if errors.Is(err, dialects.ErrNoTable) {
+	switch {
+	case errors.Is(err, dialects.ErrNoTable):
 		msg += "; run `queuebox migrate up` (with the same --config) to create it, or check database.schema and database.outboxTableName"
+	case errors.Is(err, dialects.ErrUnreachable):
+		msg += " (check database.url, or QUEUEBOX_DATABASE_URL, and that the server runs)"
 	}
 	fmt.Fprintln(os.Stderr, "queuebox: "+msg)
 	os.Exit(exitCode(err))

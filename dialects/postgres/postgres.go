@@ -90,7 +90,7 @@ func (d *Dialect) Name() string          { return "postgresql" }
 func (d *Dialect) Names() dialects.Names { return d.names }
 func (d *Dialect) Close()                { d.pool.Close() }
 
-func (d *Dialect) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
+func (d *Dialect) Ping(ctx context.Context) error { return noTable(d.pool.Ping(ctx)) }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
@@ -314,11 +314,19 @@ func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (i
 	return deleted, *next, nil
 }
 
-// noTable maps "relation does not exist" to dialects.ErrNoTable.
+// noTable maps native errors that a user can act on to the seam's own:
+// "relation does not exist" to dialects.ErrNoTable, a failed connection to
+// dialects.ErrUnreachable (with the driver's last line, which names the
+// address and the reason).
 func noTable(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, pgErr.Message)
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		lines := strings.Split(strings.TrimSpace(ce.Error()), "\n")
+		return fmt.Errorf("%w: %s", dialects.ErrUnreachable, strings.TrimSpace(lines[len(lines)-1]))
 	}
 	return err
 }
@@ -439,9 +447,8 @@ func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigra
 	if err == nil {
 		out, err = pgx.CollectRows(rows, scanApplied)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: nothing applied
-		return nil, nil
+	if err = noTable(err); errors.Is(err, dialects.ErrNoTable) {
+		return nil, nil // no history table: nothing applied
 	}
 	return out, err
 }
@@ -457,7 +464,7 @@ func scanApplied(r pgx.CollectableRow) (dialects.AppliedMigration, error) {
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, noTable(err)
 	}
 	lockKey := "queuebox.migrate." + d.names.Schema + "." + d.names.Outbox
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", lockKey); err != nil {
