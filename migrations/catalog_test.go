@@ -65,17 +65,23 @@ var seedIndexes = []seedIndex{
 	{"idx_outbox_key_sequence", []string{"key", "sequence"}, false, []string{"pending", "processing"}},
 }
 
-func migrated(t *testing.T, names dialects.Names) (*postgres.Dialect, string) {
+// fresh opens a dialect on a new, empty schema; its URL is returned too.
+func fresh(t *testing.T, names dialects.Names) (*postgres.Dialect, string, string) {
 	t.Helper()
 	schema, url := testdb.Schema(t)
 	names.Schema = schema
-	ctx := context.Background()
-	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	if _, err := migrations.Up(ctx, d); err != nil {
+	return d, schema, url
+}
+
+func migrated(t *testing.T, names dialects.Names) (*postgres.Dialect, string) {
+	t.Helper()
+	d, schema, _ := fresh(t, names)
+	if _, err := migrations.Up(context.Background(), d); err != nil {
 		t.Fatalf("migrate up: %v", err)
 	}
 	return d, schema
@@ -321,15 +327,8 @@ func TestMigrateIdempotentAndConcurrent(t *testing.T) {
 // V11 numbers the rows that exist in created_at order.
 func TestV11NumbersExistingRows(t *testing.T) {
 	t.Parallel()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
+	d, schema, _ := fresh(t, dialects.DefaultNames())
 	ctx := context.Background()
-	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
 	if _, err := migrations.UpTo(ctx, d, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -375,15 +374,9 @@ func TestV11NumbersExistingRows(t *testing.T) {
 // and a role without CREATE rights can check a migrated one.
 func TestStatusOnlyReads(t *testing.T) {
 	t.Parallel()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
+	d, schema, url := fresh(t, dialects.DefaultNames())
+	names := d.Names()
 	ctx := context.Background()
-	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
 	current, err := migrations.Current(ctx, d)
 	if err != nil || current {
 		t.Fatalf("an empty schema: current=%v err=%v", current, err)
