@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -12,18 +13,32 @@ import (
 
 func timeNow() time.Time { return time.Now() }
 
-// startBackground starts the tickers (claim poll, lease renewal), the
-// notifier and the janitor. They are goroutines, not actors: they only ever
-// send to actors, so no mailbox waits on them.
+// startBackground starts the tickers of the claim poll and the lease
+// renewal. They only ever send to actors, so no mailbox waits on them.
 func (e *Engine) startBackground() {
 	e.every(e.opts.PollInterval, func() { e.send(e.claimer, &claimTick{}) })
 	e.every(e.opts.Lease/3, func() { e.send(e.leaseKeeper, &renewTick{}) })
-	if e.opts.Notify {
-		e.bg.Add(1)
-		go e.notifier()
+}
+
+// loopActor is the Notifier or the Janitor: an actor under the engine
+// supervisor that owns one long-running loop. The loop talks to the
+// database and only sends to other actors; it ends with the engine's
+// background context, and the engine waits for it on stop.
+type loopActor struct {
+	e    *Engine
+	loop func()
+}
+
+func (a *loopActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		a.e.bg.Add(1)
+		go a.loop()
+	case *whereAreYou:
+		// Engine.Start waits for this answer, so the loop is counted in
+		// the engine's WaitGroup before Stop can wait on it.
+		ctx.Respond(true)
 	}
-	e.bg.Add(1)
-	go e.janitor()
 }
 
 func (e *Engine) every(d time.Duration, f func()) {
@@ -43,7 +58,8 @@ func (e *Engine) every(d time.Duration, f func()) {
 	}()
 }
 
-// notifier LISTENs for inserts and wakes the claimer. A wake while a claim
+// notifier is the Notifier's loop: it LISTENs for inserts and wakes the
+// claimer. A wake while a claim
 // runs makes the claimer claim again as soon as it returns.
 func (e *Engine) notifier() {
 	defer e.bg.Done()
@@ -69,8 +85,8 @@ func (e *Engine) notifier() {
 	}
 }
 
-// janitor returns expired leases to pending and deletes old rows in small
-// batches.
+// janitor is the Janitor's loop: it returns expired leases to pending and
+// deletes old rows in small batches.
 func (e *Engine) janitor() {
 	defer e.bg.Done()
 	release := time.NewTicker(max(e.opts.Lease/3, 100*time.Millisecond))

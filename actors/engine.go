@@ -170,9 +170,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.root = pid
 	// The supervisor spawns its children in Started; wait until it has.
-	f := e.system.Root.RequestFuture(pid, &whereAreYou{}, 10*time.Second)
-	if _, err := f.Result(); err != nil {
+	res, err := e.system.Root.RequestFuture(pid, &whereAreYou{}, 10*time.Second).Result()
+	if err != nil {
 		return fmt.Errorf("engine did not start: %w", err)
+	}
+	for _, loop := range res.(*children).loops {
+		if _, err := e.system.Root.RequestFuture(loop, &whereAreYou{}, 10*time.Second).Result(); err != nil {
+			return fmt.Errorf("engine did not start: %w", err)
+		}
 	}
 	e.startBackground()
 	e.log.Info("engine started", "batchSize", e.opts.BatchSize, "maxInFlight", e.opts.MaxInFlight,

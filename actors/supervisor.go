@@ -18,6 +18,7 @@ type whereAreYou struct{}
 
 type children struct {
 	claimer, completer, leaseKeeper, pool, sinks *actor.PID
+	loops                                        []*actor.PID
 }
 
 func (s *supervisorActor) Receive(c actor.Context) {
@@ -41,6 +42,10 @@ func (s *supervisorActor) Receive(c actor.Context) {
 		k.claimer = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newClaimer(e) },
 			actor.WithMailbox(mailbox(mb.Claimer))), "claimer")
 		e.claimer = k.claimer
+		if e.opts.Notify {
+			k.loops = append(k.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &loopActor{e: e, loop: e.notifier} }), "notifier"))
+		}
+		k.loops = append(k.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &loopActor{e: e, loop: e.janitor} }), "janitor"))
 		s.kids = k
 	case *whereAreYou:
 		c.Respond(s.kids)
