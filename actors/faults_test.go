@@ -63,10 +63,7 @@ func TestDatabaseRestart(t *testing.T) {
 	}
 	recv.WaitDelivered(t, len(all), 2*time.Minute)
 	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
-	problems, dups := recv.OrderReport()
-	for _, p := range problems[:min(10, len(problems))] {
-		t.Error(p)
-	}
+	dups := recv.CheckOrder(t)
 	t.Logf("%d duplicates after the restart (rows whose outcome was in flight)", dups)
 	if !e.Ready() {
 		t.Error("the engine does not report ready after the database came back")
@@ -116,10 +113,7 @@ func TestDestinationOutage(t *testing.T) {
 	if strings.Count(logs, "destination failing") != 1 || strings.Count(logs, "destination delivering again") != 1 {
 		t.Errorf("want one line for the outage and one for the recovery:\n%s", logs)
 	}
-	problems, _ := recv.OrderReport()
-	for _, p := range problems[:min(10, len(problems))] {
-		t.Error(p)
-	}
+	recv.CheckOrder(t)
 }
 
 // A claim that the database no longer holds (another replica took the row
@@ -259,10 +253,7 @@ func TestTrustWindowStopsDeliveriesWithoutRenewal(t *testing.T) {
 	if e.Stats.Claimed.Load() <= 10 {
 		t.Fatalf("claimed %d times for 10 rows: the handed-back rows were not claimed again", e.Stats.Claimed.Load())
 	}
-	problems, dups := recv.OrderReport()
-	for _, p := range problems {
-		t.Error(p)
-	}
+	dups := recv.CheckOrder(t)
 	if dups != 0 {
 		t.Errorf("%d duplicates: a row was delivered after its trust window", dups)
 	}

@@ -156,6 +156,17 @@ func (r *Receiver) OrderReport() (problems []string, duplicates int) {
 	return problems, duplicates
 }
 
+// CheckOrder reports the first order problems as test errors and returns
+// the number of duplicates.
+func (r *Receiver) CheckOrder(t testing.TB) (duplicates int) {
+	t.Helper()
+	problems, duplicates := r.OrderReport()
+	for _, p := range problems[:min(10, len(problems))] {
+		t.Error(p)
+	}
+	return duplicates
+}
+
 // JSONField reads a top-level number from a request body.
 func JSONField(body []byte, name string) int {
 	var m map[string]any
