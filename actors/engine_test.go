@@ -98,6 +98,12 @@ func newHarness(t testing.TB) *harness {
 	}}
 }
 
+// routeAllTo sends every topic to one destination.
+func (h *harness) routeAllTo(f actors.SinkFactory) {
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "dest")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"dest": f}
+}
+
 func route(pattern, dest string) routing.Route {
 	p, err := routing.CompilePattern(pattern)
 	if err != nil {
@@ -198,8 +204,7 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	recv := testrecv.New(t, failPolicy)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
-	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/{{ topic }}", nil)}
+	h.routeAllTo(httpDest(t, recv.URL+"/{{ topic }}", nil))
 	fail := func(i int) int {
 		switch i % 10 {
 		case 3:
@@ -419,8 +424,7 @@ func TestStopDrains(t *testing.T) {
 	h := newHarness(t)
 	recv := testrecv.New(t, nil)
 	recv.SetDelay(300 * time.Millisecond)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
-	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.UnorderedConcurrency = 5
 	h.insert(rows(10, 20, 100, func(int) int { return 0 }))
 	e := h.start()

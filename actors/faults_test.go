@@ -49,8 +49,7 @@ func TestDatabaseRestart(t *testing.T) {
 	h.opts.Lease = 3 * time.Second
 	recv := testrecv.New(t, nil)
 	recv.SetDelay(time.Millisecond)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
-	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.BatchSize, h.opts.UnorderedConcurrency = 20, 4
 	all := rows(20, 40, 200, func(int) int { return 0 })
 	h.insert(all)
@@ -130,8 +129,7 @@ func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
 		return 200, "", nil
 	})
 	defer close(release)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
-	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
 	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`)}, {Topic: "t", Key: str("k"), Payload: []byte(`{}`)}})
 	e := h.start()
@@ -166,8 +164,7 @@ func TestNotifyWakesTheClaimer(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	recv := testrecv.New(t, nil)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
-	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.PollInterval = time.Hour
 	h.start()
 	time.Sleep(300 * time.Millisecond) // the first (empty) claim and LISTEN are done
@@ -242,8 +239,7 @@ func TestTrustWindowStopsDeliveriesWithoutRenewal(t *testing.T) {
 	recv.SetDelay(250 * time.Millisecond)
 	h.opts.Dialect = failingRenewals{h.d}
 	h.opts.Lease = time.Second // trusted for 800 ms after each claim
-	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
-	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", nil)}
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.insert(rows(1, 10, 0, func(int) int { return 0 }))
 	e := h.start()
 	h.waitState(dialects.Delivered, 10, time.Minute)
