@@ -146,7 +146,7 @@ func (e *Engine) purge() {
 		total := 0
 		for e.bgCtx.Err() == nil {
 			ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
-			n, err := e.opts.Dialect.OutboxPurge(ctx, p.state, p.age, r.BatchSize)
+			n, err := e.opts.Dialect.OutboxPurge(ctx, dialects.PurgeParams{State: p.state, OlderThan: p.age, Batch: r.BatchSize})
 			cancel()
 			if err != nil {
 				e.log.Warn("retention delete failed", "state", p.state, "error", err)

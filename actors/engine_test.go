@@ -335,7 +335,7 @@ func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
 	if st.Rows[dialects.Pending] != 0 || st.Rows[dialects.Processing] != 0 {
 		t.Fatalf("rows left behind: %v", st.Rows)
 	}
-	dead, err := h.d.OutboxList(context.Background(), dialects.Filter{}, 100)
+	dead, _, err := dialects.List(context.Background(), h.d, dialects.Filter{}, nil, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestSecretsNeverLeakAndErrorsAreCut(t *testing.T) {
 	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`), MaxAttempts: &one}})
 	h.start()
 	h.waitState(dialects.Dead, 1, time.Minute)
-	dead, _ := h.d.OutboxList(context.Background(), dialects.Filter{}, 1)
+	dead, _, _ := dialects.List(context.Background(), h.d, dialects.Filter{}, nil, 1)
 	le := *dead[0].LastError
 	if strings.Contains(le, secret) || !strings.Contains(le, "[REDACTED]") {
 		t.Fatalf("last_error leaks or lacks the redaction: %q", le[:min(120, len(le))])

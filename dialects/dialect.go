@@ -171,6 +171,55 @@ type ListedRow struct {
 	LastError     *string
 }
 
+// Cursor is a position in a listing, newest update first: the listing goes
+// on with the rows updated before UpdatedAt (or at it, with a smaller
+// sequence).
+type Cursor struct {
+	UpdatedAt time.Time
+	Sequence  int64
+}
+
+// CursorOf returns the cursor just past r.
+func CursorOf(r ListedRow) Cursor { return Cursor{UpdatedAt: r.UpdatedAt, Sequence: r.Sequence} }
+
+// ListParams are the inputs of one page of OutboxList.
+type ListParams struct {
+	// Filter selects the rows; its TopicMatch is ignored by dialects (List
+	// applies it above them). Empty States means dead.
+	Filter Filter
+	// After, when set, continues a listing past this cursor.
+	After *Cursor
+	// Limit is the most rows of the page.
+	Limit int
+}
+
+// SelectParams are the inputs of one chunk of OutboxSelect.
+type SelectParams struct {
+	// Filter selects the rows; its TopicMatch is ignored by dialects. Its
+	// States must be set.
+	Filter Filter
+	// AfterSequence continues past this sequence (keyset, oldest first).
+	AfterSequence int64
+	Limit         int
+}
+
+// Selected is a row that OutboxSelect found: enough to filter by topic and
+// to replay it.
+type Selected struct {
+	ID       uuid.UUID
+	Topic    string
+	Sequence int64
+}
+
+// PurgeParams are the inputs of one retention delete.
+type PurgeParams struct {
+	State State
+	// OlderThan is the age, measured from updated_at on the database clock.
+	OlderThan time.Duration
+	// Batch is the most rows one statement deletes.
+	Batch int
+}
+
 // Stats summarises the outbox table.
 type Stats struct {
 	Rows map[State]int64
@@ -180,15 +229,12 @@ type Stats struct {
 	DeadByTopic   map[string]int64
 }
 
-// Dialect is every statement QueueBox runs against its database.
+// Engine is what the relay's engine runs, on its hot path and in the
+// background: claims, lease renewals, completions, releases, retention.
 //
 // Implementations are safe for concurrent use. Every method measures time on
 // the database clock.
-type Dialect interface {
-	// Name is "postgresql" or "sqlserver".
-	Name() string
-	Names() Names
-
+type Engine interface {
 	// OutboxClaim claims up to p.Limit claimable rows (see the package doc)
 	// and returns them ordered by key, then sequence.
 	OutboxClaim(ctx context.Context, p ClaimParams) ([]Row, error)
@@ -202,40 +248,66 @@ type Dialect interface {
 	// passed (or that have none) to pending, attempt unchanged, except rows of
 	// the claims in keep: the caller still holds those and will write them.
 	OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error)
-	// OutboxReplay puts the selected dead (or delivered) rows back to
-	// pending; it never touches a processing row. With dryRun it only counts.
-	OutboxReplay(ctx context.Context, f Filter, dryRun bool) (int, error)
-	// OutboxPurge deletes up to batch rows in state that were last updated
-	// more than olderThan ago.
-	OutboxPurge(ctx context.Context, state State, olderThan time.Duration, batch int) (int, error)
+	// OutboxPurge deletes up to p.Batch rows in p.State that were last
+	// updated more than p.OlderThan ago.
+	OutboxPurge(ctx context.Context, p PurgeParams) (int, error)
 	// KeyLocksPrune deletes up to limit entries of the producer-ordering lock
 	// table, after the key after, whose key has no pending or processing
 	// row. It returns how many it deleted and the last key it looked at
 	// ("" when it reached the end). ErrNotSupported where there is no such
 	// table.
 	KeyLocksPrune(ctx context.Context, after string, limit int) (deleted int, next string, err error)
-	// OutboxStats counts rows per state and dead rows per topic.
-	OutboxStats(ctx context.Context) (Stats, error)
-	// OutboxList lists rows matching f, newest update first.
-	OutboxList(ctx context.Context, f Filter, limit int) ([]ListedRow, error)
-	// OutboxInsert inserts rows the way an application would, in one
-	// transaction.
-	OutboxInsert(ctx context.Context, rows []NewRow) error
-
 	// Listen blocks until ctx ends, calling wake whenever rows may have
 	// arrived. It returns ErrNotSupported where the database has no
 	// notifications.
 	Listen(ctx context.Context, wake func()) error
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
+}
 
+// Operator is what people who run QueueBox use, through the command line
+// and the admin API: counts, listings, replay, and inserts as an application
+// makes them (the dev mode, benchmarks and tests).
+type Operator interface {
+	// OutboxStats counts rows per state and dead rows per topic.
+	OutboxStats(ctx context.Context) (Stats, error)
+	// OutboxList returns one page of rows matching p.Filter (all but its
+	// TopicMatch), newest update first. List applies the topic pattern.
+	OutboxList(ctx context.Context, p ListParams) ([]ListedRow, error)
+	// OutboxSelect returns one chunk of rows matching p.Filter (all but its
+	// TopicMatch), oldest first by sequence. Replay walks it.
+	OutboxSelect(ctx context.Context, p SelectParams) ([]Selected, error)
+	// OutboxReplayIDs puts the rows ids that are in one of states back to
+	// pending (attempt 0, no error, due now); never a processing row.
+	OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []State) (int, error)
+	// OutboxInsert inserts rows the way an application would, in one
+	// transaction.
+	OutboxInsert(ctx context.Context, rows []NewRow) error
+}
+
+// Migrator is what the migration runner needs: the dialect's quoting, for
+// rendering the migration templates, and the migration history.
+type Migrator interface {
+	// Name is "postgresql" or "sqlserver": the folder of its migrations.
+	Name() string
+	// Names are the configured table and column names.
+	Names() Names
+	// Quoting quotes identifiers and literals in this database's syntax.
+	Quoting() Quoting
 	// MigrationHistory reads the applied migrations without a lock and
 	// without creating anything: nil when the history table does not exist.
 	MigrationHistory(ctx context.Context) ([]AppliedMigration, error)
 	// MigrationSession takes the migration lock and returns a session that
 	// applies migrations under it.
 	MigrationSession(ctx context.Context) (MigrationSession, error)
+}
 
+// Dialect is every statement QueueBox runs against its database, grouped by
+// who runs it.
+type Dialect interface {
+	Engine
+	Operator
+	Migrator
 	Close()
 }
 
@@ -247,15 +319,23 @@ type AppliedMigration struct {
 	AppliedAt time.Time
 }
 
+// ApplyParams are one migration, rendered and split into batches.
+type ApplyParams struct {
+	Version  int
+	Name     string
+	Checksum string
+	Batches  []string
+}
+
 // MigrationSession holds the migration lock of one database: two processes
 // migrating at once serialise on it.
 type MigrationSession interface {
-	// Applied lists the applied migrations, creating the history table when
-	// it is missing.
+	// Applied lists the applied migrations, creating the history table (and
+	// the schema) when missing.
 	Applied(ctx context.Context) ([]AppliedMigration, error)
 	// Apply runs the batches of one migration and records it, in one
 	// transaction.
-	Apply(ctx context.Context, version int, name, checksum string, batches []string) error
+	Apply(ctx context.Context, p ApplyParams) error
 	// Close releases the lock.
 	Close(ctx context.Context) error
 }

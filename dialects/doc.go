@@ -1,9 +1,23 @@
 // Package dialects is the seam between QueueBox and its database.
 //
-// Every SQL statement the engine runs lives behind the Dialect interface, one
-// method per statement, named noun-first (OutboxClaim, OutboxRenewLeases,
-// OutboxComplete, ...). The postgres and sqlserver packages implement it; the
-// dialecttest package is one conformance suite that both must pass.
+// Every SQL statement QueueBox runs lives behind this seam, one method per
+// statement, named noun-first (OutboxClaim, OutboxRenewLeases,
+// OutboxComplete, ...), in three interfaces by who uses them: Engine (the
+// relay's claims, renewals, completions, releases and retention), Operator
+// (counts, listings, replay and inserts for the command line and the admin
+// API) and Migrator (quoting and the migration history for the migration
+// runner). Dialect is all three. The postgres and sqlserver packages
+// implement it; the dialecttest package is one conformance suite that both
+// must pass. Methods with more than two arguments take a *Params struct.
+//
+// Each dialect keeps its statements in one embedded queries.sql, read into a
+// typed catalog (a struct with one field per statement) when the dialect
+// opens: a statement without a field, or a field without a statement, fails
+// there. Loops that are the same on every database are written once here,
+// above the dialects: Replay and List walk the selection in chunks and apply
+// topic patterns in Go; the migration session runs over a small Conn that
+// each dialect adapts its driver to. Native errors a user can act on are
+// mapped to ErrNoTable and ErrUnreachable.
 //
 // # Names
 //

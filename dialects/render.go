@@ -2,8 +2,11 @@ package dialects
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
+	"sort"
 	"strings"
 	"text/template"
 )
@@ -67,9 +70,45 @@ func Render(name, text string, funcs template.FuncMap) (string, error) {
 	return b.String(), nil
 }
 
-// LoadQueries reads a file of named queries, each introduced by a line
-// "-- name: OutboxClaim", and renders every one with funcs.
-func LoadQueries(fsys fs.FS, file string, funcs template.FuncMap) (map[string]string, error) {
+// LoadCatalog reads a file of named statements, each introduced by a line
+// "-- name: OutboxClaim", renders every one with funcs, and stores each in
+// the string field of the same name of the struct that catalog points to.
+// Every field must have a statement and every statement a field: a typo on
+// either side fails here, when the dialect opens, not when a statement
+// first runs.
+func LoadCatalog(fsys fs.FS, file string, funcs template.FuncMap, catalog any) error {
+	v := reflect.ValueOf(catalog)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("catalog: want a pointer to a struct, got %T", catalog)
+	}
+	v = v.Elem()
+	stmts, err := loadStatements(fsys, file, funcs)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for name := range stmts {
+		if f := v.FieldByName(name); !f.IsValid() || f.Kind() != reflect.String {
+			problems = append(problems, fmt.Sprintf("%s names statement %s, which %T has no field for", file, name, catalog))
+		}
+	}
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		sql, ok := stmts[name]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s has no statement %s", file, name))
+			continue
+		}
+		v.Field(i).SetString(sql)
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func loadStatements(fsys fs.FS, file string, funcs template.FuncMap) (map[string]string, error) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return nil, err
@@ -80,6 +119,9 @@ func LoadQueries(fsys fs.FS, file string, funcs template.FuncMap) (map[string]st
 	flush := func() error {
 		if name == "" {
 			return nil
+		}
+		if _, dup := out[name]; dup {
+			return fmt.Errorf("%s names statement %s twice", file, name)
 		}
 		sql, err := Render(name, body.String(), funcs)
 		if err != nil {
@@ -108,4 +150,15 @@ func LoadQueries(fsys fs.FS, file string, funcs template.FuncMap) (map[string]st
 		return nil, err
 	}
 	return out, nil
+}
+
+// Statements lists a catalog's statements by name (for tests that check
+// every statement).
+func Statements(catalog any) map[string]string {
+	v := reflect.Indirect(reflect.ValueOf(catalog))
+	out := make(map[string]string, v.NumField())
+	for i := range v.NumField() {
+		out[v.Type().Field(i).Name] = v.Field(i).String()
+	}
+	return out
 }

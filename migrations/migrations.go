@@ -23,8 +23,6 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
-	"github.com/queuebox/queuebox/dialects/sqlserver"
 )
 
 //go:embed postgresql/*.sql sqlserver/*.sql
@@ -79,24 +77,11 @@ func Latest(dialect string) int {
 	return ms[len(ms)-1].Version
 }
 
-func quoting(dialect string) (dialects.Quoting, error) {
-	switch dialect {
-	case "postgresql":
-		return postgres.Quoting, nil
-	case "sqlserver":
-		return sqlserver.Quoting, nil
-	}
-	return dialects.Quoting{}, fmt.Errorf("unknown dialect %q", dialect)
-}
-
 var goLine = regexp.MustCompile(`(?mi)^\s*GO\s*$`)
 
-// Render renders a migration for names and splits it into batches.
-func Render(dialect string, m Migration, names dialects.Names) ([]string, error) {
-	q, err := quoting(dialect)
-	if err != nil {
-		return nil, err
-	}
+// Render renders a migration of a dialect ("postgresql" or "sqlserver") with
+// its quoting for names, and splits it into batches.
+func Render(dialect string, q dialects.Quoting, m Migration, names dialects.Names) ([]string, error) {
 	sql, err := dialects.Render(fmt.Sprintf("V%d__%s", m.Version, m.Name), m.Template, dialects.TemplateFuncs(names, q))
 	if err != nil {
 		return nil, err
@@ -136,11 +121,11 @@ type Status struct {
 }
 
 // Up applies every pending migration.
-func Up(ctx context.Context, d dialects.Dialect) ([]Status, error) { return UpTo(ctx, d, 1<<30) }
+func Up(ctx context.Context, d dialects.Migrator) ([]Status, error) { return UpTo(ctx, d, 1<<30) }
 
 // UpTo applies pending migrations up to and including target, and returns
 // those it applied.
-func UpTo(ctx context.Context, d dialects.Dialect, target int) ([]Status, error) {
+func UpTo(ctx context.Context, d dialects.Migrator, target int) ([]Status, error) {
 	ms, err := Load(d.Name())
 	if err != nil {
 		return nil, err
@@ -163,11 +148,11 @@ func UpTo(ctx context.Context, d dialects.Dialect, target int) ([]Status, error)
 		if m.Version > target || done[m.Version] {
 			continue
 		}
-		batches, err := Render(d.Name(), m, d.Names())
+		batches, err := Render(d.Name(), d.Quoting(), m, d.Names())
 		if err != nil {
 			return out, err
 		}
-		if err := s.Apply(ctx, m.Version, m.Name, m.Checksum, batches); err != nil {
+		if err := s.Apply(ctx, dialects.ApplyParams{Version: m.Version, Name: m.Name, Checksum: m.Checksum, Batches: batches}); err != nil {
 			return out, fmt.Errorf("migration V%d (%s) failed, nothing of it was applied: %w", m.Version, m.Name, err)
 		}
 		out = append(out, Status{Version: m.Version, Name: m.Name, Applied: true, AppliedAt: time.Now()})
@@ -177,7 +162,7 @@ func UpTo(ctx context.Context, d dialects.Dialect, target int) ([]Status, error)
 
 // StatusOf lists every bundled migration and whether it is applied. It only
 // reads: no lock, nothing created, so a least-privilege user can run it.
-func StatusOf(ctx context.Context, d dialects.Dialect) ([]Status, error) {
+func StatusOf(ctx context.Context, d dialects.Migrator) ([]Status, error) {
 	ms, err := Load(d.Name())
 	if err != nil {
 		return nil, err
@@ -202,7 +187,7 @@ func StatusOf(ctx context.Context, d dialects.Dialect) ([]Status, error) {
 }
 
 // Current reports whether every bundled migration is applied.
-func Current(ctx context.Context, d dialects.Dialect) (bool, error) {
+func Current(ctx context.Context, d dialects.Migrator) (bool, error) {
 	st, err := StatusOf(ctx, d)
 	if err != nil {
 		return false, err

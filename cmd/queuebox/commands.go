@@ -328,7 +328,7 @@ func replayCmd() *cobra.Command {
 				return &usageError{fmt.Errorf("say which rows: --id, or at least one filter (--state dead replays every dead row)")}
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				n, err := d.OutboxReplay(ctx, flt, dryRun)
+				n, err := dialects.Replay(ctx, d, flt, dryRun)
 				if err != nil {
 					return err
 				}
@@ -359,7 +359,7 @@ func deadCmd() *cobra.Command {
 				return err
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				rows, err := d.OutboxList(ctx, flt, limit)
+				rows, _, err := dialects.List(ctx, d, flt, nil, limit)
 				if err != nil {
 					return err
 				}

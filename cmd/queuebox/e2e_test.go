@@ -451,7 +451,7 @@ log: { level: debug }
 	deadline := time.Now().Add(30 * time.Second)
 	var listed []dialects.ListedRow
 	for len(listed) == 0 && time.Now().Before(deadline) {
-		listed, _ = d.OutboxList(context.Background(), dialects.Filter{}, 1)
+		listed, _, _ = dialects.List(context.Background(), d, dialects.Filter{}, nil, 1)
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = relay.Process.Signal(syscall.SIGTERM)

@@ -5,6 +5,7 @@ package dialecttest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -16,7 +17,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/migrations"
 )
 
 // Harness adapts one dialect to the suite.
@@ -31,11 +31,11 @@ type Harness struct {
 	// BackdateUpdated is the statement that sets updated_at of every row in
 	// a state ($1) to a given number of hours ago ($2).
 	BackdateUpdated string
-	// InsertCreatedAt inserts a row with a topic ($1) and created_at ($2),
-	// before V11 exists.
-	InsertCreatedAt string
-	// SequenceOf reads the sequence of the row with a topic ($1).
-	SequenceOf func(t *testing.T, d dialects.Dialect, topic string) int64
+	// Empty returns a dialect on a fresh namespace where nothing is
+	// migrated: no outbox table, no history table.
+	Empty func(t *testing.T) dialects.Dialect
+	// Unreachable returns a dialect whose database accepts no connection.
+	Unreachable func(t *testing.T) dialects.Dialect
 }
 
 // Run runs the whole suite.
@@ -56,7 +56,11 @@ func Run(t *testing.T, h Harness) {
 		{"Replay", testReplay},
 		{"Purge", testPurge},
 		{"Stats", testStats},
-		{"V11NumbersExistingRows", testV11},
+		{"ClaimWithFewHeadsTakesRuns", testMaxHeads},
+		{"ClaimWindowOnlyNarrowsCandidates", testWindow},
+		{"ListPagesAndFiltersByTopic", testList},
+		{"ErrorsAreMapped", testErrors},
+		{"MigrationHistory", testMigrationHistory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,6 +108,15 @@ func claim(t *testing.T, d dialects.Dialect, limit int) []dialects.Row {
 	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New()})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
+	}
+	return rows
+}
+
+func list(t *testing.T, d dialects.Dialect, f dialects.Filter, limit int) []dialects.ListedRow {
+	t.Helper()
+	rows, _, err := dialects.List(ctx(t), d, f, nil, limit)
+	if err != nil {
+		t.Fatalf("list: %v", err)
 	}
 	return rows
 }
@@ -420,9 +433,9 @@ func testStaleToken(t *testing.T, h Harness) {
 	if len(lost) != 1 || lost[0] != stale {
 		t.Fatalf("lost = %v, want only the stale claim", lost)
 	}
-	listed, err := d.OutboxList(ctx(t), dialects.Filter{IDs: []uuid.UUID{rows[0].ID}, States: dialects.States}, 10)
-	if err != nil || len(listed) != 1 || listed[0].State != dialects.Processing || listed[0].LastError != nil {
-		t.Fatalf("a stale completion changed the row: %+v %v", listed, err)
+	listed := list(t, d, dialects.Filter{IDs: []uuid.UUID{rows[0].ID}, States: dialects.States}, 10)
+	if len(listed) != 1 || listed[0].State != dialects.Processing || listed[0].LastError != nil {
+		t.Fatalf("a stale completion changed the row: %+v", listed)
 	}
 	// The real token still completes it.
 	if lost := complete(t, d, outcome(rows[0], dialects.OutcomeDelivered)); len(lost) != 0 {
@@ -470,10 +483,7 @@ func testOutcomes(t *testing.T, h Harness) {
 		dialects.Outcome{Claim: topic["b"].Claim, Kind: dialects.OutcomeRetry, Delay: time.Hour, Error: "HTTP 500: boom"},
 		dialects.Outcome{Claim: topic["c"].Claim, Kind: dialects.OutcomeDead, Error: "dead reason"},
 		outcome(topic["d"], dialects.OutcomeRelease))
-	listed, err := d.OutboxList(ctx(t), dialects.Filter{States: dialects.States}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	listed := list(t, d, dialects.Filter{States: dialects.States}, 10)
 	got := map[string]dialects.ListedRow{}
 	for _, r := range listed {
 		got[r.Topic] = r
@@ -514,19 +524,19 @@ func testReplay(t *testing.T, h Harness) {
 		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "boom " + r.Topic})
 	}
 	complete(t, d, out...)
-	n, err := d.OutboxReplay(ctx(t), dialects.Filter{TopicMatch: func(s string) bool { return len(s) > 6 && s[:6] == "order." }}, true)
+	n, err := dialects.Replay(ctx(t), d, dialects.Filter{TopicMatch: func(s string) bool { return len(s) > 6 && s[:6] == "order." }}, true)
 	if err != nil || n != 2 {
 		t.Fatalf("dry run counted %d, %v; want 2", n, err)
 	}
 	if st, _ := d.OutboxStats(ctx(t)); st.Rows[dialects.Dead] != 3 {
 		t.Fatalf("a dry run changed rows: %v", st.Rows)
 	}
-	n, err = d.OutboxReplay(ctx(t), dialects.Filter{ErrorContains: "order.paid"}, false)
+	n, err = dialects.Replay(ctx(t), d, dialects.Filter{ErrorContains: "order.paid"}, false)
 	if err != nil || n != 1 {
 		t.Fatalf("replay by error text: %d, %v", n, err)
 	}
 	// A processing row is never touched, even by id.
-	n, err = d.OutboxReplay(ctx(t), dialects.Filter{IDs: []uuid.UUID{held.ID}, States: dialects.States}, false)
+	n, err = dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{held.ID}, States: dialects.States}, false)
 	if err != nil || n != 0 {
 		t.Fatalf("replay touched a processing row: %d, %v", n, err)
 	}
@@ -536,11 +546,11 @@ func testReplay(t *testing.T, h Harness) {
 	}
 	complete(t, d, outcome(again[0], dialects.OutcomeDelivered))
 	// Delivered rows are replayed when asked for by id.
-	n, err = d.OutboxReplay(ctx(t), dialects.Filter{IDs: []uuid.UUID{again[0].ID}}, false)
+	n, err = dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{again[0].ID}}, false)
 	if err != nil || n != 1 {
 		t.Fatalf("replay of a delivered row by id: %d, %v", n, err)
 	}
-	listed, _ := d.OutboxList(ctx(t), dialects.Filter{IDs: []uuid.UUID{again[0].ID}, States: dialects.States}, 1)
+	listed := list(t, d, dialects.Filter{IDs: []uuid.UUID{again[0].ID}, States: dialects.States}, 1)
 	if len(listed) != 1 || listed[0].State != dialects.Pending || listed[0].LastError != nil || listed[0].ID != again[0].ID {
 		t.Fatalf("after replay: %+v", listed)
 	}
@@ -561,13 +571,13 @@ func testPurge(t *testing.T, h Harness) {
 		out = append(out, outcome(r, kind))
 	}
 	complete(t, d, out...)
-	if n, err := d.OutboxPurge(ctx(t), dialects.Delivered, time.Hour, 100); err != nil || n != 0 {
+	if n, err := d.OutboxPurge(ctx(t), dialects.PurgeParams{State: dialects.Delivered, OlderThan: time.Hour, Batch: 100}); err != nil || n != 0 {
 		t.Fatalf("purged %d fresh rows (%v)", n, err)
 	}
 	h.Exec(t, d, h.BackdateUpdated, "delivered", 2)
 	total := 0
 	for {
-		n, err := d.OutboxPurge(ctx(t), dialects.Delivered, time.Hour, 4)
+		n, err := d.OutboxPurge(ctx(t), dialects.PurgeParams{State: dialects.Delivered, OlderThan: time.Hour, Batch: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -610,22 +620,210 @@ func testStats(t *testing.T, h Harness) {
 	}
 }
 
-func testV11(t *testing.T, h Harness) {
-	d := h.New(t, 10)
-	base := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, n := range []int{3, 1, 5, 2, 4} {
-		h.Exec(t, d, h.InsertCreatedAt, "t"+strconv.Itoa(n), base.Add(time.Duration(n)*time.Minute))
+// MaxHeads bounds the heads of a claim; the rest of its limit goes to the
+// rows right behind each head, in sequence order.
+func testMaxHeads(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		insert(t, d, keyed(k, 6)...)
 	}
-	if _, err := migrations.Up(ctx(t), d); err != nil {
-		t.Fatalf("migrate past V11: %v", err)
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 2})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for n := 1; n <= 5; n++ {
-		if got := h.SequenceOf(t, d, "t"+strconv.Itoa(n)); got != int64(n) {
-			t.Errorf("row created %d minutes after the base got sequence %d, want %d", n, got, n)
+	runs := byKey(rows)
+	if len(runs) != 2 {
+		t.Fatalf("a claim of at most 2 heads took rows of %d keys: %v", len(runs), runs)
+	}
+	for k, run := range runs {
+		if len(run) != 5 {
+			t.Errorf("key %s: a run of %d rows, want the head and 4 followers ((10-2)/2)", k, len(run))
+		}
+		for i := 1; i < len(run); i++ {
+			if run[i].Sequence <= run[i-1].Sequence {
+				t.Errorf("key %s: rows out of sequence order", k)
+			}
 		}
 	}
-	insert(t, d, dialects.NewRow{Topic: "after"})
-	if got := h.SequenceOf(t, d, "after"); got <= 5 {
-		t.Errorf("the first row after V11 got sequence %d", got)
+	// Unkeyed rows are heads of their own: MaxHeads bounds them too.
+	d2 := h.New(t, 0)
+	insert(t, d2, make([]dialects.NewRow, 6)...)
+	rows, err = d2.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 3})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claimed %d unkeyed rows with 3 heads at most (%v)", len(rows), err)
 	}
+}
+
+// A window restricts the candidates to the earliest due rows; it never lets
+// a row that is not a head through, and a claim without one finds the rest.
+func testWindow(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	base := time.Now().Add(-time.Hour)
+	var rows []dialects.NewRow
+	for i := range 10 {
+		at := base.Add(time.Duration(i) * time.Minute)
+		k := "k" + strconv.Itoa(i%2)
+		rows = append(rows, dialects.NewRow{Key: &k, ScheduledAt: &at})
+	}
+	insert(t, d, rows...)
+	got, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 100, Lease: lease, Token: uuid.New(), Window: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The window holds the first row of each key: both are heads, and their
+	// followers come with them; no row of a key is claimed out of order.
+	for k, run := range byKey(got) {
+		if run[0].Sequence != minSequence(t, d, k) {
+			t.Errorf("key %s: the claim did not start at the key's first row", k)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("a windowed claim found nothing although the window holds two heads")
+	}
+	more, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 100, Lease: lease, Token: uuid.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(more) != 0 {
+		t.Fatalf("claimed %d rows of keys whose heads are processing", len(more))
+	}
+}
+
+// minSequence is the smallest sequence of a key's rows, read through List.
+func minSequence(t *testing.T, d dialects.Dialect, key string) int64 {
+	t.Helper()
+	rows := list(t, d, dialects.Filter{Key: &key, States: dialects.States}, 100)
+	m := int64(1 << 62)
+	for _, r := range rows {
+		m = min(m, r.Sequence)
+	}
+	return m
+}
+
+// List returns rows newest update first, keyset-paginated, and applies a
+// topic pattern above the dialect without losing rows across pages.
+func testList(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	var rows []dialects.NewRow
+	for i := range 25 {
+		topic := "order.created"
+		if i%3 == 0 {
+			topic = "user.created"
+		}
+		rows = append(rows, dialects.NewRow{Topic: topic})
+	}
+	insert(t, d, rows...)
+	claimed := claim(t, d, 100)
+	var out []dialects.Outcome
+	for _, r := range claimed {
+		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "no"})
+	}
+	complete(t, d, out...)
+	orders := func(topic string) bool { return len(topic) > 6 && topic[:6] == "order." }
+	seen := map[uuid.UUID]bool{}
+	var after *dialects.Cursor
+	var prev *dialects.ListedRow
+	pages := 0
+	for {
+		page, next, err := dialects.List(ctx(t), d, dialects.Filter{TopicMatch: orders}, after, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for i := range page {
+			r := page[i]
+			if !orders(r.Topic) {
+				t.Fatalf("listed topic %q, which the pattern does not match", r.Topic)
+			}
+			if seen[r.ID] {
+				t.Fatalf("row %s listed twice across pages", r.ID)
+			}
+			seen[r.ID] = true
+			if prev != nil && (r.UpdatedAt.After(prev.UpdatedAt) || (r.UpdatedAt.Equal(prev.UpdatedAt) && r.Sequence > prev.Sequence)) {
+				t.Fatalf("not newest first: %v/%d after %v/%d", r.UpdatedAt, r.Sequence, prev.UpdatedAt, prev.Sequence)
+			}
+			prev = &r
+		}
+		if next == nil {
+			break
+		}
+		after = next
+		if pages > 20 {
+			t.Fatal("the listing does not end")
+		}
+	}
+	if len(seen) != 16 {
+		t.Fatalf("listed %d order rows over %d pages, want 16", len(seen), pages)
+	}
+	// A key narrows the selection in the database.
+	k := "only"
+	insert(t, d, dialects.NewRow{Key: &k, Topic: "order.created"})
+	if got := list(t, d, dialects.Filter{Key: &k, States: []dialects.State{dialects.Pending}}, 10); len(got) != 1 || got[0].Key == nil || *got[0].Key != k {
+		t.Fatalf("by key: %+v", got)
+	}
+}
+
+// Native errors a user can act on come back as the seam's own.
+func testErrors(t *testing.T, h Harness) {
+	if h.Empty == nil || h.Unreachable == nil {
+		t.Fatal("the harness must offer Empty and Unreachable")
+	}
+	empty := h.Empty(t)
+	if _, err := empty.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()}); !errors.Is(err, dialects.ErrNoTable) {
+		t.Errorf("claim without a table: %v, want ErrNoTable", err)
+	}
+	if _, err := empty.OutboxStats(ctx(t)); !errors.Is(err, dialects.ErrNoTable) {
+		t.Errorf("stats without a table: %v, want ErrNoTable", err)
+	}
+	if _, err := dialects.Replay(ctx(t), empty, dialects.Filter{}, true); !errors.Is(err, dialects.ErrNoTable) {
+		t.Errorf("replay without a table: %v, want ErrNoTable", err)
+	}
+	gone := h.Unreachable(t)
+	c, cancel := context.WithTimeout(ctx(t), 20*time.Second)
+	defer cancel()
+	if err := gone.Ping(c); !errors.Is(err, dialects.ErrUnreachable) {
+		t.Errorf("ping of a database that is not there: %v, want ErrUnreachable", err)
+	}
+	if _, err := gone.OutboxClaim(c, dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()}); !errors.Is(err, dialects.ErrUnreachable) {
+		t.Errorf("claim against a database that is not there: %v, want ErrUnreachable", err)
+	}
+}
+
+// The history reads nothing before the first migration, records what a
+// session applies, and records nothing of a migration that failed.
+func testMigrationHistory(t *testing.T, h Harness) {
+	d := h.Empty(t)
+	if got, err := d.MigrationHistory(ctx(t)); err != nil || got != nil {
+		t.Fatalf("history of an empty namespace: %v, %v; want nothing", got, err)
+	}
+	s, err := d.MigrationSession(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := s.Applied(ctx(t))
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("applied before any migration: %v, %v", applied, err)
+	}
+	if err := s.Apply(ctx(t), dialects.ApplyParams{Version: 1, Name: "first", Checksum: "c1", Batches: []string{"SELECT 1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx(t), dialects.ApplyParams{Version: 2, Name: "broken", Checksum: "c2",
+		Batches: []string{"SELECT 1", "SELECT * FROM qb_no_such_table_anywhere"}}); err == nil {
+		t.Fatal("a migration with a failing batch was applied")
+	}
+	if err := s.Close(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.MigrationHistory(ctx(t))
+	if err != nil || len(got) != 1 || got[0].Version != 1 || got[0].Name != "first" || got[0].Checksum != "c1" || got[0].AppliedAt.IsZero() {
+		t.Fatalf("history after one good and one failed migration: %+v, %v", got, err)
+	}
+	// The lock is released: a second session can take it at once.
+	c, cancel := context.WithTimeout(ctx(t), 10*time.Second)
+	defer cancel()
+	s2, err := d.MigrationSession(c)
+	if err != nil {
+		t.Fatalf("the lock was not released: %v", err)
+	}
+	_ = s2.Close(ctx(t))
 }

@@ -37,8 +37,18 @@ type Options struct {
 type Dialect struct {
 	pool  *pgxpool.Pool
 	names dialects.Names
-	q     map[string]string
+	q     *Catalog
 	cfg   *pgxpool.Config
+}
+
+// Catalog holds every statement of queries.sql, rendered for the configured
+// names; each field is the statement of the same name.
+type Catalog struct {
+	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
+	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge, KeyLocksPrune    string
+	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
+	HistoryCreate, HistoryList, HistoryInsert, SchemaCreate                  string
+	MigrationLock, MigrationUnlock, Listen                                   string
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -78,24 +88,29 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	return &Dialect{pool: pool, names: opts.Names, q: q, cfg: cfg}, nil
 }
 
-// Queries renders the named statements for names.
-func Queries(names dialects.Names) (map[string]string, error) {
-	return dialects.LoadQueries(queryFS, "queries.sql", dialects.TemplateFuncs(names, Quoting))
+// Queries renders every statement for names.
+func Queries(names dialects.Names) (*Catalog, error) {
+	c := &Catalog{}
+	if err := dialects.LoadCatalog(queryFS, "queries.sql", dialects.TemplateFuncs(names, Quoting), c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Pool exposes the pool to tests in this module.
 func (d *Dialect) Pool() *pgxpool.Pool { return d.pool }
 
-func (d *Dialect) Name() string          { return "postgresql" }
-func (d *Dialect) Names() dialects.Names { return d.names }
-func (d *Dialect) Close()                { d.pool.Close() }
+func (d *Dialect) Name() string              { return "postgresql" }
+func (d *Dialect) Names() dialects.Names     { return d.names }
+func (d *Dialect) Quoting() dialects.Quoting { return Quoting }
+func (d *Dialect) Close()                    { d.pool.Close() }
 
-func (d *Dialect) Ping(ctx context.Context) error { return noTable(d.pool.Ping(ctx)) }
+func (d *Dialect) Ping(ctx context.Context) error { return mapError(d.pool.Ping(ctx)) }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
-	defer func() { err = noTable(err) }()
+	defer func() { err = mapError(err) }()
 	if p.Limit <= 0 {
 		return nil, nil
 	}
@@ -104,7 +119,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		w := int32(p.Window)
 		window = &w
 	}
-	rows, err := d.pool.Query(ctx, d.q["OutboxClaim"], p.Limit, ms(p.Lease), p.Token, p.Heads(), window)
+	rows, err := d.pool.Query(ctx, d.q.OutboxClaim, p.Limit, ms(p.Lease), p.Token, p.Heads(), window)
 	if err != nil {
 		return nil, err
 	}
@@ -126,12 +141,13 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	return out, nil
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) ([]dialects.Claim, error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
+	defer func() { err = mapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
 	tokens := dialects.Tokens(claims)
-	rows, err := d.pool.Query(ctx, d.q["OutboxRenewLeases"], tokens, ms(lease))
+	rows, err := d.pool.Query(ctx, d.q.OutboxRenewLeases, tokens, ms(lease))
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +171,8 @@ func collectIDs(rows pgx.Rows, n int) (map[uuid.UUID]struct{}, error) {
 	return held, rows.Err()
 }
 
-func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) ([]dialects.Claim, error) {
+func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) (_ []dialects.Claim, err error) {
+	defer func() { err = mapError(err) }()
 	if len(outcomes) == 0 {
 		return nil, nil
 	}
@@ -181,7 +198,7 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 			errs[i] = &e
 		}
 	}
-	rows, err := d.pool.Query(ctx, d.q["OutboxComplete"], ids, tokens, states, inc, delays, errs)
+	rows, err := d.pool.Query(ctx, d.q.OutboxComplete, ids, tokens, states, inc, delays, errs)
 	if err != nil {
 		return nil, err
 	}
@@ -192,25 +209,23 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	return dialects.LostClaims(claims, held), nil
 }
 
-func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error) {
+func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (_ int, err error) {
+	defer func() { err = mapError(err) }()
 	if keep == nil {
 		keep = []uuid.UUID{}
 	}
-	tag, err := d.pool.Exec(ctx, d.q["OutboxReleaseExpired"], limit, keep)
+	tag, err := d.pool.Exec(ctx, d.q.OutboxReleaseExpired, limit, keep)
 	if err != nil {
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-// filterArgs binds the common filter parameters ($1..$6).
-func filterArgs(f dialects.Filter, defaultStates []dialects.State) []any {
-	states := f.States
-	if len(states) == 0 {
-		states = defaultStates
-	}
-	ss := make([]string, len(states))
-	for i, s := range states {
+// filterArgs binds the filter parameters that every operator statement
+// shares ($1..$6).
+func filterArgs(f dialects.Filter) []any {
+	ss := make([]string, len(f.States))
+	for i, s := range f.States {
 		ss[i] = string(s)
 	}
 	var ids []uuid.UUID
@@ -224,88 +239,67 @@ func filterArgs(f dialects.Filter, defaultStates []dialects.State) []any {
 	return []any{ss, ids, f.Key, f.Since, f.Until, errText}
 }
 
-const selectChunk = 5000
-
-func (d *Dialect) OutboxReplay(ctx context.Context, f dialects.Filter, dryRun bool) (_ int, err error) {
-	defer func() { err = noTable(err) }()
-	args := filterArgs(f, dialects.ReplayDefaultStates(f))
-	states := args[0]
-	total := 0
-	after := int64(-1 << 62)
-	for {
-		rows, err := d.pool.Query(ctx, d.q["OutboxSelect"], append(args, after, selectChunk)...)
-		if err != nil {
-			return total, err
-		}
-		var ids []uuid.UUID
-		n := 0
-		for rows.Next() {
-			var id uuid.UUID
-			var topic string
-			if err := rows.Scan(&id, &topic, &after); err != nil {
-				rows.Close()
-				return total, err
-			}
-			n++
-			if f.TopicMatch == nil || f.TopicMatch(topic) {
-				ids = append(ids, id)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return total, err
-		}
-		if dryRun {
-			total += len(ids)
-		} else if len(ids) > 0 {
-			tag, err := d.pool.Exec(ctx, d.q["OutboxReplay"], ids, states)
-			if err != nil {
-				return total, err
-			}
-			total += int(tag.RowsAffected())
-		}
-		if n < selectChunk {
-			return total, nil
-		}
-	}
-}
-
-func (d *Dialect) OutboxList(ctx context.Context, f dialects.Filter, limit int) (_ []dialects.ListedRow, err error) {
-	defer func() { err = noTable(err) }()
-	args := filterArgs(f, []dialects.State{dialects.Dead})
-	// Topic patterns are matched in Go: read in pages until limit rows match.
-	var out []dialects.ListedRow
-	rows, err := d.pool.Query(ctx, d.q["OutboxList"], append(args, 1<<31-1)...)
+func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ []dialects.Selected, err error) {
+	defer func() { err = mapError(err) }()
+	rows, err := d.pool.Query(ctx, d.q.OutboxSelect, append(filterArgs(p.Filter), p.AfterSequence, p.Limit)...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() && len(out) < limit {
-		var r dialects.ListedRow
-		var state string
-		if err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.AggregateType, &state, &r.Attempt, &r.MaxAttempts,
-			&r.Sequence, &r.CreatedAt, &r.UpdatedAt, &r.LastError); err != nil {
-			return nil, err
-		}
-		r.State = dialects.State(state)
-		if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
-			out = append(out, r)
-		}
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.Selected, error) {
+		var s dialects.Selected
+		err := r.Scan(&s.ID, &s.Topic, &s.Sequence)
+		return s, err
+	})
 }
 
-func (d *Dialect) OutboxPurge(ctx context.Context, state dialects.State, olderThan time.Duration, batch int) (int, error) {
-	tag, err := d.pool.Exec(ctx, d.q["OutboxPurge"], string(state), ms(olderThan), batch)
+func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []dialects.State) (_ int, err error) {
+	defer func() { err = mapError(err) }()
+	ss := make([]string, len(states))
+	for i, s := range states {
+		ss[i] = string(s)
+	}
+	tag, err := d.pool.Exec(ctx, d.q.OutboxReplayIDs, ids, ss)
 	if err != nil {
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (int, string, error) {
+func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []dialects.ListedRow, err error) {
+	defer func() { err = mapError(err) }()
+	var afterAt *time.Time
+	var afterSeq *int64
+	if p.After != nil {
+		afterAt, afterSeq = &p.After.UpdatedAt, &p.After.Sequence
+	}
+	rows, err := d.pool.Query(ctx, d.q.OutboxList, append(filterArgs(p.Filter), afterAt, afterSeq, p.Limit)...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (dialects.ListedRow, error) {
+		var r dialects.ListedRow
+		var state string
+		err := row.Scan(&r.ID, &r.Topic, &r.Key, &r.AggregateType, &state, &r.Attempt, &r.MaxAttempts,
+			&r.Sequence, &r.CreatedAt, &r.UpdatedAt, &r.LastError)
+		r.State = dialects.State(state)
+		return r, err
+	})
+}
+
+func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ int, err error) {
+	defer func() { err = mapError(err) }()
+	tag, err := d.pool.Exec(ctx, d.q.OutboxPurge, string(p.State), ms(p.OlderThan), p.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (_ int, _ string, err error) {
+	defer func() { err = mapError(err) }()
 	var deleted int
 	var next *string
-	if err := d.pool.QueryRow(ctx, d.q["KeyLocksPrune"], after, limit).Scan(&deleted, &next); err != nil {
+	if err := d.pool.QueryRow(ctx, d.q.KeyLocksPrune, after, limit).Scan(&deleted, &next); err != nil {
 		return 0, "", err
 	}
 	if next == nil {
@@ -314,11 +308,14 @@ func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (i
 	return deleted, *next, nil
 }
 
-// noTable maps native errors that a user can act on to the seam's own:
+// mapError maps native errors that a user can act on to the seam's own:
 // "relation does not exist" to dialects.ErrNoTable, a failed connection to
 // dialects.ErrUnreachable (with the driver's last line, which names the
 // address and the reason).
-func noTable(err error) error {
+func mapError(err error) error {
+	if err == nil {
+		return nil
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, pgErr.Message)
@@ -332,12 +329,12 @@ func noTable(err error) error {
 }
 
 func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error) {
-	defer func() { err = noTable(err) }()
+	defer func() { err = mapError(err) }()
 	st = dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
 	for _, s := range dialects.States {
 		st.Rows[s] = 0
 	}
-	rows, err := d.pool.Query(ctx, d.q["OutboxCountByState"])
+	rows, err := d.pool.Query(ctx, d.q.OutboxCountByState)
 	if err != nil {
 		return st, err
 	}
@@ -354,11 +351,11 @@ func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error
 		return st, err
 	}
 	var secs float64
-	if err := d.pool.QueryRow(ctx, d.q["OutboxOldestPending"]).Scan(&secs); err != nil {
+	if err := d.pool.QueryRow(ctx, d.q.OutboxOldestPending).Scan(&secs); err != nil {
 		return st, err
 	}
 	st.OldestPending = time.Duration(secs * float64(time.Second))
-	rows, err = d.pool.Query(ctx, d.q["OutboxDeadByTopic"])
+	rows, err = d.pool.Query(ctx, d.q.OutboxDeadByTopic)
 	if err != nil {
 		return st, err
 	}
@@ -374,7 +371,8 @@ func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error
 	return st, rows.Err()
 }
 
-func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) error {
+func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err error) {
+	defer func() { err = mapError(err) }()
 	if len(in) == 0 {
 		return nil
 	}
@@ -403,7 +401,7 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) error 
 		}
 		sched[i] = r.ScheduledAt
 	}
-	_, err := d.pool.Exec(ctx, d.q["OutboxInsert"], ids, topics, keys, payloads, headers, aggs, maxes, sched)
+	_, err = d.pool.Exec(ctx, d.q.OutboxInsert, ids, topics, keys, payloads, headers, aggs, maxes, sched)
 	return err
 }
 
@@ -416,7 +414,7 @@ func (d *Dialect) Listen(ctx context.Context, wake func()) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN queuebox"); err != nil {
+	if _, err := conn.Exec(ctx, d.q.Listen); err != nil {
 		return err
 	}
 	for {
@@ -442,75 +440,90 @@ func (d *Dialect) isOurs(payload string) bool {
 }
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
-	var out []dialects.AppliedMigration
-	rows, err := d.pool.Query(ctx, d.q["HistoryList"])
-	if err == nil {
-		out, err = pgx.CollectRows(rows, scanApplied)
-	}
-	if err = noTable(err); errors.Is(err, dialects.ErrNoTable) {
-		return nil, nil // no history table: nothing applied
-	}
-	return out, err
+	return dialects.ReadHistory(ctx, poolConn{d.pool}, d.q.HistoryList)
 }
 
-func scanApplied(r pgx.CollectableRow) (dialects.AppliedMigration, error) {
-	var m dialects.AppliedMigration
-	err := r.Scan(&m.Version, &m.Name, &m.Checksum, &m.AppliedAt)
-	return m, err
-}
-
-// MigrationSession takes a session-level advisory lock on a connection of its
-// own; a second migrator waits for it.
+// MigrationSession takes the migration lock on a connection of its own.
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return nil, noTable(err)
+		return nil, mapError(err)
 	}
-	lockKey := "queuebox.migrate." + d.names.Schema + "." + d.names.Outbox
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", lockKey); err != nil {
-		conn.Release()
-		return nil, err
+	st := dialects.HistoryStatements{HistoryCreate: d.q.HistoryCreate, HistoryList: d.q.HistoryList,
+		HistoryInsert: d.q.HistoryInsert, Lock: d.q.MigrationLock, Unlock: d.q.MigrationUnlock}
+	if d.names.Schema != "" {
+		st.SchemaCreate = d.q.SchemaCreate
 	}
-	return &migrationSession{d: d, conn: conn, lockKey: lockKey}, nil
+	return dialects.OpenMigrationSession(ctx, &heldConn{c: conn}, st, d.names)
 }
 
-type migrationSession struct {
-	d       *Dialect
-	conn    *pgxpool.Conn
-	lockKey string
+// querier is what a pool, a connection and a transaction share in pgx.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func (s *migrationSession) Applied(ctx context.Context) ([]dialects.AppliedMigration, error) {
-	if s.d.names.Schema != "" {
-		if _, err := s.conn.Exec(ctx, s.d.q["SchemaCreate"]); err != nil {
-			return nil, err
-		}
+func execOn(ctx context.Context, q querier, query string, args []any) error {
+	// Migration batches hold several statements: the simple protocol runs
+	// them, and pgx uses it only when there are no parameters.
+	if len(args) == 0 {
+		args = []any{pgx.QueryExecModeSimpleProtocol}
 	}
-	if _, err := s.conn.Exec(ctx, s.d.q["HistoryCreate"]); err != nil {
-		return nil, err
-	}
-	rows, err := s.conn.Query(ctx, s.d.q["HistoryList"])
+	_, err := q.Exec(ctx, query, args...)
+	return mapError(err)
+}
+
+func queryOn(ctx context.Context, q querier, query string, args []any, each func(dialects.Scanner) error) error {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return mapError(err)
 	}
-	return pgx.CollectRows(rows, scanApplied)
-}
-
-func (s *migrationSession) Apply(ctx context.Context, version int, name, checksum string, batches []string) error {
-	return pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
-		for _, b := range batches {
-			// The simple protocol runs a batch of several statements.
-			if _, err := tx.Exec(ctx, b, pgx.QueryExecModeSimpleProtocol); err != nil {
-				return err
-			}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
 		}
-		_, err := tx.Exec(ctx, s.d.q["HistoryInsert"], version, name, checksum)
-		return err
-	})
+	}
+	return mapError(rows.Err())
 }
 
-func (s *migrationSession) Close(ctx context.Context) error {
-	defer s.conn.Release()
-	_, err := s.conn.Exec(ctx, "SELECT pg_advisory_unlock(hashtext($1))", s.lockKey)
-	return err
+// poolConn runs the read-only history query on the pool.
+type poolConn struct{ p *pgxpool.Pool }
+
+func (c poolConn) Exec(ctx context.Context, query string, args ...any) error {
+	return execOn(ctx, c.p, query, args)
 }
+func (c poolConn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
+	return queryOn(ctx, c.p, query, args, each)
+}
+func (c poolConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	return pgx.BeginFunc(ctx, c.p, func(tx pgx.Tx) error { return fn(txConn{tx}) })
+}
+func (c poolConn) Release() {}
+
+// heldConn is one connection of the pool, held by a migration session.
+type heldConn struct{ c *pgxpool.Conn }
+
+func (c *heldConn) Exec(ctx context.Context, query string, args ...any) error {
+	return execOn(ctx, c.c, query, args)
+}
+func (c *heldConn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
+	return queryOn(ctx, c.c, query, args, each)
+}
+func (c *heldConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	return pgx.BeginFunc(ctx, c.c, func(tx pgx.Tx) error { return fn(txConn{tx}) })
+}
+func (c *heldConn) Release() { c.c.Release() }
+
+type txConn struct{ tx pgx.Tx }
+
+func (c txConn) Exec(ctx context.Context, query string, args ...any) error {
+	return execOn(ctx, c.tx, query, args)
+}
+func (c txConn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
+	return queryOn(ctx, c.tx, query, args, each)
+}
+func (c txConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	return pgx.BeginFunc(ctx, c.tx, func(tx pgx.Tx) error { return fn(txConn{tx}) })
+}
+func (c txConn) Release() {}

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +22,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func open(t testing.TB, upTo int) *postgres.Dialect {
 	t.Helper()
 	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	d := openAt(t, url, schema)
 	if upTo == 0 {
 		upTo = 1 << 30
 	}
@@ -34,6 +30,28 @@ func open(t testing.TB, upTo int) *postgres.Dialect {
 		t.Fatalf("migrate: %v", err)
 	}
 	return d
+}
+
+func openAt(t testing.TB, url, schema string) *postgres.Dialect {
+	t.Helper()
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+// freePort returns a loopback port where nothing listens.
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func exec(t *testing.T, d dialects.Dialect, sql string, args ...any) {
@@ -50,19 +68,16 @@ func exec(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 
 func TestConformance(t *testing.T) {
 	dialecttest.Run(t, dialecttest.Harness{
-		New:             func(t *testing.T, upTo int) dialects.Dialect { return open(t, upTo) },
-		Exec:            exec,
-		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
-		InsertCreatedAt: `INSERT INTO {{t}} ({{c "topic"}}, {{c "payload"}}, {{c "created_at"}}) VALUES ($1, '{}', $2)`,
-		SequenceOf: func(t *testing.T, d dialects.Dialect, topic string) int64 {
-			pd := d.(*postgres.Dialect)
-			var seq int64
-			tbl := pgx.Identifier{pd.Names().Schema, pd.Names().Outbox}.Sanitize()
-			if err := pd.Pool().QueryRow(context.Background(), `SELECT sequence FROM `+tbl+` WHERE topic = $1`, topic).Scan(&seq); err != nil {
-				t.Fatal(err)
-			}
-			return seq
+		New:  func(t *testing.T, upTo int) dialects.Dialect { return open(t, upTo) },
+		Exec: exec,
+		Empty: func(t *testing.T) dialects.Dialect {
+			schema, url := testdb.Schema(t)
+			return openAt(t, url, schema)
 		},
+		Unreachable: func(t *testing.T) dialects.Dialect {
+			return openAt(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?connect_timeout=5", freePort(t)), "")
+		},
+		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
 	})
 }
 
@@ -187,7 +202,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int) AS `+q["OutboxClaim"]); err != nil {
+	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int) AS `+q.OutboxClaim); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL)`)

@@ -133,7 +133,9 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "sequence"}}
  LIMIT $8
 
 -- name: OutboxList
--- Like OutboxSelect, newest update first, with the columns operators read.
+-- Like OutboxSelect, newest update first, with the columns operators read:
+-- $7/$8 continue after the row (updated_at $7, sequence $8) when set
+-- (keyset), $9 limit.
 SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},
        {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
   FROM {{t}}
@@ -143,10 +145,11 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
    AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
    AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
    AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+   AND ($7::timestamptz IS NULL OR ({{c "updated_at"}}, {{c "sequence"}}) < ($7::timestamptz, $8::bigint))
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC
- LIMIT $7
+ LIMIT $9
 
--- name: OutboxReplay
+-- name: OutboxReplayIDs
 -- $1 ids, $2 states that may be replayed. Never a processing row.
 UPDATE {{t}}
    SET {{c "state"}} = 'pending',
@@ -232,4 +235,17 @@ SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qua
 INSERT INTO {{q (obj "schema_history") | qualify}} (version, name, checksum) VALUES ($1, $2, $3)
 
 -- name: SchemaCreate
+-- Run only when a schema is configured.
 CREATE SCHEMA IF NOT EXISTS {{q schema}}
+
+-- name: MigrationLock
+-- $1 the lock's resource name. A session-level advisory lock: a second
+-- migrator waits for it.
+SELECT pg_advisory_lock(hashtext($1))
+
+-- name: MigrationUnlock
+SELECT pg_advisory_unlock(hashtext($1))
+
+-- name: Listen
+-- The channel of the notify trigger (migration V13).
+LISTEN queuebox

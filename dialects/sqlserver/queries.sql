@@ -119,7 +119,10 @@ SELECT TOP (@p8) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"
  ORDER BY {{c "sequence"}};
 
 -- name: OutboxList
-SELECT TOP (@p7) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}},
+-- Like OutboxSelect, newest update first, with the columns operators read:
+-- @p7/@p8 continue after the row (updated_at @p7, sequence @p8) when set
+-- (keyset), @p9 limit.
+SELECT TOP (@p9) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}},
        {{c "attempt"}}, {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
   FROM {{t}}
  WHERE {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
@@ -128,9 +131,10 @@ SELECT TOP (@p7) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {
    AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
    AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
    AND (@p6 IS NULL OR CHARINDEX(@p6, {{c "last_error"}}) > 0)
+   AND (@p7 IS NULL OR {{c "updated_at"}} < @p7 OR ({{c "updated_at"}} = @p7 AND {{c "sequence"}} < @p8))
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC;
 
--- name: OutboxReplay
+-- name: OutboxReplayIDs
 -- @p1 JSON ids, @p2 JSON states that may be replayed.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
@@ -194,10 +198,6 @@ CREATE TABLE {{q (obj "schema_history") | qualify}} (
 
 -- name: HistoryList
 SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qualify}} ORDER BY version;
-
--- name: HistoryListIfExists
-IF OBJECT_ID({{lit (qualify (q (obj "schema_history")))}}, N'U') IS NOT NULL
-    SELECT version, name, checksum, applied_at FROM {{q (obj "schema_history") | qualify}} ORDER BY version;
 
 -- name: HistoryInsert
 INSERT INTO {{q (obj "schema_history") | qualify}} (version, name, checksum) VALUES (@p1, @p2, @p3);

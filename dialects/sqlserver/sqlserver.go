@@ -10,12 +10,14 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" driver
+	mssql "github.com/microsoft/go-mssqldb" // also registers the "sqlserver" driver
 
 	"github.com/queuebox/queuebox/dialects"
 )
@@ -40,14 +42,28 @@ type Options struct {
 type Dialect struct {
 	db    *sql.DB
 	names dialects.Names
-	q     map[string]string
+	q     *Catalog
+}
+
+// Catalog holds every statement of queries.sql, rendered for the configured
+// names; each field is the statement of the same name.
+type Catalog struct {
+	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
+	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge                   string
+	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
+	HistoryCreate, HistoryList, HistoryInsert, SchemaCreate                  string
+	MigrationLock, MigrationUnlock                                           string
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
 
-// Queries renders the named statements for names.
-func Queries(names dialects.Names) (map[string]string, error) {
-	return dialects.LoadQueries(queryFS, "queries.sql", dialects.TemplateFuncs(names, Quoting))
+// Queries renders every statement for names.
+func Queries(names dialects.Names) (*Catalog, error) {
+	c := &Catalog{}
+	if err := dialects.LoadCatalog(queryFS, "queries.sql", dialects.TemplateFuncs(names, Quoting), c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Open renders every statement and opens a connection pool.
@@ -75,8 +91,27 @@ func (d *Dialect) DB() *sql.DB { return d.db }
 
 func (d *Dialect) Name() string                   { return "sqlserver" }
 func (d *Dialect) Names() dialects.Names          { return d.names }
+func (d *Dialect) Quoting() dialects.Quoting      { return Quoting }
 func (d *Dialect) Close()                         { _ = d.db.Close() }
-func (d *Dialect) Ping(ctx context.Context) error { return d.db.PingContext(ctx) }
+func (d *Dialect) Ping(ctx context.Context) error { return MapError(d.db.PingContext(ctx)) }
+
+// MapError maps native errors that a user can act on to the seam's own:
+// "Invalid object name" (error 208) to dialects.ErrNoTable, a connection
+// that could not be opened to dialects.ErrUnreachable.
+func MapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me mssql.Error
+	if errors.As(err, &me) && me.Number == 208 {
+		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, me.Message)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w: %v", dialects.ErrUnreachable, err)
+	}
+	return err
+}
 
 // dateaddArg fits a number for DATEADD, which refuses BIGINT (what the driver
 // sends for an int64): an int32, capped.
@@ -89,11 +124,12 @@ func jsonArg(v any) string {
 	return string(b)
 }
 
-func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
+	defer func() { err = MapError(err) }()
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := d.db.QueryContext(ctx, d.q["OutboxClaim"], p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads())
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim, p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads())
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +177,12 @@ func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[
 	return held, rows.Err()
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) ([]dialects.Claim, error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
+	defer func() { err = MapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	held, err := d.queryIDs(ctx, d.q["OutboxRenewLeases"], jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()))
+	held, err := d.queryIDs(ctx, d.q.OutboxRenewLeases, jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}
@@ -181,11 +218,12 @@ func CompleteArg(outcomes []dialects.Outcome) string {
 	return jsonArg(args)
 }
 
-func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) ([]dialects.Claim, error) {
+func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) (_ []dialects.Claim, err error) {
+	defer func() { err = MapError(err) }()
 	if len(outcomes) == 0 {
 		return nil, nil
 	}
-	held, err := d.queryIDs(ctx, d.q["OutboxComplete"], CompleteArg(outcomes))
+	held, err := d.queryIDs(ctx, d.q.OutboxComplete, CompleteArg(outcomes))
 	if err != nil {
 		return nil, err
 	}
@@ -202,18 +240,17 @@ func (d *Dialect) scalarInt(ctx context.Context, query string, args ...any) (int
 	return n, err
 }
 
-func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error) {
+func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (_ int, err error) {
+	defer func() { err = MapError(err) }()
 	if keep == nil {
 		keep = []uuid.UUID{}
 	}
-	return d.scalarInt(ctx, d.q["OutboxReleaseExpired"], limit, jsonArg(keep))
+	return d.scalarInt(ctx, d.q.OutboxReleaseExpired, limit, jsonArg(keep))
 }
 
-func filterArgs(f dialects.Filter, defaults []dialects.State) []any {
-	states := f.States
-	if len(states) == 0 {
-		states = defaults
-	}
+// filterArgs binds the filter parameters that every operator statement
+// shares (@p1..@p6).
+func filterArgs(f dialects.Filter) []any {
 	var ids, errText any
 	if len(f.IDs) > 0 {
 		ids = jsonArg(f.IDs)
@@ -231,60 +268,49 @@ func filterArgs(f dialects.Filter, defaults []dialects.State) []any {
 	if f.Until != nil {
 		until = f.Until.UTC()
 	}
-	return []any{jsonArg(states), ids, key, since, until, errText}
+	return []any{jsonArg(f.States), ids, key, since, until, errText}
 }
 
-func (d *Dialect) OutboxReplay(ctx context.Context, f dialects.Filter, dryRun bool) (int, error) {
-	args := filterArgs(f, dialects.ReplayDefaultStates(f))
-	total := 0
-	after := int64(-1 << 62)
-	const chunk = 5000
-	for {
-		rows, err := d.db.QueryContext(ctx, d.q["OutboxSelect"], append(args, after, chunk)...)
-		if err != nil {
-			return total, err
-		}
-		var ids []string
-		n := 0
-		for rows.Next() {
-			var id, topic string
-			if err := rows.Scan(&id, &topic, &after); err != nil {
-				rows.Close()
-				return total, err
-			}
-			n++
-			if f.TopicMatch == nil || f.TopicMatch(topic) {
-				ids = append(ids, id)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return total, err
-		}
-		if dryRun {
-			total += len(ids)
-		} else if len(ids) > 0 {
-			c, err := d.scalarInt(ctx, d.q["OutboxReplay"], jsonArg(ids), args[0])
-			if err != nil {
-				return total, err
-			}
-			total += c
-		}
-		if n < chunk {
-			return total, nil
-		}
+func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ []dialects.Selected, err error) {
+	defer func() { err = MapError(err) }()
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxSelect, append(filterArgs(p.Filter), p.AfterSequence, p.Limit)...)
+	if err != nil {
+		return nil, err
 	}
+	defer rows.Close()
+	var out []dialects.Selected
+	for rows.Next() {
+		var s dialects.Selected
+		var id string
+		if err := rows.Scan(&id, &s.Topic, &s.Sequence); err != nil {
+			return nil, err
+		}
+		if s.ID, err = uuid.Parse(id); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
 }
 
-func (d *Dialect) OutboxList(ctx context.Context, f dialects.Filter, limit int) ([]dialects.ListedRow, error) {
-	args := filterArgs(f, []dialects.State{dialects.Dead})
-	rows, err := d.db.QueryContext(ctx, d.q["OutboxList"], append(args, 1<<31-1)...)
+func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []dialects.State) (_ int, err error) {
+	defer func() { err = MapError(err) }()
+	return d.scalarInt(ctx, d.q.OutboxReplayIDs, jsonArg(ids), jsonArg(states))
+}
+
+func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []dialects.ListedRow, err error) {
+	defer func() { err = MapError(err) }()
+	var afterAt, afterSeq any
+	if p.After != nil {
+		afterAt, afterSeq = p.After.UpdatedAt.UTC(), p.After.Sequence
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxList, append(filterArgs(p.Filter), afterAt, afterSeq, p.Limit)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []dialects.ListedRow
-	for rows.Next() && len(out) < limit {
+	for rows.Next() {
 		var r dialects.ListedRow
 		var id, state string
 		if err := rows.Scan(&id, &r.Topic, &r.Key, &r.AggregateType, &state, &r.Attempt, &r.MaxAttempts,
@@ -295,31 +321,31 @@ func (d *Dialect) OutboxList(ctx context.Context, f dialects.Filter, limit int) 
 			return nil, err
 		}
 		r.State = dialects.State(state)
-		if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
-			out = append(out, r)
-		}
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
 
-func (d *Dialect) OutboxPurge(ctx context.Context, state dialects.State, olderThan time.Duration, batch int) (int, error) {
-	return d.scalarInt(ctx, d.q["OutboxPurge"], string(state), dateaddArg(int64(olderThan/time.Second)), batch)
+func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ int, err error) {
+	defer func() { err = MapError(err) }()
+	return d.scalarInt(ctx, d.q.OutboxPurge, string(p.State), dateaddArg(int64(p.OlderThan/time.Second)), p.Batch)
 }
 
-func (d *Dialect) OutboxStats(ctx context.Context) (dialects.Stats, error) {
+func (d *Dialect) OutboxStats(ctx context.Context) (_ dialects.Stats, err error) {
+	defer func() { err = MapError(err) }()
 	st := dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
 	for _, s := range dialects.States {
 		st.Rows[s] = 0
 	}
-	if err := d.eachCount(ctx, d.q["OutboxCountByState"], func(k string, n int64) { st.Rows[dialects.State(k)] = n }); err != nil {
+	if err := d.eachCount(ctx, d.q.OutboxCountByState, func(k string, n int64) { st.Rows[dialects.State(k)] = n }); err != nil {
 		return st, err
 	}
 	var millis int64
-	if err := d.db.QueryRowContext(ctx, d.q["OutboxOldestPending"]).Scan(&millis); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.q.OutboxOldestPending).Scan(&millis); err != nil {
 		return st, err
 	}
 	st.OldestPending = time.Duration(millis) * time.Millisecond
-	err := d.eachCount(ctx, d.q["OutboxDeadByTopic"], func(k string, n int64) { st.DeadByTopic[k] = n })
+	err = d.eachCount(ctx, d.q.OutboxDeadByTopic, func(k string, n int64) { st.DeadByTopic[k] = n })
 	return st, err
 }
 
@@ -351,7 +377,8 @@ type insertArg struct {
 	At      *string    `json:"at,omitempty"`
 }
 
-func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) error {
+func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err error) {
+	defer func() { err = MapError(err) }()
 	if len(in) == 0 {
 		return nil
 	}
@@ -368,7 +395,7 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) error 
 		}
 		args[i] = a
 	}
-	_, err := d.db.ExecContext(ctx, d.q["OutboxInsert"], jsonArg(args))
+	_, err = d.db.ExecContext(ctx, d.q.OutboxInsert, jsonArg(args))
 	return err
 }
 
@@ -382,24 +409,7 @@ func (d *Dialect) KeyLocksPrune(context.Context, string, int) (int, string, erro
 func (d *Dialect) Listen(context.Context, func()) error { return dialects.ErrNotSupported }
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
-	rows, err := d.db.QueryContext(ctx, d.q["HistoryListIfExists"])
-	if err != nil {
-		return nil, err
-	}
-	return scanApplied(rows)
-}
-
-func scanApplied(rows *sql.Rows) ([]dialects.AppliedMigration, error) {
-	defer rows.Close()
-	var out []dialects.AppliedMigration
-	for rows.Next() {
-		var m dialects.AppliedMigration
-		if err := rows.Scan(&m.Version, &m.Name, &m.Checksum, &m.AppliedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return dialects.ReadHistory(ctx, dbConn{d.db}, d.q.HistoryList)
 }
 
 // MigrationSession takes an exclusive session-owned application lock
@@ -407,58 +417,90 @@ func scanApplied(rows *sql.Rows) ([]dialects.AppliedMigration, error) {
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
-		return nil, err
+		return nil, MapError(err)
 	}
-	res := "queuebox.migrate." + d.names.Schema + "." + d.names.Outbox
-	if _, err := conn.ExecContext(ctx, d.q["MigrationLock"], res); err != nil {
-		_ = conn.Close()
-		return nil, err
+	st := dialects.HistoryStatements{HistoryCreate: d.q.HistoryCreate, HistoryList: d.q.HistoryList,
+		HistoryInsert: d.q.HistoryInsert, Lock: d.q.MigrationLock, Unlock: d.q.MigrationUnlock}
+	if d.names.Schema != "" {
+		st.SchemaCreate = d.q.SchemaCreate
 	}
-	return &migrationSession{d: d, conn: conn, resource: res}, nil
+	return dialects.OpenMigrationSession(ctx, heldConn{conn}, st, d.names)
 }
 
-type migrationSession struct {
-	d        *Dialect
-	conn     *sql.Conn
-	resource string
+// execer is what *sql.DB, *sql.Conn and *sql.Tx share.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func (s *migrationSession) Applied(ctx context.Context) ([]dialects.AppliedMigration, error) {
-	if s.d.names.Schema != "" {
-		if _, err := s.conn.ExecContext(ctx, s.d.q["SchemaCreate"]); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := s.conn.ExecContext(ctx, s.d.q["HistoryCreate"]); err != nil {
-		return nil, err
-	}
-	rows, err := s.conn.QueryContext(ctx, s.d.q["HistoryList"])
+func execOn(ctx context.Context, e execer, query string, args []any) error {
+	_, err := e.ExecContext(ctx, query, args...)
+	return MapError(err)
+}
+
+func queryOn(ctx context.Context, e execer, query string, args []any, each func(dialects.Scanner) error) error {
+	rows, err := e.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return MapError(err)
 	}
-	return scanApplied(rows)
-}
-
-func (s *migrationSession) Apply(ctx context.Context, version int, name, checksum string, batches []string) error {
-	tx, err := s.conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	for _, b := range batches {
-		if _, err := tx.ExecContext(ctx, b); err != nil {
-			_ = tx.Rollback()
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.d.q["HistoryInsert"], version, name, checksum); err != nil {
+	return MapError(rows.Err())
+}
+
+func txOn(ctx context.Context, begin func(context.Context, *sql.TxOptions) (*sql.Tx, error), fn func(dialects.Conn) error) error {
+	tx, err := begin(ctx, nil)
+	if err != nil {
+		return MapError(err)
+	}
+	if err := fn(txConn{tx}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	return MapError(tx.Commit())
 }
 
-func (s *migrationSession) Close(ctx context.Context) error {
-	defer s.conn.Close()
-	_, err := s.conn.ExecContext(ctx, s.d.q["MigrationUnlock"], s.resource)
-	return err
+// dbConn runs the read-only history query on the pool.
+type dbConn struct{ db *sql.DB }
+
+func (c dbConn) Exec(ctx context.Context, q string, args ...any) error {
+	return execOn(ctx, c.db, q, args)
 }
+func (c dbConn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
+	return queryOn(ctx, c.db, q, args, each)
+}
+func (c dbConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	return txOn(ctx, c.db.BeginTx, fn)
+}
+func (c dbConn) Release() {}
+
+// heldConn is one connection, held by a migration session.
+type heldConn struct{ c *sql.Conn }
+
+func (c heldConn) Exec(ctx context.Context, q string, args ...any) error {
+	return execOn(ctx, c.c, q, args)
+}
+func (c heldConn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
+	return queryOn(ctx, c.c, q, args, each)
+}
+func (c heldConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	return txOn(ctx, c.c.BeginTx, fn)
+}
+func (c heldConn) Release() { _ = c.c.Close() }
+
+type txConn struct{ tx *sql.Tx }
+
+func (c txConn) Exec(ctx context.Context, q string, args ...any) error {
+	return execOn(ctx, c.tx, q, args)
+}
+func (c txConn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
+	return queryOn(ctx, c.tx, q, args, each)
+}
+func (c txConn) Tx(context.Context, func(dialects.Conn) error) error {
+	return errors.New("nested transactions are not supported")
+}
+func (c txConn) Release() {}

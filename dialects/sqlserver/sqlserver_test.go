@@ -3,6 +3,9 @@ package sqlserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	mssql "github.com/microsoft/go-mssqldb"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/dialecttest"
@@ -29,12 +33,9 @@ func TestQueriesRenderForRenamedNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"OutboxClaim", "OutboxRenewLeases", "OutboxComplete", "OutboxReleaseExpired",
-		"OutboxSelect", "OutboxList", "OutboxReplay", "OutboxPurge", "OutboxCountByState", "OutboxOldestPending",
-		"OutboxDeadByTopic", "OutboxInsert", "HistoryCreate", "HistoryList", "HistoryInsert", "MigrationLock", "MigrationUnlock"} {
-		sql, ok := q[name]
-		if !ok {
-			t.Errorf("%s is missing", name)
+	for name, sql := range dialects.Statements(q) {
+		if sql == "" {
+			t.Errorf("%s is empty", name)
 			continue
 		}
 		if strings.Contains(sql, "{{") {
@@ -56,7 +57,7 @@ func TestClaimUsesLockHintsAndHeadRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := q["OutboxClaim"]
+	claim := q.OutboxClaim
 	for _, want := range []string{
 		"WITH (UPDLOCK, READPAST, ROWLOCK)",
 		"BEGIN TRANSACTION", "COMMIT TRANSACTION", "SET XACT_ABORT ON",
@@ -71,14 +72,14 @@ func TestClaimUsesLockHintsAndHeadRule(t *testing.T) {
 			t.Errorf("the claim lacks %q", want)
 		}
 	}
-	complete := q["OutboxComplete"]
+	complete := q.OutboxComplete
 	for _, want := range []string{"o.[claim_token] = v.t", "WHERE o.[state] = N'processing'", "OPENJSON(@p1)"} {
 		if !strings.Contains(complete, want) {
 			t.Errorf("the completion lacks %q", want)
 		}
 	}
 	// No statement carries a row value: every value is a parameter.
-	for name, sql := range q {
+	for name, sql := range dialects.Statements(q) {
 		if regexp.MustCompile(`N'[0-9a-f]{8}-`).MatchString(sql) {
 			t.Errorf("%s embeds a uuid literal", name)
 		}
@@ -114,7 +115,7 @@ func TestMigrationsRender(t *testing.T) {
 	}
 	var v11 []string
 	for _, m := range ms {
-		batches, err := migrations.Render("sqlserver", m, renamed)
+		batches, err := migrations.Render("sqlserver", sqlserver.Quoting, m, renamed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,15 +144,19 @@ func TestConformance(t *testing.T) {
 	if url == "" {
 		t.Skip("QUEUEBOX_TEST_SQLSERVER_URL is not set: no SQL Server to run the conformance suite against")
 	}
+	fresh := func(t *testing.T) *sqlserver.Dialect {
+		names := dialects.DefaultNames()
+		names.Schema = "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+		d, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: url, Names: names})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Close)
+		return d
+	}
 	dialecttest.Run(t, dialecttest.Harness{
 		New: func(t *testing.T, upTo int) dialects.Dialect {
-			names := dialects.DefaultNames()
-			names.Schema = "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
-			d, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: url, Names: names})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
+			d := fresh(t)
 			if upTo == 0 {
 				upTo = 1 << 30
 			}
@@ -160,6 +165,8 @@ func TestConformance(t *testing.T) {
 			}
 			return d
 		},
+		Empty:       func(t *testing.T) dialects.Dialect { return fresh(t) },
+		Unreachable: unreachable,
 		Exec: func(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 			q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
 			if err != nil {
@@ -171,14 +178,46 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = DATEADD(hour, -$2, SYSUTCDATETIME()) WHERE {{c "state"}} = $1`,
-		InsertCreatedAt: `INSERT INTO {{t}} ({{c "topic"}}, {{c "payload"}}, {{c "created_at"}}) VALUES ($1, N'{}', $2)`,
-		SequenceOf: func(t *testing.T, d dialects.Dialect, topic string) int64 {
-			q, _ := dialects.Render("seq", `SELECT {{c "sequence"}} FROM {{t}} WHERE {{c "topic"}} = @p1`, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
-			var seq int64
-			if err := d.(*sqlserver.Dialect).DB().QueryRow(q, topic).Scan(&seq); err != nil {
-				t.Fatal(err)
-			}
-			return seq
-		},
 	})
+}
+
+// unreachable is a dialect whose server is a loopback port where nothing
+// listens.
+func unreachable(t *testing.T) dialects.Dialect {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	d, err := sqlserver.Open(context.Background(), sqlserver.Options{
+		URL: fmt.Sprintf("sqlserver://sa:x@127.0.0.1:%d?database=app&dial+timeout=3", port), Names: dialects.DefaultNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+// A connection that cannot be opened is ErrUnreachable, and "Invalid object
+// name" is ErrNoTable: tested without a server, through a real dial and the
+// driver's own error type.
+func TestErrorMapping(t *testing.T) {
+	d := unreachable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Ping(ctx); !errors.Is(err, dialects.ErrUnreachable) {
+		t.Errorf("ping of a closed port: %v, want ErrUnreachable", err)
+	}
+	if _, err := d.OutboxStats(ctx); !errors.Is(err, dialects.ErrUnreachable) {
+		t.Errorf("stats against a closed port: %v, want ErrUnreachable", err)
+	}
+	noTable := fmt.Errorf("query: %w", mssql.Error{Number: 208, Message: "Invalid object name 'dbo.outbox'."})
+	if err := sqlserver.MapError(noTable); !errors.Is(err, dialects.ErrNoTable) || !strings.Contains(err.Error(), "dbo.outbox") {
+		t.Errorf("error 208: %v, want ErrNoTable naming the object", err)
+	}
+	other := mssql.Error{Number: 2627, Message: "Violation of PRIMARY KEY constraint"}
+	if err := sqlserver.MapError(other); errors.Is(err, dialects.ErrNoTable) || errors.Is(err, dialects.ErrUnreachable) {
+		t.Errorf("a key violation was mapped: %v", err)
+	}
 }

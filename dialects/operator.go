@@ -1,0 +1,98 @@
+package dialects
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
+
+// selectChunk is how many rows one OutboxSelect of a replay reads.
+const selectChunk = 5000
+
+// Replay puts the rows that f selects back to pending, as the replay of the
+// life-cycle table says, and returns how many it changed (with dryRun, how
+// many it would change). Without States, f selects dead rows, or for a
+// replay by id dead and delivered ones. It never touches a processing row.
+//
+// It walks the selection in chunks in sequence order, applies the topic
+// pattern in Go (so that patterns mean the same everywhere), and replays
+// each chunk in one statement, so a replay of millions of rows holds no long
+// lock.
+func Replay(ctx context.Context, op Operator, f Filter, dryRun bool) (int, error) {
+	if len(f.States) == 0 {
+		f.States = ReplayDefaultStates(f)
+	}
+	total := 0
+	after := int64(-1 << 62)
+	for {
+		chunk, err := op.OutboxSelect(ctx, SelectParams{Filter: f, AfterSequence: after, Limit: selectChunk})
+		if err != nil {
+			return total, err
+		}
+		ids := make([]uuid.UUID, 0, len(chunk))
+		for _, r := range chunk {
+			after = r.Sequence
+			if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
+				ids = append(ids, r.ID)
+			}
+		}
+		switch {
+		case dryRun:
+			total += len(ids)
+		case len(ids) > 0:
+			n, err := op.OutboxReplayIDs(ctx, ids, f.States)
+			if err != nil {
+				return total, err
+			}
+			total += n
+		}
+		if len(chunk) < selectChunk {
+			return total, nil
+		}
+	}
+}
+
+// listPage is how many rows one OutboxList page reads while List looks for
+// rows whose topic matches.
+const listPage = 500
+
+// List returns up to limit rows that f selects, newest update first,
+// starting after the cursor when one is given. The second result is the
+// cursor of the next page, nil when there is none. Without States, f selects
+// dead rows.
+func List(ctx context.Context, op Operator, f Filter, after *Cursor, limit int) ([]ListedRow, *Cursor, error) {
+	if len(f.States) == 0 {
+		f.States = []State{Dead}
+	}
+	var out []ListedRow
+	for len(out) < limit {
+		page := listPage
+		if f.TopicMatch == nil {
+			page = limit - len(out)
+		}
+		rows, err := op.OutboxList(ctx, ListParams{Filter: f, After: after, Limit: page})
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, r := range rows {
+			if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
+				out = append(out, r)
+				if len(out) == limit {
+					// More may follow: the next page starts after this row,
+					// unless it was the last one there is.
+					if i == len(rows)-1 && len(rows) < page {
+						return out, nil, nil
+					}
+					c := CursorOf(r)
+					return out, &c, nil
+				}
+			}
+		}
+		if len(rows) < page {
+			return out, nil, nil
+		}
+		c := CursorOf(rows[len(rows)-1])
+		after = &c
+	}
+	return out, nil, nil
+}
