@@ -26,17 +26,17 @@ type Conn interface {
 }
 
 // HistoryStatements are a dialect's statements for the migration history
-// and its lock. Lock and Unlock take the lock's resource name as their only
-// parameter.
+// and its lock; a dialect's catalog embeds them. MigrationLock and
+// MigrationUnlock take the lock's resource name as their only parameter.
 type HistoryStatements struct {
-	// SchemaCreate creates the configured schema when it is missing; empty
-	// when no schema is configured.
+	// SchemaCreate creates the configured schema when it is missing; it
+	// runs only when a schema is configured.
 	SchemaCreate  string
 	HistoryCreate string
 	HistoryList   string
 	// HistoryInsert takes version, name and checksum.
-	HistoryInsert string
-	Lock, Unlock  string
+	HistoryInsert                  string
+	MigrationLock, MigrationUnlock string
 }
 
 // OpenMigrationSession takes the migration lock on conn and returns the
@@ -44,9 +44,12 @@ type HistoryStatements struct {
 // so that two outbox tables migrate independently.
 func OpenMigrationSession(ctx context.Context, conn Conn, st HistoryStatements, names Names) (MigrationSession, error) {
 	resource := "queuebox.migrate." + names.Schema + "." + names.Outbox
-	if err := conn.Exec(ctx, st.Lock, resource); err != nil {
+	if err := conn.Exec(ctx, st.MigrationLock, resource); err != nil {
 		conn.Release()
 		return nil, err
+	}
+	if names.Schema == "" {
+		st.SchemaCreate = ""
 	}
 	return &migrationSession{conn: conn, st: st, resource: resource}, nil
 }
@@ -82,7 +85,7 @@ func (s *migrationSession) Apply(ctx context.Context, p ApplyParams) error {
 
 func (s *migrationSession) Close(ctx context.Context) error {
 	defer s.conn.Release()
-	return s.conn.Exec(ctx, s.st.Unlock, s.resource)
+	return s.conn.Exec(ctx, s.st.MigrationUnlock, s.resource)
 }
 
 // ReadHistory runs a history query (version, name, checksum, applied_at).
@@ -100,4 +103,38 @@ func ReadHistory(ctx context.Context, conn Conn, query string) ([]AppliedMigrati
 		return nil, nil // no history table: nothing applied
 	}
 	return out, err
+}
+
+// Rows is what a driver's result set offers (pgx.Rows and *sql.Rows both
+// do); the caller closes it.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// EachRow calls each for every row of rows.
+func EachRow(rows Rows, each func(Scanner) error) error {
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Tx is a transaction seen as a Conn that can end.
+type Tx interface {
+	Conn
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// RunTx runs fn in tx: committed when fn returns nil, rolled back otherwise.
+func RunTx(ctx context.Context, tx Tx, fn func(Conn) error) error {
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
 }

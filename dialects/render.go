@@ -70,6 +70,15 @@ func Render(name, text string, funcs template.FuncMap) (string, error) {
 	return b.String(), nil
 }
 
+// Catalog validates names, then renders the statements of file for them
+// with q into catalog (see LoadCatalog).
+func Catalog(names Names, q Quoting, fsys fs.FS, file string, catalog any) error {
+	if ps := names.Validate(); len(ps) > 0 {
+		return fmt.Errorf("%s: %s", ps[0].Key, ps[0].Reason)
+	}
+	return LoadCatalog(fsys, file, TemplateFuncs(names, q), catalog)
+}
+
 // LoadCatalog reads a file of named statements, each introduced by a line
 // "-- name: OutboxClaim", renders every one with funcs, and stores each in
 // the string field of the same name of the struct that catalog points to.
@@ -92,14 +101,13 @@ func LoadCatalog(fsys fs.FS, file string, funcs template.FuncMap, catalog any) e
 			problems = append(problems, fmt.Sprintf("%s names statement %s, which %T has no field for", file, name, catalog))
 		}
 	}
-	for i := range v.NumField() {
-		name := v.Type().Field(i).Name
+	for name, f := range stringFields(v) {
 		sql, ok := stmts[name]
 		if !ok {
 			problems = append(problems, fmt.Sprintf("%s has no statement %s", file, name))
 			continue
 		}
-		v.Field(i).SetString(sql)
+		f.SetString(sql)
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
@@ -108,57 +116,90 @@ func LoadCatalog(fsys fs.FS, file string, funcs template.FuncMap, catalog any) e
 	return nil
 }
 
+// loadStatements reads the statements of file. A section introduced by
+// "-- fragment: name" is not a statement: it is a piece of SQL that
+// statements include with {{template "name"}} (the filter that every
+// operator statement shares, for one).
 func loadStatements(fsys fs.FS, file string, funcs template.FuncMap) (map[string]string, error) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	var name string
-	var body strings.Builder
-	flush := func() error {
-		if name == "" {
-			return nil
-		}
-		if _, dup := out[name]; dup {
-			return fmt.Errorf("%s names statement %s twice", file, name)
-		}
-		sql, err := Render(name, body.String(), funcs)
-		if err != nil {
-			return err
-		}
-		out[name] = strings.TrimSpace(sql)
-		body.Reset()
-		return nil
+	type section struct {
+		name     string
+		fragment bool
+		body     strings.Builder
 	}
+	var sections []*section
+	var cur *section
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
 		line := sc.Text()
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "-- name:"); ok {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			name = strings.TrimSpace(rest)
+		t := strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(t, "-- name:"); ok {
+			cur = &section{name: strings.TrimSpace(rest)}
+			sections = append(sections, cur)
 			continue
 		}
-		if name != "" {
-			body.WriteString(line)
-			body.WriteByte('\n')
+		if rest, ok := strings.CutPrefix(t, "-- fragment:"); ok {
+			cur = &section{name: strings.TrimSpace(rest), fragment: true}
+			sections = append(sections, cur)
+			continue
+		}
+		// A fragment's comments stay in the file: they would land in the
+		// middle of every statement that includes it.
+		if cur != nil && !(cur.fragment && strings.HasPrefix(t, "--")) {
+			cur.body.WriteString(line)
+			cur.body.WriteByte('\n')
 		}
 	}
-	if err := flush(); err != nil {
-		return nil, err
+	var defines strings.Builder
+	for _, sec := range sections {
+		if sec.fragment {
+			fmt.Fprintf(&defines, "{{define %q}}%s{{end}}", sec.name, strings.TrimRight(sec.body.String(), "\n"))
+		}
+	}
+	out := map[string]string{}
+	for _, sec := range sections {
+		if sec.fragment {
+			continue
+		}
+		if _, dup := out[sec.name]; dup {
+			return nil, fmt.Errorf("%s names statement %s twice", file, sec.name)
+		}
+		sql, err := Render(sec.name, defines.String()+sec.body.String(), funcs)
+		if err != nil {
+			return nil, err
+		}
+		out[sec.name] = strings.TrimSpace(sql)
 	}
 	return out, nil
+}
+
+// stringFields returns the string fields of a struct by name, those of
+// embedded structs (such as HistoryStatements) included.
+func stringFields(v reflect.Value) map[string]reflect.Value {
+	out := map[string]reflect.Value{}
+	for i := range v.NumField() {
+		f, sf := v.Field(i), v.Type().Field(i)
+		switch {
+		case sf.Anonymous && f.Kind() == reflect.Struct:
+			for n, g := range stringFields(f) {
+				out[n] = g
+			}
+		case f.Kind() == reflect.String:
+			out[sf.Name] = f
+		}
+	}
+	return out
 }
 
 // Statements lists a catalog's statements by name (for tests that check
 // every statement).
 func Statements(catalog any) map[string]string {
-	v := reflect.Indirect(reflect.ValueOf(catalog))
-	out := make(map[string]string, v.NumField())
-	for i := range v.NumField() {
-		out[v.Type().Field(i).Name] = v.Field(i).String()
+	out := map[string]string{}
+	for n, f := range stringFields(reflect.Indirect(reflect.ValueOf(catalog))) {
+		out[n] = f.String()
 	}
 	return out
 }

@@ -47,8 +47,8 @@ type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge, KeyLocksPrune    string
 	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
-	HistoryCreate, HistoryList, HistoryInsert, SchemaCreate                  string
-	MigrationLock, MigrationUnlock, Listen                                   string
+	Listen                                                                   string
+	dialects.HistoryStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -56,9 +56,6 @@ var _ dialects.Dialect = (*Dialect)(nil)
 // Open renders every statement for opts.Names and opens a connection pool. It
 // does not wait for the database: the pool connects on first use.
 func Open(ctx context.Context, opts Options) (*Dialect, error) {
-	if ps := opts.Names.Validate(); len(ps) > 0 {
-		return nil, fmt.Errorf("%s: %s", ps[0].Key, ps[0].Reason)
-	}
 	q, err := Queries(opts.Names)
 	if err != nil {
 		return nil, err
@@ -91,7 +88,7 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 // Queries renders every statement for names.
 func Queries(names dialects.Names) (*Catalog, error) {
 	c := &Catalog{}
-	if err := dialects.LoadCatalog(queryFS, "queries.sql", dialects.TemplateFuncs(names, Quoting), c); err != nil {
+	if err := dialects.Catalog(names, Quoting, queryFS, "queries.sql", c); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -440,21 +437,16 @@ func (d *Dialect) isOurs(payload string) bool {
 }
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
-	return dialects.ReadHistory(ctx, poolConn{d.pool}, d.q.HistoryList)
+	return dialects.ReadHistory(ctx, poolConn(d.pool), d.q.HistoryList)
 }
 
 // MigrationSession takes the migration lock on a connection of its own.
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
-	conn, err := d.pool.Acquire(ctx)
+	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, mapError(err)
 	}
-	st := dialects.HistoryStatements{HistoryCreate: d.q.HistoryCreate, HistoryList: d.q.HistoryList,
-		HistoryInsert: d.q.HistoryInsert, Lock: d.q.MigrationLock, Unlock: d.q.MigrationUnlock}
-	if d.names.Schema != "" {
-		st.SchemaCreate = d.q.SchemaCreate
-	}
-	return dialects.OpenMigrationSession(ctx, &heldConn{c: conn}, st, d.names)
+	return dialects.OpenMigrationSession(ctx, heldConn(c), d.q.HistoryStatements, d.names)
 }
 
 // querier is what a pool, a connection and a transaction share in pgx.
@@ -463,67 +455,52 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func execOn(ctx context.Context, q querier, query string, args []any) error {
-	// Migration batches hold several statements: the simple protocol runs
-	// them, and pgx uses it only when there are no parameters.
+// conn adapts a pool, one held connection or a transaction to
+// dialects.Conn.
+type conn struct {
+	q       querier
+	begin   func(context.Context) (pgx.Tx, error)
+	release func()
+}
+
+func poolConn(p *pgxpool.Pool) conn { return conn{q: p, begin: p.Begin, release: func() {}} }
+
+func heldConn(c *pgxpool.Conn) conn { return conn{q: c, begin: c.Begin, release: c.Release} }
+
+// Exec runs a statement. Migration batches hold several statements: the
+// simple protocol runs them, and pgx uses it only without parameters.
+func (c conn) Exec(ctx context.Context, query string, args ...any) error {
 	if len(args) == 0 {
 		args = []any{pgx.QueryExecModeSimpleProtocol}
 	}
-	_, err := q.Exec(ctx, query, args...)
+	_, err := c.q.Exec(ctx, query, args...)
 	return mapError(err)
 }
 
-func queryOn(ctx context.Context, q querier, query string, args []any, each func(dialects.Scanner) error) error {
-	rows, err := q.Query(ctx, query, args...)
+func (c conn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
+	rows, err := c.q.Query(ctx, query, args...)
+	if err == nil {
+		defer rows.Close()
+		err = dialects.EachRow(rows, each)
+	}
+	return mapError(err)
+}
+
+func (c conn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	tx, err := c.begin(ctx)
 	if err != nil {
 		return mapError(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			return err
-		}
-	}
-	return mapError(rows.Err())
+	return mapError(dialects.RunTx(ctx, txConn{conn{q: tx, begin: tx.Begin, release: func() {}}, tx}, fn))
 }
 
-// poolConn runs the read-only history query on the pool.
-type poolConn struct{ p *pgxpool.Pool }
+// txConn is a transaction as dialects.Tx.
+type txConn struct {
+	conn
+	tx pgx.Tx
+}
 
-func (c poolConn) Exec(ctx context.Context, query string, args ...any) error {
-	return execOn(ctx, c.p, query, args)
-}
-func (c poolConn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
-	return queryOn(ctx, c.p, query, args, each)
-}
-func (c poolConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
-	return pgx.BeginFunc(ctx, c.p, func(tx pgx.Tx) error { return fn(txConn{tx}) })
-}
-func (c poolConn) Release() {}
+func (t txConn) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t txConn) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
 
-// heldConn is one connection of the pool, held by a migration session.
-type heldConn struct{ c *pgxpool.Conn }
-
-func (c *heldConn) Exec(ctx context.Context, query string, args ...any) error {
-	return execOn(ctx, c.c, query, args)
-}
-func (c *heldConn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
-	return queryOn(ctx, c.c, query, args, each)
-}
-func (c *heldConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
-	return pgx.BeginFunc(ctx, c.c, func(tx pgx.Tx) error { return fn(txConn{tx}) })
-}
-func (c *heldConn) Release() { c.c.Release() }
-
-type txConn struct{ tx pgx.Tx }
-
-func (c txConn) Exec(ctx context.Context, query string, args ...any) error {
-	return execOn(ctx, c.tx, query, args)
-}
-func (c txConn) Query(ctx context.Context, query string, args []any, each func(dialects.Scanner) error) error {
-	return queryOn(ctx, c.tx, query, args, each)
-}
-func (c txConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
-	return pgx.BeginFunc(ctx, c.tx, func(tx pgx.Tx) error { return fn(txConn{tx}) })
-}
-func (c txConn) Release() {}
+func (c conn) Release() { c.release() }

@@ -116,18 +116,23 @@ UPDATE {{t}}
    AND {{c "state"}} = 'processing'
    AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
 
+-- fragment: Filter
+-- The operator filter: $1 states, $2 ids or NULL, $3 key or NULL,
+-- $4 since, $5 until (updated_at), $6 text in last_error.
+{{c "state"}} = ANY($1::text[])
+   AND ($2::uuid[] IS NULL OR {{c "id"}} = ANY($2::uuid[]))
+   AND ($3::text IS NULL OR {{c "key"}} = $3::text)
+   AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
+   AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
+   AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+
 -- name: OutboxSelect
 -- Operator selection: $1 states, $2 ids or NULL, $3 key or NULL, $4 since,
 -- $5 until, $6 text in last_error, $7 rows after this sequence (keyset),
 -- $8 limit. Oldest first, for replay in chunks.
 SELECT {{c "id"}}, {{c "topic"}}, {{c "sequence"}}
   FROM {{t}}
- WHERE {{c "state"}} = ANY($1::text[])
-   AND ($2::uuid[] IS NULL OR {{c "id"}} = ANY($2::uuid[]))
-   AND ($3::text IS NULL OR {{c "key"}} = $3::text)
-   AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
-   AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
-   AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+ WHERE {{template "Filter"}}
    AND {{c "sequence"}} > $7::bigint
  ORDER BY {{c "sequence"}}
  LIMIT $8
@@ -139,12 +144,7 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "sequence"}}
 SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},
        {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
   FROM {{t}}
- WHERE {{c "state"}} = ANY($1::text[])
-   AND ($2::uuid[] IS NULL OR {{c "id"}} = ANY($2::uuid[]))
-   AND ($3::text IS NULL OR {{c "key"}} = $3::text)
-   AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
-   AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
-   AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+ WHERE {{template "Filter"}}
    AND ($7::timestamptz IS NULL OR ({{c "updated_at"}}, {{c "sequence"}}) < ($7::timestamptz, $8::bigint))
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC
  LIMIT $9

@@ -104,17 +104,22 @@ UPDATE TOP (@p1) o
         OR o.{{c "claim_token"}} NOT IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)));
 SELECT @@ROWCOUNT;
 
--- name: OutboxSelect
--- @p1 JSON states, @p2 JSON ids or NULL, @p3 key, @p4 since, @p5 until,
--- @p6 text in last_error, @p7 after this sequence, @p8 limit.
-SELECT TOP (@p8) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"}}
-  FROM {{t}}
- WHERE {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
+-- fragment: Filter
+-- The operator filter: @p1 JSON states, @p2 JSON ids or NULL, @p3 key,
+-- @p4 since, @p5 until (updated_at), @p6 text in last_error.
+{{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
    AND (@p2 IS NULL OR {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)))
    AND (@p3 IS NULL OR {{c "key"}} = @p3)
    AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
    AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
    AND (@p6 IS NULL OR CHARINDEX(@p6, {{c "last_error"}}) > 0)
+
+-- name: OutboxSelect
+-- @p1 JSON states, @p2 JSON ids or NULL, @p3 key, @p4 since, @p5 until,
+-- @p6 text in last_error, @p7 after this sequence, @p8 limit.
+SELECT TOP (@p8) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"}}
+  FROM {{t}}
+ WHERE {{template "Filter"}}
    AND {{c "sequence"}} > @p7
  ORDER BY {{c "sequence"}};
 
@@ -125,12 +130,7 @@ SELECT TOP (@p8) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"
 SELECT TOP (@p9) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}},
        {{c "attempt"}}, {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
   FROM {{t}}
- WHERE {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
-   AND (@p2 IS NULL OR {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)))
-   AND (@p3 IS NULL OR {{c "key"}} = @p3)
-   AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
-   AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
-   AND (@p6 IS NULL OR CHARINDEX(@p6, {{c "last_error"}}) > 0)
+ WHERE {{template "Filter"}}
    AND (@p7 IS NULL OR {{c "updated_at"}} < @p7 OR ({{c "updated_at"}} = @p7 AND {{c "sequence"}} < @p8))
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC;
 

@@ -51,8 +51,7 @@ type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge                   string
 	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
-	HistoryCreate, HistoryList, HistoryInsert, SchemaCreate                  string
-	MigrationLock, MigrationUnlock                                           string
+	dialects.HistoryStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -60,7 +59,7 @@ var _ dialects.Dialect = (*Dialect)(nil)
 // Queries renders every statement for names.
 func Queries(names dialects.Names) (*Catalog, error) {
 	c := &Catalog{}
-	if err := dialects.LoadCatalog(queryFS, "queries.sql", dialects.TemplateFuncs(names, Quoting), c); err != nil {
+	if err := dialects.Catalog(names, Quoting, queryFS, "queries.sql", c); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -68,9 +67,6 @@ func Queries(names dialects.Names) (*Catalog, error) {
 
 // Open renders every statement and opens a connection pool.
 func Open(_ context.Context, opts Options) (*Dialect, error) {
-	if ps := opts.Names.Validate(); len(ps) > 0 {
-		return nil, fmt.Errorf("%s: %s", ps[0].Key, ps[0].Reason)
-	}
 	q, err := Queries(opts.Names)
 	if err != nil {
 		return nil, err
@@ -409,22 +405,17 @@ func (d *Dialect) KeyLocksPrune(context.Context, string, int) (int, string, erro
 func (d *Dialect) Listen(context.Context, func()) error { return dialects.ErrNotSupported }
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
-	return dialects.ReadHistory(ctx, dbConn{d.db}, d.q.HistoryList)
+	return dialects.ReadHistory(ctx, conn{e: d.db, begin: d.db.BeginTx}, d.q.HistoryList)
 }
 
 // MigrationSession takes an exclusive session-owned application lock
 // (sp_getapplock) on a connection of its own.
 func (d *Dialect) MigrationSession(ctx context.Context) (dialects.MigrationSession, error) {
-	conn, err := d.db.Conn(ctx)
+	c, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, MapError(err)
 	}
-	st := dialects.HistoryStatements{HistoryCreate: d.q.HistoryCreate, HistoryList: d.q.HistoryList,
-		HistoryInsert: d.q.HistoryInsert, Lock: d.q.MigrationLock, Unlock: d.q.MigrationUnlock}
-	if d.names.Schema != "" {
-		st.SchemaCreate = d.q.SchemaCreate
-	}
-	return dialects.OpenMigrationSession(ctx, heldConn{conn}, st, d.names)
+	return dialects.OpenMigrationSession(ctx, conn{e: c, begin: c.BeginTx, release: c.Close}, d.q.HistoryStatements, d.names)
 }
 
 // execer is what *sql.DB, *sql.Conn and *sql.Tx share.
@@ -433,74 +424,50 @@ type execer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func execOn(ctx context.Context, e execer, query string, args []any) error {
-	_, err := e.ExecContext(ctx, query, args...)
+// conn adapts the pool, one held connection or a transaction to
+// dialects.Conn. A transaction has no begin: SQL Server has no nested ones.
+type conn struct {
+	e       execer
+	begin   func(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	release func() error
+}
+
+func (c conn) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := c.e.ExecContext(ctx, q, args...)
 	return MapError(err)
 }
 
-func queryOn(ctx context.Context, e execer, query string, args []any, each func(dialects.Scanner) error) error {
-	rows, err := e.QueryContext(ctx, query, args...)
+func (c conn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
+	rows, err := c.e.QueryContext(ctx, q, args...)
 	if err != nil {
 		return MapError(err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			return err
-		}
-	}
-	return MapError(rows.Err())
+	return MapError(dialects.EachRow(rows, each))
 }
 
-func txOn(ctx context.Context, begin func(context.Context, *sql.TxOptions) (*sql.Tx, error), fn func(dialects.Conn) error) error {
-	tx, err := begin(ctx, nil)
+func (c conn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
+	if c.begin == nil {
+		return errors.New("nested transactions are not supported")
+	}
+	tx, err := c.begin(ctx, nil)
 	if err != nil {
 		return MapError(err)
 	}
-	if err := fn(txConn{tx}); err != nil {
-		_ = tx.Rollback()
-		return err
+	return MapError(dialects.RunTx(ctx, txConn{conn{e: tx}, tx}, fn))
+}
+
+// txConn is a transaction as dialects.Tx.
+type txConn struct {
+	conn
+	tx *sql.Tx
+}
+
+func (t txConn) Commit(context.Context) error   { return t.tx.Commit() }
+func (t txConn) Rollback(context.Context) error { return t.tx.Rollback() }
+
+func (c conn) Release() {
+	if c.release != nil {
+		_ = c.release()
 	}
-	return MapError(tx.Commit())
 }
-
-// dbConn runs the read-only history query on the pool.
-type dbConn struct{ db *sql.DB }
-
-func (c dbConn) Exec(ctx context.Context, q string, args ...any) error {
-	return execOn(ctx, c.db, q, args)
-}
-func (c dbConn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
-	return queryOn(ctx, c.db, q, args, each)
-}
-func (c dbConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
-	return txOn(ctx, c.db.BeginTx, fn)
-}
-func (c dbConn) Release() {}
-
-// heldConn is one connection, held by a migration session.
-type heldConn struct{ c *sql.Conn }
-
-func (c heldConn) Exec(ctx context.Context, q string, args ...any) error {
-	return execOn(ctx, c.c, q, args)
-}
-func (c heldConn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
-	return queryOn(ctx, c.c, q, args, each)
-}
-func (c heldConn) Tx(ctx context.Context, fn func(dialects.Conn) error) error {
-	return txOn(ctx, c.c.BeginTx, fn)
-}
-func (c heldConn) Release() { _ = c.c.Close() }
-
-type txConn struct{ tx *sql.Tx }
-
-func (c txConn) Exec(ctx context.Context, q string, args ...any) error {
-	return execOn(ctx, c.tx, q, args)
-}
-func (c txConn) Query(ctx context.Context, q string, args []any, each func(dialects.Scanner) error) error {
-	return queryOn(ctx, c.tx, q, args, each)
-}
-func (c txConn) Tx(context.Context, func(dialects.Conn) error) error {
-	return errors.New("nested transactions are not supported")
-}
-func (c txConn) Release() {}
