@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/bootstrap"
@@ -167,11 +166,11 @@ func configCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := yaml.Marshal(l.Config)
+			out, err := l.Effective()
 			if err != nil {
 				return err
 			}
-			fmt.Print(l.Secrets.Redact(string(out)))
+			os.Stdout.Write(out)
 			fmt.Fprintf(os.Stderr, "%s is valid.\n", l.File)
 			return nil
 		},

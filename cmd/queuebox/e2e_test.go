@@ -473,3 +473,33 @@ log: { level: debug }
 		t.Fatalf("logs:\n%s", logs.String())
 	}
 }
+
+// What `config check` prints is a configuration file: fed back to
+// `config check`, it validates and prints the same.
+func TestConfigCheckOutputLoadsBack(t *testing.T) {
+	cfg := writeConfig(t, `database:
+  url: postgres://app:${QB_TEST_DB_PASSWORD}@db.internal:5432/app
+destinations:
+  orders: { type: http, url: "https://hooks.example.com/{{ topic }}", headers: { Authorization: "Bearer ${QB_TEST_TOKEN}" } }
+  events: { type: kafka, brokers: ["127.0.0.1:9092"], topic: events, tls: { enabled: true } }
+routes:
+  - { topicPattern: "order.#", destination: orders }
+  - { topicPattern: "#", destination: events }
+`)
+	t.Setenv("QB_TEST_DB_PASSWORD", "pw-never-printed")
+	t.Setenv("QB_TEST_TOKEN", "token-never-printed")
+	out, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 0 || !strings.Contains(stderr, "is valid") {
+		t.Fatalf("config check: %d %s", code, stderr)
+	}
+	if strings.Contains(out, "never-printed") || strings.Count(out, "brokers:") != 1 || strings.Count(out, "enabled: true") != 2 {
+		t.Fatalf("config check printed a secret or foreign keys:\n%s", out)
+	}
+	again, stderr, code := run(t, "config", "check", "--config", writeConfig(t, out))
+	if code != 0 {
+		t.Fatalf("the printed configuration does not load back (exit %d):\n%s\n%s", code, stderr, out)
+	}
+	if again != out {
+		t.Fatalf("printed twice, the configuration differs:\n%s\n---\n%s", out, again)
+	}
+}
