@@ -64,10 +64,18 @@ outbox:
 	if got := l.Secrets.Redact("false 250"); got != "false 250" {
 		t.Errorf("redacted a boolean: %s", got)
 	}
-	t.Setenv("QUEUEBOX_DATABASE_URL", "")
 	l, err = Parse("q.yaml", []byte(minimal), env(map[string]string{"ORDERS_TOKEN": "x", "QUEUEBOX_DATABASE_URL": "postgres://other/db"}))
 	if err != nil || l.Database.URL != "postgres://other/db" {
 		t.Fatalf("QUEUEBOX_DATABASE_URL did not override: %v %v", err, l)
+	}
+	// The overridden value is not read: a variable it uses need not be set.
+	withVar := strings.Replace(minimal, "pw-s3cret", "${DB_PASSWORD}", 1)
+	l, err = Parse("q.yaml", []byte(withVar), env(map[string]string{"ORDERS_TOKEN": "x", "QUEUEBOX_DATABASE_URL": "postgres://other/db"}))
+	if err != nil || l.Database.URL != "postgres://other/db" {
+		t.Fatalf("an unset variable in an overridden database.url: %v", err)
+	}
+	if ps := problems(t, withVar); !hasProblem(ps, "database.url", "DB_PASSWORD is not set", 3) {
+		t.Errorf("without the override: %v", ps)
 	}
 }
 

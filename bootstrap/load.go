@@ -82,11 +82,18 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &Error{File: name, Problems: []Problem{{Key: "(file)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}}}
 	}
+	// QUEUEBOX_DATABASE_URL replaces database.url whole: the file's value
+	// is not read, so a variable it uses need not be set.
+	override, overridden := env("QUEUEBOX_DATABASE_URL")
+	overridden = overridden && override != ""
+	if overridden {
+		d.skip["database.url"] = true
+	}
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		d.decode(root.Content[0], reflect.ValueOf(cfg).Elem(), "")
 	}
-	if v, ok := env("QUEUEBOX_DATABASE_URL"); ok && v != "" {
-		cfg.Database.URL = v
+	if overridden {
+		cfg.Database.URL = override
 		d.present["database.url"] = true
 	}
 	cfg.applyDestinationDefaults()
@@ -125,8 +132,10 @@ type decoder struct {
 	present  map[string]bool
 	// bad marks keys that already have a problem: validation adds no
 	// second one, since a value that could not be read says nothing more.
-	bad     map[string]bool
-	raw     map[string]string
+	bad map[string]bool
+	raw map[string]string
+	// skip holds keys whose value in the file is not used.
+	skip    map[string]bool
 	env     func(string) (string, bool)
 	secrets *Secrets
 }
@@ -135,7 +144,7 @@ func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
 	if secrets == nil {
 		secrets = NewSecrets()
 	}
-	return &decoder{lines: map[string]int{}, present: map[string]bool{}, bad: map[string]bool{}, raw: map[string]string{},
+	return &decoder{lines: map[string]int{}, present: map[string]bool{}, bad: map[string]bool{}, raw: map[string]string{}, skip: map[string]bool{},
 		env: env, secrets: secrets}
 }
 
@@ -192,6 +201,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			f, ok := fields[k.Value]
 			if !ok {
 				d.add(key, k.Line, "unknown key%s; the keys here are %s", suggest(k.Value, fields), strings.Join(sortedKeys(fields), ", "))
+				continue
+			}
+			if d.skip[key] {
 				continue
 			}
 			fv := v.Field(f.index)
