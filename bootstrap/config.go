@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -202,11 +203,19 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// MarshalText writes the duration as people write it: 168h, not 168h0m0s.
 func (d Duration) MarshalText() ([]byte, error) {
 	if d == 0 {
 		return []byte("0"), nil
 	}
-	return []byte(time.Duration(d).String()), nil
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return []byte(s), nil
 }
 
 // Defaults returns the configuration with every default filled in; the

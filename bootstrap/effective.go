@@ -117,7 +117,11 @@ func (p *printer) node(v reflect.Value, path, kind string, sparse bool) *yaml.No
 	case reflect.Int, reflect.Int64:
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v.Int(), 10)}
 	case reflect.Float64:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(v.Float(), 'f', -1, 64)}
+		f := strconv.FormatFloat(v.Float(), 'f', -1, 64)
+		if !strings.Contains(f, ".") {
+			f += ".0" // 2.0, not 2: read back as a float without a tag
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: f}
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
 }

@@ -14,7 +14,7 @@ database:
     outbox: { key: message_key }
 outbox:
   batchSize: ${BATCH:-250}
-  retention: { delivered: 24h, dead: 0 }
+  retention: { delivered: 24h, dead: 720h, intervalMs: 90000 }
 destinations:
   orders:
     type: http
@@ -77,7 +77,7 @@ func TestEffectiveConfigurationLoadsBack(t *testing.T) {
 	for _, want := range []string{
 		"url: postgres://app:${DB_PASSWORD}@db.internal:5432/app?sslmode=disable",
 		"Authorization: Bearer ${ORDERS_TOKEN}", "X-Team: ${TEAM}", "signingSecret: ${WEBHOOK_SECRET}",
-		"batchSize: 250", "delivered: 24h0m0s", "method: POST", "mandatory: true", "enabled: true",
+		"batchSize: 250", "delivered: 24h", "dead: 720h", "multiplier: 2.0", "method: POST", "mandatory: true", "enabled: true",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the output lacks %q:\n%s", want, text)
