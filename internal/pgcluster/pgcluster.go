@@ -50,7 +50,7 @@ type Options struct {
 }
 
 // ErrNoServer means no PostgreSQL server binaries were found.
-var ErrNoServer = errors.New("no PostgreSQL server binaries found (initdb, postgres): install the distribution's PostgreSQL server package, or run scripts/install-postgres.sh")
+var ErrNoServer = errors.New("no PostgreSQL server binaries found (initdb, postgres): install the distribution's PostgreSQL server package (scripts/install-postgres.sh does it on Debian and Ubuntu), or set QUEUEBOX_PG_BINDIR to the folder that holds them")
 
 // BinDir finds the folder of initdb and postgres: $QUEUEBOX_PG_BINDIR,
 // then the newest /usr/lib/postgresql/*/bin, then PATH.
