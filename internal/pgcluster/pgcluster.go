@@ -56,6 +56,11 @@ var ErrNoServer = errors.New("no PostgreSQL server binaries found (initdb, postg
 // then the newest /usr/lib/postgresql/*/bin, then PATH.
 func BinDir() (string, error) {
 	if d := os.Getenv("QUEUEBOX_PG_BINDIR"); d != "" {
+		for _, b := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(d, b)); err != nil {
+				return "", fmt.Errorf("QUEUEBOX_PG_BINDIR is %s, which holds no %s: set it to the folder of initdb and postgres, or unset it", d, b)
+			}
+		}
 		return d, nil
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
