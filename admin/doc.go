@@ -1,5 +1,12 @@
-// Package admin will hold the admin listener (spec/operations.md): /healthz,
-// /readyz, /metrics, the JSON API and the web page. The admin.listen and
-// admin.token keys are read and validated already; until the listener
-// arrives, `queuebox status` and the logs are the operator's view.
+// Package admin is the operator's view of the outbox: which rows to look
+// at (Filter), how many rows are in each state (Status), the dead rows
+// and their errors (DeadRows), and putting rows back to pending (Replay).
+//
+// The command line uses it today; the admin HTTP API (GET /api/stats,
+// GET /api/rows, POST /api/replay) will use the same functions, so that a
+// filter selects the same rows, and fails with the same message, whether it
+// came from command-line flags, a URL query or a JSON body. Each message
+// names the input as it was written in its source (--state, state=,
+// "states"). The admin listener, the metrics and the web page will live
+// here too.
 package admin

@@ -2,12 +2,14 @@ package bootstrap
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
-// Config is the whole configuration file (spec: configuration.md). Every key
-// of the specification exists here, including those whose behaviour lands in
-// later releases, so that a file written for the full product validates now.
+// Config is the whole configuration file. Every key of the product exists
+// here, including those whose behaviour lands in later releases, so that a
+// file written for the full product validates now. docs/configuration.md
+// lists them for users.
 type Config struct {
 	Database     DatabaseConfig                `yaml:"database"`
 	Outbox       OutboxConfig                  `yaml:"outbox"`
@@ -71,8 +73,9 @@ type InboxRelayConfig struct {
 	MaxAttempts int  `yaml:"maxAttempts" min:"0" max:"1000"`
 }
 
-// InboxSourceConfig is one inbox source (inbox.md). Which keys apply depends
-// on Type; the kinds tag lists the types a key belongs to.
+// InboxSourceConfig is one inbox source: where messages from outside come
+// in. Which keys apply depends on Type; the kinds tag lists the types a key
+// belongs to.
 type InboxSourceConfig struct {
 	Type          string   `yaml:"type"`
 	Token         string   `yaml:"token" kinds:"http" secret:"true"`
@@ -112,8 +115,9 @@ type ShutdownConfig struct {
 	DrainTimeoutMs int `yaml:"drainTimeoutMs" min:"0" max:"3600000"`
 }
 
-// DestinationConfig is one destination (destinations.md). Keys apply by type
-// (the kinds tag); a key of another type is a validation error.
+// DestinationConfig is one destination. Keys apply by type (the kinds
+// tag); a key of another type is a validation error, and config check
+// prints only the keys of the destination's type.
 type DestinationConfig struct {
 	Type string `yaml:"type"`
 
@@ -148,8 +152,10 @@ type DestinationConfig struct {
 	CredentialsFile string `yaml:"credentialsFile" kinds:"nats"`
 }
 
+// TLSConfig is the TLS of a connection. enabled is for Kafka only: for HTTP
+// the https:// scheme turns TLS on.
 type TLSConfig struct {
-	Enabled            bool   `yaml:"enabled"`
+	Enabled            bool   `yaml:"enabled" kinds:"kafka"`
 	CAFile             string `yaml:"caFile"`
 	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
 }
@@ -197,14 +203,23 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// MarshalText writes the duration as people write it: 168h, not 168h0m0s.
 func (d Duration) MarshalText() ([]byte, error) {
 	if d == 0 {
 		return []byte("0"), nil
 	}
-	return []byte(time.Duration(d).String()), nil
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return []byte(s), nil
 }
 
-// Defaults returns the configuration with every default of configuration.md.
+// Defaults returns the configuration with every default filled in; the
+// defaults block of docs/configuration.md shows the same values.
 func Defaults() *Config {
 	return &Config{
 		Database: DatabaseConfig{
@@ -237,7 +252,8 @@ func Defaults() *Config {
 	}
 }
 
-// applyDestinationDefaults fills the per-type defaults of destinations.md.
+// applyDestinationDefaults fills the defaults that depend on a destination's
+// type, and names unnamed routes after their pattern.
 func (c *Config) applyDestinationDefaults() {
 	for _, d := range c.Destinations {
 		if d == nil {

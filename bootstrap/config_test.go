@@ -64,10 +64,18 @@ outbox:
 	if got := l.Secrets.Redact("false 250"); got != "false 250" {
 		t.Errorf("redacted a boolean: %s", got)
 	}
-	t.Setenv("QUEUEBOX_DATABASE_URL", "")
 	l, err = Parse("q.yaml", []byte(minimal), env(map[string]string{"ORDERS_TOKEN": "x", "QUEUEBOX_DATABASE_URL": "postgres://other/db"}))
 	if err != nil || l.Database.URL != "postgres://other/db" {
 		t.Fatalf("QUEUEBOX_DATABASE_URL did not override: %v %v", err, l)
+	}
+	// The overridden value is not read: a variable it uses need not be set.
+	withVar := strings.Replace(minimal, "pw-s3cret", "${DB_PASSWORD}", 1)
+	l, err = Parse("q.yaml", []byte(withVar), env(map[string]string{"ORDERS_TOKEN": "x", "QUEUEBOX_DATABASE_URL": "postgres://other/db"}))
+	if err != nil || l.Database.URL != "postgres://other/db" {
+		t.Fatalf("an unset variable in an overridden database.url: %v", err)
+	}
+	if ps := problems(t, withVar); !hasProblem(ps, "database.url", "DB_PASSWORD is not set", 3) {
+		t.Errorf("without the override: %v", ps)
 	}
 }
 
@@ -161,5 +169,112 @@ func TestSigningSecret(t *testing.T) {
 	}
 	if _, err := DecodeSigningSecret("hunter2"); err == nil {
 		t.Error("a non-base64 secret was accepted")
+	}
+}
+
+// ${VAR:-default} takes the default when VAR is unset or empty, and VAR
+// when it is set to something.
+func TestEnvDefaultWhenUnsetOrEmpty(t *testing.T) {
+	cfg := minimal + `
+outbox:
+  batchSize: ${BATCH:-250}
+  maxInFlight: "${IN_FLIGHT:-700}"
+log:
+  level: ${LEVEL:-warn}
+`
+	for _, c := range []struct {
+		name       string
+		env        map[string]string
+		batch, fly int
+		level      string
+	}{
+		{"unset", map[string]string{}, 250, 700, "warn"},
+		{"empty", map[string]string{"BATCH": "", "IN_FLIGHT": "", "LEVEL": ""}, 250, 700, "warn"},
+		{"set", map[string]string{"BATCH": "42", "IN_FLIGHT": "900", "LEVEL": "debug"}, 42, 900, "debug"},
+	} {
+		c.env["ORDERS_TOKEN"] = "x"
+		l, err := Parse("q.yaml", []byte(cfg), env(c.env))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if l.Outbox.BatchSize != c.batch || l.Outbox.MaxInFlight != c.fly || l.Log.Level != c.level {
+			t.Errorf("%s: batchSize %d maxInFlight %d level %s", c.name, l.Outbox.BatchSize, l.Outbox.MaxInFlight, l.Log.Level)
+		}
+	}
+	// ${VAR} without a default may be set to empty on purpose.
+	l, err := Parse("q.yaml", []byte(minimal+"admin: { token: \"${TOKEN}\" }\n"), env(map[string]string{"ORDERS_TOKEN": "x", "TOKEN": ""}))
+	if err != nil || l.Admin.Token != "" {
+		t.Errorf("an empty ${TOKEN}: %v", err)
+	}
+	// A text key keeps substituted digits as text.
+	l, err = Parse("q.yaml", []byte(minimal+"admin:\n  token: ${TOKEN}\n"), env(map[string]string{"ORDERS_TOKEN": "x", "TOKEN": "12345"}))
+	if err != nil || l.Admin.Token != "12345" {
+		t.Fatalf("digits into a text key: %v", err)
+	}
+	// A quoted value that is more than one substitution stays text.
+	ps := problems(t, minimal+"outbox: { batchSize: \"${A:-1}${B:-2}\" }\n")
+	if !hasProblem(ps, "outbox.batchSize", `expected a whole number, got "12"`, 0) {
+		t.Errorf("%v", ps)
+	}
+}
+
+// An unset variable is one problem on one line: the key it leaves empty
+// gets no second complaint.
+func TestUnsetVariableIsOneProblem(t *testing.T) {
+	ps := problems(t, minimal+"  - topicPattern: \"#\"\n    destination: ${DEST}\n")
+	if len(ps) != 1 || !hasProblem(ps, "routes[1].destination", "DEST is not set", 0) {
+		t.Errorf("%v", ps)
+	}
+	ps = problems(t, strings.Replace(minimal, "postgres://queuebox:pw-s3cret@localhost:5432/app?sslmode=disable", "${DB_URL}", 1))
+	if len(ps) != 1 || !hasProblem(ps, "database.url", "DB_URL is not set", 3) {
+		t.Errorf("%v", ps)
+	}
+}
+
+func TestSigningSecretNeedsItsPrefix(t *testing.T) {
+	base := strings.Replace(minimal, `    headers: { Authorization: "Bearer ${ORDERS_TOKEN}" }`+"\n", `    headers: { Authorization: "Bearer ${ORDERS_TOKEN}" }`+"\n    signingSecret: %s\n", 1)
+	l, err := Parse("q.yaml", []byte(strings.Replace(base, "%s", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1)), env(map[string]string{"ORDERS_TOKEN": "x"}))
+	if err != nil || len(l.Compiled.Destinations["orders"].SigningSecret) < 16 {
+		t.Fatalf("a whsec_ secret: %v", err)
+	}
+	ps := problems(t, strings.Replace(base, "%s", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1))
+	if !hasProblem(ps, "destinations.orders.signingSecret", "does not start with whsec_", 9) {
+		t.Errorf("%v", ps)
+	}
+}
+
+func TestTLSEnabledIsForKafkaOnly(t *testing.T) {
+	cfg := strings.Replace(minimal, "    url: https://hooks.example.com/{{ topic }}\n", "    url: https://hooks.example.com/{{ topic }}\n    tls: { enabled: true }\n", 1)
+	ps := problems(t, cfg)
+	if len(ps) != 1 || !hasProblem(ps, "destinations.orders.tls.enabled", "tls.enabled does not apply to http destinations: the https:// scheme turns TLS on; remove it", 0) {
+		t.Errorf("%v", ps)
+	}
+	cfg = strings.Replace(minimal, "destinations:\n", "destinations:\n  k: { type: kafka, brokers: [\"127.0.0.1:9092\"], topic: t, tls: { enabled: true } }\n", 1)
+	l, err := Parse("q.yaml", []byte(cfg), env(map[string]string{"ORDERS_TOKEN": "x"}))
+	if err != nil || !l.Destinations["k"].TLS.Enabled {
+		t.Errorf("tls.enabled on kafka: %v", err)
+	}
+}
+
+// Validation compiles what the engine uses: the router matches as the
+// routes say, with their transforms.
+func TestValidationCompilesTheRouter(t *testing.T) {
+	cfg := strings.Replace(minimal, "routes:\n", "routes:\n  - { topicPattern: \"order.paid\", destination: orders, transform: \"{id: $id}\" }\n", 1)
+	l, err := Parse("q.yaml", []byte(cfg), env(map[string]string{"ORDERS_TOKEN": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := l.Compiled.Router.Match("order.paid")
+	if r == nil || r.Transform == nil || r.Name != "order.paid" {
+		t.Fatalf("order.paid: %+v", r)
+	}
+	if r = l.Compiled.Router.Match("order.created"); r == nil || r.Transform != nil || r.Name != "order.#" {
+		t.Fatalf("order.created: %+v", r)
+	}
+	if l.Compiled.Router.Match("user.created") != nil {
+		t.Fatal("user.created matched")
+	}
+	if u := l.Compiled.Destinations["orders"].URL; u == nil || u.String() != "https://hooks.example.com/{{ topic }}" {
+		t.Fatalf("the URL template: %v", u)
 	}
 }

@@ -49,11 +49,16 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Loaded is a loaded, validated configuration with its secrets.
+// Loaded is a loaded, validated configuration with its secrets and what
+// validation compiled from it.
 type Loaded struct {
 	*Config
-	File    string
-	Secrets *Secrets
+	File     string
+	Secrets  *Secrets
+	Compiled *Compiled
+	// raw is the text as written of each value that used ${NAME}, by key
+	// path: Effective prints it instead of a secret.
+	raw map[string]string
 }
 
 // Load reads, substitutes, decodes and validates a configuration file.
@@ -72,20 +77,28 @@ func Load(path string) (*Loaded, error) {
 func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, error) {
 	cfg := Defaults()
 	secrets := NewSecrets()
-	d := &decoder{lines: map[string]int{}, present: map[string]bool{}, env: env, secrets: secrets}
+	d := newDecoder(env, secrets)
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &Error{File: name, Problems: []Problem{{Key: "(file)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}}}
 	}
+	// QUEUEBOX_DATABASE_URL replaces database.url whole: the file's value
+	// is not read, so a variable it uses need not be set.
+	override, overridden := env("QUEUEBOX_DATABASE_URL")
+	overridden = overridden && override != ""
+	if overridden {
+		d.skip["database.url"] = true
+	}
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		d.decode(root.Content[0], reflect.ValueOf(cfg).Elem(), "")
 	}
-	if v, ok := env("QUEUEBOX_DATABASE_URL"); ok && v != "" {
-		cfg.Database.URL = v
+	if overridden {
+		cfg.Database.URL = override
 		d.present["database.url"] = true
 	}
 	cfg.applyDestinationDefaults()
-	problems := append(d.problems, validate(cfg, d)...)
+	vp, compiled := validate(cfg, d)
+	problems := append(d.problems, vp...)
 	if len(problems) > 0 {
 		sort.SliceStable(problems, func(i, j int) bool {
 			li, lj := problems[i].Line, problems[j].Line
@@ -97,30 +110,46 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 		return nil, &Error{File: name, Problems: problems}
 	}
 	collectSecrets(cfg, secrets)
-	return &Loaded{Config: cfg, File: name, Secrets: secrets}, nil
+	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, raw: d.raw}, nil
 }
 
 // FromConfig validates a configuration built in code (the dev mode).
 func FromConfig(cfg *Config) (*Loaded, error) {
 	cfg.applyDestinationDefaults()
-	d := &decoder{lines: map[string]int{}, present: map[string]bool{}}
-	if ps := validate(cfg, d); len(ps) > 0 {
+	d := newDecoder(nil, nil)
+	ps, compiled := validate(cfg, d)
+	if len(ps) > 0 {
 		return nil, &Error{File: "(generated)", Problems: ps}
 	}
 	secrets := NewSecrets()
 	collectSecrets(cfg, secrets)
-	return &Loaded{Config: cfg, File: "(generated)", Secrets: secrets}, nil
+	return &Loaded{Config: cfg, File: "(generated)", Secrets: secrets, Compiled: compiled}, nil
 }
 
 type decoder struct {
 	problems []Problem
 	lines    map[string]int
 	present  map[string]bool
-	env      func(string) (string, bool)
-	secrets  *Secrets
+	// bad marks keys that already have a problem: validation adds no
+	// second one, since a value that could not be read says nothing more.
+	bad map[string]bool
+	raw map[string]string
+	// skip holds keys whose value in the file is not used.
+	skip    map[string]bool
+	env     func(string) (string, bool)
+	secrets *Secrets
+}
+
+func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
+	if secrets == nil {
+		secrets = NewSecrets()
+	}
+	return &decoder{lines: map[string]int{}, present: map[string]bool{}, bad: map[string]bool{}, raw: map[string]string{}, skip: map[string]bool{},
+		env: env, secrets: secrets}
 }
 
 func (d *decoder) add(path string, line int, format string, args ...any) {
+	d.bad[displayPath(path)] = true
 	d.problems = append(d.problems, Problem{Key: displayPath(path), Line: line, Reason: fmt.Sprintf(format, args...)})
 }
 
@@ -174,6 +203,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 				d.add(key, k.Line, "unknown key%s; the keys here are %s", suggest(k.Value, fields), strings.Join(sortedKeys(fields), ", "))
 				continue
 			}
+			if d.skip[key] {
+				continue
+			}
 			fv := v.Field(f.index)
 			d.decode(val, fv, key)
 			d.checkRange(val, fv, f.field, key)
@@ -211,21 +243,31 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
-var envRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+var (
+	envRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+	// envWholeRE matches a value that is one substitution and nothing else.
+	envWholeRE = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}$`)
+)
 
 // scalar decodes one scalar after ${VAR} substitution.
+//
+// ${NAME:-default} takes the default when NAME is unset or empty, as in a
+// shell or Compose file. The substituted text is read as the key's type:
+// a number key takes "${BATCH:-500}" as 500 whether or not it is quoted,
+// when the whole value is one substitution; a text key keeps the text as
+// it is ("${PORT}" stays "5432", not a number).
 func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.ScalarNode {
 		d.add(path, n.Line, "expected a single value, got %s", describe(n))
 		return
 	}
 	node := *n
-	if d.env != nil && strings.Contains(n.Value, "${") {
+	if d.env != nil && strings.Contains(n.Value, "${") && n.Tag != "!!binary" {
 		failed := false
 		node.Value = envRE.ReplaceAllStringFunc(n.Value, func(m string) string {
 			sub := envRE.FindStringSubmatch(m)
 			val, ok := d.env(sub[1])
-			if ok {
+			if ok && (val != "" || sub[2] == "") {
 				d.secrets.AddFromEnv(val)
 				return val
 			}
@@ -239,9 +281,12 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 		if failed {
 			return
 		}
-		if n.Style == 0 || n.Style == yaml.TaggedStyle {
-			node.Tag = "" // re-resolve the type of the substituted text
-			node.Style = 0
+		d.raw[path] = n.Value
+		plain := n.Style == 0 || n.Style == yaml.TaggedStyle
+		if v.Kind() == reflect.String {
+			node.Tag, node.Style = "!!str", 0
+		} else if plain || envWholeRE.MatchString(n.Value) {
+			node.Tag, node.Style = "", 0 // re-resolve the type of the substituted text
 		}
 	}
 	if err := node.Decode(v.Addr().Interface()); err != nil {

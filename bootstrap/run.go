@@ -35,9 +35,22 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// Run runs the engine until SIGTERM or SIGINT, then drains and returns nil
-// (exit 0). A second signal exits at once.
+// Run waits until the database answers, applies the migrations (with
+// Migrate) or checks that the schema is current, then runs the engine until
+// SIGTERM or SIGINT, drains it and returns nil (exit 0). A signal while it
+// waits for the database also returns nil: nothing has started. A second
+// signal during the drain exits at once.
 func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
+	sigs := ro.Signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	if !waitForDatabase(ctx, d, log, sigs) {
+		return nil
+	}
 	if err := checkSchema(ctx, d, log, ro.Migrate); err != nil {
 		return err
 	}
@@ -48,13 +61,6 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	e, err := actors.New(opts)
 	if err != nil {
 		return err
-	}
-	sigs := ro.Signals
-	if sigs == nil {
-		ch := make(chan os.Signal, 2)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-		defer signal.Stop(ch)
-		sigs = ch
 	}
 	if err := e.Start(ctx); err != nil {
 		return err
@@ -87,15 +93,75 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	return nil
 }
 
-// checkSchema refuses to run on an outdated schema, unless asked to migrate.
-// An unreachable database is not fatal: the engine waits for it.
-func checkSchema(ctx context.Context, d dialects.Dialect, log *slog.Logger, migrate bool) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// Backoff of the start-up wait for the database.
+const (
+	startRetryFirst = 250 * time.Millisecond
+	startRetryMax   = 5 * time.Second
+)
+
+// waitForDatabase pings the database until it answers, with backoff, and
+// reports true; false when a signal or ctx ended the wait first. A database
+// that is down when the relay starts is common (both start together under
+// an orchestrator), so it is waited for, not fatal; the schema can only be
+// checked or migrated once it answers. It logs once when it starts
+// waiting and once when the database answers.
+func waitForDatabase(ctx context.Context, d dialects.Dialect, log *slog.Logger, sigs <-chan os.Signal) bool {
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := d.Ping(pctx); err != nil {
-		log.Warn("database unreachable at start; the relay will keep trying", "error", err)
-		return nil
+	// A signal cancels a ping in progress too: a connection attempt can
+	// take seconds.
+	got := make(chan os.Signal, 1)
+	stop, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case s := <-sigs:
+			got <- s
+			cancel()
+		case <-stop:
+		}
+	}()
+	signalled := func() bool {
+		close(stop)
+		<-exited
+		select {
+		case s := <-got:
+			log.Info("signal received while waiting for the database; exiting", "signal", s.String())
+			return true
+		default:
+			return false
+		}
 	}
+	delay, waiting := startRetryFirst, false
+	for {
+		pctx, pcancel := context.WithTimeout(wctx, 10*time.Second)
+		err := d.Ping(pctx)
+		pcancel()
+		if err == nil {
+			if signalled() {
+				return false
+			}
+			if waiting {
+				log.Info("database reachable; starting")
+			}
+			return true
+		}
+		if wctx.Err() == nil && !waiting {
+			log.Warn("database unreachable at start; retrying", "error", err)
+			waiting = true
+		}
+		select {
+		case <-wctx.Done():
+			signalled()
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, startRetryMax)
+	}
+}
+
+// checkSchema refuses to run on an outdated schema, unless asked to migrate.
+func checkSchema(ctx context.Context, d dialects.Dialect, log *slog.Logger, migrate bool) error {
 	if migrate {
 		applied, err := migrations.Up(ctx, d)
 		if err != nil {

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -20,9 +21,35 @@ var DestinationTypes = []string{"http", "rabbitmq", "kafka", "nats", "null"}
 type validator struct {
 	d        *decoder
 	problems []Problem
+	out      *Compiled
+}
+
+// Compiled is what validation compiled from the configuration: the router,
+// the address templates and the decoded signing secrets. Wiring uses it as
+// it is, so that nothing is compiled twice and nothing that validated can
+// fail to compile later.
+type Compiled struct {
+	Router       *routing.Router
+	Destinations map[string]*CompiledDestination
+	Sources      map[string]*CompiledSource
+}
+
+// CompiledDestination holds a destination's compiled keys; a template is
+// nil where its key is empty or does not apply to the type.
+type CompiledDestination struct {
+	URL, Exchange, RoutingKey, Topic, Subject *routing.Template
+	SigningSecret                             []byte
+}
+
+// CompiledSource holds an inbox source's compiled templates.
+type CompiledSource struct {
+	Topic, AggregateID *routing.Template
 }
 
 func (v *validator) add(key, format string, args ...any) {
+	if v.d.bad[key] {
+		return // reading the value failed already: one problem, one line
+	}
 	v.problems = append(v.problems, Problem{Key: key, Line: v.line(key), Reason: fmt.Sprintf(format, args...)})
 }
 
@@ -61,8 +88,10 @@ func (c *Config) Names() dialects.Names {
 	}
 }
 
-func validate(c *Config, d *decoder) []Problem {
-	v := &validator{d: d}
+// validate checks c and compiles what wiring needs. The Compiled result is
+// complete only when there are no problems.
+func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
+	v := &validator{d: d, out: &Compiled{Destinations: map[string]*CompiledDestination{}, Sources: map[string]*CompiledSource{}}}
 	if !oneOf(c.Database.Dialect, "postgresql", "sqlserver") {
 		v.add("database.dialect", "%q is not a dialect; use postgresql or sqlserver", c.Database.Dialect)
 	}
@@ -92,7 +121,7 @@ func validate(c *Config, d *decoder) []Problem {
 	v.destinations(c)
 	v.routes(c)
 	v.inbox(c)
-	return v.problems
+	return v.problems, v.out
 }
 
 func (v *validator) admin(c *Config) {
@@ -126,9 +155,11 @@ func (v *validator) destinations(c *Config) {
 			continue
 		}
 		v.foreignKeys(key, d.Type, "destination", reflect.TypeOf(*d))
+		cd := &CompiledDestination{}
+		v.out.Destinations[name] = cd
 		switch d.Type {
 		case "http":
-			v.httpDestination(key, d)
+			v.httpDestination(key, d, cd)
 		case "rabbitmq":
 			v.required(key+".url", d.URL)
 			switch {
@@ -139,14 +170,14 @@ func (v *validator) destinations(c *Config) {
 			case d.ExchangeFrom != "" && d.ExchangeFrom != "aggregate_type":
 				v.add(key+".exchangeFrom", "%q is not supported; the only value is aggregate_type", d.ExchangeFrom)
 			}
-			v.template(key+".exchange", d.Exchange)
-			v.template(key+".routingKey", d.RoutingKey)
+			cd.Exchange = v.template(key+".exchange", d.Exchange)
+			cd.RoutingKey = v.template(key+".routingKey", d.RoutingKey)
 		case "kafka":
 			if len(d.Brokers) == 0 {
 				v.add(key+".brokers", "is required: a list of host:port")
 			}
 			v.required(key+".topic", d.Topic)
-			v.template(key+".topic", d.Topic)
+			cd.Topic = v.template(key+".topic", d.Topic)
 			if !oneOf(d.Acks, "all", "one") {
 				v.add(key+".acks", "%q: use all or one", d.Acks)
 			}
@@ -162,7 +193,7 @@ func (v *validator) destinations(c *Config) {
 		case "nats":
 			v.required(key+".url", d.URL)
 			v.required(key+".subject", d.Subject)
-			v.template(key+".subject", d.Subject)
+			cd.Subject = v.template(key+".subject", d.Subject)
 		}
 	}
 }
@@ -197,9 +228,9 @@ func (v *validator) template(key, s string) *routing.Template {
 	return t
 }
 
-func (v *validator) httpDestination(key string, d *DestinationConfig) {
+func (v *validator) httpDestination(key string, d *DestinationConfig, cd *CompiledDestination) {
 	v.required(key+".url", d.URL)
-	if d.URL != "" && v.template(key+".url", d.URL) != nil {
+	if cd.URL = v.template(key+".url", d.URL); cd.URL != nil {
 		// Placeholders stand for a value; the scheme and host must be there.
 		probe := placeholderProbe.ReplaceAllString(d.URL, "x")
 		if u, err := url.Parse(probe); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -217,9 +248,13 @@ func (v *validator) httpDestination(key string, d *DestinationConfig) {
 		}
 	}
 	if d.SigningSecret != "" {
-		if _, err := DecodeSigningSecret(d.SigningSecret); err != nil {
+		var err error
+		if cd.SigningSecret, err = DecodeSigningSecret(d.SigningSecret); err != nil {
 			v.add(key+".signingSecret", "%v", err)
 		}
+	}
+	if v.d.present[key+".tls.enabled"] {
+		v.add(key+".tls.enabled", "tls.enabled does not apply to http destinations: the https:// scheme turns TLS on; remove it")
 	}
 	for name := range d.Headers {
 		if name == "" || strings.ContainsAny(name, " :\r\n") {
@@ -230,8 +265,16 @@ func (v *validator) httpDestination(key string, d *DestinationConfig) {
 
 var placeholderProbe = regexp.MustCompile(`\{\{[^{}]*\}\}`)
 
-// DecodeSigningSecret decodes a Standard Webhooks secret.
-func DecodeSigningSecret(s string) ([]byte, error) { return httpsink.DecodeSigningSecret(s) }
+// DecodeSigningSecret decodes a Standard Webhooks secret: "whsec_" and the
+// base64 of at least 16 bytes. The prefix is required, as the receivers'
+// libraries expect it; a secret without it is most often one copied
+// without its first characters.
+func DecodeSigningSecret(s string) ([]byte, error) {
+	if !strings.HasPrefix(s, "whsec_") {
+		return nil, errors.New("does not start with whsec_: a Standard Webhooks secret is whsec_ followed by the base64 of at least 16 random bytes (for example whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM=); copy the whole secret")
+	}
+	return httpsink.DecodeSigningSecret(s)
+}
 
 func (v *validator) routes(c *Config) {
 	if len(c.Routes) == 0 {
@@ -243,11 +286,14 @@ func (v *validator) routes(c *Config) {
 		defined = append(defined, n)
 	}
 	sort.Strings(defined)
+	routes := make([]routing.Route, 0, len(c.Routes))
 	for i, r := range c.Routes {
 		key := fmt.Sprintf("routes[%d]", i)
+		route := routing.Route{Name: r.Name, Destination: r.Destination}
+		var err error
 		if r.TopicPattern == "" {
 			v.add(key+".topicPattern", "is required (# matches every topic)")
-		} else if _, err := routing.CompilePattern(r.TopicPattern); err != nil {
+		} else if route.Pattern, err = routing.CompilePattern(r.TopicPattern); err != nil {
 			v.add(key+".topicPattern", "%v", err)
 		}
 		switch {
@@ -261,11 +307,13 @@ func (v *validator) routes(c *Config) {
 			v.add(key+".destination", "%q is not a defined destination; %s", r.Destination, list)
 		}
 		if r.Transform != "" {
-			if _, err := routing.CompileTransform(r.Transform); err != nil {
+			if route.Transform, err = routing.CompileTransform(r.Transform); err != nil {
 				v.add(key+".transform", "%v; the variables are %s", err, strings.Join(routing.TransformVariables, ", "))
 			}
 		}
+		routes = append(routes, route)
 	}
+	v.out.Router = routing.NewRouter(routes)
 }
 
 func (v *validator) inbox(c *Config) {
@@ -281,7 +329,6 @@ func (v *validator) inbox(c *Config) {
 		}
 		v.foreignKeys(key, s.Type, "source", reflect.TypeOf(*s))
 		v.required(key+".topic", s.Topic)
-		v.template(key+".topic", s.Topic)
-		v.template(key+".aggregateId", s.AggregateID)
+		v.out.Sources[name] = &CompiledSource{Topic: v.template(key+".topic", s.Topic), AggregateID: v.template(key+".aggregateId", s.AggregateID)}
 	}
 }

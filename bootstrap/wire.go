@@ -6,14 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/dialects/sqlserver"
-	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	httpsink "github.com/queuebox/queuebox/sinks/http"
 	nullsink "github.com/queuebox/queuebox/sinks/null"
@@ -45,26 +43,8 @@ func OpenDialect(ctx context.Context, l *Loaded) (dialects.Dialect, error) {
 	}
 }
 
-// Router compiles the routes (validated already).
-func Router(l *Loaded) (*routing.Router, error) {
-	routes := make([]routing.Route, 0, len(l.Routes))
-	for i, r := range l.Routes {
-		p, err := routing.CompilePattern(r.TopicPattern)
-		if err != nil {
-			return nil, fmt.Errorf("routes[%d].topicPattern: %w", i, err)
-		}
-		route := routing.Route{Name: r.Name, Pattern: p, Destination: r.Destination}
-		if r.Transform != "" {
-			if route.Transform, err = routing.CompileTransform(r.Transform); err != nil {
-				return nil, fmt.Errorf("routes[%d].transform: %w", i, err)
-			}
-		}
-		routes = append(routes, route)
-	}
-	return routing.NewRouter(routes), nil
-}
-
-// SinkFactories builds a factory per destination.
+// SinkFactories builds a factory per destination from the compiled
+// configuration.
 func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 	out := map[string]actors.SinkFactory{}
 	for name, d := range l.Destinations {
@@ -72,19 +52,10 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 		case "null":
 			out[name] = func() (sinks.Sink, error) { return nullsink.New(), nil }
 		case "http":
-			tpl, err := routing.ParseTemplate(d.URL)
-			if err != nil {
-				return nil, fmt.Errorf("destinations.%s.url: %w", name, err)
-			}
-			var secret []byte
-			if d.SigningSecret != "" {
-				if secret, err = DecodeSigningSecret(d.SigningSecret); err != nil {
-					return nil, fmt.Errorf("destinations.%s.signingSecret: %w", name, err)
-				}
-			}
+			cd := l.Compiled.Destinations[name]
 			cfg := httpsink.Config{
-				URL: tpl, Method: d.Method, Headers: d.Headers, Timeout: time.Duration(d.TimeoutMs) * time.Millisecond,
-				NonRetryableStatus: d.NonRetryableStatus, MaxConnections: d.MaxConnections, SigningSecret: secret,
+				URL: cd.URL, Method: d.Method, Headers: d.Headers, Timeout: time.Duration(d.TimeoutMs) * time.Millisecond,
+				NonRetryableStatus: d.NonRetryableStatus, MaxConnections: d.MaxConnections, SigningSecret: cd.SigningSecret,
 				CAFile: d.TLS.CAFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify, MaxErrorBody: l.HTTP.MaxErrorBodyBytes,
 			}
 			out[name] = func() (sinks.Sink, error) { return httpsink.New(cfg) }
@@ -98,10 +69,6 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 
 // EngineOptions maps the configuration onto the engine.
 func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Options, error) {
-	router, err := Router(l)
-	if err != nil {
-		return actors.Options{}, err
-	}
 	factories, err := SinkFactories(l)
 	if err != nil {
 		return actors.Options{}, err
@@ -109,7 +76,7 @@ func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Opti
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	o := l.Outbox
 	return actors.Options{
-		Dialect: d, Router: router, Destinations: factories,
+		Dialect: d, Router: l.Compiled.Router, Destinations: factories,
 		BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight, Lease: ms(o.ClaimTimeoutMs), PollInterval: ms(o.PollIntervalMs),
 		Notify:  o.Notify && d.Name() == "postgresql",
 		Backoff: actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
@@ -130,6 +97,3 @@ var (
 	Version = "dev"
 	Commit  = "unknown"
 )
-
-// Short returns "queuebox VERSION (COMMIT)".
-func Short() string { return fmt.Sprintf("queuebox %s (%s)", Version, strings.TrimSpace(Commit)) }

@@ -26,6 +26,3 @@ func (r *Router) Match(topic string) *Route {
 	}
 	return nil
 }
-
-// Routes returns the routes in order.
-func (r *Router) Routes() []Route { return r.routes }

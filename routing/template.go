@@ -66,16 +66,6 @@ func ParseTemplate(s string) (*Template, error) {
 // String returns the template's source.
 func (t *Template) String() string { return t.src }
 
-// Static reports whether the template has no placeholder.
-func (t *Template) Static() bool {
-	for _, p := range t.parts {
-		if p.name != "" {
-			return false
-		}
-	}
-	return true
-}
-
 // MissingError says that a placeholder has no value on a row. Such a row can
 // never be delivered.
 type MissingError struct {

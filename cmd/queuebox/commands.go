@@ -3,22 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
+	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/bootstrap"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/migrations"
-	"github.com/queuebox/queuebox/routing"
 )
 
 var configPath string
@@ -168,11 +166,11 @@ func configCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := yaml.Marshal(l.Config)
+			out, err := l.Effective()
 			if err != nil {
 				return err
 			}
-			fmt.Print(l.Secrets.Redact(string(out)))
+			os.Stdout.Write(out)
 			fmt.Fprintf(os.Stderr, "%s is valid.\n", l.File)
 			return nil
 		},
@@ -189,18 +187,12 @@ func statusCmd() *cobra.Command {
 		Short: "Rows per state, the oldest pending row's age, dead rows per topic",
 		RunE: func(*cobra.Command, []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				st, err := d.OutboxStats(ctx)
+				st, err := admin.Status(ctx, d)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					rows := map[string]int64{}
-					for s, n := range st.Rows {
-						rows[string(s)] = n
-					}
-					return json.NewEncoder(os.Stdout).Encode(map[string]any{
-						"rows": rows, "oldestPendingSeconds": st.OldestPending.Seconds(), "deadByTopic": st.DeadByTopic,
-					})
+					return json.NewEncoder(os.Stdout).Encode(st)
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "STATE\tROWS")
@@ -209,13 +201,8 @@ func statusCmd() *cobra.Command {
 				}
 				w.Flush()
 				fmt.Printf("\noldest pending: %s\n", st.OldestPending.Round(time.Millisecond))
-				if len(st.DeadByTopic) > 0 {
+				if topics := st.DeadTopics(); len(topics) > 0 {
 					fmt.Println("\ndead rows per topic:")
-					topics := make([]string, 0, len(st.DeadByTopic))
-					for t := range st.DeadByTopic {
-						topics = append(topics, t)
-					}
-					sort.Strings(topics)
 					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 					for _, t := range topics {
 						fmt.Fprintf(w, "  %s\t%d\n", t, st.DeadByTopic[t])
@@ -230,88 +217,29 @@ func statusCmd() *cobra.Command {
 	return c
 }
 
-// filterFlags are the row filters shared by replay and dead list.
-type filterFlags struct {
-	ids           []string
-	states        []string
-	topic, key    string
-	since, until  string
-	errorContains string
+// filterFlags declares the row filters shared by replay and dead list; the
+// admin package validates them.
+func filterFlags(c *cobra.Command, t *admin.FilterText, stateHelp string) {
+	c.Flags().StringArrayVar(&t.IDs, "id", nil, "a row id (repeatable)")
+	c.Flags().StringArrayVar(&t.States, "state", nil, stateHelp)
+	c.Flags().StringVar(&t.Topic, "topic", "", "a topic pattern (order.*, order.#)")
+	c.Flags().StringVar(&t.Key, "key", "", "rows of this key")
+	c.Flags().StringVar(&t.Since, "since", "", "updated at or after: RFC 3339 time, or a duration ago (24h)")
+	c.Flags().StringVar(&t.Until, "until", "", "updated before: RFC 3339 time, or a duration ago")
+	c.Flags().StringVar(&t.ErrorContains, "error-contains", "", "text in last_error")
 }
 
-func (f *filterFlags) register(c *cobra.Command, stateHelp string) {
-	c.Flags().StringArrayVar(&f.ids, "id", nil, "a row id (repeatable)")
-	c.Flags().StringArrayVar(&f.states, "state", nil, stateHelp)
-	c.Flags().StringVar(&f.topic, "topic", "", "a topic pattern (order.*, order.#)")
-	c.Flags().StringVar(&f.key, "key", "", "rows of this key")
-	c.Flags().StringVar(&f.since, "since", "", "updated at or after: RFC 3339 time, or a duration ago (24h)")
-	c.Flags().StringVar(&f.until, "until", "", "updated before: RFC 3339 time, or a duration ago")
-	c.Flags().StringVar(&f.errorContains, "error-contains", "", "text in last_error")
-}
-
-func parseWhen(flag, s string, now time.Time) (*time.Time, error) {
-	if s == "" {
-		return nil, nil
+// usage marks the admin package's input errors as usage errors (exit 2).
+func usage(err error) error {
+	var ie *admin.InputError
+	if errors.As(err, &ie) {
+		return &usageError{err}
 	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return &t, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		t := now.Add(-d)
-		return &t, nil
-	}
-	return nil, &usageError{fmt.Errorf("--%s %q is neither an RFC 3339 time (2025-01-31T12:00:00Z) nor a duration (24h)", flag, s)}
-}
-
-func (f *filterFlags) filter(allowed []dialects.State) (dialects.Filter, error) {
-	var out dialects.Filter
-	for _, s := range f.ids {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return out, &usageError{fmt.Errorf("--id %q is not a row id (a UUID)", s)}
-		}
-		out.IDs = append(out.IDs, id)
-	}
-	for _, s := range f.states {
-		st := dialects.State(s)
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == st
-		}
-		if !ok {
-			names := make([]string, len(allowed))
-			for i, a := range allowed {
-				names[i] = string(a)
-			}
-			return out, &usageError{fmt.Errorf("--state %q: use %s", s, strings.Join(names, " or "))}
-		}
-		out.States = append(out.States, st)
-	}
-	if f.topic != "" {
-		p, err := routing.CompilePattern(f.topic)
-		if err != nil {
-			return out, &usageError{fmt.Errorf("--topic: %v", err)}
-		}
-		out.TopicMatch = p.Match
-	}
-	if f.key != "" {
-		k := f.key
-		out.Key = &k
-	}
-	now := time.Now()
-	var err error
-	if out.Since, err = parseWhen("since", f.since, now); err != nil {
-		return out, err
-	}
-	if out.Until, err = parseWhen("until", f.until, now); err != nil {
-		return out, err
-	}
-	out.ErrorContains = f.errorContains
-	return out, nil
+	return err
 }
 
 func replayCmd() *cobra.Command {
-	var f filterFlags
+	var text admin.FilterText
 	var dryRun bool
 	c := &cobra.Command{
 		Use:   "replay",
@@ -320,15 +248,12 @@ func replayCmd() *cobra.Command {
 			"an updated_at range; text in last_error), and puts them back to pending with attempt 0.\n" +
 			"It never touches a row that is being delivered.",
 		RunE: func(*cobra.Command, []string) error {
-			flt, err := f.filter([]dialects.State{dialects.Dead, dialects.Delivered})
+			f, err := text.Filter(admin.Flags, admin.ForReplay, time.Now())
 			if err != nil {
-				return err
-			}
-			if len(flt.IDs) == 0 && flt.TopicMatch == nil && flt.Key == nil && flt.Since == nil && flt.Until == nil && flt.ErrorContains == "" && len(flt.States) == 0 {
-				return &usageError{fmt.Errorf("say which rows: --id, or at least one filter (--state dead replays every dead row)")}
+				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				n, err := dialects.Replay(ctx, d, flt, dryRun)
+				n, err := admin.Replay(ctx, d, f, dryRun)
 				if err != nil {
 					return err
 				}
@@ -341,25 +266,28 @@ func replayCmd() *cobra.Command {
 			})
 		},
 	}
-	f.register(c, "dead (default) or delivered (repeatable)")
+	filterFlags(c, &text, "dead (default) or delivered (repeatable)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count the rows without changing them")
 	return c
 }
 
 func deadCmd() *cobra.Command {
 	c := &cobra.Command{Use: "dead", Short: "Inspect dead rows"}
-	var f filterFlags
+	var text admin.FilterText
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List dead rows with their last error",
 		RunE: func(*cobra.Command, []string) error {
-			flt, err := f.filter([]dialects.State{dialects.Dead})
+			f, err := text.Filter(admin.Flags, admin.ForDeadRows, time.Now())
+			if err == nil {
+				err = admin.CheckLimit(admin.Flags, limit)
+			}
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				rows, _, err := dialects.List(ctx, d, flt, nil, limit)
+				rows, err := admin.DeadRows(ctx, d, f, limit)
 				if err != nil {
 					return err
 				}
@@ -379,8 +307,8 @@ func deadCmd() *cobra.Command {
 			})
 		},
 	}
-	f.register(list, "dead")
-	list.Flags().IntVar(&limit, "limit", 100, "the most rows to list")
+	filterFlags(list, &text, "dead")
+	list.Flags().IntVar(&limit, "limit", 100, fmt.Sprintf("the most rows to list (1 to %d)", admin.MaxLimit))
 	list.Args = wrapArgs(nil)
 	c.AddCommand(list)
 	return c

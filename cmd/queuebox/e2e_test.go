@@ -473,3 +473,97 @@ log: { level: debug }
 		t.Fatalf("logs:\n%s", logs.String())
 	}
 }
+
+// What `config check` prints is a configuration file: fed back to
+// `config check`, it validates and prints the same.
+func TestConfigCheckOutputLoadsBack(t *testing.T) {
+	cfg := writeConfig(t, `database:
+  url: postgres://app:${QB_TEST_DB_PASSWORD}@db.internal:5432/app
+destinations:
+  orders: { type: http, url: "https://hooks.example.com/{{ topic }}", headers: { Authorization: "Bearer ${QB_TEST_TOKEN}" } }
+  events: { type: kafka, brokers: ["127.0.0.1:9092"], topic: events, tls: { enabled: true } }
+routes:
+  - { topicPattern: "order.#", destination: orders }
+  - { topicPattern: "#", destination: events }
+`)
+	t.Setenv("QB_TEST_DB_PASSWORD", "pw-never-printed")
+	t.Setenv("QB_TEST_TOKEN", "token-never-printed")
+	out, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 0 || !strings.Contains(stderr, "is valid") {
+		t.Fatalf("config check: %d %s", code, stderr)
+	}
+	if strings.Contains(out, "never-printed") || strings.Count(out, "brokers:") != 1 || strings.Count(out, "enabled: true") != 2 {
+		t.Fatalf("config check printed a secret or foreign keys:\n%s", out)
+	}
+	again, stderr, code := run(t, "config", "check", "--config", writeConfig(t, out))
+	if code != 0 {
+		t.Fatalf("the printed configuration does not load back (exit %d):\n%s\n%s", code, stderr, out)
+	}
+	if again != out {
+		t.Fatalf("printed twice, the configuration differs:\n%s\n---\n%s", out, again)
+	}
+}
+
+// The quick start's step 3, read from docs/quickstart.md and run as a user
+// would in a shell: its configuration file, then its commands with the
+// built binary on PATH, against a fresh database and a receiver in place
+// of `queuebox dev`'s. The only change to the commands: `kill %1` waits
+// until status shows the row delivered, as the page says to do.
+func TestQuickStartStepThree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick start")
+	}
+	if _, err := exec.LookPath("psql"); err != nil {
+		t.Skip("psql is not installed (the PostgreSQL server package brings it)")
+	}
+	t.Parallel()
+	page, err := os.ReadFile("../../docs/quickstart.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, step3, ok := strings.Cut(string(page), "## 3.")
+	if !ok {
+		t.Fatal("docs/quickstart.md has no step 3")
+	}
+	var yamlBlock, runBlock string
+	for _, part := range strings.Split(step3, "```")[1:] {
+		switch {
+		case strings.HasPrefix(part, "yaml\n"):
+			yamlBlock = strings.TrimPrefix(part, "yaml\n")
+		case strings.HasPrefix(part, "sh\n") && strings.Contains(part, "queuebox run"):
+			runBlock = strings.TrimPrefix(part, "sh\n")
+		}
+	}
+	if yamlBlock == "" || !strings.Contains(runBlock, "kill %1") {
+		t.Fatalf("step 3 lost its configuration or its commands:\n%s", step3)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "queuebox.yaml"), []byte(yamlBlock), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Replace(runBlock, "kill %1",
+		`for i in $(seq 300); do queuebox status --config queuebox.yaml --json | grep -q '"delivered":1' && break; sleep 0.1; done; kill %1`, 1)
+	recv := testrecv.New(t, nil)
+	cmd := exec.Command("bash", "-e", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Dir(binary(t))+":"+os.Getenv("PATH"),
+		"QUEUEBOX_DATABASE_URL="+testdb.Database(t),
+		"ORDERS_URL="+recv.URL,
+		"ORDERS_TOKEN=try-me",
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("step 3 failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"queuebox.yaml is valid.", "INSERT 0 1", "STATE       ROWS", `"msg":"stopped"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
+	}
+	reqs := recv.Requests()
+	if len(reqs) != 1 || reqs[0].Header.Get("Authorization") != "Bearer try-me" || reqs[0].Topic != "order.created" ||
+		reqs[0].Key != "cust-7" || !strings.Contains(string(reqs[0].Body), `"orderId": 7`) {
+		t.Fatalf("the receiver got %+v", reqs)
+	}
+}

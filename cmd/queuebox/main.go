@@ -1,5 +1,6 @@
 // Command queuebox is the transactional-outbox relay. The commands are thin:
-// the work is in package bootstrap.
+// they declare flags and print. Loading, wiring and running are in package
+// bootstrap; filters, status, dead rows and replay in package admin.
 package main
 
 import (

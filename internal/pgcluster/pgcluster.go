@@ -50,12 +50,17 @@ type Options struct {
 }
 
 // ErrNoServer means no PostgreSQL server binaries were found.
-var ErrNoServer = errors.New("no PostgreSQL server binaries found (initdb, postgres): install the distribution's PostgreSQL server package, or run scripts/install-postgres.sh")
+var ErrNoServer = errors.New("no PostgreSQL server binaries found (initdb, postgres): install the distribution's PostgreSQL server package (scripts/install-postgres.sh does it on Debian and Ubuntu), or set QUEUEBOX_PG_BINDIR to the folder that holds them")
 
 // BinDir finds the folder of initdb and postgres: $QUEUEBOX_PG_BINDIR,
 // then the newest /usr/lib/postgresql/*/bin, then PATH.
 func BinDir() (string, error) {
 	if d := os.Getenv("QUEUEBOX_PG_BINDIR"); d != "" {
+		for _, b := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(d, b)); err != nil {
+				return "", fmt.Errorf("QUEUEBOX_PG_BINDIR is %s, which holds no %s: set it to the folder of initdb and postgres, or unset it", d, b)
+			}
+		}
 		return d, nil
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")

@@ -63,14 +63,6 @@ func ServerURL(t testing.TB) string {
 	return baseURL
 }
 
-// Cluster returns the cluster this binary started, or nil when the server
-// came from the environment.
-func Cluster() *pgcluster.Cluster {
-	mu.Lock()
-	defer mu.Unlock()
-	return cluster
-}
-
 // Schema creates a fresh schema, dropped when the test ends, and returns its
 // name and a URL whose search_path is pg_catalog only.
 func Schema(t testing.TB) (schema, dbURL string) {

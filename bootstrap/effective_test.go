@@ -1,0 +1,136 @@
+package bootstrap
+
+import (
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const everyKind = `
+database:
+  url: postgres://app:${DB_PASSWORD}@db.internal:5432/app?sslmode=disable
+  columnMapping:
+    outbox: { key: message_key }
+outbox:
+  batchSize: ${BATCH:-250}
+  retention: { delivered: 24h, dead: 720h, intervalMs: 90000 }
+destinations:
+  orders:
+    type: http
+    url: https://hooks.example.com/{{ topic }}?k={{ key }}
+    headers: { Authorization: "Bearer ${ORDERS_TOKEN}", X-Team: "${TEAM}" }
+    signingSecret: ${WEBHOOK_SECRET}
+    nonRetryableStatus: [400, 410]
+    tls: { caFile: /etc/ssl/ca.pem }
+  rabbit:
+    type: rabbitmq
+    url: amqp://guest:${RABBIT_PASSWORD}@127.0.0.1:5672/
+    exchangeFrom: aggregate_type
+  events:
+    type: kafka
+    brokers: ["127.0.0.1:9092"]
+    topic: "events.{{ topic }}"
+    tls: { enabled: true }
+    sasl: { mechanism: PLAIN, username: relay, password: "${KAFKA_PASSWORD}" }
+  subjects:
+    type: nats
+    url: nats://127.0.0.1:4222
+    subject: "{{ topic }}"
+  discard: { type: "null" }
+routes:
+  - topicPattern: "order.#"
+    destination: orders
+    transform: "{id: $id}"
+  - { topicPattern: "user.*", destination: rabbit, name: users }
+  - { topicPattern: "#", destination: discard }
+inbox:
+  sources:
+    stripe: { type: http, token: "${STRIPE_TOKEN}", topic: "stripe.{{ headers.X-Kind }}" }
+admin:
+  listen: 0.0.0.0:8080
+  token: ${ADMIN_TOKEN}
+`
+
+var everyKindEnv = map[string]string{
+	"DB_PASSWORD": "db-pw-s3cret", "ORDERS_TOKEN": "orders-tok-123", "WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	"RABBIT_PASSWORD": "rabbit-pw-456", "KAFKA_PASSWORD": "kafka-pw-789", "STRIPE_TOKEN": "stripe-tok-abc", "ADMIN_TOKEN": "admin-tok-def", "TEAM": "billing",
+}
+
+// What config check prints loads back to the same configuration, lists
+// only the keys of each destination's type, and shows no secret.
+func TestEffectiveConfigurationLoadsBack(t *testing.T) {
+	l, err := Parse("q.yaml", []byte(everyKind), env(everyKindEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(out)
+	for _, secret := range everyKindEnv {
+		if strings.Contains(text, secret) {
+			t.Errorf("the output shows the secret %s:\n%s", secret, text)
+		}
+	}
+	for _, want := range []string{
+		"url: postgres://app:${DB_PASSWORD}@db.internal:5432/app?sslmode=disable",
+		"Authorization: Bearer ${ORDERS_TOKEN}", "X-Team: ${TEAM}", "signingSecret: ${WEBHOOK_SECRET}",
+		"batchSize: 250", "delivered: 24h", "dead: 720h", "multiplier: 2.0", "method: POST", "mandatory: true", "enabled: true",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the output lacks %q:\n%s", want, text)
+		}
+	}
+	back, err := Parse("printed.yaml", out, env(everyKindEnv))
+	if err != nil {
+		t.Fatalf("the printed configuration does not load back: %v\n%s", err, text)
+	}
+	// Compared as YAML, where an absent map and an empty one are the same.
+	before, _ := yaml.Marshal(l.Config)
+	after, _ := yaml.Marshal(back.Config)
+	if string(before) != string(after) {
+		t.Errorf("the configuration changed on the way back:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if again, _ := back.Effective(); string(again) != text {
+		t.Errorf("printing the printed configuration changed it:\n%s", again)
+	}
+	// The http destination lists no key of another type; kafka keeps its
+	// tls.enabled, http has none.
+	orders := text[strings.Index(text, "  orders:"):strings.Index(text, "  rabbit:")]
+	for _, foreign := range []string{"brokers", "exchange", "subject", "jetstream", "acks", "enabled"} {
+		if strings.Contains(orders, foreign) {
+			t.Errorf("the http destination lists %s:\n%s", foreign, orders)
+		}
+	}
+}
+
+// Secrets written into the file itself are printed redacted, and the output
+// still loads: a URL keeps the shape of a URL.
+func TestEffectiveConfigurationRedactsLiteralSecrets(t *testing.T) {
+	cfg := `
+database: { url: "postgres://app:literal-pw-1@db:5432/app" }
+destinations:
+  hook: { type: http, url: "https://h/x", headers: { Authorization: "Bearer literal-tok-2" } }
+routes: [ { topicPattern: "#", destination: hook } ]
+admin: { token: literal-admin-3 }
+`
+	l, err := Parse("q.yaml", []byte(cfg), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := l.Effective()
+	text := string(out)
+	for _, s := range []string{"literal-pw-1", "literal-tok-2", "literal-admin-3"} {
+		if strings.Contains(text, s) {
+			t.Errorf("shows %s:\n%s", s, text)
+		}
+	}
+	if !strings.Contains(text, "postgres://app:%5BREDACTED%5D@db:5432/app") || !strings.Contains(text, "Authorization: '[REDACTED]'") {
+		t.Errorf("redaction:\n%s", text)
+	}
+	if _, err := Parse("printed.yaml", out, env(nil)); err != nil {
+		t.Errorf("does not load back: %v\n%s", err, text)
+	}
+}

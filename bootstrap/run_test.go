@@ -1,0 +1,207 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/pgcluster"
+	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+// syncBuffer is a log destination that the test reads while Run writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type runResult struct{ err error }
+
+// countedPings counts the pings Run makes; every call goes to the real
+// database.
+type countedPings struct {
+	dialects.Dialect
+	n *atomic.Int64
+}
+
+func (c countedPings) Ping(ctx context.Context) error {
+	c.n.Add(1)
+	return c.Dialect.Ping(ctx)
+}
+
+// startRun runs Run against dbURL in the background with signals the test
+// sends, logging to the returned buffer.
+func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *syncBuffer, started chan struct{}, done chan runResult, pings *atomic.Int64) {
+	t.Helper()
+	cfg := Defaults()
+	cfg.Database.URL = dbURL
+	cfg.Outbox.PollIntervalMs = 50
+	cfg.Shutdown.DrainTimeoutMs = 5000
+	cfg.Destinations = map[string]*DestinationConfig{"hook": {Type: "http", URL: recvURL + "/events/{{ topic }}"}}
+	cfg.Routes = []RouteConfig{{TopicPattern: "#", Destination: "hook"}}
+	l, err := FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d, err := OpenDialect(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	logs = &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	sigs, started, done, pings = make(chan os.Signal, 2), make(chan struct{}), make(chan runResult, 1), &atomic.Int64{}
+	go func() {
+		err := Run(ctx, l, countedPings{d, pings}, log, RunOptions{Migrate: true, Signals: sigs, Started: func(*actors.Engine) { close(started) }})
+		done <- runResult{err}
+	}()
+	return sigs, logs, started, done, pings
+}
+
+// `run --migrate` started while the database is down waits for it, logs
+// that once, migrates when it comes up, and then delivers.
+func TestRunMigratesWhenTheDatabaseComesUpLater(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{TestSettings: true, Prefix: "queuebox-test-down-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	cluster.Kill() // down before the relay starts; the folder stays for Restart
+	recv := testrecv.New(t, nil)
+	sigs, logs, started, done, pings := startRun(t, cluster.URL(), recv.URL)
+
+	waitFor(t, "the unreachable log line", 30*time.Second, func() bool {
+		return strings.Contains(logs.String(), "database unreachable at start; retrying")
+	})
+	waitFor(t, "a few retries", 30*time.Second, func() bool { return pings.Load() >= 4 })
+	select {
+	case <-started:
+		t.Fatal("the engine started while the database was down")
+	case r := <-done:
+		t.Fatalf("Run returned while the database was down: %v\n%s", r.err, logs.String())
+	default:
+	}
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The tables appear, and rows inserted now are delivered.
+	d, err := postgres.Open(ctx, postgres.Options{URL: cluster.URL(), Names: dialects.DefaultNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	waitFor(t, "the migrations", time.Minute, func() bool {
+		current, err := migrations.Current(ctx, d)
+		return err == nil && current
+	})
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatalf("the engine did not start:\n%s", logs.String())
+	}
+	var rows []dialects.NewRow
+	for i := range 20 {
+		key := fmt.Sprintf("k%d", i%3)
+		rows = append(rows, dialects.NewRow{Topic: "order.created", Key: &key, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	if err := d.OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	recv.WaitDelivered(t, len(rows), time.Minute)
+	recv.CheckOrder(t)
+
+	sigs <- syscall.SIGTERM
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Run after SIGTERM: %v", r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after SIGTERM")
+	}
+	out := logs.String()
+	for _, want := range []string{"database reachable; starting", "migrations applied", "engine started"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the logs lack %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "database unreachable at start"); n != 1 {
+		t.Errorf("the unreachable line was logged %d times:\n%s", n, out)
+	}
+}
+
+// SIGTERM while Run waits for the database ends it with nil (exit 0),
+// without starting anything.
+func TestRunStopsCleanlyWhileWaitingForTheDatabase(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: a cluster started and stopped frees one.
+	cluster, err := pgcluster.Start(context.Background(), pgcluster.Options{TestSettings: true, Prefix: "queuebox-test-down-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbURL := cluster.URL()
+	cluster.Stop()
+	sigs, logs, started, done, _ := startRun(t, dbURL, "http://127.0.0.1:1")
+	waitFor(t, "the unreachable log line", 30*time.Second, func() bool {
+		return strings.Contains(logs.String(), "database unreachable at start; retrying")
+	})
+	sigs <- syscall.SIGTERM
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Run: %v", r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Run did not return after SIGTERM:\n%s", logs.String())
+	}
+	select {
+	case <-started:
+		t.Fatal("the engine started")
+	default:
+	}
+	if !strings.Contains(logs.String(), "signal received while waiting for the database; exiting") {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+}
