@@ -315,7 +315,7 @@ func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
 		{dialects.NewRow{Topic: "ghost.created"}, `sends to destination "nowhere", which does not exist`},
 	}
 	var all []dialects.NewRow
-	for i, b := range bad {
+	for _, b := range bad {
 		r := b.row
 		if r.Payload == nil {
 			r.Payload = []byte(`{"bad":true}`)
@@ -323,7 +323,6 @@ func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
 		r.Key = str("shared") // bad rows first in one key: the good row behind them still goes
 		r.MaxAttempts = new(int)
 		*r.MaxAttempts = 5
-		_ = i
 		all = append(all, r)
 	}
 	all = append(all, dialects.NewRow{Topic: "order.created", Key: str("shared"), Payload: []byte(`{"good":1}`)})
