@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -10,39 +9,6 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 )
-
-// lease is the trust window of one claim: a delivery may start only while
-// time.Now() is before trustedUntil. The claimer sets it from the moment it
-// sent the claim; the lease keeper moves it forward after each renewal. It is
-// shared by pointer because every row of the claim reads it before each
-// delivery, and an atomic is the whole of it.
-type lease struct {
-	token        uuid.UUID
-	trustedUntil atomic.Int64 // unix nanoseconds
-}
-
-func (l *lease) trusted(now time.Time) bool { return now.UnixNano() < l.trustedUntil.Load() }
-
-// extend moves the window to sentAt+length-margin, never backwards.
-func (l *lease) extend(sentAt time.Time, length time.Duration) {
-	until := sentAt.Add(length - trustMargin(length)).UnixNano()
-	for {
-		cur := l.trustedUntil.Load()
-		if until <= cur || l.trustedUntil.CompareAndSwap(cur, until) {
-			return
-		}
-	}
-}
-
-// trustMargin is how long before the database's lease end a replica stops
-// starting deliveries: clock rates differ, and a renewal takes time.
-func trustMargin(length time.Duration) time.Duration { return min(length/5, 5*time.Second) }
-
-// claimed is a row with the lease of its claim.
-type claimed struct {
-	dialects.Row
-	lease *lease
-}
 
 // Messages of the claimer.
 type (
@@ -94,99 +60,6 @@ type claimer struct {
 	retryAt    time.Time
 	heads      headPolicy
 	window     windowChoice
-}
-
-// windowFactor sizes the claim window: a few claims' worth of the earliest
-// due rows. A claim without a window stops scanning as soon as it has its
-// heads, cheapest while heads are plentiful; a windowed claim checks every
-// row of its window, cheapest when most keys are busy and a plain scan would
-// pass over every row behind them. Which is cheaper depends on the backlog,
-// so the claimer measures both (windowChoice) and uses the cheaper one, and
-// runs each at least every fullEvery: the plain claim so that no row beyond
-// the window waits for long, the windowed one to keep its measure fresh.
-const (
-	windowFactor = 4
-	fullEvery    = time.Second
-)
-
-// windowChoice keeps the cost per claimed row of each kind of claim.
-type windowChoice struct {
-	cost     [2]float64 // [plain, windowed]: moving average, seconds per row
-	lastRun  [2]time.Time
-	measured [2]bool
-}
-
-// pick returns true for a windowed claim.
-func (w *windowChoice) pick(now time.Time) bool {
-	switch {
-	case now.Sub(w.lastRun[0]) >= fullEvery:
-		return false
-	case now.Sub(w.lastRun[1]) >= fullEvery:
-		return true
-	case !w.measured[0] || !w.measured[1]:
-		return false
-	}
-	return w.cost[1] < w.cost[0]
-}
-
-func (w *windowChoice) observe(windowed bool, took time.Duration, rows int) {
-	i := 0
-	if windowed {
-		i = 1
-	}
-	c := took.Seconds() / float64(max(rows, 1))
-	if !w.measured[i] {
-		w.cost[i], w.measured[i] = c, true
-	} else {
-		w.cost[i] = 0.7*w.cost[i] + 0.3*c
-	}
-}
-
-// headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads).
-// With a keyed backlog, a claim of few heads and long runs scans less of the
-// table (rows behind a busy key's head are not heads, and a claim passes over
-// them) and gives each key actor a run to deliver in one go. With many keys
-// of one row each, or unkeyed rows, a claim needs many heads. The policy
-// probes: after a full, mostly keyed claim it tries few heads; if that claim
-// comes back short, the keys are shallow, and it stays at full heads for a
-// while before probing again.
-type headPolicy struct {
-	small   bool
-	shallow int // claims left before the next probe
-}
-
-const (
-	runLength      = 8  // rows per key a small-heads claim aims for
-	shallowBackoff = 32 // claims to wait after a failed probe
-)
-
-func (h *headPolicy) next(limit int) int {
-	if h.small {
-		return max(1, limit/runLength)
-	}
-	return limit
-}
-
-func (h *headPolicy) observe(rows []dialects.Row, requested int) {
-	keyed := 0
-	for i := range rows {
-		if rows[i].Key != "" {
-			keyed++
-		}
-	}
-	full := len(rows)*10 >= requested*9
-	switch {
-	case h.small && !full:
-		h.small, h.shallow = false, shallowBackoff
-	case !h.small && full && keyed*2 > len(rows):
-		if h.shallow > 0 {
-			h.shallow--
-		} else {
-			h.small = true
-		}
-	case keyed*2 <= len(rows):
-		h.small = false
-	}
 }
 
 func newClaimer(e *Engine) *claimer {

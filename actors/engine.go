@@ -247,54 +247,5 @@ func (e *Engine) stop(ctx context.Context) error {
 	return err
 }
 
-// minLevel drops records below a level.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.Handler.Enabled(ctx, l)
-}
-
-func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return minLevel{m.Handler.WithAttrs(a), m.min}
-}
-func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
-
 // send delivers a message to an actor from outside any actor (a goroutine).
 func (e *Engine) send(pid *actor.PID, msg any) { e.system.Root.Send(pid, msg) }
-
-// sinkHandle is a destination's current sink. The sink actor swaps it when
-// it rebuilds the sink; deliveries read it without locks.
-type sinkHandle struct {
-	name string
-	cur  atomic.Pointer[sinkBox]
-	// down is set while the destination's deliveries fail (for the log).
-	down atomic.Bool
-}
-
-type sinkBox struct{ s sinks.Sink }
-
-func (h *sinkHandle) set(s sinks.Sink) {
-	if s == nil {
-		h.cur.Store(nil)
-		return
-	}
-	h.cur.Store(&sinkBox{s})
-}
-
-func (h *sinkHandle) get() sinks.Sink {
-	if b := h.cur.Load(); b != nil {
-		return b.s
-	}
-	return nil
-}
-
-// maxBatch is how many rows of one key may go in one Publish.
-func (h *sinkHandle) maxBatch() int {
-	if b, ok := h.get().(sinks.OrderedBatcher); ok {
-		return max(1, b.MaxOrderedBatch())
-	}
-	return 1
-}

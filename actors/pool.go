@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 )
@@ -44,7 +46,7 @@ func (p *pool) Receive(ctx actor.Context) {
 func (p *pool) next(ctx actor.Context, out *outcomes) {
 	for len(p.flights) < p.e.opts.UnorderedConcurrency && len(p.queue) > 0 && !p.draining {
 		head := p.queue[0]
-		if !head.lease.trusted(timeNow()) {
+		if !head.lease.trusted(time.Now()) {
 			p.queue = p.queue[1:]
 			out.add(release(head.Row))
 			continue
@@ -63,7 +65,7 @@ func (p *pool) next(ctx actor.Context, out *outcomes) {
 		limit := first.dest.maxBatch()
 		for len(batch) < limit && len(p.queue) > 0 {
 			q := p.e.prepare(p.queue[0].Row)
-			if q.dead != nil || q.retry != nil || q.dest != first.dest || !p.queue[0].lease.trusted(timeNow()) {
+			if q.dead != nil || q.retry != nil || q.dest != first.dest || !p.queue[0].lease.trusted(time.Now()) {
 				break
 			}
 			batch = append(batch, q)
