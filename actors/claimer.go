@@ -2,6 +2,8 @@ package actors
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -44,7 +46,26 @@ type keyEntry struct {
 // unordered pool. It never blocks on the database: the claim runs in a
 // goroutine that sends the result back.
 type claimer struct {
-	e        *Engine
+	dialect     dialects.Dialect
+	batchSize   int
+	maxInFlight int
+	lease       time.Duration
+	pool        *actor.PID
+	leaseKeeper *actor.PID
+	// delivery, keyIdleAfter and keyMailbox build the key actors.
+	delivery     *deliverer
+	keyIdleAfter time.Duration
+	keyMailbox   actor.MailboxProducer
+	// bg bounds the claim statements; it ends when the engine stops.
+	bg    context.Context
+	log   *slog.Logger
+	stats *Stats
+	obs   Observer
+	// ready is the engine's readiness: the last claim reached the database.
+	ready *atomic.Bool
+	// drained is closed once, when a drain has every outcome written.
+	drained chan struct{}
+
 	free     int
 	claiming int  // claim statements running (at most maxClaims)
 	more     bool // the last claim was full: more rows are likely waiting
@@ -62,12 +83,16 @@ type claimer struct {
 	window     windowChoice
 }
 
-func newClaimer(e *Engine) *claimer {
-	return &claimer{e: e, free: e.opts.MaxInFlight, keys: map[string]*keyEntry{}}
+// newClaimer takes a claimer with its collaborators filled in and sets its
+// starting state: all the credit, no keys.
+func newClaimer(c claimer) *claimer {
+	c.free = c.maxInFlight
+	c.keys = map[string]*keyEntry{}
+	return &c
 }
 
 func (c *claimer) threshold() int {
-	return max(1, min(c.e.opts.BatchSize, c.e.opts.MaxInFlight)/4)
+	return max(1, min(c.batchSize, c.maxInFlight)/4)
 }
 
 func (c *claimer) Receive(ctx actor.Context) {
@@ -85,7 +110,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.onClaim(ctx, m)
 	case *credit:
 		c.free += m.n
-		c.e.Stats.InFlight.Add(-int64(m.n))
+		c.stats.InFlight.Add(-int64(m.n))
 		if c.draining {
 			c.checkDrained()
 		} else {
@@ -99,7 +124,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *keyIdle:
 		if e := c.keys[m.key]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
 			delete(c.keys, m.key)
-			c.e.Stats.KeyActors.Add(-1)
+			c.stats.KeyActors.Add(-1)
 			ctx.Poison(m.pid)
 		}
 	case *drain:
@@ -107,17 +132,17 @@ func (c *claimer) Receive(ctx actor.Context) {
 		for _, e := range c.keys {
 			ctx.Send(e.pid, &drain{})
 		}
-		ctx.Send(c.e.pool, &drain{})
+		ctx.Send(c.pool, &drain{})
 		c.checkDrained()
 	}
 }
 
 func (c *claimer) checkDrained() {
-	if c.free == c.e.opts.MaxInFlight && c.claiming == 0 {
+	if c.free == c.maxInFlight && c.claiming == 0 {
 		select {
-		case <-c.e.drained:
+		case <-c.drained:
 		default:
-			close(c.e.drained)
+			close(c.drained)
 		}
 	}
 }
@@ -142,11 +167,11 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	if c.draining || c.free < c.threshold() || time.Now().Before(c.retryAt) {
 		return false
 	}
-	limit := min(c.e.opts.BatchSize, c.free)
+	limit := min(c.batchSize, c.free)
 	c.free -= limit
 	c.claiming++
 	l := &lease{token: uuid.New()}
-	self, e, heads := ctx.Self(), c.e, c.heads.next(limit)
+	heads := c.heads.next(limit)
 	window := 0
 	now := time.Now()
 	windowed := c.window.pick(now)
@@ -156,15 +181,18 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	} else {
 		c.window.lastRun[0] = now
 	}
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.lease
+	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window}
 	go func() {
 		sentAt := time.Now()
-		qctx, cancel := context.WithTimeout(e.bgCtx, max(e.opts.Lease/2, time.Second))
-		e.Stats.ClaimStatements.Add(1)
-		rows, err := e.opts.Dialect.OutboxClaim(qctx, dialects.ClaimParams{Limit: limit, Lease: e.opts.Lease, Token: l.token, MaxHeads: heads, Window: window})
+		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
+		stats.ClaimStatements.Add(1)
+		rows, err := dialect.OutboxClaim(qctx, params)
 		cancel()
-		e.Stats.ClaimTime.Add(int64(time.Since(sentAt)))
-		l.extend(sentAt, e.opts.Lease)
-		e.send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l, windowed: windowed, took: time.Since(sentAt)})
+		stats.ClaimTime.Add(int64(time.Since(sentAt)))
+		l.extend(sentAt, length)
+		root.Send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l, windowed: windowed, took: time.Since(sentAt)})
 	}()
 	return true
 }
@@ -172,14 +200,13 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.claiming--
 	c.free += m.requested - len(m.rows)
-	e := c.e
 	if m.err != nil {
 		c.failures++
 		// Back off: 100ms, 200ms, ... up to 5s, so a database outage is
 		// not hammered; the tick resumes claiming.
 		c.retryAt = time.Now().Add(min(time.Duration(c.failures)*100*time.Millisecond, 5*time.Second))
-		if e.ready.Swap(false) || c.failures == 1 {
-			e.log.Warn("database unreachable; claims paused", "error", m.err)
+		if c.ready.Swap(false) || c.failures == 1 {
+			c.log.Warn("database unreachable; claims paused", "error", m.err)
 		}
 		if c.draining {
 			c.checkDrained()
@@ -187,15 +214,16 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		return
 	}
 	if c.failures > 0 {
-		e.log.Info("database reachable again; claiming", "afterFailures", c.failures)
+		c.log.Info("database reachable again; claiming", "afterFailures", c.failures)
 	}
 	c.failures = 0
-	e.ready.Store(true)
+	c.ready.Store(true)
 	n := len(m.rows)
+	c.obs.Claimed(n, m.took)
 	c.heads.observe(m.rows, m.requested)
 	if n > 0 {
-		e.Stats.Claimed.Add(int64(n))
-		e.Stats.InFlight.Add(int64(n))
+		c.stats.Claimed.Add(int64(n))
+		c.stats.InFlight.Add(int64(n))
 		c.dispatch(ctx, m.rows, m.lease)
 	}
 	if c.draining {
@@ -208,7 +236,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.window.observe(m.windowed, m.took, n)
 	c.waitCredit = 0
 	if !c.more {
-		c.waitCredit = min(c.e.opts.BatchSize/2, c.e.opts.MaxInFlight-c.free)
+		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)
 	}
 	if c.more || c.again {
 		c.again = false
@@ -235,15 +263,13 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
 		for _, r := range rows[i:j] {
 			run = append(run, claimed{Row: r, lease: l})
 		}
-		pid := c.e.pool
+		pid := c.pool
 		if key := rows[i].Key; key != "" {
 			entry := c.keys[key]
 			if entry == nil {
-				props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(c.e, key) },
-					actor.WithMailbox(mailbox(c.e.opts.Mailboxes.Key)))
-				entry = &keyEntry{pid: ctx.SpawnPrefix(props, "key")}
+				entry = &keyEntry{pid: c.spawnKey(ctx, key)}
 				c.keys[key] = entry
-				c.e.Stats.KeyActors.Add(1)
+				c.stats.KeyActors.Add(1)
 			}
 			entry.sent += len(run)
 			pid = entry.pid
@@ -254,11 +280,20 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
 		batches = append(batches, batch{pid, run})
 		i = j
 	}
-	ctx.Send(c.e.leaseKeeper, &trackClaims{lease: l, entries: track})
+	ctx.Send(c.leaseKeeper, &trackClaims{lease: l, entries: track})
 	for _, b := range batches {
 		ctx.Send(b.pid, &deliverRun{rows: b.run})
 		if c.draining {
 			ctx.Send(b.pid, &drain{})
 		}
 	}
+}
+
+// spawnKey spawns the actor of a key, as a child of the claimer. Its name is
+// generated: a key's next actor may start before the last one has stopped.
+func (c *claimer) spawnKey(ctx actor.Context, key string) *actor.PID {
+	d, claimer, idle := c.delivery, ctx.Self(), c.keyIdleAfter
+	props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(d, key, claimer, idle) },
+		actor.WithMailbox(c.keyMailbox))
+	return ctx.SpawnPrefix(props, "key")
 }

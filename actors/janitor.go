@@ -3,33 +3,49 @@ package actors
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// janitor is the Janitor's loop: it returns expired leases to pending and
-// deletes old rows in small batches.
-func (e *Engine) janitor() {
-	defer e.bg.Done()
-	release := time.NewTicker(max(e.opts.Lease/3, 100*time.Millisecond))
+// janitor is the Janitor: it returns the rows of dead or hung replicas to
+// pending once their lease has passed, deletes old rows in small batches,
+// and prunes the producer-ordering lock table.
+type janitor struct {
+	dialect   dialects.Dialect
+	lease     time.Duration
+	retention Retention
+	// leaseKeeper tells which claims are this replica's own; the claimer is
+	// woken when rows come back to pending.
+	leaseKeeper, claimer *actor.PID
+	log                  *slog.Logger
+	bg                   *background
+}
+
+func (j *janitor) Receive(ctx actor.Context) { runLoop(ctx, j.bg, j.loop) }
+
+// loop is the Janitor's loop.
+func (j *janitor) loop(root *actor.RootContext) {
+	release := time.NewTicker(max(j.lease/3, 100*time.Millisecond))
 	defer release.Stop()
 	var purge <-chan time.Time
-	if r := e.opts.Retention; r.Interval > 0 {
-		t := time.NewTicker(r.Interval)
+	if j.retention.Interval > 0 {
+		t := time.NewTicker(j.retention.Interval)
 		defer t.Stop()
 		purge = t.C
 	}
 	for {
 		select {
-		case <-e.bgCtx.Done():
+		case <-j.bg.ctx.Done():
 			return
 		case <-release.C:
-			e.releaseExpired()
+			j.releaseExpired(root)
 		case <-purge:
-			e.purge()
+			j.purge()
 		}
 	}
 }
@@ -38,29 +54,29 @@ func (e *Engine) janitor() {
 // this replica's own claims even when their lease passed (after a database
 // outage): the replica still holds them and writes their outcomes when it
 // can, and releasing them would only deliver them again.
-func (e *Engine) releaseExpired() {
-	res, err := e.system.Root.RequestFuture(e.leaseKeeper, &liveTokens{}, 10*time.Second).Result()
+func (j *janitor) releaseExpired(root *actor.RootContext) {
+	res, err := root.RequestFuture(j.leaseKeeper, &liveTokens{}, 10*time.Second).Result()
 	if err != nil {
 		return
 	}
 	keep, _ := res.([]uuid.UUID)
-	for e.bgCtx.Err() == nil {
-		ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
-		n, err := e.opts.Dialect.OutboxReleaseExpired(ctx, 1000, keep)
+	for j.bg.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+		n, err := j.dialect.OutboxReleaseExpired(ctx, 1000, keep)
 		cancel()
 		if err != nil || n == 0 {
 			return
 		}
-		e.log.Info("released rows whose leases had passed", "rows", n)
-		e.send(e.claimer, &wake{})
+		j.log.Info("released rows whose leases had passed", "rows", n)
+		root.Send(j.claimer, &wake{})
 		if n < 1000 {
 			return
 		}
 	}
 }
 
-func (e *Engine) purge() {
-	r := e.opts.Retention
+func (j *janitor) purge() {
+	r := j.retention
 	for _, p := range []struct {
 		state dialects.State
 		age   time.Duration
@@ -69,12 +85,12 @@ func (e *Engine) purge() {
 			continue
 		}
 		total := 0
-		for e.bgCtx.Err() == nil {
-			ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
-			n, err := e.opts.Dialect.OutboxPurge(ctx, p.state, p.age, r.BatchSize)
+		for j.bg.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+			n, err := j.dialect.OutboxPurge(ctx, p.state, p.age, r.BatchSize)
 			cancel()
 			if err != nil {
-				e.log.Warn("retention delete failed", "state", p.state, "error", err)
+				j.log.Warn("retention delete failed", "state", p.state, "error", err)
 				break
 			}
 			total += n
@@ -83,26 +99,26 @@ func (e *Engine) purge() {
 			}
 		}
 		if total > 0 {
-			e.log.Info("retention deleted rows", "state", p.state, "rows", total)
+			j.log.Info("retention deleted rows", "state", p.state, "rows", total)
 		}
 	}
-	e.pruneKeyLocks()
+	j.pruneKeyLocks()
 }
 
 // pruneKeyLocks walks the producer-ordering lock table once, in batches, and
 // deletes the entries of keys that have nothing pending or processing, so
 // that the table holds about the active keys rather than every key ever
 // written.
-func (e *Engine) pruneKeyLocks() {
-	batch := max(e.opts.Retention.BatchSize, 1)
+func (j *janitor) pruneKeyLocks() {
+	batch := max(j.retention.BatchSize, 1)
 	after, total := "", 0
-	for e.bgCtx.Err() == nil {
-		ctx, cancel := context.WithTimeout(e.bgCtx, 30*time.Second)
-		n, next, err := e.opts.Dialect.KeyLocksPrune(ctx, after, batch)
+	for j.bg.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+		n, next, err := j.dialect.KeyLocksPrune(ctx, after, batch)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, dialects.ErrNotSupported) {
-				e.log.Warn("pruning key locks failed", "error", err)
+				j.log.Warn("pruning key locks failed", "error", err)
 			}
 			return
 		}
@@ -113,6 +129,6 @@ func (e *Engine) pruneKeyLocks() {
 		after = next
 	}
 	if total > 0 {
-		e.log.Info("pruned idle key locks", "keys", total)
+		j.log.Info("pruned idle key locks", "keys", total)
 	}
 }

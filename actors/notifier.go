@@ -2,30 +2,45 @@ package actors
 
 import (
 	"errors"
+	"log/slog"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// notifier is the Notifier's loop: it LISTENs for inserts and wakes the
-// claimer. A wake while a claim
-// runs makes the claimer claim again as soon as it returns.
-func (e *Engine) notifier() {
-	defer e.bg.Done()
-	poke := func() { e.send(e.claimer, &wake{}) }
+// notifier is the Notifier: it LISTENs for inserts and wakes the claimer, so
+// that a new row does not wait for the next poll. A wake while a claim runs
+// makes the claimer claim again as soon as it returns.
+type notifier struct {
+	dialect dialects.Dialect
+	claimer *actor.PID
+	// poll is the claimer's poll interval, for the log line when the
+	// database has no notifications.
+	poll time.Duration
+	log  *slog.Logger
+	bg   *background
+}
+
+func (n *notifier) Receive(ctx actor.Context) { runLoop(ctx, n.bg, n.listen) }
+
+// listen is the Notifier's loop.
+func (n *notifier) listen(root *actor.RootContext) {
+	poke := func() { root.Send(n.claimer, &wake{}) }
 	backoff := 100 * time.Millisecond
-	for e.bgCtx.Err() == nil {
-		err := e.opts.Dialect.Listen(e.bgCtx, poke)
+	for n.bg.ctx.Err() == nil {
+		err := n.dialect.Listen(n.bg.ctx, poke)
 		if errors.Is(err, dialects.ErrNotSupported) {
-			e.log.Info("this database has no notifications; polling", "every", e.opts.PollInterval)
+			n.log.Info("this database has no notifications; polling", "every", n.poll)
 			return
 		}
-		if e.bgCtx.Err() != nil {
+		if n.bg.ctx.Err() != nil {
 			return
 		}
-		e.log.Warn("notifications lost; polling until they are back", "error", err)
+		n.log.Warn("notifications lost; polling until they are back", "error", err)
 		select {
-		case <-e.bgCtx.Done():
+		case <-n.bg.ctx.Done():
 			return
 		case <-time.After(backoff):
 		}

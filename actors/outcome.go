@@ -10,7 +10,9 @@ import (
 	"github.com/queuebox/queuebox/sinks"
 )
 
-// Backoff is the retry delay policy of behaviour.md.
+// Backoff is the retry delay policy: Initial, then each delay Multiplier
+// times the last, up to Max, spread by ±Jitter (a fraction) so that rows that
+// failed together do not come back together.
 type Backoff struct {
 	Initial    time.Duration
 	Multiplier float64
@@ -38,32 +40,51 @@ func (b Backoff) Delay(n int, rnd float64) time.Duration {
 	return time.Duration(d)
 }
 
+// outcomePolicy turns the result of a delivery into the row's outcome:
+// delivered, retried after a backoff, or dead. It also words last_error.
+type outcomePolicy struct {
+	backoff       Backoff
+	maxErrorBytes int
+	// redact removes secrets from last_error (nil: nothing to remove).
+	redact func(string) string
+}
+
 // decide turns a delivery result into the row's outcome.
-func (e *Engine) decide(r dialects.Row, err error) dialects.Outcome {
+func (p outcomePolicy) decide(r dialects.Row, err error) dialects.Outcome {
 	o := dialects.Outcome{Claim: r.Claim}
 	switch {
 	case err == nil:
 		o.Kind = dialects.OutcomeDelivered
 	case sinks.IsPermanent(err) || r.Attempt >= r.MaxAttempts:
-		o.Kind, o.Error = dialects.OutcomeDead, e.lastError(err)
+		o.Kind, o.Error = dialects.OutcomeDead, p.lastError(err)
 	default:
-		o.Kind, o.Error = dialects.OutcomeRetry, e.lastError(err)
-		o.Delay = e.opts.Backoff.Delay(r.Attempt+1, rand.Float64())
+		o.Kind, o.Error = dialects.OutcomeRetry, p.lastError(err)
+		o.Delay = p.backoff.Delay(r.Attempt+1, rand.Float64())
 		if after, ok := sinks.RetryAfter(err); ok && after > o.Delay {
-			o.Delay = min(after, e.opts.Backoff.Max)
+			o.Delay = min(after, p.backoff.Max)
 		}
 	}
 	return o
 }
 
-// lastError redacts secrets and cuts the text to MaxErrorBytes on a UTF-8
+// dead is the outcome of a row that can never be delivered, for reason.
+func (p outcomePolicy) dead(r dialects.Row, reason error) dialects.Outcome {
+	return dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: p.lastError(reason)}
+}
+
+// release is the outcome of a row handed back to pending untouched.
+func release(r dialects.Row) dialects.Outcome {
+	return dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeRelease}
+}
+
+// lastError redacts secrets and cuts the text to maxErrorBytes on a UTF-8
 // boundary.
-func (e *Engine) lastError(err error) string {
+func (p outcomePolicy) lastError(err error) string {
 	s := err.Error()
-	if e.opts.Redact != nil {
-		s = e.opts.Redact(s)
+	if p.redact != nil {
+		s = p.redact(s)
 	}
-	return CutUTF8(s, e.opts.MaxErrorBytes)
+	return CutUTF8(s, p.maxErrorBytes)
 }
 
 // CutUTF8 cuts s to at most n bytes without splitting a character.

@@ -19,6 +19,8 @@ type prepared struct {
 	route *routing.Route
 	dest  *sinkHandle
 	msg   sinks.Message
+	// obs hears how the row's delivery ends (its route's handle).
+	obs RouteObserver
 	// dead is set when the row can never be delivered.
 	dead error
 	// retry is set when this attempt failed before reaching the sink (a
@@ -26,16 +28,20 @@ type prepared struct {
 	retry error
 }
 
-// prepare routes a row and builds its message. The bad-row cases of
-// behaviour.md come back as dead with their own words.
-func (e *Engine) prepare(r dialects.Row) prepared {
+// prepare routes a row and builds its message. A row that can never be
+// delivered (no route, a destination that does not exist, a payload that is
+// not a JSON object or array, headers that are not an object of strings)
+// comes back dead, in words that tell the producer what to fix. A transform
+// that fails on this payload fails this attempt only.
+func (d *deliverer) prepare(r dialects.Row) prepared {
 	p := prepared{row: r}
-	p.route = e.opts.Router.Match(r.Topic)
+	p.route = d.router.Match(r.Topic)
+	p.obs = d.routes.of(p.route)
 	if p.route == nil {
 		p.dead = fmt.Errorf("no route matches topic %q", r.Topic)
 		return p
 	}
-	p.dest = e.sinks[p.route.Destination]
+	p.dest = d.sinks[p.route.Destination]
 	if p.dest == nil {
 		p.dead = fmt.Errorf("route %q sends to destination %q, which does not exist", p.route.Name, p.route.Destination)
 		return p

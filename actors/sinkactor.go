@@ -6,43 +6,29 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// sinkActor owns one destination's sink: it builds it when it is missing
-// (after a crash the supervisor restarts the actor with backoff, and the new
-// incarnation rebuilds), and closes it when it stops. Deliveries use the sink
-// through its handle, never through this actor's mailbox, so a slow
-// destination never blocks a mailbox.
+// sinkActor owns the building of one destination's sink: it builds the sink
+// when it starts and the handle is empty. When building fails it panics, and
+// its supervisor restarts it with backoff; the new incarnation tries again.
+// Deliveries use the sink through its handle, never through this actor's
+// mailbox, so a slow destination never blocks a mailbox. The engine closes
+// the sinks when it stops.
 type sinkActor struct {
-	e       *Engine
 	h       *sinkHandle
 	factory SinkFactory
 }
 
-type rebuildSink struct{ reason error }
-
 func (s *sinkActor) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
-	case *actor.Started:
-		if s.h.get() == nil {
-			s.rebuild(nil)
-		}
-	case *rebuildSink:
-		s.rebuild(m.reason)
+	if _, ok := c.Message().(*actor.Started); ok && s.h.get() == nil {
+		s.build()
 	}
 }
 
-func (s *sinkActor) rebuild(reason error) {
-	if old := s.h.get(); old != nil {
-		_ = old.Close()
-	}
+func (s *sinkActor) build() {
 	snk, err := s.factory()
 	if err != nil {
 		// A panic hands the actor to its supervisor, which restarts it
 		// with backoff; meanwhile deliveries to it fail and are retried.
-		s.h.set(nil)
 		panic(fmt.Sprintf("destination %s could not be built: %v", s.h.name, err))
 	}
 	s.h.set(snk)
-	if reason != nil {
-		s.e.log.Info("destination reconnected", "destination", s.h.name, "after", reason)
-	}
 }
