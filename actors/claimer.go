@@ -173,13 +173,9 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	l := &lease{token: uuid.New()}
 	heads := c.heads.next(limit)
 	window := 0
-	now := time.Now()
-	windowed := c.window.pick(now)
+	windowed := c.window.pick(time.Now())
 	if windowed {
 		window = limit * windowFactor
-		c.window.lastRun[1] = now
-	} else {
-		c.window.lastRun[0] = now
 	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.lease

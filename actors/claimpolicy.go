@@ -26,8 +26,14 @@ type windowChoice struct {
 	measured [2]bool
 }
 
-// pick returns true for a windowed claim.
+// pick returns true for a windowed claim, and notes that this kind ran now.
 func (w *windowChoice) pick(now time.Time) bool {
+	windowed := w.choose(now)
+	w.lastRun[kindIndex(windowed)] = now
+	return windowed
+}
+
+func (w *windowChoice) choose(now time.Time) bool {
 	switch {
 	case now.Sub(w.lastRun[0]) >= fullEvery:
 		return false
@@ -39,11 +45,16 @@ func (w *windowChoice) pick(now time.Time) bool {
 	return w.cost[1] < w.cost[0]
 }
 
-func (w *windowChoice) observe(windowed bool, took time.Duration, rows int) {
-	i := 0
+// kindIndex is the index of a kind of claim in windowChoice's arrays.
+func kindIndex(windowed bool) int {
 	if windowed {
-		i = 1
+		return 1
 	}
+	return 0
+}
+
+func (w *windowChoice) observe(windowed bool, took time.Duration, rows int) {
+	i := kindIndex(windowed)
 	c := took.Seconds() / float64(max(rows, 1))
 	if !w.measured[i] {
 		w.cost[i], w.measured[i] = c, true

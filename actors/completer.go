@@ -77,8 +77,8 @@ func (c *completer) flush(ctx actor.Context) {
 	go func() {
 		lost := c.write(out)
 		if n := len(lost) + len(abandons); n > 0 {
-			c.stats.LostClaims.Add(int64(n))
 			c.obs.LostClaims(n)
+			c.stats.LostClaims.Add(int64(n))
 			c.log.Warn("claims lost: their leases passed and the rows went back to pending or to another replica; their outcomes were not written",
 				"count", n)
 		}

@@ -18,9 +18,10 @@ import (
 // holds a deliveryQueue: rows wait in it, leave it in batches (one Publish
 // each, run by a goroutine that reports back), and end as outcomes sent to
 // the completer. The two differ only in ordering: a key actor's queue is
-// ordered (one Publish at a time; the first row that is retried stops it,
-// and the rows behind go back to pending untouched), the pool's is not
-// (many Publish calls at once; each row's outcome stands alone).
+// ordered (one Publish at a time; a row that is retried, lost, or outside
+// its trust window stops it, and the rows behind go back to pending
+// untouched), the pool's is not (many Publish calls at once; each row's
+// outcome stands alone).
 
 // Messages of the key actors and the pool.
 type (
@@ -50,6 +51,7 @@ type deliverer struct {
 	ctx    context.Context
 	log    *slog.Logger
 	stats  *Stats
+	obs    Observer
 	routes routeObservers
 }
 
@@ -338,8 +340,8 @@ func (d *deliverer) send(ctx actor.Context, out *outcomes) {
 		return
 	}
 	if out.released > 0 {
+		d.obs.Released(out.released)
 		d.stats.Released.Add(int64(out.released))
-		d.routes.obs.Released(out.released)
 	}
 	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons})
 }

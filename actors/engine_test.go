@@ -425,6 +425,8 @@ func TestStopDrains(t *testing.T) {
 	recv.SetDelay(300 * time.Millisecond)
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.UnorderedConcurrency = 5
+	rec := newRecorder()
+	h.opts.Observer = rec
 	h.insert(rows(10, 20, 100, func(int) int { return 0 }))
 	e := h.start()
 	// Wait until deliveries are in flight.
@@ -452,5 +454,10 @@ func TestStopDrains(t *testing.T) {
 	_ = h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE attempt > 0`).Scan(&raised)
 	if raised != 0 {
 		t.Fatalf("the drain raised attempt on %d rows", raised)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := e.Stats.Released.Load(); n == 0 || int64(rec.released) != n {
+		t.Fatalf("the observer heard %d rows released; the engine released %d (and must have released some)", rec.released, n)
 	}
 }

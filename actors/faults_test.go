@@ -140,6 +140,8 @@ func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
 	defer close(release)
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
+	rec := newRecorder()
+	h.opts.Observer = rec
 	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`)}, {Topic: "t", Key: str("k"), Payload: []byte(`{}`)}})
 	e := h.start()
 	<-started
@@ -155,6 +157,12 @@ func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
 	}
 	if n := e.Stats.LostClaims.Load(); n < 2 {
 		t.Fatalf("lost claims counted: %d, want 2", n)
+	}
+	rec.mu.Lock()
+	heard := rec.lost
+	rec.mu.Unlock()
+	if int64(heard) != e.Stats.LostClaims.Load() {
+		t.Fatalf("the observer heard %d lost claims; the engine counted %d", heard, e.Stats.LostClaims.Load())
 	}
 	var changed int
 	if err := h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE state <> 'processing' OR claim_token <> $1`, other).Scan(&changed); err != nil {

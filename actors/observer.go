@@ -25,7 +25,8 @@ type Observer interface {
 	// LostClaims: rows whose claim the database no longer held; nothing was
 	// written for them.
 	LostClaims(rows int)
-	// Completed: a completion statement wrote rows outcomes after took.
+	// Completed: a completion statement wrote the outcomes of rows rows
+	// after took.
 	Completed(rows int, took time.Duration)
 }
 

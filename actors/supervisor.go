@@ -85,7 +85,8 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeper, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer}
 	})
 	d := &deliverer{
-		router: o.Router, sinks: s.sinks, completer: completer, ctx: s.deliveryCtx, log: s.log, stats: s.stats, routes: s.routes,
+		router: o.Router, sinks: s.sinks, completer: completer, ctx: s.deliveryCtx,
+		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes,
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
 	pool := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
