@@ -104,6 +104,16 @@ func (h *harness) routeAllTo(f actors.SinkFactory) {
 	h.opts.Destinations = map[string]actors.SinkFactory{"dest": f}
 }
 
+// routeOrdersToHook sends order.# rows to the HTTP destination "hook" at
+// url, and the rows that match others to the null destination "null".
+func (h *harness) routeOrdersToHook(url, others string) {
+	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route(others, "null")})
+	h.opts.Destinations = map[string]actors.SinkFactory{
+		"hook": httpDest(h.t, url, nil),
+		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
+	}
+}
+
 func route(pattern, dest string) routing.Route {
 	p, err := routing.CompilePattern(pattern)
 	if err != nil {
@@ -267,11 +277,7 @@ func TestMailboxesOfOneDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	recv := testrecv.New(t, failPolicy)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route("#", "null")})
-	h.opts.Destinations = map[string]actors.SinkFactory{
-		"hook": httpDest(t, recv.URL+"/x", nil),
-		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
-	}
+	h.routeOrdersToHook(recv.URL+"/x", "#")
 	h.opts.Mailboxes = actors.Mailboxes{Claimer: 1, Key: 1, Sink: 1, Completer: 1}
 	h.opts.BatchSize, h.opts.MaxInFlight, h.opts.UnorderedConcurrency = 50, 200, 4
 	all := rows(40, 30, 400, func(i int) int {

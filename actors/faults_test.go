@@ -95,11 +95,7 @@ func TestDestinationOutage(t *testing.T) {
 			return 502, "bad gateway", nil
 		}
 	})
-	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route("#", "null")})
-	h.opts.Destinations = map[string]actors.SinkFactory{
-		"hook": httpDest(t, recv.URL+"/x", nil),
-		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
-	}
+	h.routeOrdersToHook(recv.URL+"/x", "#")
 	h.opts.Backoff = actors.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond, Jitter: 0.1}
 	keyed := rows(10, 5, 0, func(int) int { return 0 })
 	for i := range keyed {

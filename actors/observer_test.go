@@ -9,9 +9,6 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testrecv"
-	"github.com/queuebox/queuebox/routing"
-	"github.com/queuebox/queuebox/sinks"
-	nullsink "github.com/queuebox/queuebox/sinks/null"
 )
 
 // recorder is an Observer that keeps everything it hears.
@@ -81,11 +78,7 @@ func TestObserverHearsEveryRow(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	recv := testrecv.New(t, failPolicy)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route("audit.#", "null")})
-	h.opts.Destinations = map[string]actors.SinkFactory{
-		"hook": httpDest(t, recv.URL+"/x", nil),
-		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
-	}
+	h.routeOrdersToHook(recv.URL+"/x", "audit.#")
 	rec := newRecorder()
 	h.opts.Observer = rec
 	all := rows(10, 10, 50, func(i int) int {
