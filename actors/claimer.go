@@ -49,7 +49,7 @@ type claimer struct {
 	dialect     dialects.Dialect
 	batchSize   int
 	maxInFlight int
-	lease       time.Duration
+	leaseLength time.Duration
 	pool        *actor.PID
 	leaseKeeper *actor.PID
 	// delivery, keyIdleAfter and keyMailbox build the key actors.
@@ -178,7 +178,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		window = limit * windowFactor
 	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
-	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.lease
+	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
 	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window}
 	go func() {
 		sentAt := time.Now()

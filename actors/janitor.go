@@ -16,9 +16,9 @@ import (
 // pending once their lease has passed, deletes old rows in small batches,
 // and prunes the producer-ordering lock table.
 type janitor struct {
-	dialect   dialects.Dialect
-	lease     time.Duration
-	retention Retention
+	dialect     dialects.Dialect
+	leaseLength time.Duration
+	retention   Retention
 	// leaseKeeper tells which claims are this replica's own; the claimer is
 	// woken when rows come back to pending.
 	leaseKeeper, claimer *actor.PID
@@ -30,7 +30,7 @@ func (j *janitor) Receive(ctx actor.Context) { runLoop(ctx, j.bg, j.loop) }
 
 // loop is the Janitor's loop.
 func (j *janitor) loop(root *actor.RootContext) {
-	release := time.NewTicker(max(j.lease/3, 100*time.Millisecond))
+	release := time.NewTicker(max(j.leaseLength/3, 100*time.Millisecond))
 	defer release.Stop()
 	var purge <-chan time.Time
 	if j.retention.Interval > 0 {

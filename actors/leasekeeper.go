@@ -45,7 +45,8 @@ type tracked struct {
 // the actor holding it, which cancels that delivery and never writes the row.
 type leaseKeeper struct {
 	dialect dialects.Dialect
-	lease   time.Duration
+	// leaseLength is how long each claim or renewal holds a row.
+	leaseLength time.Duration
 	// bg ends when the engine stops; it bounds the renewals.
 	bg  context.Context
 	log *slog.Logger
@@ -106,7 +107,7 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 			k.log.Info("lease renewal working again")
 		}
 		for _, l := range m.leases {
-			l.extend(m.sentAt, k.lease)
+			l.extend(m.sentAt, k.leaseLength)
 		}
 		byPID := map[*actor.PID][]uuid.UUID{}
 		for _, c := range m.lost {
@@ -137,7 +138,7 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 	}
 	k.renewing = true
 	root, self := ctx.ActorSystem().Root, ctx.Self()
-	dialect, bg, length := k.dialect, k.bg, k.lease
+	dialect, bg, length := k.dialect, k.bg, k.leaseLength
 	go func() {
 		sentAt := time.Now()
 		qctx, cancel := context.WithTimeout(bg, length/3)

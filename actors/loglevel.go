@@ -5,7 +5,9 @@ import (
 	"log/slog"
 )
 
-// minLevel drops records below a level.
+// minLevel is a log handler that drops the records below min. The engine
+// hands it to protoactor's actor system, which logs every dead letter (a
+// message to an actor that just stopped, normal here) at info.
 type minLevel struct {
 	slog.Handler
 	min slog.Level

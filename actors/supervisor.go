@@ -57,11 +57,11 @@ func (s *supervisorActor) Receive(c actor.Context) {
 
 // spawnChildren spawns the children downstream first, so that each is built
 // with the addresses it sends to: the lease keeper, the completer, the pool,
-// then the claimer (which spawns the key actors), then the loops. The completer's
-// flushes return credit to the claimer, which does not exist yet when the
-// completer is built; a child's address is its parent's followed by its
-// name, so the completer is given the claimer's address in advance, and it
-// sends to it only for rows the claimer has claimed.
+// then the claimer (which spawns the key actors), then the loops. The
+// completer's flushes return credit to the claimer, which does not exist yet
+// when the completer is built; a child's address is its parent's followed by
+// its name, so the completer is given the claimer's address in advance, and
+// it sends to it only for rows the claimer has claimed.
 func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	o, lengths := s.opts, s.mailboxes
 	var err error
@@ -78,24 +78,24 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		return &sinkSupervisor{handles: s.sinks, factories: o.Destinations, mailbox: mailbox(o.Mailboxes.Sink, &lengths[KindSink])}
 	}, actor.WithSupervisor(actor.NewExponentialBackoffStrategy(time.Minute, time.Second))), "sinks")
 
-	leaseKeeper := spawn("lease-keeper", mailbox(o.Mailboxes.Claimer, &lengths[KindLeaseKeeper]), func() actor.Actor {
-		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, lease: o.Lease, bg: s.bg.ctx, log: s.log})
+	leaseKeeperPID := spawn("lease-keeper", mailbox(o.Mailboxes.Claimer, &lengths[KindLeaseKeeper]), func() actor.Actor {
+		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, leaseLength: o.Lease, bg: s.bg.ctx, log: s.log})
 	})
-	completer := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
-		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeper, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer}
+	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
+		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer}
 	})
 	d := &deliverer{
-		router: o.Router, sinks: s.sinks, completer: completer, ctx: s.deliveryCtx,
+		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
 		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes,
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
-	pool := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
+	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)
 	})
-	claimer := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
+	claimerPID := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
 		return newClaimer(claimer{
-			dialect: o.Dialect, batchSize: o.BatchSize, maxInFlight: o.MaxInFlight, lease: o.Lease,
-			pool: pool, leaseKeeper: leaseKeeper,
+			dialect: o.Dialect, batchSize: o.BatchSize, maxInFlight: o.MaxInFlight, leaseLength: o.Lease,
+			pool: poolPID, leaseKeeper: leaseKeeperPID,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
 		})
@@ -103,24 +103,24 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	if err != nil {
 		return &children{err: err}
 	}
-	if !claimer.Equal(claimerAt) {
-		return &children{err: fmt.Errorf("the claimer's address is %s, not %s as the completer was told", claimer.Id, claimerAt.Id)}
+	if !claimerPID.Equal(claimerAt) {
+		return &children{err: fmt.Errorf("the claimer's address is %s, not %s as the completer was told", claimerPID.Id, claimerAt.Id)}
 	}
 
-	kids := &children{claimer: claimer}
+	kids := &children{claimer: claimerPID}
 	if o.Notify {
 		kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-			return &notifier{dialect: o.Dialect, claimer: claimer, poll: o.PollInterval, log: s.log, bg: s.bg}
+			return &notifier{dialect: o.Dialect, claimer: claimerPID, poll: o.PollInterval, log: s.log, bg: s.bg}
 		}), "notifier"))
 	}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-		return &janitor{dialect: o.Dialect, lease: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeper, claimer: claimer, log: s.log, bg: s.bg}
+		return &janitor{dialect: o.Dialect, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg}
 	}), "janitor"))
 
 	// The clocks: ticks only ever send, so no mailbox waits on them.
 	root := c.ActorSystem().Root
-	s.bg.every(o.PollInterval, func() { root.Send(claimer, &claimTick{}) })
-	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeper, &renewTick{}) })
+	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
+	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
 	return kids
 }
 
