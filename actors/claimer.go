@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -10,39 +11,6 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 )
-
-// lease is the trust window of one claim: a delivery may start only while
-// time.Now() is before trustedUntil. The claimer sets it from the moment it
-// sent the claim; the lease keeper moves it forward after each renewal. It is
-// shared by pointer because every row of the claim reads it before each
-// delivery, and an atomic is the whole of it.
-type lease struct {
-	token        uuid.UUID
-	trustedUntil atomic.Int64 // unix nanoseconds
-}
-
-func (l *lease) trusted(now time.Time) bool { return now.UnixNano() < l.trustedUntil.Load() }
-
-// extend moves the window to sentAt+length-margin, never backwards.
-func (l *lease) extend(sentAt time.Time, length time.Duration) {
-	until := sentAt.Add(length - trustMargin(length)).UnixNano()
-	for {
-		cur := l.trustedUntil.Load()
-		if until <= cur || l.trustedUntil.CompareAndSwap(cur, until) {
-			return
-		}
-	}
-}
-
-// trustMargin is how long before the database's lease end a replica stops
-// starting deliveries: clock rates differ, and a renewal takes time.
-func trustMargin(length time.Duration) time.Duration { return min(length/5, 5*time.Second) }
-
-// claimed is a row with the lease of its claim.
-type claimed struct {
-	dialects.Row
-	lease *lease
-}
 
 // Messages of the claimer.
 type (
@@ -78,7 +46,26 @@ type keyEntry struct {
 // unordered pool. It never blocks on the database: the claim runs in a
 // goroutine that sends the result back.
 type claimer struct {
-	e        *Engine
+	dialect     dialects.Dialect
+	batchSize   int
+	maxInFlight int
+	leaseLength time.Duration
+	pool        *actor.PID
+	leaseKeeper *actor.PID
+	// delivery, keyIdleAfter and keyMailbox build the key actors.
+	delivery     *deliverer
+	keyIdleAfter time.Duration
+	keyMailbox   actor.MailboxProducer
+	// bg bounds the claim statements; it ends when the engine stops.
+	bg    context.Context
+	log   *slog.Logger
+	stats *Stats
+	obs   Observer
+	// ready is the engine's readiness: the last claim reached the database.
+	ready *atomic.Bool
+	// drained is closed once, when a drain has every outcome written.
+	drained chan struct{}
+
 	free     int
 	claiming int  // claim statements running (at most maxClaims)
 	more     bool // the last claim was full: more rows are likely waiting
@@ -96,105 +83,16 @@ type claimer struct {
 	window     windowChoice
 }
 
-// windowFactor sizes the claim window: a few claims' worth of the earliest
-// due rows. A claim without a window stops scanning as soon as it has its
-// heads, cheapest while heads are plentiful; a windowed claim checks every
-// row of its window, cheapest when most keys are busy and a plain scan would
-// pass over every row behind them. Which is cheaper depends on the backlog,
-// so the claimer measures both (windowChoice) and uses the cheaper one, and
-// runs each at least every fullEvery: the plain claim so that no row beyond
-// the window waits for long, the windowed one to keep its measure fresh.
-const (
-	windowFactor = 4
-	fullEvery    = time.Second
-)
-
-// windowChoice keeps the cost per claimed row of each kind of claim.
-type windowChoice struct {
-	cost     [2]float64 // [plain, windowed]: moving average, seconds per row
-	lastRun  [2]time.Time
-	measured [2]bool
-}
-
-// pick returns true for a windowed claim.
-func (w *windowChoice) pick(now time.Time) bool {
-	switch {
-	case now.Sub(w.lastRun[0]) >= fullEvery:
-		return false
-	case now.Sub(w.lastRun[1]) >= fullEvery:
-		return true
-	case !w.measured[0] || !w.measured[1]:
-		return false
-	}
-	return w.cost[1] < w.cost[0]
-}
-
-func (w *windowChoice) observe(windowed bool, took time.Duration, rows int) {
-	i := 0
-	if windowed {
-		i = 1
-	}
-	c := took.Seconds() / float64(max(rows, 1))
-	if !w.measured[i] {
-		w.cost[i], w.measured[i] = c, true
-	} else {
-		w.cost[i] = 0.7*w.cost[i] + 0.3*c
-	}
-}
-
-// headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads).
-// With a keyed backlog, a claim of few heads and long runs scans less of the
-// table (rows behind a busy key's head are not heads, and a claim passes over
-// them) and gives each key actor a run to deliver in one go. With many keys
-// of one row each, or unkeyed rows, a claim needs many heads. The policy
-// probes: after a full, mostly keyed claim it tries few heads; if that claim
-// comes back short, the keys are shallow, and it stays at full heads for a
-// while before probing again.
-type headPolicy struct {
-	small   bool
-	shallow int // claims left before the next probe
-}
-
-const (
-	runLength      = 8  // rows per key a small-heads claim aims for
-	shallowBackoff = 32 // claims to wait after a failed probe
-)
-
-func (h *headPolicy) next(limit int) int {
-	if h.small {
-		return max(1, limit/runLength)
-	}
-	return limit
-}
-
-func (h *headPolicy) observe(rows []dialects.Row, requested int) {
-	keyed := 0
-	for i := range rows {
-		if rows[i].Key != "" {
-			keyed++
-		}
-	}
-	full := len(rows)*10 >= requested*9
-	switch {
-	case h.small && !full:
-		h.small, h.shallow = false, shallowBackoff
-	case !h.small && full && keyed*2 > len(rows):
-		if h.shallow > 0 {
-			h.shallow--
-		} else {
-			h.small = true
-		}
-	case keyed*2 <= len(rows):
-		h.small = false
-	}
-}
-
-func newClaimer(e *Engine) *claimer {
-	return &claimer{e: e, free: e.opts.MaxInFlight, keys: map[string]*keyEntry{}}
+// newClaimer takes a claimer with its collaborators filled in and sets its
+// starting state: all the credit, no keys.
+func newClaimer(c claimer) *claimer {
+	c.free = c.maxInFlight
+	c.keys = map[string]*keyEntry{}
+	return &c
 }
 
 func (c *claimer) threshold() int {
-	return max(1, min(c.e.opts.BatchSize, c.e.opts.MaxInFlight)/4)
+	return max(1, min(c.batchSize, c.maxInFlight)/4)
 }
 
 func (c *claimer) Receive(ctx actor.Context) {
@@ -212,7 +110,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.onClaim(ctx, m)
 	case *credit:
 		c.free += m.n
-		c.e.Stats.InFlight.Add(-int64(m.n))
+		c.stats.InFlight.Add(-int64(m.n))
 		if c.draining {
 			c.checkDrained()
 		} else {
@@ -226,7 +124,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *keyIdle:
 		if e := c.keys[m.key]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
 			delete(c.keys, m.key)
-			c.e.Stats.KeyActors.Add(-1)
+			c.stats.KeyActors.Add(-1)
 			ctx.Poison(m.pid)
 		}
 	case *drain:
@@ -234,17 +132,17 @@ func (c *claimer) Receive(ctx actor.Context) {
 		for _, e := range c.keys {
 			ctx.Send(e.pid, &drain{})
 		}
-		ctx.Send(c.e.pool, &drain{})
+		ctx.Send(c.pool, &drain{})
 		c.checkDrained()
 	}
 }
 
 func (c *claimer) checkDrained() {
-	if c.free == c.e.opts.MaxInFlight && c.claiming == 0 {
+	if c.free == c.maxInFlight && c.claiming == 0 {
 		select {
-		case <-c.e.drained:
+		case <-c.drained:
 		default:
-			close(c.e.drained)
+			close(c.drained)
 		}
 	}
 }
@@ -269,29 +167,28 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	if c.draining || c.free < c.threshold() || time.Now().Before(c.retryAt) {
 		return false
 	}
-	limit := min(c.e.opts.BatchSize, c.free)
+	limit := min(c.batchSize, c.free)
 	c.free -= limit
 	c.claiming++
 	l := &lease{token: uuid.New()}
-	self, e, heads := ctx.Self(), c.e, c.heads.next(limit)
+	heads := c.heads.next(limit)
 	window := 0
-	now := time.Now()
-	windowed := c.window.pick(now)
+	windowed := c.window.pick(time.Now())
 	if windowed {
 		window = limit * windowFactor
-		c.window.lastRun[1] = now
-	} else {
-		c.window.lastRun[0] = now
 	}
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
+	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window}
 	go func() {
 		sentAt := time.Now()
-		qctx, cancel := context.WithTimeout(e.bgCtx, max(e.opts.Lease/2, time.Second))
-		e.Stats.ClaimStatements.Add(1)
-		rows, err := e.opts.Dialect.OutboxClaim(qctx, dialects.ClaimParams{Limit: limit, Lease: e.opts.Lease, Token: l.token, MaxHeads: heads, Window: window})
+		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
+		stats.ClaimStatements.Add(1)
+		rows, err := dialect.OutboxClaim(qctx, params)
 		cancel()
-		e.Stats.ClaimTime.Add(int64(time.Since(sentAt)))
-		l.extend(sentAt, e.opts.Lease)
-		e.send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l, windowed: windowed, took: time.Since(sentAt)})
+		stats.ClaimTime.Add(int64(time.Since(sentAt)))
+		l.extend(sentAt, length)
+		root.Send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l, windowed: windowed, took: time.Since(sentAt)})
 	}()
 	return true
 }
@@ -299,14 +196,13 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.claiming--
 	c.free += m.requested - len(m.rows)
-	e := c.e
 	if m.err != nil {
 		c.failures++
 		// Back off: 100ms, 200ms, ... up to 5s, so a database outage is
 		// not hammered; the tick resumes claiming.
 		c.retryAt = time.Now().Add(min(time.Duration(c.failures)*100*time.Millisecond, 5*time.Second))
-		if e.ready.Swap(false) || c.failures == 1 {
-			e.log.Warn("database unreachable; claims paused", "error", m.err)
+		if c.ready.Swap(false) || c.failures == 1 {
+			c.log.Warn("database unreachable; claims paused", "error", m.err)
 		}
 		if c.draining {
 			c.checkDrained()
@@ -314,15 +210,16 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		return
 	}
 	if c.failures > 0 {
-		e.log.Info("database reachable again; claiming", "afterFailures", c.failures)
+		c.log.Info("database reachable again; claiming", "afterFailures", c.failures)
 	}
 	c.failures = 0
-	e.ready.Store(true)
+	c.ready.Store(true)
 	n := len(m.rows)
+	c.obs.Claimed(n, m.took)
 	c.heads.observe(m.rows, m.requested)
 	if n > 0 {
-		e.Stats.Claimed.Add(int64(n))
-		e.Stats.InFlight.Add(int64(n))
+		c.stats.Claimed.Add(int64(n))
+		c.stats.InFlight.Add(int64(n))
 		c.dispatch(ctx, m.rows, m.lease)
 	}
 	if c.draining {
@@ -335,7 +232,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.window.observe(m.windowed, m.took, n)
 	c.waitCredit = 0
 	if !c.more {
-		c.waitCredit = min(c.e.opts.BatchSize/2, c.e.opts.MaxInFlight-c.free)
+		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)
 	}
 	if c.more || c.again {
 		c.again = false
@@ -362,15 +259,13 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
 		for _, r := range rows[i:j] {
 			run = append(run, claimed{Row: r, lease: l})
 		}
-		pid := c.e.pool
+		pid := c.pool
 		if key := rows[i].Key; key != "" {
 			entry := c.keys[key]
 			if entry == nil {
-				props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(c.e, key) },
-					actor.WithMailbox(mailbox(c.e.opts.Mailboxes.Key)))
-				entry = &keyEntry{pid: ctx.SpawnPrefix(props, "key")}
+				entry = &keyEntry{pid: c.spawnKey(ctx, key)}
 				c.keys[key] = entry
-				c.e.Stats.KeyActors.Add(1)
+				c.stats.KeyActors.Add(1)
 			}
 			entry.sent += len(run)
 			pid = entry.pid
@@ -381,11 +276,20 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
 		batches = append(batches, batch{pid, run})
 		i = j
 	}
-	ctx.Send(c.e.leaseKeeper, &trackClaims{lease: l, entries: track})
+	ctx.Send(c.leaseKeeper, &trackClaims{lease: l, entries: track})
 	for _, b := range batches {
 		ctx.Send(b.pid, &deliverRun{rows: b.run})
 		if c.draining {
 			ctx.Send(b.pid, &drain{})
 		}
 	}
+}
+
+// spawnKey spawns the actor of a key, as a child of the claimer. Its name is
+// generated: a key's next actor may start before the last one has stopped.
+func (c *claimer) spawnKey(ctx actor.Context, key string) *actor.PID {
+	d, claimer, idle := c.delivery, ctx.Self(), c.keyIdleAfter
+	props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(d, key, claimer, idle) },
+		actor.WithMailbox(c.keyMailbox))
+	return ctx.SpawnPrefix(props, "key")
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -37,13 +38,20 @@ const secondFlushAt = 64
 // claims, so the completer never sends to an actor that could be waiting on
 // it.
 type completer struct {
-	e        *Engine
+	dialect dialects.Dialect
+	// claimer gets the credit back; leaseKeeper forgets the claims.
+	claimer, leaseKeeper *actor.PID
+	// bg ends when the engine stops: the flushes then give up after a few
+	// tries instead of retrying until the database is back.
+	bg    context.Context
+	log   *slog.Logger
+	stats *Stats
+	obs   Observer
+
 	buf      []dialects.Outcome
 	abandons []dialects.Claim
 	running  int
 }
-
-func newCompleter(e *Engine) *completer { return &completer{e: e} }
 
 func (c *completer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
@@ -65,12 +73,13 @@ func (c *completer) flush(ctx actor.Context) {
 	out, abandons := c.buf, c.abandons
 	c.buf, c.abandons = nil, nil
 	c.running++
-	e, self := c.e, ctx.Self()
+	root, self := ctx.ActorSystem().Root, ctx.Self()
 	go func() {
-		lost := e.writeOutcomes(out)
+		lost := c.write(out)
 		if n := len(lost) + len(abandons); n > 0 {
-			e.Stats.LostClaims.Add(int64(n))
-			e.log.Warn("claims lost: their leases passed and the rows went back to pending or to another replica; their outcomes were not written",
+			c.obs.LostClaims(n)
+			c.stats.LostClaims.Add(int64(n))
+			c.log.Warn("claims lost: their leases passed and the rows went back to pending or to another replica; their outcomes were not written",
 				"count", n)
 		}
 		done := make([]dialects.Claim, 0, len(out)+len(abandons))
@@ -78,34 +87,38 @@ func (c *completer) flush(ctx actor.Context) {
 			done = append(done, o.Claim)
 		}
 		done = append(done, abandons...)
-		e.send(e.leaseKeeper, &untrackClaims{claims: done})
-		e.send(e.claimer, &credit{n: len(done)})
-		e.send(self, &flushDone{})
+		root.Send(c.leaseKeeper, &untrackClaims{claims: done})
+		root.Send(c.claimer, &credit{n: len(done)})
+		root.Send(self, &flushDone{})
 	}()
 }
 
-// writeOutcomes writes until the database takes them, backing off while it
+// write writes until the database takes the outcomes, backing off while it
 // is away. Outcomes are never dropped: if the outage outlasts the lease, the
-// write reports them lost, which is the truth.
-func (e *Engine) writeOutcomes(out []dialects.Outcome) []dialects.Claim {
+// write reports them lost, which is the truth. It runs in the flush
+// goroutine and reads only the completer's collaborators, which never
+// change.
+func (c *completer) write(out []dialects.Outcome) []dialects.Claim {
 	if len(out) == 0 {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
-		e.Stats.CompleteStatements.Add(1)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.bg), 30*time.Second)
+		c.stats.CompleteStatements.Add(1)
 		t0 := time.Now()
-		lost, err := e.opts.Dialect.OutboxComplete(ctx, out)
-		e.Stats.CompleteTime.Add(int64(time.Since(t0)))
+		lost, err := c.dialect.OutboxComplete(ctx, out)
+		took := time.Since(t0)
+		c.stats.CompleteTime.Add(int64(took))
 		cancel()
 		if err == nil {
+			c.obs.Completed(len(out), took)
 			return lost
 		}
 		if attempt == 1 {
-			e.log.Warn("writing outcomes failed; retrying", "rows", len(out), "error", err)
+			c.log.Warn("writing outcomes failed; retrying", "rows", len(out), "error", err)
 		}
-		if e.bgCtx.Err() != nil && attempt >= 3 {
-			e.log.Error("giving up on outcomes while stopping; their leases will expire", "rows", len(out), "error", err)
+		if c.bg.Err() != nil && attempt >= 3 {
+			c.log.Error("giving up on outcomes while stopping; their leases will expire", "rows", len(out), "error", err)
 			return nil
 		}
 		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, 5*time.Second))

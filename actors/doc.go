@@ -1,5 +1,31 @@
-// Package actors is QueueBox's engine: the actors of spec/architecture.md on
-// protoactor-go, and the rules of spec/behaviour.md.
+// Package actors is QueueBox's engine: the actors that claim outbox rows,
+// deliver them to their destinations and write their outcomes, on
+// protoactor-go.
+//
+// # The actors, and where they live
+//
+//	Engine supervisor            supervisor.go
+//	├── Claimer                  claimer.go (claim heuristics: claimpolicy.go)
+//	│   └── Key actor (per key)  keyactor.go
+//	├── Unordered pool           pool.go
+//	├── Lease keeper             leasekeeper.go (a claim's lease: lease.go)
+//	├── Completer                completer.go
+//	├── Sink supervisor          sinksupervisor.go
+//	│   └── Sink actor           sinkactor.go (the sink it builds: sinkhandle.go)
+//	├── Notifier                 notifier.go
+//	└── Janitor                  janitor.go
+//
+// Key actors and the pool deliver through one path, delivery.go: a queue of
+// claimed rows, batches published by goroutines, and the outcomes. A row is
+// routed and checked in prepare.go; its outcome (delivered, retried after a
+// backoff, dead) is decided in outcome.go.
+//
+// Each actor is built with what it works with: the addresses of the actors
+// it sends to, the dialect, the options, the logger, the counters and the
+// Observer (observer.go, the hook for metrics). The supervisor spawns them
+// downstream first (lease keeper, completer, pool, claimer) so that every
+// address exists before it is handed down; no actor looks another up in
+// shared state.
 //
 // # The flow of one row
 //
@@ -16,10 +42,11 @@
 // another; on a failure that is retried it stops, reschedules the failed row
 // and releases every other row it holds, untouched, in the same completion
 // statement. A dead row does not stop it. The pool delivers unkeyed rows
-// concurrently. Each step's outcomes go to the Completer, which writes them
-// in few statements (group commit: one statement runs while the next batch
-// gathers, two at most) and, from the goroutine that wrote them, returns the
-// credit to the Claimer and tells the Lease keeper to forget the claims.
+// concurrently, each on its own. Each step's outcomes go to the Completer,
+// which writes them in few statements (group commit: one statement runs
+// while the next batch gathers, two at most) and, from the goroutine that
+// wrote them, returns the credit to the Claimer and tells the Lease keeper to
+// forget the claims.
 //
 // # No deadlock at any mailbox size
 //
@@ -28,13 +55,15 @@
 // deadlock. Here, inside Receive, actors send only downstream along an
 // acyclic graph: Claimer → {key actors, pool, Lease keeper}, Lease keeper →
 // key actors and pool, key actors and pool → Completer; the Completer sends
-// to no actor. Everything that flows back (claim results, delivery results,
-// credit, renewal results, "I am idle") is sent by a goroutine that owns the
-// I/O, never by an actor. The Completer therefore always makes progress,
-// then the key actors and pool, then the Lease keeper, then the Claimer.
-// Mailbox sizes (engine.mailbox.*) only tune throughput; a size of 1 is
-// served as 2, because the ring buffer behind protoactor's bounded mailbox
-// loses messages at capacity 1 (see mailbox in engine.go).
+// to no actor. Everything that flows back
+// (claim results, delivery results, credit, renewal results, "I am idle",
+// ticks, wake-ups) is sent by a goroutine that owns the I/O or the clock,
+// never by an actor. The Completer therefore always makes progress, then the
+// key actors and pool, then the Lease keeper, then the Claimer. Mailbox
+// sizes (engine.mailbox.*) only tune throughput; a size of 1 is served as 2,
+// because the ring buffer behind protoactor's bounded mailbox loses messages
+// at capacity 1 (see mailbox in mailbox.go). Engine.MailboxLength reads how
+// full the mailboxes of each kind of actor are.
 //
 // # Leases and trust
 //

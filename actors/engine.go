@@ -4,59 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/routing"
-	"github.com/queuebox/queuebox/sinks"
 )
-
-// SinkFactory builds a destination's sink; the sink actor calls it at start
-// and again after a crash.
-type SinkFactory func() (sinks.Sink, error)
-
-// Mailboxes are the bounded mailbox sizes per actor kind; 0 is unbounded.
-type Mailboxes struct {
-	Claimer, Key, Sink, Completer int
-}
-
-// Retention is the janitor's policy; an age of 0 keeps rows forever.
-type Retention struct {
-	Delivered, Dead time.Duration
-	Interval        time.Duration
-	BatchSize       int
-}
-
-// Options configure an Engine.
-type Options struct {
-	Dialect      dialects.Dialect
-	Router       *routing.Router
-	Destinations map[string]SinkFactory
-
-	BatchSize    int
-	MaxInFlight  int
-	Lease        time.Duration
-	PollInterval time.Duration
-	Notify       bool
-	Backoff      Backoff
-	Retention    Retention
-
-	Mailboxes            Mailboxes
-	KeyIdle              time.Duration
-	UnorderedConcurrency int
-	DrainTimeout         time.Duration
-	MaxErrorBytes        int
-
-	// Redact removes secrets from last_error and logs.
-	Redact func(string) string
-	Logger *slog.Logger
-}
 
 // Stats are the engine's counters, read at any time.
 type Stats struct {
@@ -70,73 +24,44 @@ type Stats struct {
 	ClaimTime, CompleteTime atomic.Int64
 }
 
-// Engine is one replica's relay: the actors of architecture.md under one
-// supervisor. See the package doc for the design.
+// Engine is one replica's relay: its actors under one supervisor. See the
+// package doc for the design.
 type Engine struct {
 	opts   Options
 	log    *slog.Logger
 	system *actor.ActorSystem
 	sinks  map[string]*sinkHandle
+	routes routeObservers
 
-	root, claimer, completer, leaseKeeper, pool *actor.PID
+	root, claimer *actor.PID
 
 	// deliveryCtx is the parent of every delivery; cancelled on a hard stop.
 	deliveryCtx    context.Context
 	cancelDelivery context.CancelFunc
-	// bgCtx ends the background loops (tickers, listener, janitor).
-	bgCtx    context.Context
-	cancelBg context.CancelFunc
-	bg       sync.WaitGroup
+	bg             *background
 
 	drained   chan struct{}
 	fatal     chan error
 	fatalOnce sync.Once
 	stopOnce  sync.Once
 	ready     atomic.Bool
+	mailboxes mailboxLengths
 
 	Stats Stats
 }
 
 // New checks the options and builds an engine; Start runs it.
 func New(opts Options) (*Engine, error) {
-	if opts.Dialect == nil || opts.Router == nil {
-		return nil, errors.New("engine: a dialect and a router are required")
-	}
-	if opts.BatchSize <= 0 || opts.MaxInFlight <= 0 || opts.Lease <= 0 {
-		return nil, errors.New("engine: batch size, max in flight and lease must be positive")
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 500 * time.Millisecond
-	}
-	if opts.KeyIdle <= 0 {
-		opts.KeyIdle = 10 * time.Second
-	}
-	if opts.UnorderedConcurrency <= 0 {
-		opts.UnorderedConcurrency = 256
-	}
-	if opts.MaxErrorBytes <= 0 {
-		opts.MaxErrorBytes = 2048
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*sinkHandle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
 	for name := range opts.Destinations {
 		e.sinks[name] = &sinkHandle{name: name}
 	}
+	e.routes = newRouteObservers(opts.Router, opts.Observer)
 	return e, nil
-}
-
-// mailbox returns a bounded mailbox of size (0: unbounded). A size of 1 is
-// served as 2: protoactor's bounded mailbox sits on a Workiva ring buffer
-// whose "full" test cannot work at capacity 1 (a second Put overwrites the
-// unread message and the reader then spins forever). Sizes are rounded up to
-// a power of two by the ring buffer anyway.
-func mailbox(size int) actor.MailboxProducer {
-	if size <= 0 {
-		return actor.Unbounded()
-	}
-	return actor.Bounded(max(size, 2))
 }
 
 // Start spawns the actors and begins claiming.
@@ -146,11 +71,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	for name, f := range e.opts.Destinations {
 		s, err := f()
 		if err != nil {
-			for _, h := range e.sinks {
-				if s := h.get(); s != nil {
-					_ = s.Close()
-				}
-			}
+			closeSinks(e.sinks)
 			return fmt.Errorf("destination %s: %w", name, err)
 		}
 		e.sinks[name].set(s)
@@ -161,32 +82,69 @@ func (e *Engine) Start(ctx context.Context) error {
 		return slog.New(minLevel{e.log.Handler(), slog.LevelWarn}).With("component", "actor-system")
 	}))
 	e.deliveryCtx, e.cancelDelivery = context.WithCancel(context.WithoutCancel(ctx))
-	e.bgCtx, e.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
-	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{e: e} },
-		actor.WithSupervisor(&engineStrategy{e: e}))
+	e.bg = newBackground(ctx)
+	p := parts{
+		opts: &e.opts, log: e.log, stats: &e.Stats, sinks: e.sinks, routes: e.routes, mailboxes: &e.mailboxes,
+		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready,
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
+		actor.WithSupervisor(&engineStrategy{crash: e.crash}))
 	pid, err := e.system.Root.SpawnNamed(props, "engine")
 	if err != nil {
+		e.abort()
 		return err
 	}
 	e.root = pid
-	// The supervisor spawns its children in Started; wait until it has.
-	res, err := e.system.Root.RequestFuture(pid, &whereAreYou{}, 10*time.Second).Result()
-	if err != nil {
+	if err := e.awaitChildren(); err != nil {
+		e.abort()
 		return fmt.Errorf("engine did not start: %w", err)
 	}
-	for _, loop := range res.(*children).loops {
-		if _, err := e.system.Root.RequestFuture(loop, &whereAreYou{}, 10*time.Second).Result(); err != nil {
-			return fmt.Errorf("engine did not start: %w", err)
-		}
-	}
-	e.startBackground()
 	e.log.Info("engine started", "batchSize", e.opts.BatchSize, "maxInFlight", e.opts.MaxInFlight,
 		"lease", e.opts.Lease, "destinations", len(e.opts.Destinations))
 	return nil
 }
 
+// awaitChildren waits until the supervisor has spawned its children and
+// each loop actor has started its loop (so that Stop, which waits for the
+// loops, never waits before they are counted).
+func (e *Engine) awaitChildren() error {
+	res, err := e.system.Root.RequestFuture(e.root, &whereAreYou{}, 10*time.Second).Result()
+	if err != nil {
+		return err
+	}
+	kids := res.(*children)
+	if kids.err != nil {
+		return kids.err
+	}
+	for _, loop := range kids.loops {
+		if _, err := e.system.Root.RequestFuture(loop, &whereAreYou{}, 10*time.Second).Result(); err != nil {
+			return err
+		}
+	}
+	e.claimer = kids.claimer
+	return nil
+}
+
+// abort undoes a start that failed half-way.
+func (e *Engine) abort() {
+	e.bg.stop()
+	e.cancelDelivery()
+	e.system.Shutdown()
+	closeSinks(e.sinks)
+	e.system = nil
+}
+
 // Ready reports whether the last claim reached the database.
 func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// MailboxLength is how many messages wait in (or are being handled from)
+// the mailboxes of the actors of one kind, summed over them.
+func (e *Engine) MailboxLength(kind ActorKind) int {
+	if kind >= actorKinds {
+		return 0
+	}
+	return int(e.mailboxes[kind].n.Load())
+}
 
 // Fatal delivers an error when an engine actor crashed (a bug): the replica
 // should stop; its leases expire and other replicas take its rows.
@@ -233,68 +191,11 @@ func (e *Engine) stop(ctx context.Context) error {
 		e.cancelDelivery()
 		err = ctx.Err()
 	}
-	e.cancelBg()
-	e.bg.Wait()
+	e.bg.stop()
 	e.cancelDelivery()
 	e.system.Root.Stop(e.root)
 	e.system.Shutdown()
-	for _, h := range e.sinks {
-		if s := h.get(); s != nil {
-			_ = s.Close()
-		}
-	}
+	closeSinks(e.sinks)
 	e.log.Info("stopped", "delivered", e.Stats.Delivered.Load(), "retried", e.Stats.Retried.Load(), "dead", e.Stats.Dead.Load())
 	return err
-}
-
-// minLevel drops records below a level.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.Handler.Enabled(ctx, l)
-}
-
-func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return minLevel{m.Handler.WithAttrs(a), m.min}
-}
-func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
-
-// send delivers a message to an actor from outside any actor (a goroutine).
-func (e *Engine) send(pid *actor.PID, msg any) { e.system.Root.Send(pid, msg) }
-
-// sinkHandle is a destination's current sink. The sink actor swaps it when
-// it rebuilds the sink; deliveries read it without locks.
-type sinkHandle struct {
-	name string
-	cur  atomic.Pointer[sinkBox]
-	// down is set while the destination's deliveries fail (for the log).
-	down atomic.Bool
-}
-
-type sinkBox struct{ s sinks.Sink }
-
-func (h *sinkHandle) set(s sinks.Sink) {
-	if s == nil {
-		h.cur.Store(nil)
-		return
-	}
-	h.cur.Store(&sinkBox{s})
-}
-
-func (h *sinkHandle) get() sinks.Sink {
-	if b := h.cur.Load(); b != nil {
-		return b.s
-	}
-	return nil
-}
-
-// maxBatch is how many rows of one key may go in one Publish.
-func (h *sinkHandle) maxBatch() int {
-	if b, ok := h.get().(sinks.OrderedBatcher); ok {
-		return max(1, b.MaxOrderedBatch())
-	}
-	return 1
 }

@@ -104,6 +104,16 @@ func (h *harness) routeAllTo(f actors.SinkFactory) {
 	h.opts.Destinations = map[string]actors.SinkFactory{"dest": f}
 }
 
+// routeOrdersToHook sends order.# rows to the HTTP destination "hook" at
+// url, and the rows that match others to the null destination "null".
+func (h *harness) routeOrdersToHook(url, others string) {
+	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route(others, "null")})
+	h.opts.Destinations = map[string]actors.SinkFactory{
+		"hook": httpDest(h.t, url, nil),
+		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
+	}
+}
+
 func route(pattern, dest string) routing.Route {
 	p, err := routing.CompilePattern(pattern)
 	if err != nil {
@@ -267,11 +277,7 @@ func TestMailboxesOfOneDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	recv := testrecv.New(t, failPolicy)
-	h.opts.Router = routing.NewRouter([]routing.Route{route("order.#", "hook"), route("#", "null")})
-	h.opts.Destinations = map[string]actors.SinkFactory{
-		"hook": httpDest(t, recv.URL+"/x", nil),
-		"null": func() (sinks.Sink, error) { return nullsink.New(), nil },
-	}
+	h.routeOrdersToHook(recv.URL+"/x", "#")
 	h.opts.Mailboxes = actors.Mailboxes{Claimer: 1, Key: 1, Sink: 1, Completer: 1}
 	h.opts.BatchSize, h.opts.MaxInFlight, h.opts.UnorderedConcurrency = 50, 200, 4
 	all := rows(40, 30, 400, func(i int) int {
@@ -315,7 +321,7 @@ func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
 		{dialects.NewRow{Topic: "ghost.created"}, `sends to destination "nowhere", which does not exist`},
 	}
 	var all []dialects.NewRow
-	for i, b := range bad {
+	for _, b := range bad {
 		r := b.row
 		if r.Payload == nil {
 			r.Payload = []byte(`{"bad":true}`)
@@ -323,7 +329,6 @@ func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
 		r.Key = str("shared") // bad rows first in one key: the good row behind them still goes
 		r.MaxAttempts = new(int)
 		*r.MaxAttempts = 5
-		_ = i
 		all = append(all, r)
 	}
 	all = append(all, dialects.NewRow{Topic: "order.created", Key: str("shared"), Payload: []byte(`{"good":1}`)})
@@ -426,6 +431,8 @@ func TestStopDrains(t *testing.T) {
 	recv.SetDelay(300 * time.Millisecond)
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.UnorderedConcurrency = 5
+	rec := newRecorder()
+	h.opts.Observer = rec
 	h.insert(rows(10, 20, 100, func(int) int { return 0 }))
 	e := h.start()
 	// Wait until deliveries are in flight.
@@ -453,5 +460,10 @@ func TestStopDrains(t *testing.T) {
 	_ = h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE attempt > 0`).Scan(&raised)
 	if raised != 0 {
 		t.Fatalf("the drain raised attempt on %d rows", raised)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := e.Stats.Released.Load(); n == 0 || int64(rec.released) != n {
+		t.Fatalf("the observer heard %d rows released; the engine released %d (and must have released some)", rec.released, n)
 	}
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -43,7 +44,13 @@ type tracked struct {
 // trust window forward; a claim the database no longer holds is reported to
 // the actor holding it, which cancels that delivery and never writes the row.
 type leaseKeeper struct {
-	e        *Engine
+	dialect dialects.Dialect
+	// leaseLength is how long each claim or renewal holds a row.
+	leaseLength time.Duration
+	// bg ends when the engine stops; it bounds the renewals.
+	bg  context.Context
+	log *slog.Logger
+
 	claims   map[uuid.UUID]*tracked
 	leases   map[uuid.UUID]*lease // by token
 	perLease map[uuid.UUID]int
@@ -51,8 +58,11 @@ type leaseKeeper struct {
 	failing  bool // renewals are failing (logged once, and once when they work again)
 }
 
-func newLeaseKeeper(e *Engine) *leaseKeeper {
-	return &leaseKeeper{e: e, claims: map[uuid.UUID]*tracked{}, leases: map[uuid.UUID]*lease{}, perLease: map[uuid.UUID]int{}}
+// newLeaseKeeper takes a lease keeper with its collaborators filled in and
+// sets its starting state: no claims.
+func newLeaseKeeper(k leaseKeeper) *leaseKeeper {
+	k.claims, k.leases, k.perLease = map[uuid.UUID]*tracked{}, map[uuid.UUID]*lease{}, map[uuid.UUID]int{}
+	return &k
 }
 
 func (k *leaseKeeper) Receive(ctx actor.Context) {
@@ -88,16 +98,16 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 		if m.err != nil {
 			if !k.failing {
 				k.failing = true
-				k.e.log.Warn("lease renewal failing; deliveries stop starting when a claim's trust window ends", "error", m.err)
+				k.log.Warn("lease renewal failing; deliveries stop starting when a claim's trust window ends", "error", m.err)
 			}
 			return
 		}
 		if k.failing {
 			k.failing = false
-			k.e.log.Info("lease renewal working again")
+			k.log.Info("lease renewal working again")
 		}
 		for _, l := range m.leases {
-			l.extend(m.sentAt, k.e.opts.Lease)
+			l.extend(m.sentAt, k.leaseLength)
 		}
 		byPID := map[*actor.PID][]uuid.UUID{}
 		for _, c := range m.lost {
@@ -127,12 +137,13 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 		leases = append(leases, l)
 	}
 	k.renewing = true
-	e, self := k.e, ctx.Self()
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	dialect, bg, length := k.dialect, k.bg, k.leaseLength
 	go func() {
 		sentAt := time.Now()
-		qctx, cancel := context.WithTimeout(e.bgCtx, e.opts.Lease/3)
-		lost, err := e.opts.Dialect.OutboxRenewLeases(qctx, claims, e.opts.Lease)
+		qctx, cancel := context.WithTimeout(bg, length/3)
+		lost, err := dialect.OutboxRenewLeases(qctx, claims, length)
 		cancel()
-		e.send(self, &renewDone{sentAt: sentAt, leases: leases, lost: lost, err: err})
+		root.Send(self, &renewDone{sentAt: sentAt, leases: leases, lost: lost, err: err})
 	}()
 }

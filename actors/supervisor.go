@@ -1,55 +1,127 @@
 package actors
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// supervisorActor is the engine supervisor: it spawns the engine's actors
-// and owns their failures through engineStrategy.
+// parts are what the engine supervisor builds its children from: the
+// options, and what the engine owns and shares with them (counters, sinks,
+// the contexts that end deliveries and loops, the signals it waits on).
+type parts struct {
+	opts      *Options
+	log       *slog.Logger
+	stats     *Stats
+	sinks     map[string]*sinkHandle
+	routes    routeObservers
+	mailboxes *mailboxLengths
+	bg        *background
+	// deliveryCtx is the parent of every Publish.
+	deliveryCtx context.Context
+	drained     chan struct{}
+	ready       *atomic.Bool
+}
+
+// supervisorActor is the engine supervisor: it spawns the engine's actors,
+// each with the addresses of the actors it sends to, starts the clocks that
+// drive the claimer and the lease keeper, and owns the children's failures
+// through engineStrategy.
 type supervisorActor struct {
-	e    *Engine
+	parts
 	kids *children
 }
 
+// whereAreYou asks the supervisor for its children, and a loop actor
+// whether its loop runs; Engine.Start waits for both answers.
 type whereAreYou struct{}
 
 type children struct {
-	claimer, completer, leaseKeeper, pool, sinks *actor.PID
-	loops                                        []*actor.PID
+	claimer *actor.PID
+	loops   []*actor.PID
+	err     error
 }
 
 func (s *supervisorActor) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		e := s.e
-		mb := e.opts.Mailboxes
-		k := &children{}
-		k.sinks = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &sinkSupervisor{e: e} },
-			actor.WithSupervisor(actor.NewExponentialBackoffStrategy(time.Minute, time.Second))), "sinks")
-		k.completer = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newCompleter(e) },
-			actor.WithMailbox(mailbox(mb.Completer))), "completer")
-		k.leaseKeeper = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newLeaseKeeper(e) },
-			actor.WithMailbox(mailbox(mb.Claimer))), "lease-keeper")
-		// The pool and the key actors must know the completer before they run.
-		e.completer = k.completer
-		e.leaseKeeper = k.leaseKeeper
-		k.pool = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newPool(e) },
-			actor.WithMailbox(mailbox(mb.Key))), "unordered")
-		e.pool = k.pool
-		k.claimer = c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return newClaimer(e) },
-			actor.WithMailbox(mailbox(mb.Claimer))), "claimer")
-		e.claimer = k.claimer
-		if e.opts.Notify {
-			k.loops = append(k.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &loopActor{e: e, loop: e.notifier} }), "notifier"))
-		}
-		k.loops = append(k.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &loopActor{e: e, loop: e.janitor} }), "janitor"))
-		s.kids = k
+		s.kids = s.spawnChildren(c)
 	case *whereAreYou:
 		c.Respond(s.kids)
 	}
+}
+
+// spawnChildren spawns the children downstream first, so that each is built
+// with the addresses it sends to: the lease keeper, the completer, the pool,
+// then the claimer (which spawns the key actors), then the loops. The
+// completer's flushes return credit to the claimer, which does not exist yet
+// when the completer is built; a child's address is its parent's followed by
+// its name, so the completer is given the claimer's address in advance, and
+// it sends to it only for rows the claimer has claimed.
+func (s *supervisorActor) spawnChildren(c actor.Context) *children {
+	o, lengths := s.opts, s.mailboxes
+	var err error
+	spawn := func(name string, mb actor.MailboxProducer, build func() actor.Actor) *actor.PID {
+		pid, e := c.SpawnNamed(actor.PropsFromProducer(build, actor.WithMailbox(mb)), name)
+		if e != nil && err == nil {
+			err = fmt.Errorf("spawning the %s: %w", name, e)
+		}
+		return pid
+	}
+	claimerAt := actor.NewPID(c.Self().Address, c.Self().Id+"/claimer")
+
+	c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
+		return &sinkSupervisor{handles: s.sinks, factories: o.Destinations, mailbox: mailbox(o.Mailboxes.Sink, &lengths[KindSink])}
+	}, actor.WithSupervisor(actor.NewExponentialBackoffStrategy(time.Minute, time.Second))), "sinks")
+
+	leaseKeeperPID := spawn("lease-keeper", mailbox(o.Mailboxes.Claimer, &lengths[KindLeaseKeeper]), func() actor.Actor {
+		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, leaseLength: o.Lease, bg: s.bg.ctx, log: s.log})
+	})
+	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
+		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer}
+	})
+	d := &deliverer{
+		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
+		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes,
+		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
+	}
+	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
+		return newPool(d, o.UnorderedConcurrency)
+	})
+	claimerPID := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
+		return newClaimer(claimer{
+			dialect: o.Dialect, batchSize: o.BatchSize, maxInFlight: o.MaxInFlight, leaseLength: o.Lease,
+			pool: poolPID, leaseKeeper: leaseKeeperPID,
+			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
+			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
+		})
+	})
+	if err != nil {
+		return &children{err: err}
+	}
+	if !claimerPID.Equal(claimerAt) {
+		return &children{err: fmt.Errorf("the claimer's address is %s, not %s as the completer was told", claimerPID.Id, claimerAt.Id)}
+	}
+
+	kids := &children{claimer: claimerPID}
+	if o.Notify {
+		kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
+			return &notifier{dialect: o.Dialect, claimer: claimerPID, poll: o.PollInterval, log: s.log, bg: s.bg}
+		}), "notifier"))
+	}
+	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
+		return &janitor{dialect: o.Dialect, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg}
+	}), "janitor"))
+
+	// The clocks: ticks only ever send, so no mailbox waits on them.
+	root := c.ActorSystem().Root
+	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
+	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
+	return kids
 }
 
 // engineStrategy handles a crash of an engine actor. The claimer, completer,
@@ -57,63 +129,9 @@ func (s *supervisorActor) Receive(c actor.Context) {
 // would forget them, so a crash there is a bug that stops the replica (its
 // leases expire and other replicas take the rows). Sink actors are restarted
 // with backoff by their own supervisor.
-type engineStrategy struct{ e *Engine }
+type engineStrategy struct{ crash func(error) }
 
 func (s *engineStrategy) HandleFailure(_ *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason interface{}, message interface{}) {
-	s.e.crash(fmt.Errorf("%s panicked on %T: %v", child.Id, message, reason))
+	s.crash(fmt.Errorf("%s panicked on %T: %v", child.Id, message, reason))
 	supervisor.StopChildren(child)
-}
-
-// sinkSupervisor is one-for-one over one sink actor per destination.
-type sinkSupervisor struct{ e *Engine }
-
-func (s *sinkSupervisor) Receive(c actor.Context) {
-	if _, ok := c.Message().(*actor.Started); ok {
-		for name, h := range s.e.sinks {
-			f := s.e.opts.Destinations[name]
-			c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor { return &sinkActor{e: s.e, h: h, factory: f} },
-				actor.WithMailbox(mailbox(s.e.opts.Mailboxes.Sink))), "sink-"+name)
-		}
-	}
-}
-
-// sinkActor owns one destination's sink: it builds it when it is missing
-// (after a crash the supervisor restarts the actor with backoff, and the new
-// incarnation rebuilds), and closes it when it stops. Deliveries use the sink
-// through its handle, never through this actor's mailbox, so a slow
-// destination never blocks a mailbox.
-type sinkActor struct {
-	e       *Engine
-	h       *sinkHandle
-	factory SinkFactory
-}
-
-type rebuildSink struct{ reason error }
-
-func (s *sinkActor) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
-	case *actor.Started:
-		if s.h.get() == nil {
-			s.rebuild(nil)
-		}
-	case *rebuildSink:
-		s.rebuild(m.reason)
-	}
-}
-
-func (s *sinkActor) rebuild(reason error) {
-	if old := s.h.get(); old != nil {
-		_ = old.Close()
-	}
-	snk, err := s.factory()
-	if err != nil {
-		// A panic hands the actor to its supervisor, which restarts it
-		// with backoff; meanwhile deliveries to it fail and are retried.
-		s.h.set(nil)
-		panic(fmt.Sprintf("destination %s could not be built: %v", s.h.name, err))
-	}
-	s.h.set(snk)
-	if reason != nil {
-		s.e.log.Info("destination reconnected", "destination", s.h.name, "after", reason)
-	}
 }

@@ -26,3 +26,6 @@ func (r *Router) Match(topic string) *Route {
 	}
 	return nil
 }
+
+// Routes returns the routes in order; Match returns pointers into it.
+func (r *Router) Routes() []Route { return r.routes }

@@ -5,44 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 )
-
-// Backoff is the retry delay policy of behaviour.md.
-type Backoff struct {
-	Initial    time.Duration
-	Multiplier float64
-	Max        time.Duration
-	Jitter     float64
-}
-
-// Delay returns the delay before retry n (n = the new attempt, from 1),
-// spread by ±Jitter, and capped at Max.
-func (b Backoff) Delay(n int, rnd float64) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(n-1))
-	if d > float64(b.Max) || math.IsInf(d, 0) {
-		d = float64(b.Max)
-	}
-	d *= 1 + b.Jitter*(2*rnd-1)
-	if d > float64(b.Max) {
-		d = float64(b.Max)
-	}
-	if d < 0 {
-		d = 0
-	}
-	return time.Duration(d)
-}
 
 // prepared is a row ready for its sink, or the reason it never can be.
 type prepared struct {
@@ -50,6 +19,8 @@ type prepared struct {
 	route *routing.Route
 	dest  *sinkHandle
 	msg   sinks.Message
+	// obs hears how the row's delivery ends (its route's handle).
+	obs RouteObserver
 	// dead is set when the row can never be delivered.
 	dead error
 	// retry is set when this attempt failed before reaching the sink (a
@@ -57,16 +28,20 @@ type prepared struct {
 	retry error
 }
 
-// prepare routes a row and builds its message. The bad-row cases of
-// behaviour.md come back as dead with their own words.
-func (e *Engine) prepare(r dialects.Row) prepared {
+// prepare routes a row and builds its message. A row that can never be
+// delivered (no route, a destination that does not exist, a payload that is
+// not a JSON object or array, headers that are not an object of strings)
+// comes back dead, in words that tell the producer what to fix. A transform
+// that fails on this payload fails this attempt only.
+func (d *deliverer) prepare(r dialects.Row) prepared {
 	p := prepared{row: r}
-	p.route = e.opts.Router.Match(r.Topic)
+	p.route = d.router.Match(r.Topic)
+	p.obs = d.routes.of(p.route)
 	if p.route == nil {
 		p.dead = fmt.Errorf("no route matches topic %q", r.Topic)
 		return p
 	}
-	p.dest = e.sinks[p.route.Destination]
+	p.dest = d.sinks[p.route.Destination]
 	if p.dest == nil {
 		p.dead = fmt.Errorf("route %q sends to destination %q, which does not exist", p.route.Name, p.route.Destination)
 		return p
@@ -178,44 +153,4 @@ func jsonKind(b []byte) string {
 		return "null"
 	}
 	return "a number"
-}
-
-// decide turns a delivery result into the row's outcome.
-func (e *Engine) decide(r dialects.Row, err error) dialects.Outcome {
-	o := dialects.Outcome{Claim: r.Claim}
-	switch {
-	case err == nil:
-		o.Kind = dialects.OutcomeDelivered
-	case sinks.IsPermanent(err) || r.Attempt >= r.MaxAttempts:
-		o.Kind, o.Error = dialects.OutcomeDead, e.lastError(err)
-	default:
-		o.Kind, o.Error = dialects.OutcomeRetry, e.lastError(err)
-		o.Delay = e.opts.Backoff.Delay(r.Attempt+1, rand.Float64())
-		if after, ok := sinks.RetryAfter(err); ok && after > o.Delay {
-			o.Delay = min(after, e.opts.Backoff.Max)
-		}
-	}
-	return o
-}
-
-// lastError redacts secrets and cuts the text to MaxErrorBytes on a UTF-8
-// boundary.
-func (e *Engine) lastError(err error) string {
-	s := err.Error()
-	if e.opts.Redact != nil {
-		s = e.opts.Redact(s)
-	}
-	return CutUTF8(s, e.opts.MaxErrorBytes)
-}
-
-// CutUTF8 cuts s to at most n bytes without splitting a character.
-func CutUTF8(s string, n int) string {
-	if n <= 0 || len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i]
 }

@@ -1,0 +1,347 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+)
+
+// The delivery path, shared by the key actors and the unordered pool. Each
+// holds a deliveryQueue: rows wait in it, leave it in batches (one Publish
+// each, run by a goroutine that reports back), and end as outcomes sent to
+// the completer. The two differ only in ordering: a key actor's queue is
+// ordered (one Publish at a time; a row that is retried, lost, or outside
+// its trust window stops it, and the rows behind go back to pending
+// untouched), the pool's is not (many Publish calls at once; each row's
+// outcome stands alone).
+
+// Messages of the key actors and the pool.
+type (
+	// deliverRun: rows to deliver, in sequence order for a key actor.
+	deliverRun struct{ rows []claimed }
+	// deliveryDone: a Publish returned, one error (or nil) per row.
+	deliveryDone struct {
+		gen  int
+		errs []error
+		took time.Duration
+	}
+	// cancelClaims: the lease keeper found these claims lost.
+	cancelClaims struct{ ids []uuid.UUID }
+)
+
+// deliverer is what every key actor and the pool deliver with: the routes,
+// the destinations' sinks, the outcome policy, the completer that writes the
+// outcomes, and the counters. The engine supervisor builds one; it is never
+// changed afterwards, so the actors share it without locks.
+type deliverer struct {
+	router    *routing.Router
+	sinks     map[string]*sinkHandle
+	policy    outcomePolicy
+	completer *actor.PID
+	// ctx is the parent of every Publish; the engine cancels it when the
+	// drain timeout passes.
+	ctx    context.Context
+	log    *slog.Logger
+	stats  *Stats
+	obs    Observer
+	routes routeObservers
+}
+
+// deliveryQueue is the rows one actor holds: waiting (queue), being
+// published (flights), and those whose claim was lost mid-flight.
+type deliveryQueue struct {
+	d *deliverer
+	// ordered: the rows are one key's, in sequence order (see above).
+	ordered    bool
+	maxFlights int
+	queue      []claimed
+	flights    map[int]*flight
+	gen        int
+	lost       map[uuid.UUID]bool
+	draining   bool
+}
+
+// flight is one Publish call in progress.
+type flight struct {
+	rows   []prepared
+	cancel context.CancelFunc
+}
+
+func newDeliveryQueue(d *deliverer, ordered bool, maxFlights int) deliveryQueue {
+	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]bool{}}
+}
+
+// step handles one of the delivery messages, starts what can start, and
+// sends the outcomes to the completer. It returns how many rows ended
+// (outcomes and abandoned claims), and false when the message was not a
+// delivery message (it did nothing then).
+func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
+	var out outcomes
+	switch m := ctx.Message().(type) {
+	case *deliverRun:
+		q.queue = append(q.queue, m.rows...)
+		if q.draining {
+			q.releaseQueue(&out)
+		}
+	case *deliveryDone:
+		q.onDone(m, &out)
+	case *cancelClaims:
+		q.onLost(m.ids, &out)
+	case *drain:
+		q.draining = true
+		q.releaseQueue(&out)
+	default:
+		return 0, false
+	}
+	q.startDeliveries(ctx, &out)
+	q.d.send(ctx, &out)
+	return out.count(), true
+}
+
+// idle reports whether the queue holds nothing.
+func (q *deliveryQueue) idle() bool { return len(q.flights) == 0 && len(q.queue) == 0 }
+
+// startDeliveries starts Publish calls while there is room for one.
+func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
+	for len(q.flights) < q.maxFlights && len(q.queue) > 0 && !q.draining {
+		now := time.Now()
+		head := q.queue[0]
+		q.queue = q.queue[1:]
+		if !head.lease.trusted(now) {
+			// The lease may have passed: delivering now could race another
+			// replica. Hand the row back.
+			q.d.release(out, head.Row)
+			q.stopIfOrdered(out)
+			continue
+		}
+		p := q.d.prepare(head.Row)
+		switch {
+		case p.dead != nil:
+			q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
+			continue
+		case p.retry != nil:
+			if q.d.finish(out, &p, p.retry, 0) == dialects.OutcomeRetry {
+				q.stopIfOrdered(out)
+			}
+			continue
+		}
+		q.publish(ctx, q.batch(p, now))
+	}
+}
+
+// batch takes the rows behind first that can go in the same Publish: plain
+// deliveries to the same destination, inside their trust window, up to the
+// sink's batch size.
+func (q *deliveryQueue) batch(first prepared, now time.Time) []prepared {
+	batch := []prepared{first}
+	for limit := first.dest.maxBatch(); len(batch) < limit && len(q.queue) > 0; {
+		next := q.queue[0]
+		if !next.lease.trusted(now) {
+			break
+		}
+		p := q.d.prepare(next.Row)
+		if p.dead != nil || p.retry != nil || p.dest != first.dest {
+			break
+		}
+		batch = append(batch, p)
+		q.queue = q.queue[1:]
+	}
+	return batch
+}
+
+// publish starts one Publish in a goroutine that reports back to this
+// actor, so that no actor ever waits on a destination.
+func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared) {
+	q.gen++
+	fctx, cancel := context.WithCancel(q.d.ctx)
+	q.flights[q.gen] = &flight{rows: batch, cancel: cancel}
+	msgs := make([]sinks.Message, len(batch))
+	for i := range batch {
+		msgs[i] = batch[i].msg
+	}
+	h, gen, log := batch[0].dest, q.gen, q.d.log
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	go func() {
+		start := time.Now()
+		errs := publish(fctx, h, msgs)
+		took := time.Since(start)
+		h.noteHealth(errs, log)
+		root.Send(self, &deliveryDone{gen: gen, errs: errs, took: took})
+	}()
+}
+
+// onDone turns a Publish's results into outcomes.
+func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
+	f := q.flights[m.gen]
+	if f == nil {
+		return
+	}
+	delete(q.flights, m.gen)
+	f.cancel()
+	stopped := false
+	for i := range f.rows {
+		p, err := &f.rows[i], m.errs[i]
+		switch {
+		case q.lost[p.row.ID]:
+			delete(q.lost, p.row.ID)
+			out.abandon(p.row.Claim)
+		case stopped:
+			// An ordered batch stopped at an earlier row: a row that
+			// arrived all the same is delivered, the others go back.
+			if err == nil {
+				q.d.finish(out, p, nil, m.took)
+			} else {
+				q.d.release(out, p.row)
+			}
+		case err != nil && q.d.ctx.Err() != nil:
+			// The replica is stopping and cancelled this delivery.
+			q.d.release(out, p.row)
+			stopped = q.ordered
+		default:
+			if q.d.finish(out, p, err, m.took) == dialects.OutcomeRetry {
+				stopped = q.ordered
+			}
+		}
+	}
+	if stopped {
+		q.releaseQueue(out)
+	}
+}
+
+// onLost gives up the rows whose claims the database no longer holds:
+// waiting ones at once, in-flight ones when their Publish returns (nothing
+// is written for them). A Publish whose rows are all lost is cancelled.
+func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
+	set := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	matched := false
+	kept := q.queue[:0]
+	for _, r := range q.queue {
+		if set[r.ID] {
+			out.abandon(r.Claim)
+			matched = true
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	q.queue = kept
+	for _, f := range q.flights {
+		all := true
+		for _, p := range f.rows {
+			if set[p.row.ID] {
+				q.lost[p.row.ID] = true
+				matched = true
+			}
+			all = all && q.lost[p.row.ID]
+		}
+		if all {
+			f.cancel()
+		}
+	}
+	// The rows of a key behind a lost one cannot be delivered before it.
+	if matched {
+		q.stopIfOrdered(out)
+	}
+}
+
+// stopIfOrdered releases every waiting row of an ordered queue: the row
+// that stopped it must come first.
+func (q *deliveryQueue) stopIfOrdered(out *outcomes) {
+	if q.ordered {
+		q.releaseQueue(out)
+	}
+}
+
+func (q *deliveryQueue) releaseQueue(out *outcomes) {
+	for _, r := range q.queue {
+		q.d.release(out, r.Row)
+	}
+	q.queue = nil
+}
+
+// publish calls the sink, turning a missing sink, a short answer or a panic
+// into errors, so that every message gets an outcome.
+func publish(ctx context.Context, h *sinkHandle, msgs []sinks.Message) (errs []error) {
+	defer func() {
+		if r := recover(); r != nil {
+			errs = sinks.Errors(len(msgs), fmt.Errorf("destination %s failed: %v", h.name, r))
+		}
+	}()
+	s := h.get()
+	if s == nil {
+		return sinks.Errors(len(msgs), fmt.Errorf("destination %s is not connected", h.name))
+	}
+	errs = s.Publish(ctx, msgs)
+	if len(errs) != len(msgs) {
+		errs = append(errs, sinks.Errors(len(msgs)-len(errs), fmt.Errorf("destination %s gave no result", h.name))...)
+	}
+	return errs
+}
+
+// outcomes collects what one message to an actor decided, to be sent to the
+// completer in one message: a retry and the releases behind it travel
+// together and land in one statement.
+type outcomes struct {
+	write    []dialects.Outcome
+	abandons []dialects.Claim
+	released int
+}
+
+func (o *outcomes) abandon(c dialects.Claim) { o.abandons = append(o.abandons, c) }
+func (o *outcomes) count() int               { return len(o.write) + len(o.abandons) }
+
+// finish decides the outcome of a delivery that returned err after publish
+// (0: the row never reached the sink) and records it.
+func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration) dialects.OutcomeKind {
+	o := d.policy.decide(p.row, err)
+	d.record(out, p, o, publish)
+	return o.Kind
+}
+
+// record adds a delivery's outcome, and tells the counters and the observer.
+func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publish time.Duration) {
+	out.write = append(out.write, o)
+	var latency time.Duration
+	var kind DeliveryOutcome
+	switch o.Kind {
+	case dialects.OutcomeDelivered:
+		d.stats.Delivered.Add(1)
+		kind, latency = Delivered, time.Since(p.row.CreatedAt)
+	case dialects.OutcomeRetry:
+		d.stats.Retried.Add(1)
+		kind = Retried
+	case dialects.OutcomeDead:
+		d.stats.Dead.Add(1)
+		kind = Dead
+		d.log.Info("row dead", "id", o.ID, "reason", o.Error)
+	}
+	p.obs.Finished(kind, publish, latency)
+}
+
+// release hands a row back to pending untouched.
+func (d *deliverer) release(out *outcomes, r dialects.Row) {
+	out.write = append(out.write, release(r))
+	out.released++
+}
+
+// send sends the collected outcomes to the completer.
+func (d *deliverer) send(ctx actor.Context, out *outcomes) {
+	if out.count() == 0 {
+		return
+	}
+	if out.released > 0 {
+		d.obs.Released(out.released)
+		d.stats.Released.Add(int64(out.released))
+	}
+	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons})
+}

@@ -1,0 +1,134 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// janitor is the Janitor: it returns the rows of dead or hung replicas to
+// pending once their lease has passed, deletes old rows in small batches,
+// and prunes the producer-ordering lock table.
+type janitor struct {
+	dialect     dialects.Dialect
+	leaseLength time.Duration
+	retention   Retention
+	// leaseKeeper tells which claims are this replica's own; the claimer is
+	// woken when rows come back to pending.
+	leaseKeeper, claimer *actor.PID
+	log                  *slog.Logger
+	bg                   *background
+}
+
+func (j *janitor) Receive(ctx actor.Context) { runLoop(ctx, j.bg, j.loop) }
+
+// loop is the Janitor's loop.
+func (j *janitor) loop(root *actor.RootContext) {
+	release := time.NewTicker(max(j.leaseLength/3, 100*time.Millisecond))
+	defer release.Stop()
+	var purge <-chan time.Time
+	if j.retention.Interval > 0 {
+		t := time.NewTicker(j.retention.Interval)
+		defer t.Stop()
+		purge = t.C
+	}
+	for {
+		select {
+		case <-j.bg.ctx.Done():
+			return
+		case <-release.C:
+			j.releaseExpired(root)
+		case <-purge:
+			j.purge()
+		}
+	}
+}
+
+// releaseExpired returns rows of dead or hung replicas to pending. It keeps
+// this replica's own claims even when their lease passed (after a database
+// outage): the replica still holds them and writes their outcomes when it
+// can, and releasing them would only deliver them again.
+func (j *janitor) releaseExpired(root *actor.RootContext) {
+	res, err := root.RequestFuture(j.leaseKeeper, &liveTokens{}, 10*time.Second).Result()
+	if err != nil {
+		return
+	}
+	keep, _ := res.([]uuid.UUID)
+	for j.bg.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+		n, err := j.dialect.OutboxReleaseExpired(ctx, 1000, keep)
+		cancel()
+		if err != nil || n == 0 {
+			return
+		}
+		j.log.Info("released rows whose leases had passed", "rows", n)
+		root.Send(j.claimer, &wake{})
+		if n < 1000 {
+			return
+		}
+	}
+}
+
+func (j *janitor) purge() {
+	r := j.retention
+	for _, p := range []struct {
+		state dialects.State
+		age   time.Duration
+	}{{dialects.Delivered, r.Delivered}, {dialects.Dead, r.Dead}} {
+		if p.age <= 0 {
+			continue
+		}
+		total := 0
+		for j.bg.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+			n, err := j.dialect.OutboxPurge(ctx, dialects.PurgeParams{State: p.state, OlderThan: p.age, Batch: r.BatchSize})
+			cancel()
+			if err != nil {
+				j.log.Warn("retention delete failed", "state", p.state, "error", err)
+				break
+			}
+			total += n
+			if n < r.BatchSize {
+				break
+			}
+		}
+		if total > 0 {
+			j.log.Info("retention deleted rows", "state", p.state, "rows", total)
+		}
+	}
+	j.pruneKeyLocks()
+}
+
+// pruneKeyLocks walks the producer-ordering lock table once, in batches, and
+// deletes the entries of keys that have nothing pending or processing, so
+// that the table holds about the active keys rather than every key ever
+// written.
+func (j *janitor) pruneKeyLocks() {
+	batch := max(j.retention.BatchSize, 1)
+	after, total := "", 0
+	for j.bg.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+		n, next, err := j.dialect.KeyLocksPrune(ctx, after, batch)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, dialects.ErrNotSupported) {
+				j.log.Warn("pruning key locks failed", "error", err)
+			}
+			return
+		}
+		total += n
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if total > 0 {
+		j.log.Info("pruned idle key locks", "keys", total)
+	}
+}

@@ -1,0 +1,87 @@
+package actors
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+)
+
+// SinkFactory builds a destination's sink; the sink actor calls it at start
+// and again after a crash.
+type SinkFactory func() (sinks.Sink, error)
+
+// Mailboxes are the bounded mailbox sizes per actor kind; 0 is unbounded.
+// The pool's mailbox has the key actors' size, the lease keeper's the
+// claimer's.
+type Mailboxes struct {
+	Claimer, Key, Sink, Completer int
+}
+
+// Retention is the janitor's policy; an age of 0 keeps rows forever.
+type Retention struct {
+	Delivered, Dead time.Duration
+	Interval        time.Duration
+	BatchSize       int
+}
+
+// Options configure an Engine.
+type Options struct {
+	Dialect      dialects.Dialect
+	Router       *routing.Router
+	Destinations map[string]SinkFactory
+
+	BatchSize    int
+	MaxInFlight  int
+	Lease        time.Duration
+	PollInterval time.Duration
+	Notify       bool
+	Backoff      Backoff
+	Retention    Retention
+
+	Mailboxes            Mailboxes
+	KeyIdle              time.Duration
+	UnorderedConcurrency int
+	DrainTimeout         time.Duration
+	MaxErrorBytes        int
+
+	// Redact removes secrets from last_error and logs.
+	Redact func(string) string
+	Logger *slog.Logger
+	// Observer hears claims, deliveries and completions (for metrics); nil
+	// hears nothing.
+	Observer Observer
+}
+
+// withDefaults checks the options and fills in what was left out.
+func (o Options) withDefaults() (Options, error) {
+	if o.Dialect == nil || o.Router == nil {
+		return o, errors.New("engine: a dialect and a router are required")
+	}
+	if o.BatchSize <= 0 || o.MaxInFlight <= 0 || o.Lease <= 0 {
+		return o, errors.New("engine: batch size, max in flight and lease must be positive")
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 500 * time.Millisecond
+	}
+	if o.KeyIdle <= 0 {
+		o.KeyIdle = 10 * time.Second
+	}
+	if o.UnorderedConcurrency <= 0 {
+		o.UnorderedConcurrency = 256
+	}
+	if o.MaxErrorBytes <= 0 {
+		o.MaxErrorBytes = 2048
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Observer == nil {
+		o.Observer = NopObserver{}
+	}
+	return o, nil
+}

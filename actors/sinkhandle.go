@@ -1,0 +1,73 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/queuebox/queuebox/sinks"
+)
+
+// sinkHandle is a destination's current sink. The sink actor sets it when
+// it builds the sink; deliveries read it without locks.
+type sinkHandle struct {
+	name string
+	cur  atomic.Pointer[sinkBox]
+	// down is set while the destination's deliveries fail (for the log).
+	down atomic.Bool
+}
+
+type sinkBox struct{ s sinks.Sink }
+
+func (h *sinkHandle) set(s sinks.Sink) { h.cur.Store(&sinkBox{s}) }
+
+func (h *sinkHandle) get() sinks.Sink {
+	if b := h.cur.Load(); b != nil {
+		return b.s
+	}
+	return nil
+}
+
+// maxBatch is how many rows may go in one Publish: the sink's ordered batch
+// when it keeps order within one, else 1.
+func (h *sinkHandle) maxBatch() int {
+	if b, ok := h.get().(sinks.OrderedBatcher); ok {
+		return max(1, b.MaxOrderedBatch())
+	}
+	return 1
+}
+
+// noteHealth logs a destination's change between working and failing: one
+// line when deliveries start failing, one when they succeed again. A failure
+// that is the row's own fault (a permanent error) says nothing about the
+// destination, and neither does a cancelled delivery.
+func (h *sinkHandle) noteHealth(errs []error, log *slog.Logger) {
+	var failure error
+	ok := false
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok = true
+		case sinks.IsPermanent(err) || errors.Is(err, context.Canceled):
+		default:
+			failure = err
+		}
+	}
+	if failure != nil && !ok {
+		if h.down.CompareAndSwap(false, true) {
+			log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
+		}
+	} else if ok && h.down.CompareAndSwap(true, false) {
+		log.Info("destination delivering again", "destination", h.name)
+	}
+}
+
+// closeSinks closes every sink that was built.
+func closeSinks(handles map[string]*sinkHandle) {
+	for _, h := range handles {
+		if s := h.get(); s != nil {
+			_ = s.Close()
+		}
+	}
+}
