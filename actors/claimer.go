@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -14,8 +15,22 @@ import (
 
 // Messages of the claimer.
 type (
-	claimTick   struct{}
-	wake        struct{}
+	claimTick struct{}
+	wake      struct{}
+	// probeTick asks an idle claimer to probe: has anything arrived?
+	probeTick   struct{}
+	probeResult struct {
+		probe dialects.Probe
+		err   error
+	}
+	// writersResult: the oldest open writer's transaction id (ok false:
+	// the check failed), for settling epochs that only other transactions
+	// held back.
+	writersResult struct {
+		oldest  int64
+		writers []dialects.Writer
+		ok      bool
+	}
 	claimResult struct {
 		rows      []dialects.Row
 		err       error
@@ -23,6 +38,8 @@ type (
 		lease     *lease
 		windowed  bool
 		took      time.Duration
+		// probe is the probe read right before the claim (gated claims).
+		probe *dialects.Probe
 	}
 	// credit returns room for n rows: their outcomes are written.
 	credit struct{ n int }
@@ -81,6 +98,16 @@ type claimer struct {
 	retryAt    time.Time
 	heads      headPolicy
 	window     windowChoice
+
+	// The gate (see gate.go): wm follows probes; gated is false where the
+	// database cannot tell settled rows (then every head is claimable).
+	wm      dialects.Watermark
+	gated   bool
+	probing bool
+	// sawAtClaim and settledAtClaim are what the last claim knew: a probe
+	// that sees more claims again.
+	sawAtClaim, settledAtClaim int64
+	held                       heldBack
 }
 
 // newClaimer takes a claimer with its collaborators filled in and sets its
@@ -88,6 +115,7 @@ type claimer struct {
 func newClaimer(c claimer) *claimer {
 	c.free = c.maxInFlight
 	c.keys = map[string]*keyEntry{}
+	c.gated = true
 	return &c
 }
 
@@ -106,6 +134,12 @@ func (c *claimer) Receive(ctx actor.Context) {
 			c.again = true
 		}
 		c.maybeClaim(ctx)
+	case *probeTick:
+		c.probe(ctx)
+	case *probeResult:
+		c.onProbe(ctx, m)
+	case *writersResult:
+		c.onWriters(ctx, m)
 	case *claimResult:
 		c.onClaim(ctx, m)
 	case *credit:
@@ -180,22 +214,93 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
 	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window}
+	// A gated claim probes first, on a copy of the watermark: the claim
+	// then takes every row that arrived and settled up to that moment.
+	var wm *dialects.Watermark
+	if c.gated {
+		wm = c.wm.Clone()
+	}
+	c.sawAtClaim, c.settledAtClaim = c.wm.LastSeen(), c.wm.Settled()
 	go func() {
-		sentAt := time.Now()
+		res := &claimResult{requested: limit, lease: l, windowed: windowed}
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
+		defer cancel()
+		if wm != nil {
+			p, err := dialect.OutboxProbe(qctx)
+			if err != nil {
+				res.err = err
+				root.Send(self, res)
+				return
+			}
+			wm.Observe(p, time.Now())
+			params.Gate, res.probe = wm.Gate(), &p
+		}
+		sentAt := time.Now()
 		stats.ClaimStatements.Add(1)
-		rows, err := dialect.OutboxClaim(qctx, params)
-		cancel()
-		stats.ClaimTime.Add(int64(time.Since(sentAt)))
+		res.rows, res.err = dialect.OutboxClaim(qctx, params)
+		res.took = time.Since(sentAt)
+		stats.ClaimTime.Add(int64(res.took))
 		l.extend(sentAt, length)
-		root.Send(self, &claimResult{rows: rows, err: err, requested: limit, lease: l, windowed: windowed, took: time.Since(sentAt)})
+		root.Send(self, res)
 	}()
 	return true
+}
+
+// probe asks the database, when no claim runs, whether rows arrived or
+// settled since the last claim. A claim probes by itself, so a probe while
+// one runs would learn nothing new.
+func (c *claimer) probe(ctx actor.Context) {
+	if c.probing || c.claiming > 0 || c.draining || !c.gated || time.Now().Before(c.retryAt) {
+		return
+	}
+	c.probing = true
+	root, self, dialect, bg := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, time.Second)
+		p, err := dialect.OutboxProbe(qctx)
+		cancel()
+		root.Send(self, &probeResult{probe: p, err: err})
+	}()
+}
+
+func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
+	c.probing = false
+	if m.err != nil {
+		c.gateFailed(m.err)
+		return // claims find out whether the database is away
+	}
+	now := time.Now()
+	c.wm.Observe(m.probe, now)
+	c.checkHeldBack(ctx, now)
+	if c.wm.LastSeen() > c.sawAtClaim || c.wm.Settled() > c.settledAtClaim {
+		c.maybeClaim(ctx)
+	}
+}
+
+// gateFailed handles a probe the database refused for good: without the
+// permission to see other transactions, the claimer cannot tell settled
+// rows and claims every head, as before this gate existed.
+func (c *claimer) gateFailed(err error) {
+	if errors.Is(err, dialects.ErrNotPermitted) || errors.Is(err, dialects.ErrNotSupported) {
+		c.gated = true
+		c.log.Warn("cannot see other transactions, so rows of one key written by concurrent transactions may be delivered in commit order rather than insert order; grant the permission the error names",
+			"error", err)
+	}
 }
 
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.claiming--
 	c.free += m.requested - len(m.rows)
+	if m.probe != nil {
+		now := time.Now()
+		c.wm.Observe(*m.probe, now)
+		c.checkHeldBack(ctx, now)
+	}
+	if m.err != nil && c.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
+		c.gateFailed(m.err)
+		c.maybeClaim(ctx)
+		return
+	}
 	if m.err != nil {
 		c.failures++
 		// Back off: 100ms, 200ms, ... up to 5s, so a database outage is

@@ -90,10 +90,10 @@ func newHarness(t testing.TB) *harness {
 	logs := &syncBuffer{}
 	return &harness{t: t, d: d, logs: logs, opts: actors.Options{
 		Dialect: d, BatchSize: 100, MaxInFlight: 1000, Lease: 10 * time.Second, PollInterval: 50 * time.Millisecond,
-		Notify:    true,
-		Backoff:   actors.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.2},
-		Mailboxes: actors.Mailboxes{Claimer: 256, Key: 64, Sink: 1024, Completer: 8192},
-		KeyIdle:   200 * time.Millisecond, UnorderedConcurrency: 32, DrainTimeout: 10 * time.Second, MaxErrorBytes: 2048,
+		ProbeInterval: 2 * time.Millisecond,
+		Backoff:       actors.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.2},
+		Mailboxes:     actors.Mailboxes{Claimer: 256, Key: 64, Sink: 1024, Completer: 8192},
+		KeyIdle:       200 * time.Millisecond, UnorderedConcurrency: 32, DrainTimeout: 10 * time.Second, MaxErrorBytes: 2048,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}}
 }

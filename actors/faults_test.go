@@ -172,17 +172,22 @@ func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
 	}
 }
 
-// With notifications, a new row is delivered long before the next poll.
-func TestNotifyWakesTheClaimer(t *testing.T) {
+// The probe wakes an idle claimer: new rows, keyed and unkeyed, are
+// delivered long before the next poll, without any trigger or notification.
+func TestProbeWakesTheClaimer(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	recv := testrecv.New(t, nil)
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.PollInterval = time.Hour
 	h.start()
-	time.Sleep(300 * time.Millisecond) // the first (empty) claim and LISTEN are done
-	for i := range 3 {
-		h.insert([]dialects.NewRow{{Topic: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}})
+	time.Sleep(300 * time.Millisecond) // the first (empty) claim is done
+	for i := range 4 {
+		row := dialects.NewRow{Topic: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+		if i%2 == 1 {
+			row.Key = str("k")
+		}
+		h.insert([]dialects.NewRow{row})
 		recv.WaitDelivered(t, i+1, 30*time.Second) // a poll would take an hour
 	}
 }

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -101,34 +100,5 @@ func (j *janitor) purge() {
 		if total > 0 {
 			j.log.Info("retention deleted rows", "state", p.state, "rows", total)
 		}
-	}
-	j.pruneKeyLocks()
-}
-
-// pruneKeyLocks walks the producer-ordering lock table once, in batches, and
-// deletes the entries of keys that have nothing pending or processing, so
-// that the table holds about the active keys rather than every key ever
-// written.
-func (j *janitor) pruneKeyLocks() {
-	batch := max(j.retention.BatchSize, 1)
-	after, total := "", 0
-	for j.bg.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-		n, next, err := j.dialect.KeyLocksPrune(ctx, after, batch)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, dialects.ErrNotSupported) {
-				j.log.Warn("pruning key locks failed", "error", err)
-			}
-			return
-		}
-		total += n
-		if next == "" {
-			break
-		}
-		after = next
-	}
-	if total > 0 {
-		j.log.Info("pruned idle key locks", "keys", total)
 	}
 }

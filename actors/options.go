@@ -39,9 +39,11 @@ type Options struct {
 	MaxInFlight  int
 	Lease        time.Duration
 	PollInterval time.Duration
-	Notify       bool
-	Backoff      Backoff
-	Retention    Retention
+	// ProbeInterval is how often an idle claimer asks the database whether
+	// rows arrived (OutboxProbe).
+	ProbeInterval time.Duration
+	Backoff       Backoff
+	Retention     Retention
 
 	Mailboxes            Mailboxes
 	KeyIdle              time.Duration
@@ -67,6 +69,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 500 * time.Millisecond
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 2 * time.Millisecond
 	}
 	if o.KeyIdle <= 0 {
 		o.KeyIdle = 10 * time.Second

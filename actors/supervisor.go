@@ -108,11 +108,6 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	}
 
 	kids := &children{claimer: claimerPID}
-	if o.Notify {
-		kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-			return &notifier{dialect: o.Dialect, claimer: claimerPID, poll: o.PollInterval, log: s.log, bg: s.bg}
-		}), "notifier"))
-	}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
 		return &janitor{dialect: o.Dialect, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg}
 	}), "janitor"))
@@ -120,6 +115,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	// The clocks: ticks only ever send, so no mailbox waits on them.
 	root := c.ActorSystem().Root
 	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
+	s.bg.every(o.ProbeInterval, func() { root.Send(claimerPID, &probeTick{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
 	return kids
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -17,7 +18,25 @@ type Stats struct {
 	OldestPendingSeconds float64       `json:"oldestPendingSeconds"`
 	// DeadByTopic counts dead rows per topic.
 	DeadByTopic map[string]int64 `json:"deadByTopic"`
+	// HeldBackBy are open transactions that inserted outbox rows and have
+	// been open for at least HeldBackAfter: keyed rows inserted after they
+	// began wait until they end.
+	HeldBackBy []Writer `json:"heldBackBy"`
 }
+
+// Writer is an open transaction that holds back keyed rows.
+type Writer struct {
+	PID         int64     `json:"pid"`
+	Since       time.Time `json:"since,omitzero"`
+	OpenSeconds float64   `json:"openSeconds"`
+	State       string    `json:"state"`
+	Application string    `json:"application"`
+	Query       string    `json:"query"`
+}
+
+// HeldBackAfter is how long a writer must be open before status names it:
+// every insert is a writer for the milliseconds its transaction runs.
+const HeldBackAfter = time.Second
 
 // DeadTopics returns the topics that have dead rows, sorted.
 func (s Stats) DeadTopics() []string {
@@ -42,6 +61,19 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	}
 	for t, n := range st.DeadByTopic {
 		out.DeadByTopic[t] = n
+	}
+	ws, err := d.OutboxWriters(ctx)
+	if err != nil {
+		return out, fmt.Errorf("listing the open transactions that inserted outbox rows: %w", err)
+	}
+	now := time.Now()
+	out.HeldBackBy = []Writer{}
+	for _, w := range ws {
+		if w.Since.IsZero() || now.Sub(w.Since) < HeldBackAfter {
+			continue
+		}
+		out.HeldBackBy = append(out.HeldBackBy, Writer{PID: w.PID, Since: w.Since, OpenSeconds: now.Sub(w.Since).Seconds(),
+			State: w.State, Application: w.Application, Query: w.Query})
 	}
 	return out, nil
 }

@@ -39,14 +39,17 @@ type ColumnMapping struct {
 }
 
 type OutboxConfig struct {
-	MaxAttempts    int             `yaml:"maxAttempts" min:"0" max:"1000"`
-	ClaimTimeoutMs int             `yaml:"claimTimeoutMs" min:"1000" max:"86400000"`
-	BatchSize      int             `yaml:"batchSize" min:"1" max:"10000"`
-	MaxInFlight    int             `yaml:"maxInFlight" min:"1" max:"1000000"`
-	PollIntervalMs int             `yaml:"pollIntervalMs" min:"1" max:"3600000"`
-	Notify         bool            `yaml:"notify"`
-	Backoff        BackoffConfig   `yaml:"backoff"`
-	Retention      RetentionConfig `yaml:"retention"`
+	MaxAttempts     int `yaml:"maxAttempts" min:"0" max:"1000"`
+	ClaimTimeoutMs  int `yaml:"claimTimeoutMs" min:"1000" max:"86400000"`
+	BatchSize       int `yaml:"batchSize" min:"1" max:"10000"`
+	MaxInFlight     int `yaml:"maxInFlight" min:"1" max:"1000000"`
+	PollIntervalMs  int `yaml:"pollIntervalMs" min:"1" max:"3600000"`
+	ProbeIntervalMs int `yaml:"probeIntervalMs" min:"1" max:"60000"`
+	// Notify is no longer used (wake-ups probe instead); a file that sets
+	// it loads with a warning.
+	Notify    *bool           `yaml:"notify,omitempty"`
+	Backoff   BackoffConfig   `yaml:"backoff"`
+	Retention RetentionConfig `yaml:"retention"`
 }
 
 type BackoffConfig struct {
@@ -229,13 +232,13 @@ func Defaults() *Config {
 			InboxTableName:  "inbox",
 		},
 		Outbox: OutboxConfig{
-			MaxAttempts:    5,
-			ClaimTimeoutMs: 30000,
-			BatchSize:      500,
-			MaxInFlight:    10000,
-			PollIntervalMs: 500,
-			Notify:         true,
-			Backoff:        BackoffConfig{InitialMs: 1000, Multiplier: 2.0, MaxMs: 600000, Jitter: 0.2},
+			MaxAttempts:     5,
+			ClaimTimeoutMs:  30000,
+			BatchSize:       500,
+			MaxInFlight:     10000,
+			PollIntervalMs:  500,
+			ProbeIntervalMs: 2,
+			Backoff:         BackoffConfig{InitialMs: 1000, Multiplier: 2.0, MaxMs: 600000, Jitter: 0.2},
 			Retention: RetentionConfig{
 				Delivered:  Duration(168 * time.Hour),
 				Dead:       Duration(720 * time.Hour),

@@ -31,7 +31,7 @@ func TestMinimalConfigTakesDefaults(t *testing.T) {
 	}
 	c := l.Config
 	if c.Outbox.BatchSize != 500 || c.Outbox.ClaimTimeoutMs != 30000 || c.Engine.Mailbox.Completer != 8192 ||
-		time.Duration(c.Outbox.Retention.Dead) != 720*time.Hour || c.Database.Dialect != "postgresql" || !c.Outbox.Notify {
+		time.Duration(c.Outbox.Retention.Dead) != 720*time.Hour || c.Database.Dialect != "postgresql" || c.Outbox.ProbeIntervalMs != 2 {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	d := c.Destinations["orders"]
@@ -51,17 +51,17 @@ func TestEnvSubstitution(t *testing.T) {
 	cfg := minimal + `
 outbox:
   batchSize: ${BATCH:-250}
-  notify: ${NOTIFY}
+  probeIntervalMs: ${PROBE}
 `
-	l, err := Parse("q.yaml", []byte(cfg), env(map[string]string{"ORDERS_TOKEN": "x", "NOTIFY": "false"}))
+	l, err := Parse("q.yaml", []byte(cfg), env(map[string]string{"ORDERS_TOKEN": "x", "PROBE": "7"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Outbox.BatchSize != 250 || l.Outbox.Notify {
-		t.Errorf("substitution: batch %d notify %v", l.Outbox.BatchSize, l.Outbox.Notify)
+	if l.Outbox.BatchSize != 250 || l.Outbox.ProbeIntervalMs != 7 {
+		t.Errorf("substitution: batch %d probe %d", l.Outbox.BatchSize, l.Outbox.ProbeIntervalMs)
 	}
 	// Plain numbers and booleans from the environment are not secrets.
-	if got := l.Secrets.Redact("false 250"); got != "false 250" {
+	if got := l.Secrets.Redact("7 250"); got != "7 250" {
 		t.Errorf("redacted a boolean: %s", got)
 	}
 	l, err = Parse("q.yaml", []byte(minimal), env(map[string]string{"ORDERS_TOKEN": "x", "QUEUEBOX_DATABASE_URL": "postgres://other/db"}))
@@ -276,5 +276,30 @@ func TestValidationCompilesTheRouter(t *testing.T) {
 	}
 	if u := l.Compiled.Destinations["orders"].URL; u == nil || u.String() != "https://hooks.example.com/{{ topic }}" {
 		t.Fatalf("the URL template: %v", u)
+	}
+}
+
+// A file written for an older release that sets outbox.notify loads, with
+// a warning that names the key, its line and what to do; the key is not
+// printed back.
+func TestNotifyLoadsWithAWarning(t *testing.T) {
+	cfg := minimal + `
+outbox:
+  notify: true
+`
+	l, err := Parse("q.yaml", []byte(cfg), env(map[string]string{"ORDERS_TOKEN": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Warnings) != 1 || l.Warnings[0].Key != "outbox.notify" || l.Warnings[0].Line == 0 ||
+		!strings.Contains(l.Warnings[0].Reason, "remove the key") {
+		t.Fatalf("warnings %+v", l.Warnings)
+	}
+	out, err := l.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "notify") {
+		t.Errorf("config check prints the unused key:\n%s", out)
 	}
 }

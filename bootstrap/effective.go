@@ -68,7 +68,7 @@ func (p *printer) node(v reflect.Value, path, kind string, sparse bool) *yaml.No
 				continue
 			}
 			fv := v.Field(i)
-			if sparse && fv.IsZero() {
+			if (sparse || strings.Contains(f.Tag.Get("yaml"), ",omitempty")) && fv.IsZero() {
 				continue
 			}
 			m.Content = append(m.Content, scalar(name), p.node(fv, join(path, name), kind, sparse))

@@ -56,6 +56,8 @@ type Loaded struct {
 	File     string
 	Secrets  *Secrets
 	Compiled *Compiled
+	// Warnings are keys that load but do nothing any more, with what to do.
+	Warnings []Problem
 	// raw is the text as written of each value that used ${NAME}, by key
 	// path: Effective prints it instead of a secret.
 	raw map[string]string
@@ -110,7 +112,13 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 		return nil, &Error{File: name, Problems: problems}
 	}
 	collectSecrets(cfg, secrets)
-	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, raw: d.raw}, nil
+	var warnings []Problem
+	if cfg.Outbox.Notify != nil {
+		warnings = append(warnings, Problem{Key: "outbox.notify", Line: d.lines["outbox.notify"],
+			Reason: "is no longer used: QueueBox no longer installs a NOTIFY trigger (it serialised your application's commits) and wakes up by probing every outbox.probeIntervalMs instead; remove the key"})
+		cfg.Outbox.Notify = nil
+	}
+	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, raw: d.raw}, nil
 }
 
 // FromConfig validates a configuration built in code (the dev mode).

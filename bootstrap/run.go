@@ -41,6 +41,9 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // waits for the database also returns nil: nothing has started. A second
 // signal during the drain exits at once.
 func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
+	for _, w := range l.Warnings {
+		log.Warn("configuration: "+w.String(), "file", l.File)
+	}
 	sigs := ro.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 2)

@@ -117,6 +117,9 @@ type ClaimParams struct {
 	// behind busy keys. Rows beyond it wait for a claim without a window;
 	// callers make one regularly. A dialect may ignore it (SQL Server does).
 	Window int
+	// Gate, when set, restricts keyed rows to settled ones (see Gate); nil
+	// claims every head, as a database that cannot tell must.
+	Gate *Gate
 }
 
 // Heads returns the effective MaxHeads.
@@ -251,16 +254,16 @@ type Engine interface {
 	// OutboxPurge deletes up to p.Batch rows in p.State that were last
 	// updated more than p.OlderThan ago.
 	OutboxPurge(ctx context.Context, p PurgeParams) (int, error)
-	// KeyLocksPrune deletes up to limit entries of the producer-ordering lock
-	// table, after the key after, whose key has no pending or processing
-	// row. It returns how many it deleted and the last key it looked at
-	// ("" when it reached the end). ErrNotSupported where there is no such
-	// table.
-	KeyLocksPrune(ctx context.Context, after string, limit int) (deleted int, next string, err error)
-	// Listen blocks until ctx ends, calling wake whenever rows may have
-	// arrived. It returns ErrNotSupported where the database has no
-	// notifications.
-	Listen(ctx context.Context, wake func()) error
+	// OutboxProbe reads where the outbox sequence stands, then the
+	// database's running transactions: cheap enough to run every few
+	// milliseconds, it is how an idle relay learns that rows arrived, and
+	// what settles rows (see Gate). ErrNotPermitted when the database user
+	// may not see other transactions.
+	OutboxProbe(ctx context.Context) (Probe, error)
+	// OutboxWriters lists the open transactions that may still commit outbox
+	// rows (on PostgreSQL: those that drew outbox sequence values), oldest
+	// first. They are what holds back keyed rows inserted after them.
+	OutboxWriters(ctx context.Context) ([]Writer, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 }
@@ -271,6 +274,8 @@ type Engine interface {
 type Operator interface {
 	// OutboxStats counts rows per state and dead rows per topic.
 	OutboxStats(ctx context.Context) (Stats, error)
+	// OutboxWriters: see Engine. Status shows them.
+	OutboxWriters(ctx context.Context) ([]Writer, error)
 	// OutboxList returns one page of rows matching p.Filter (all but its
 	// TopicMatch), newest update first. List applies the topic pattern.
 	OutboxList(ctx context.Context, p ListParams) ([]ListedRow, error)
@@ -349,6 +354,10 @@ var ErrUnreachable = errors.New("could not reach the database")
 
 // ErrNotSupported is returned by methods that a dialect cannot offer.
 var ErrNotSupported = errors.New("not supported by this database")
+
+// ErrNotPermitted means the database user lacks a permission a statement
+// needs (on SQL Server, VIEW SERVER STATE for the transaction views).
+var ErrNotPermitted = errors.New("the database user is not permitted to run this statement")
 
 // LostClaims returns the claims of want that are not in held.
 func LostClaims(want []Claim, held map[uuid.UUID]struct{}) []Claim {

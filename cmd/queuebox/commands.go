@@ -171,6 +171,9 @@ func configCmd() *cobra.Command {
 				return err
 			}
 			os.Stdout.Write(out)
+			for _, w := range l.Warnings {
+				fmt.Fprintf(os.Stderr, "warning: %s\n", w)
+			}
 			fmt.Fprintf(os.Stderr, "%s is valid.\n", l.File)
 			return nil
 		},
@@ -201,6 +204,16 @@ func statusCmd() *cobra.Command {
 				}
 				w.Flush()
 				fmt.Printf("\noldest pending: %s\n", st.OldestPending.Round(time.Millisecond))
+				if len(st.HeldBackBy) > 0 {
+					fmt.Println("\nkeyed rows inserted after these transactions began wait until they commit or roll back:")
+					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "  PID\tOPEN\tSINCE\tSTATE\tAPPLICATION\tQUERY")
+					for _, x := range st.HeldBackBy {
+						fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%s\n", x.PID, time.Duration(x.OpenSeconds*float64(time.Second)).Round(time.Second),
+							x.Since.UTC().Format(time.RFC3339), x.State, x.Application, strings.Join(strings.Fields(x.Query), " "))
+					}
+					w.Flush()
+				}
 				if topics := st.DeadTopics(); len(topics) > 0 {
 					fmt.Println("\ndead rows per topic:")
 					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -565,5 +568,61 @@ func TestQuickStartStepThree(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].Header.Get("Authorization") != "Bearer try-me" || reqs[0].Topic != "order.created" ||
 		reqs[0].Key != "cust-7" || !strings.Contains(string(reqs[0].Body), `"orderId": 7`) {
 		t.Fatalf("the receiver got %+v", reqs)
+	}
+}
+
+// An open transaction that inserted outbox rows holds back keyed rows
+// inserted after it began: status names it (process, how long, since when,
+// application), in text and JSON, and forgets it once it commits.
+func TestStatusNamesALongTransaction(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+destinations: { n: { type: "null" } }
+routes: [ { topicPattern: "#", destination: n } ]
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int64
+	if _, err := tx.Exec(ctx, `SET LOCAL application_name = 'billing-batch'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('invoice.created', 'acct-1', '{}') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	out, stderr, code := run(t, "status", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "wait until they commit or roll back") || !strings.Contains(out, fmt.Sprint(pid)) ||
+		!strings.Contains(out, "billing-batch") || !strings.Contains(out, "idle in transaction") {
+		t.Fatalf("status while a transaction holds rows back (pid %d): exit %d\n%s%s", pid, code, out, stderr)
+	}
+	out, _, code = run(t, "status", "--json", "--config", cfg)
+	var st struct {
+		HeldBackBy []struct {
+			PID         int64   `json:"pid"`
+			OpenSeconds float64 `json:"openSeconds"`
+			Application string  `json:"application"`
+		} `json:"heldBackBy"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.HeldBackBy) != 1 ||
+		st.HeldBackBy[0].PID != pid || st.HeldBackBy[0].OpenSeconds < 1 || st.HeldBackBy[0].Application != "billing-batch" {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ = run(t, "status", "--config", cfg); strings.Contains(out, "wait until they commit") {
+		t.Fatalf("status names a committed transaction:\n%s", out)
 	}
 }

@@ -45,9 +45,9 @@ type Dialect struct {
 // names; each field is the statement of the same name.
 type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
-	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge, KeyLocksPrune    string
+	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge                   string
 	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
-	Listen                                                                   string
+	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters                  string
 	dialects.HistoryStatements
 }
 
@@ -116,7 +116,15 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		w := int32(p.Window)
 		window = &w
 	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxClaim, p.Limit, ms(p.Lease), p.Token, p.Heads(), window)
+	var settled *int64
+	var openLast, openNext []int64
+	if g := p.Gate; g != nil {
+		settled = &g.Settled
+		for _, e := range g.Open {
+			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
+		}
+	}
+	rows, err := d.pool.Query(ctx, d.q.OutboxClaim, p.Limit, ms(p.Lease), p.Token, p.Heads(), window, settled, openLast, openNext)
 	if err != nil {
 		return nil, err
 	}
@@ -292,17 +300,32 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 	return int(tag.RowsAffected()), nil
 }
 
-func (d *Dialect) KeyLocksPrune(ctx context.Context, after string, limit int) (_ int, _ string, err error) {
+// OutboxProbe reads the sequence, then a snapshot, as two statements (the
+// snapshot must be taken after the read) in one round trip.
+func (d *Dialect) OutboxProbe(ctx context.Context) (p dialects.Probe, err error) {
 	defer func() { err = mapError(err) }()
-	var deleted int
-	var next *string
-	if err := d.pool.QueryRow(ctx, d.q.KeyLocksPrune, after, limit).Scan(&deleted, &next); err != nil {
-		return 0, "", err
+	b := &pgx.Batch{}
+	b.Queue(d.q.OutboxProbeSequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
+	b.Queue(d.q.OutboxProbeSnapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next) })
+	err = d.pool.SendBatch(ctx, b).Close()
+	return p, err
+}
+
+func (d *Dialect) OutboxWriters(ctx context.Context) (_ []dialects.Writer, err error) {
+	defer func() { err = mapError(err) }()
+	rows, err := d.pool.Query(ctx, d.q.OutboxWriters)
+	if err != nil {
+		return nil, err
 	}
-	if next == nil {
-		return deleted, "", nil
-	}
-	return deleted, *next, nil
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.Writer, error) {
+		var w dialects.Writer
+		var since *time.Time
+		err := r.Scan(&w.PID, &w.Xid, &since, &w.State, &w.Application, &w.Query)
+		if since != nil {
+			w.Since = *since
+		}
+		return w, err
+	})
 }
 
 // mapError maps native errors that a user can act on to the seam's own:
@@ -400,40 +423,6 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err e
 	}
 	_, err = d.pool.Exec(ctx, d.q.OutboxInsert, ids, topics, keys, payloads, headers, aggs, maxes, sched)
 	return err
-}
-
-// Listen holds one connection outside the pool, LISTENs on the channel that
-// the notify trigger (migration V13) uses, and calls wake for every
-// notification about this outbox table.
-func (d *Dialect) Listen(ctx context.Context, wake func()) error {
-	conn, err := pgx.ConnectConfig(ctx, d.cfg.ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, d.q.Listen); err != nil {
-		return err
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if d.isOurs(n.Payload) {
-			wake()
-		}
-	}
-}
-
-func (d *Dialect) isOurs(payload string) bool {
-	schema, table, ok := strings.Cut(payload, ".")
-	if !ok || table != d.names.Outbox {
-		return false
-	}
-	return d.names.Schema == "" || schema == d.names.Schema
 }
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -81,82 +84,265 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// Two transactions insert rows of one key at once. The second must wait for
-// the first, so that sequence order equals commit order: without the
-// trigger, the second could commit first with the larger sequence value,
-// and a relay would deliver it before the first.
-func TestProducerOrderingPerKey(t *testing.T) {
+// gateClaim probes, then claims with the gate the probes so far allow, as
+// the claimer does.
+func gateClaim(t *testing.T, d *postgres.Dialect, w *dialects.Watermark, limit int) []dialects.Row {
+	t.Helper()
+	ctx := context.Background()
+	p, err := d.OutboxProbe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Observe(p, time.Now())
+	rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: limit, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func topics(rows []dialects.Row) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Topic)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Two transactions insert rows of one key; the one with the larger sequence
+// commits first. Without the gate its row would be the key's head and be
+// delivered first. With it, the row waits until the earlier transaction has
+// ended; rows of other keys and unkeyed rows do not wait. Nothing waits at
+// the producer: neither transaction blocks the other.
+func TestGateHoldsBackRowsOfOpenTransactions(t *testing.T) {
 	t.Parallel()
 	d := open(t, 0)
 	ctx := context.Background()
 	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	ins := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, topic string, key any) int64 {
+		var seq int64
+		if err := q.QueryRow(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ($1, $2, '{}') RETURNING sequence`, topic, key).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
 	t1, err := d.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer t1.Rollback(ctx)
-	var seq1 int64
-	if err := t1.QueryRow(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('a', 'k', '{"n":1}') RETURNING sequence`).Scan(&seq1); err != nil {
-		t.Fatal(err)
-	}
-	var pid2 int
+	first := ins(t1, "k-first", "k")
 	t2, err := d.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer t2.Rollback(ctx)
-	if err := t2.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid2); err != nil {
+	second := ins(t2, "k-second", "k")
+	if err := t2.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	seq2c := make(chan int64, 1)
-	errc := make(chan error, 1)
-	go func() {
-		var s int64
-		err := t2.QueryRow(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('a', 'k', '{"n":2}') RETURNING sequence`).Scan(&s)
-		if err == nil {
-			err = t2.Commit(ctx)
-		}
-		seq2c <- s
-		errc <- err
-	}()
-	// Wait until the second insert is blocked on a lock held by the first.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting bool
-		if err := d.Pool().QueryRow(ctx, `SELECT COALESCE(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid2).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		select {
-		case <-seq2c:
-			t.Fatal("the second transaction inserted a row of the same key without waiting for the first")
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second insert never waited for the key lock")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if second <= first {
+		t.Fatalf("sequences %d then %d", first, second)
 	}
-	// An insert of another key is not blocked by the lock.
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('a', 'other', '{}')`); err != nil {
-		t.Fatal(err)
+	ins(d.Pool(), "other-key", "other")
+	ins(d.Pool(), "unkeyed", nil)
+	var w dialects.Watermark
+	// Without a gate the later row would be claimed now: the bug the gate
+	// prevents. (A claim without a gate, on a copy of the state, shows it.)
+	got := gateClaim(t, d, &w, 100)
+	if want := []string{"unkeyed"}; !slices.Equal(topics(got), want) && !slices.Equal(topics(got), []string{"other-key", "unkeyed"}) {
+		t.Fatalf("claimed %v while the first transaction is open, want the unkeyed row (and the other key's, once settled)", topics(got))
+	}
+	for range 3 {
+		got = append(got, gateClaim(t, d, &w, 100)...)
+	}
+	for _, r := range got {
+		if r.Key == "k" {
+			t.Fatalf("claimed %s of key k while a transaction that wrote an earlier row of k is open", r.Topic)
+		}
 	}
 	if err := t1.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	seq2 := <-seq2c
-	if err := <-errc; err != nil {
-		t.Fatal(err)
+	var k []dialects.Row
+	deadline := time.Now().Add(10 * time.Second)
+	for len(k) < 2 && time.Now().Before(deadline) {
+		for _, r := range gateClaim(t, d, &w, 100) {
+			if r.Key == "k" {
+				k = append(k, r)
+			}
+		}
 	}
-	if seq2 <= seq1 {
-		t.Fatalf("the row committed second has sequence %d, not after the first's %d", seq2, seq1)
+	if len(k) != 2 || k[0].Topic != "k-first" || k[1].Topic != "k-second" {
+		t.Fatalf("after the first transaction committed, claimed %v, want k-first then k-second", k)
 	}
 }
 
-// One transaction inserting 100,000 rows with distinct keys succeeds: the
-// producer lock is a row lock, not an advisory lock from the shared table.
+// A transaction that waited on another's business-row lock commits after
+// it although it drew the smaller sequence value: the gate waits for it.
+func TestGateWaitsForATransactionBlockedOnARowLock(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	schema := d.Names().Schema
+	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	biz := pgx.Identifier{schema, "orders"}.Sanitize()
+	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+biz+` (id int PRIMARY KEY, n int); INSERT INTO `+biz+` VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	// T_old locks the business row first (it has the older id).
+	old, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback(ctx)
+	if _, err := old.Exec(ctx, `UPDATE `+biz+` SET n = n + 1 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	// T_new writes its outbox row (the smaller sequence), then waits for
+	// the business row.
+	young, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer young.Rollback(ctx)
+	if _, err := young.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('young', 'k', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := young.Exec(ctx, `UPDATE `+biz+` SET n = n + 1 WHERE id = 1`)
+		if err == nil {
+			err = young.Commit(ctx)
+		}
+		done <- err
+	}()
+	// T_old writes the later outbox row of the key and commits first.
+	if _, err := old.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('old', 'k', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	var w dialects.Watermark
+	if err := old.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Other tests share the server: their transactions may hold the horizon
+	// back for a moment.
+	var order []string
+	for deadline := time.Now().Add(10 * time.Second); len(order) < 2 && time.Now().Before(deadline); {
+		for _, r := range gateClaim(t, d, &w, 100) {
+			order = append(order, r.Topic)
+		}
+	}
+	if !slices.Equal(order, []string{"young", "old"}) {
+		t.Fatalf("claimed %v, want young (smaller sequence) then old", order)
+	}
+}
+
+// The statement trigger gives an inserting transaction its id before any
+// row draws a sequence value: a test trigger that fires after it sees the
+// id assigned and the sequence not yet drawn in this session. Without it,
+// the id would come after the value, and a gate could settle a value whose
+// transaction was not yet visible as running.
+func TestTransactionIDComesBeforeTheSequenceValue(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	schema := d.Names().Schema
+	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	fn := pgx.Identifier{schema, "zz_check"}.Sanitize()
+	seq := pgx.Identifier{schema, "outbox_sequence_seq"}.Sanitize()
+	if _, err := d.Pool().Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE drawn boolean := true;
+		BEGIN
+			BEGIN
+				PERFORM currval('`+seq+`');
+			EXCEPTION WHEN object_not_in_prerequisite_state THEN drawn := false;
+			END;
+			RAISE EXCEPTION 'xid=% drawn=%', pg_current_xact_id_if_assigned() IS NOT NULL, drawn;
+		END $$;
+		CREATE TRIGGER zz_check BEFORE INSERT ON `+tbl+` FOR EACH STATEMENT EXECUTE FUNCTION `+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh connection: no sequence value drawn in the session yet.
+	conn, err := pgx.Connect(ctx, d.Pool().Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', 'k', '{}')`)
+	if err == nil || !strings.Contains(err.Error(), "xid=t drawn=f") {
+		t.Fatalf("at statement start: %v; want the transaction id assigned and no sequence value drawn", err)
+	}
+}
+
+// OutboxWriters lists open transactions that wrote outbox rows, with their
+// process and start time, and not a long transaction that only wrote
+// another table.
+func TestWritersAreTheOpenOutboxTransactions(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	schema := d.Names().Schema
+	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	other := pgx.Identifier{schema, "other"}.Sanitize()
+	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+other+` (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	var pid int64
+	if err := writer.QueryRow(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', 'k', '{}') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bystander.Rollback(ctx)
+	if _, err := bystander.Exec(ctx, `INSERT INTO `+other+` VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := d.OutboxWriters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []dialects.Writer
+	for _, w := range ws {
+		if w.PID == pid {
+			mine = append(mine, w)
+		}
+	}
+	if len(mine) != 1 || mine[0].Since.IsZero() || mine[0].State != "idle in transaction" || mine[0].Xid <= 0 {
+		t.Fatalf("writers %+v; want the open outbox transaction of pid %d, idle in transaction", ws, pid)
+	}
+	p, err := d.OutboxProbe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine[0].Xid < p.Xmin || mine[0].Xid >= p.Next {
+		t.Fatalf("writer xid %d outside the running range [%d, %d)", mine[0].Xid, p.Xmin, p.Next)
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ = d.OutboxWriters(ctx)
+	for _, w := range ws {
+		if w.PID == pid {
+			t.Fatalf("a committed transaction is still listed: %+v", w)
+		}
+	}
+}
+
+// One transaction inserting 100,000 rows with distinct keys succeeds: what
+// QueueBox installs takes no lock per key.
 func TestBulkInsertDistinctKeys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("bulk insert of 100,000 rows")
@@ -202,10 +388,10 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int) AS `+q.OutboxClaim); err != nil {
+	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int, bigint, bigint[], bigint[]) AS `+q.OutboxClaim); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL)`)
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[])`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,53 +407,5 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	if strings.Contains(text, "Seq Scan on outbox") {
 		t.Fatalf("the generic claim plan scans the whole table:\n%s", text)
-	}
-}
-
-// The lock table of producer ordering keeps only keys with pending or
-// processing rows after a prune; a producer that finds its key pruned
-// re-creates it.
-func TestKeyLocksPrune(t *testing.T) {
-	t.Parallel()
-	d := open(t, 0)
-	ctx := context.Background()
-	schema := d.Names().Schema
-	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
-	locks := pgx.Identifier{schema, "outbox_key_locks"}.Sanitize()
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload, state) SELECT 't', 'done-' || g, '{}', 'pending' FROM generate_series(1, 25) g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 't', 'live-' || g, '{}' FROM generate_series(1, 5) g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'delivered' WHERE key LIKE 'done-%'`); err != nil {
-		t.Fatal(err)
-	}
-	after, total := "", 0
-	for {
-		n, next, err := d.KeyLocksPrune(ctx, after, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += n
-		if next == "" {
-			break
-		}
-		after = next
-	}
-	var left []string
-	rows, _ := d.Pool().Query(ctx, `SELECT key FROM `+locks+` ORDER BY key`)
-	left, _ = pgx.CollectRows(rows, pgx.RowTo[string])
-	if total != 25 || len(left) != 5 || !strings.HasPrefix(left[0], "live-") {
-		t.Fatalf("pruned %d, left %v", total, left)
-	}
-	// A producer of a pruned key still takes the lock (the row comes back).
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', 'done-1', '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	_ = d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+locks+` WHERE key = 'done-1'`).Scan(&n)
-	if n != 1 {
-		t.Fatal("the pruned key was not re-created by its next insert")
 	}
 }

@@ -4,19 +4,30 @@
 
 -- name: OutboxClaim
 -- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
--- $5 window: consider only the first $5 due rows by scheduled_at (NULL: all).
+-- $5 window: consider only the first $5 due rows by scheduled_at (NULL: all),
+-- $6 settled watermark (NULL: no gate), $7/$8 open epochs (sequence value,
+-- next transaction id) that this statement's own snapshot may settle.
 --
+-- gate: keyed rows are claimable only up to the watermark w: every
+-- transaction that could still commit an earlier row of their key has ended
+-- (see the dialects package doc). Epochs whose horizon is at or below this
+-- snapshot's xmin are settled here, so a claim never waits for a probe.
 -- heads: due pending rows that are the first pending/processing row of their
 -- key (or have no key), locked with SKIP LOCKED. A row behind a head is never
 -- a head for anyone, so no concurrent claimer can take it.
 -- followers: for each keyed head, the pending rows right behind it, in
--- sequence order, up to the first row that is processing or waiting for a
--- retry; at most ($1 - heads) / heads per key, so the claim stays within $1.
+-- sequence order, up to the first row that is processing, waiting for a
+-- retry, or beyond the watermark; at most ($1 - heads) / heads per key, so
+-- the claim stays within $1.
 -- The update finds the rows by ctid (a TID scan), not by a second walk of the
 -- primary key: heads are locked, so their ctid cannot change under us, and
 -- a follower that was updated meanwhile is re-checked against the new
 -- version (state = 'pending') as READ COMMITTED does.
-WITH heads AS (
+WITH gate AS (
+    SELECT $6::bigint IS NULL AS open,
+           GREATEST($6::bigint, (SELECT max(e.l) FROM unnest($7::bigint[], $8::bigint[]) AS e(l, x)
+                                  WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
+), heads AS (
     SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
@@ -26,11 +37,12 @@ WITH heads AS (
              WHERE w.{{c "state"}} = 'pending' AND w.{{c "scheduled_at"}} <= now()
              ORDER BY w.{{c "scheduled_at"}}
              LIMIT $5)))
-       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR NOT EXISTS (
+       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
+            ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate)) AND NOT EXISTS (
             SELECT 1 FROM {{t}} AS b
              WHERE b.{{c "key"}} = o.{{c "key"}}
                AND b.{{c "sequence"}} < o.{{c "sequence"}}
-               AND b.{{c "state"}} IN ('pending', 'processing')))
+               AND b.{{c "state"}} IN ('pending', 'processing'))))
      ORDER BY o.{{c "scheduled_at"}}
      LIMIT $4
        FOR UPDATE SKIP LOCKED
@@ -46,6 +58,7 @@ WITH heads AS (
                     WHERE x.{{c "key"}} = h.k
                       AND x.{{c "sequence"}} > h.seq
                       AND x.{{c "state"}} IN ('pending', 'processing')
+                      AND ((SELECT open FROM gate) OR x.{{c "sequence"}} <= (SELECT w FROM gate))
                     ORDER BY x.{{c "sequence"}}
                     LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*), 1) FROM heads)) AS w
             WHERE NOT w.blocked) AS f
@@ -174,31 +187,6 @@ DELETE FROM {{t}}
           LIMIT $3
             FOR UPDATE SKIP LOCKED))
 
--- name: KeyLocksPrune
--- Deletes, from the producer-ordering lock table, up to $2 keys after $1
--- (in key order) that have no pending or processing row, and returns the
--- last key it looked at. Keys locked by a producer right now are skipped,
--- never waited for; a producer that finds its key gone inserts it again.
-WITH scanned AS (
-    SELECT l.{{q "key"}} AS k
-      FROM {{q (obj "key_locks") | qualify}} AS l
-     WHERE l.{{q "key"}} > $1
-     ORDER BY l.{{q "key"}}
-     LIMIT $2
-), idle AS (
-    SELECT l.{{q "key"}} AS k
-      FROM {{q (obj "key_locks") | qualify}} AS l
-     WHERE l.{{q "key"}} IN (SELECT k FROM scanned)
-       AND NOT EXISTS (SELECT 1 FROM {{t}} AS o
-                        WHERE o.{{c "key"}} = l.{{q "key"}} AND o.{{c "state"}} IN ('pending', 'processing'))
-       FOR UPDATE SKIP LOCKED
-), deleted AS (
-    DELETE FROM {{q (obj "key_locks") | qualify}} AS l
-     WHERE l.{{q "key"}} IN (SELECT k FROM idle)
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM deleted), (SELECT max(k) FROM scanned)
-
 -- name: OutboxCountByState
 SELECT {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "state"}}
 
@@ -246,6 +234,39 @@ SELECT pg_advisory_lock(hashtext($1))
 -- name: MigrationUnlock
 SELECT pg_advisory_unlock(hashtext($1))
 
--- name: Listen
--- The channel of the notify trigger (migration V13).
-LISTEN queuebox
+
+-- name: OutboxProbeSequence
+-- The last value the outbox sequence handed out. Sequences are not
+-- transactional: this reads the value as it stands, drawn by transactions
+-- that may still be running. is_called is false until the first value.
+SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {{seq}}
+
+-- name: OutboxProbeSnapshot
+-- Run after OutboxProbeSequence, in a statement of its own. xmin: every
+-- transaction with a smaller id has ended. next: the next transaction id to
+-- be assigned, an upper bound of every id assigned before the sequence was
+-- read. The snapshot's xmax is not that bound (it is one past the newest id
+-- that ended); age() measures from the next id, so next = xmax + age(xmax)
+-- (xmax is never a special id).
+SELECT x.xmin, x.xmax + age((x.xmax % 4294967296)::text::xid)
+  FROM (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
+          FROM pg_current_snapshot() AS s) AS x
+
+-- name: OutboxWriters
+-- Open transactions that drew values from the outbox sequence: nextval locks
+-- the sequence until the transaction ends. Their 32-bit transaction id is
+-- widened with the epoch of the next id (a running id is below it).
+-- Prepared transactions have no process (pid NULL). Oldest first.
+WITH h AS (SELECT x.xmax + age((x.xmax % 4294967296)::text::xid) AS next
+             FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) AS x)
+SELECT COALESCE(l.pid, 0)::bigint,
+       CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
+            THEN ((h.next >> 32) << 32) + x.transactionid::text::bigint - 4294967296
+            ELSE ((h.next >> 32) << 32) + x.transactionid::text::bigint END AS xid,
+       a.xact_start, COALESCE(a.state, CASE WHEN l.pid IS NULL THEN 'prepared' ELSE '' END),
+       COALESCE(a.application_name, ''), COALESCE(left(a.query, 200), '')
+  FROM h, pg_locks AS l
+  JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid' AND x.granted
+  LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+ WHERE l.locktype = 'relation' AND l.relation = {{lit seq}}::regclass AND l.granted
+ ORDER BY xid

@@ -5,8 +5,9 @@
 -- (DATETIME2 holds no zone; the column defaults use GETUTCDATE()).
 
 -- name: OutboxClaim
--- @p1 limit, @p2 lease in ms, @p3 claim token, @p4 most heads (<= @p1). Heads, then each keyed head's
--- followers, as in the PostgreSQL dialect (see the dialects package doc).
+-- @p1 limit, @p2 lease in ms, @p3 claim token, @p4 most heads (<= @p1), @p5 settled watermark (NULL: no
+-- gate). Heads, then each keyed head's followers, as in the PostgreSQL dialect (see the dialects package
+-- doc); keyed rows beyond the watermark are neither heads nor followers.
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
@@ -17,11 +18,12 @@ SELECT TOP (@p4) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
   FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
  WHERE o.{{c "state"}} = N'pending'
    AND o.{{c "scheduled_at"}} <= @now
-   AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = N'' OR NOT EXISTS (
+   AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = N'' OR (
+        (@p5 IS NULL OR o.{{c "sequence"}} <= @p5) AND NOT EXISTS (
         SELECT 1 FROM {{t}} AS b
          WHERE b.{{c "key"}} = o.{{c "key"}}
            AND b.{{c "sequence"}} < o.{{c "sequence"}}
-           AND b.{{c "state"}} IN (N'pending', N'processing')))
+           AND b.{{c "state"}} IN (N'pending', N'processing'))))
  ORDER BY o.{{c "scheduled_at"}};
 DECLARE @nheads INT = (SELECT COUNT(*) FROM @heads);
 DECLARE @per INT = (@p1 - @nheads) / CASE WHEN @nheads > 0 THEN @nheads ELSE 1 END;
@@ -39,6 +41,7 @@ SELECT f.id
                 WHERE x.{{c "key"}} = h.k
                   AND x.{{c "sequence"}} > h.seq
                   AND x.{{c "state"}} IN (N'pending', N'processing')
+                  AND (@p5 IS NULL OR x.{{c "sequence"}} <= @p5)
                 ORDER BY x.{{c "sequence"}}) AS w
         WHERE w.blocked = 0) AS f
  WHERE h.k IS NOT NULL AND h.k <> N'';
@@ -209,3 +212,33 @@ IF @r < 0 THROW 50000, N'could not take the QueueBox migration lock', 1;
 
 -- name: MigrationUnlock
 EXEC sp_releaseapplock @Resource = @p1, @LockOwner = N'Session';
+
+-- name: OutboxProbe
+-- The last value the outbox sequence handed out, then (read after it) the
+-- running transactions: xmin, the oldest transaction of another session
+-- still open (every transaction with a smaller id has ended), and next, one
+-- past the newest transaction id (every transaction open when the sequence
+-- was read is below it). A transaction is open in these views from its
+-- first statement, before it draws a sequence value. Needs VIEW SERVER
+-- STATE (VIEW DATABASE STATE on Azure SQL Database).
+SET NOCOUNT ON;
+DECLARE @last BIGINT = (SELECT COALESCE(CAST(last_used_value AS BIGINT), CAST(current_value AS BIGINT) - 1)
+                          FROM sys.sequences WHERE object_id = OBJECT_ID({{lit seq}}));
+DECLARE @next BIGINT = (SELECT MAX(transaction_id) + 1 FROM sys.dm_tran_active_transactions);
+SELECT COALESCE(@last, 0),
+       COALESCE((SELECT MIN(st.transaction_id) FROM sys.dm_tran_session_transactions AS st
+                  WHERE st.session_id <> @@SPID), @next),
+       @next;
+
+-- name: OutboxWriters
+-- Open transactions of other sessions, oldest first: SQL Server cannot tell
+-- which of them drew outbox sequence values, so each may hold back keyed rows.
+SELECT CAST(s.session_id AS BIGINT), st.transaction_id, a.transaction_begin_time, s.status,
+       COALESCE(s.program_name, N''), COALESCE(LEFT(t.text, 200), N'')
+  FROM sys.dm_tran_session_transactions AS st
+  JOIN sys.dm_tran_active_transactions AS a ON a.transaction_id = st.transaction_id
+  JOIN sys.dm_exec_sessions AS s ON s.session_id = st.session_id
+  LEFT JOIN sys.dm_exec_connections AS c ON c.session_id = s.session_id
+ OUTER APPLY sys.dm_exec_sql_text(c.most_recent_sql_handle) AS t
+ WHERE st.session_id <> @@SPID
+ ORDER BY st.transaction_id;

@@ -51,6 +51,7 @@ type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge                   string
 	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
+	OutboxProbe, OutboxWriters                                               string
 	dialects.HistoryStatements
 }
 
@@ -99,8 +100,13 @@ func MapError(err error) error {
 		return nil
 	}
 	var me mssql.Error
-	if errors.As(err, &me) && me.Number == 208 {
-		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, me.Message)
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 208: // Invalid object name
+			return fmt.Errorf("%w (%s)", dialects.ErrNoTable, me.Message)
+		case 297, 300: // The user does not have permission / VIEW SERVER STATE permission was denied
+			return fmt.Errorf("%w (%s)", dialects.ErrNotPermitted, me.Message)
+		}
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -125,7 +131,11 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim, p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads())
+	var settled any
+	if p.Gate != nil {
+		settled = p.Gate.Settled
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim, p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads(), settled)
 	if err != nil {
 		return nil, err
 	}
@@ -395,14 +405,34 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err e
 	return err
 }
 
-// KeyLocksPrune is not available: SQL Server has no producer-ordering lock
-// table.
-func (d *Dialect) KeyLocksPrune(context.Context, string, int) (int, string, error) {
-	return 0, "", dialects.ErrNotSupported
+// OutboxProbe reads the sequence and the transaction views in one batch.
+func (d *Dialect) OutboxProbe(ctx context.Context) (p dialects.Probe, err error) {
+	defer func() { err = MapError(err) }()
+	err = d.db.QueryRowContext(ctx, d.q.OutboxProbe).Scan(&p.Last, &p.Xmin, &p.Next)
+	return p, err
 }
 
-// Listen is not available: SQL Server has no LISTEN/NOTIFY; the claimer polls.
-func (d *Dialect) Listen(context.Context, func()) error { return dialects.ErrNotSupported }
+func (d *Dialect) OutboxWriters(ctx context.Context) (_ []dialects.Writer, err error) {
+	defer func() { err = MapError(err) }()
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxWriters)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dialects.Writer
+	for rows.Next() {
+		var w dialects.Writer
+		var since *time.Time
+		if err := rows.Scan(&w.PID, &w.Xid, &since, &w.State, &w.Application, &w.Query); err != nil {
+			return nil, err
+		}
+		if since != nil {
+			w.Since = *since
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {
 	return dialects.ReadHistory(ctx, conn{e: d.db, begin: d.db.BeginTx}, d.q.HistoryList)

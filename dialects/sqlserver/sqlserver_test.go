@@ -41,6 +41,15 @@ func TestQueriesRenderForRenamedNames(t *testing.T) {
 		if strings.Contains(sql, "{{") {
 			t.Errorf("%s has an unrendered template marker", name)
 		}
+		switch name {
+		case "OutboxProbe":
+			if !strings.Contains(sql, "OBJECT_ID(N'[app].[events_out_sequence_seq]')") {
+				t.Errorf("the probe does not read the renamed sequence:\n%s", sql)
+			}
+			continue
+		case "OutboxWriters":
+			continue // reads the server's transaction views only
+		}
 		if strings.HasPrefix(name, "Outbox") {
 			if !strings.Contains(sql, "[app].[events_out]") {
 				t.Errorf("%s does not name the qualified table [app].[events_out]:\n%s", name, sql)
@@ -67,6 +76,9 @@ func TestClaimUsesLockHintsAndHeadRule(t *testing.T) {
 		"DATEADD(millisecond, @p2, @now)", // the lease
 		"CAST(@p3 AS UNIQUEIDENTIFIER)",   // the token, a parameter
 		"ROWS UNBOUNDED PRECEDING",        // followers stop at the first blocker
+		// the gate: keyed heads and followers up to the settled watermark
+		"(@p5 IS NULL OR o.[sequence] <= @p5) AND NOT EXISTS",
+		"AND (@p5 IS NULL OR x.[sequence] <= @p5)",
 	} {
 		if !strings.Contains(claim, want) {
 			t.Errorf("the claim lacks %q", want)
@@ -216,8 +228,29 @@ func TestErrorMapping(t *testing.T) {
 	if err := sqlserver.MapError(noTable); !errors.Is(err, dialects.ErrNoTable) || !strings.Contains(err.Error(), "dbo.outbox") {
 		t.Errorf("error 208: %v, want ErrNoTable naming the object", err)
 	}
+	denied := mssql.Error{Number: 300, Message: "VIEW SERVER STATE permission was denied on object 'server', database 'master'."}
+	if err := sqlserver.MapError(denied); !errors.Is(err, dialects.ErrNotPermitted) {
+		t.Errorf("error 300: %v, want ErrNotPermitted", err)
+	}
 	other := mssql.Error{Number: 2627, Message: "Violation of PRIMARY KEY constraint"}
 	if err := sqlserver.MapError(other); errors.Is(err, dialects.ErrNoTable) || errors.Is(err, dialects.ErrUnreachable) {
 		t.Errorf("a key violation was mapped: %v", err)
+	}
+}
+
+// The probe reads the sequence before the transaction views, and both
+// bounds come from the views: the order the settled-rows rule depends on.
+func TestProbeReadsTheSequenceFirst(t *testing.T) {
+	q, err := sqlserver.Queries(dialects.DefaultNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := q.OutboxProbe
+	seq, next, xmin := strings.Index(p, "sys.sequences"), strings.Index(p, "DECLARE @next"), strings.Index(p, "MIN(st.transaction_id)")
+	if seq < 0 || next < 0 || xmin < 0 || !(seq < next && next < xmin) {
+		t.Fatalf("the probe must read the sequence, then the newest transaction id, then the oldest open one:\n%s", p)
+	}
+	if !strings.Contains(p, "st.session_id <> @@SPID") {
+		t.Errorf("the probe counts its own transaction as a writer:\n%s", p)
 	}
 }

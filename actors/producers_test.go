@@ -1,0 +1,98 @@
+package actors_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testrecv"
+)
+
+// Producer transactions race against a live relay the way applications do:
+// each writes several keys, in random order, with pauses between its
+// inserts, and some also lock a shared business row (so that one waits on
+// another's lock and commits after it although it drew the smaller sequence
+// value). No producer transaction fails or waits because of QueueBox, and at
+// the receiver every key's rows arrive in sequence order.
+func TestConcurrentProducersKeepKeyOrder(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	ctx := context.Background()
+	schema := h.d.Names().Schema
+	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	biz := pgx.Identifier{schema, "accounts"}.Sanitize()
+	if _, err := h.d.Pool().Exec(ctx, `CREATE TABLE `+biz+` (id int PRIMARY KEY, balance int NOT NULL)
+		; INSERT INTO `+biz+` SELECT g, 0 FROM generate_series(1, 3) AS g`); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+
+	const producers, txPerProducer, keys = 8, 40, 12
+	var rows, failed atomic.Int64
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(p), 42))
+			for range txPerProducer {
+				n, err := produce(ctx, h, tbl, biz, rnd, keys)
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("a producer transaction failed: %v", err)
+					continue
+				}
+				rows.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d producer transactions failed", failed.Load())
+	}
+	h.waitState(dialects.Delivered, rows.Load(), 2*time.Minute)
+	if dups := recv.CheckOrder(t); dups != 0 {
+		t.Errorf("%d duplicates without a fault", dups)
+	}
+	if got := recv.Delivered(); got != int(rows.Load()) {
+		t.Fatalf("the receiver accepted %d rows, want %d", got, rows.Load())
+	}
+}
+
+// produce runs one application transaction: 2 to 5 rows over random keys in
+// random order, a pause between inserts, and, one time in three, an update
+// of a shared business row in the middle.
+func produce(ctx context.Context, h *harness, tbl, biz string, rnd *rand.Rand, keys int) (int, error) {
+	tx, err := h.d.Pool().Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+	n := 2 + rnd.IntN(4)
+	lockAt := -1
+	if rnd.IntN(3) == 0 {
+		lockAt = rnd.IntN(n)
+	}
+	for i := range n {
+		if i == lockAt {
+			if _, err := tx.Exec(ctx, `UPDATE `+biz+` SET balance = balance + 1 WHERE id = $1`, 1+rnd.IntN(3)); err != nil {
+				return 0, err
+			}
+		}
+		key := fmt.Sprintf("k%d", rnd.IntN(keys))
+		if _, err := tx.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', $1, '{}')`, key); err != nil {
+			return 0, err
+		}
+		time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
+	}
+	return n, tx.Commit(ctx)
+}

@@ -1,0 +1,140 @@
+package dialects
+
+import (
+	"slices"
+	"time"
+)
+
+// Probe is what one OutboxProbe read: where the outbox sequence stood, and
+// then, read after it, where the transaction ids stood. Transaction ids are
+// 64-bit and grow; on SQL Server they are the engine's transaction ids.
+type Probe struct {
+	// Last is the last sequence value handed out (0 when none yet).
+	Last int64
+	// Xmin: every transaction with a smaller id has ended.
+	Xmin int64
+	// Next is the next transaction id to be assigned, read after Last:
+	// every transaction that had an id when Last was read is below it.
+	// (PostgreSQL's snapshot xmax is not that bound: it is one past the
+	// newest id that ended, and a transaction with a newer id may run.)
+	Next int64
+}
+
+// Epoch is a sequence value and the transaction horizon that settles it:
+// once a snapshot's Xmin reaches Next, every transaction that drew a value
+// up to Last has ended.
+type Epoch struct {
+	Last, Next int64
+}
+
+// Gate restricts a claim to settled keyed rows. A keyed row is settled when
+// every transaction that could still commit a row of its key with a smaller
+// sequence has ended, so that the head rule sees every earlier row. Rows
+// with a sequence up to Settled are settled; the claim's own snapshot may
+// settle more of the Open epochs. Unkeyed rows take part in no order and
+// pass the gate always.
+type Gate struct {
+	Settled int64
+	Open    []Epoch
+}
+
+// maxOpenEpochs bounds how many epochs a Watermark keeps: while a
+// transaction holds the horizon back, new probes replace the newest open
+// epoch instead of growing the list.
+const maxOpenEpochs = 8
+
+// Watermark follows probes and settles epochs. It is not safe for
+// concurrent use; its owner (the claimer) hands out copies of its Gate.
+//
+// Why it is right (PostgreSQL; SQL Server's transaction views play the same
+// part): a transaction has its id before it draws a sequence value (the
+// outbox's xid_first trigger sees to it), and a probe reads the sequence
+// before it reads Next. A transaction that drew a value up to Last
+// therefore had an id below Next. When a later snapshot's Xmin is at or past
+// Next, all of those transactions have ended: committed (their rows are
+// visible to any statement that starts afterwards) or rolled back. Nothing
+// can later appear with a sequence up to Last.
+type Watermark struct {
+	settled int64
+	open    []Epoch
+	// lastSeen is the newest Last of any probe; openSince is when the
+	// oldest open epoch was opened.
+	lastSeen  int64
+	openSince time.Time
+}
+
+// Observe adds a probe: its own epoch, and its Xmin, which may settle open
+// epochs (its own included, when no transaction was running).
+func (w *Watermark) Observe(p Probe, now time.Time) {
+	if p.Last > w.lastSeen {
+		w.lastSeen = p.Last
+	}
+	if p.Last > w.settled {
+		if n := len(w.open); n > 0 && (n >= maxOpenEpochs || w.open[n-1].Next >= p.Next) {
+			// Keep the list short: the newest epoch takes the newer Last
+			// and the later horizon.
+			w.open[n-1] = Epoch{Last: max(w.open[n-1].Last, p.Last), Next: max(w.open[n-1].Next, p.Next)}
+		} else {
+			if n == 0 {
+				w.openSince = now
+			}
+			w.open = append(w.open, Epoch{Last: p.Last, Next: p.Next})
+		}
+	}
+	w.SettleBelow(p.Xmin, now)
+}
+
+// SettleBelow settles every open epoch whose horizon is at or below xmin:
+// no transaction with an id below xmin is running. The claimer also calls
+// it with the oldest open writer's id (OutboxWriters), which settles epochs
+// that only unrelated long transactions held back.
+func (w *Watermark) SettleBelow(xmin int64, now time.Time) {
+	i := 0
+	for i < len(w.open) && w.open[i].Next <= xmin {
+		w.settled = max(w.settled, w.open[i].Last)
+		i++
+	}
+	if i > 0 {
+		w.open = slices.Delete(w.open, 0, i)
+		w.openSince = now
+	}
+}
+
+// Clone returns an independent copy.
+func (w *Watermark) Clone() *Watermark {
+	c := *w
+	c.open = slices.Clone(w.open)
+	return &c
+}
+
+// Gate returns the gate for the next claim (a copy).
+func (w *Watermark) Gate() *Gate {
+	return &Gate{Settled: w.settled, Open: slices.Clone(w.open)}
+}
+
+// Settled is the watermark: keyed rows up to it are settled.
+func (w *Watermark) Settled() int64 { return w.settled }
+
+// LastSeen is the newest sequence value any probe saw.
+func (w *Watermark) LastSeen() int64 { return w.lastSeen }
+
+// Waiting reports since when the oldest open epoch waits, and whether one
+// does: keyed rows inserted since then wait for running transactions.
+func (w *Watermark) Waiting() (time.Time, bool) {
+	return w.openSince, len(w.open) > 0
+}
+
+// Writer is an open transaction that may still commit outbox rows.
+type Writer struct {
+	// PID is the server process (PostgreSQL) or session (SQL Server); 0 for
+	// a prepared transaction.
+	PID int64
+	// Xid is its transaction id, 64-bit.
+	Xid int64
+	// Since is when the transaction began (zero when the user may not see it).
+	Since       time.Time
+	State       string
+	Application string
+	// Query is the start of its last statement, when the user may see it.
+	Query string
+}

@@ -1,0 +1,71 @@
+package dialects_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// An epoch settles only when a later probe's xmin reaches the next
+// transaction id read with it; the watermark never moves back.
+func TestWatermarkSettlesEpochsInOrder(t *testing.T) {
+	var w dialects.Watermark
+	now := time.Now()
+	// Transaction 100 is running (xmin 100); the sequence stands at 10.
+	w.Observe(dialects.Probe{Last: 10, Xmin: 100, Next: 105}, now)
+	if w.Settled() != 0 {
+		t.Fatalf("settled %d while transactions below 105 may run", w.Settled())
+	}
+	if _, waiting := w.Waiting(); !waiting {
+		t.Fatal("an open epoch is not reported as waiting")
+	}
+	w.Observe(dialects.Probe{Last: 20, Xmin: 104, Next: 110}, now)
+	if w.Settled() != 0 {
+		t.Fatalf("settled %d although transaction 104 may have drawn a value up to 10", w.Settled())
+	}
+	w.Observe(dialects.Probe{Last: 25, Xmin: 105, Next: 112}, now)
+	if w.Settled() != 10 {
+		t.Fatalf("settled %d, want 10: every transaction below 105 has ended", w.Settled())
+	}
+	g := w.Gate()
+	if g.Settled != 10 || len(g.Open) != 2 || g.Open[0] != (dialects.Epoch{Last: 20, Next: 110}) {
+		t.Fatalf("gate %+v", g)
+	}
+	// No transaction running: the probe settles its own epoch.
+	w.Observe(dialects.Probe{Last: 30, Xmin: 120, Next: 120}, now)
+	if w.Settled() != 30 || len(w.Gate().Open) != 0 {
+		t.Fatalf("settled %d, open %v; want everything up to 30", w.Settled(), w.Gate().Open)
+	}
+	if _, waiting := w.Waiting(); waiting {
+		t.Fatal("waiting with nothing open")
+	}
+	w.Observe(dialects.Probe{Last: 30, Xmin: 90, Next: 121}, now)
+	if w.Settled() != 30 {
+		t.Fatal("the watermark moved back")
+	}
+	if w.LastSeen() != 30 {
+		t.Fatalf("last seen %d", w.LastSeen())
+	}
+}
+
+// While a long transaction holds xmin back, the epochs stay few, and
+// settling below a writer's id (no writer is older) settles what it can.
+func TestWatermarkStaysSmallWhileHeldBack(t *testing.T) {
+	var w dialects.Watermark
+	now := time.Now()
+	for i := range int64(100) {
+		w.Observe(dialects.Probe{Last: 10 + i, Xmin: 50, Next: 100 + i}, now)
+	}
+	if n := len(w.Gate().Open); n > 8 {
+		t.Fatalf("%d open epochs", n)
+	}
+	w.SettleBelow(103, now)
+	if s := w.Settled(); s != 13 {
+		t.Fatalf("settled %d below 103, want 13 (the epochs whose next id is at most 103)", s)
+	}
+	w.SettleBelow(1000, now)
+	if s := w.Settled(); s != 109 {
+		t.Fatalf("settled %d, want everything (109)", s)
+	}
+}
