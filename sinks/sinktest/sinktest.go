@@ -71,7 +71,8 @@ type Features struct {
 	// Dedupes: the destination drops a second message with the same id
 	// (JetStream's duplicate window).
 	Dedupes bool
-	// Restart: Target.Restart restarts the destination's server.
+	// Restart: Target.Stop and Target.Start stop the destination's server
+	// and start it again.
 	Restart bool
 	// CloseConnections: Target.CloseConnections closes the sink's
 	// connections from the server side.
@@ -91,9 +92,9 @@ type Target struct {
 	// Unroutable is a Route value the destination refuses (a mandatory
 	// publish with no binding, a topic or stream that does not exist).
 	Unroutable string
-	// Restart stops the server and starts it again at the same address,
-	// keeping what it stored; it returns once the server is up again.
-	Restart func(t *testing.T)
+	// Stop stops the server; Start starts it again at the same address,
+	// keeping what it stored, and returns once it is up.
+	Stop, Start func(t *testing.T)
 	// CloseConnections makes the server close every connection of the sink.
 	CloseConnections func(t *testing.T)
 	// Down builds a sink whose server refuses connections, and returns the
@@ -153,14 +154,10 @@ func Run(t *testing.T, h Harness) {
 	// The fault cases may share a private server of the harness: they run
 	// one at a time (before the parallel cases above, as Go orders them).
 	if f.Observable && f.CloseConnections {
-		t.Run("RecoversAfterConnectionsClosed", func(t *testing.T) {
-			recovers(t, h, func(tg *Target) func(*testing.T) { return tg.CloseConnections })
-		})
+		t.Run("RecoversAfterConnectionsClosed", func(t *testing.T) { recovers(t, h, false) })
 	}
 	if f.Observable && f.Restart {
-		t.Run("RecoversAfterRestart", func(t *testing.T) {
-			recovers(t, h, func(tg *Target) func(*testing.T) { return tg.Restart })
-		})
+		t.Run("RecoversAfterRestart", func(t *testing.T) { recovers(t, h, true) })
 	}
 }
 
@@ -545,13 +542,13 @@ func down(t *testing.T, h Harness) {
 	}
 }
 
-// recovers delivers, breaks the server, and checks that the sink delivers
-// again by itself: Publish calls fail (or succeed) without hanging while the
-// server is away, and the first success arrives.
-func recovers(t *testing.T, h Harness, fault func(*Target) func(*testing.T)) {
+// recovers delivers, breaks the server (closes the sink's connections, or
+// stops the server, checks that a Publish meanwhile fails by itself with an
+// error that is retried, and starts it again), and checks that the sink
+// delivers again by itself.
+func recovers(t *testing.T, h Harness, restart bool) {
 	tg := h.Open(t, true)
-	breakIt := fault(tg)
-	if breakIt == nil {
+	if (restart && (tg.Stop == nil || tg.Start == nil)) || (!restart && tg.CloseConnections == nil) {
 		t.Fatal("the harness declares this fault but the target gives no function for it")
 	}
 	key := fmt.Sprintf("recover-%x", uniq())
@@ -560,8 +557,24 @@ func recovers(t *testing.T, h Harness, fault func(*Target) func(*testing.T)) {
 		t.Fatal(err)
 	}
 	waitFor(t, tg, first.ID)
-	breakIt(t)
 	seq := int64(1)
+	if restart {
+		tg.Stop(t)
+		// The caller's deadline is far away: the sink must give up by itself.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*Wait)
+		err := tg.Sink.Publish(ctx, []sinks.Message{Message(tg, key, seq)})[0]
+		if ctx.Err() != nil {
+			t.Errorf("with the server stopped, Publish waited for the caller's deadline")
+		}
+		cancel()
+		if err == nil || sinks.IsPermanent(err) {
+			t.Errorf("with the server stopped, Publish returned %v; want an error that is retried", err)
+		}
+		seq++
+		tg.Start(t)
+	} else {
+		tg.CloseConnections(t)
+	}
 	var delivered []string
 	var failures int
 	eventually(t, "the sink delivers again", func() error {
