@@ -95,14 +95,15 @@ func (s *Sink) Close() error {
 }
 
 // Publish sends the messages one after another, stopping at the first
-// failure: the rest get the same error without being sent, so that order
-// holds when the caller hands over a run of one key.
+// failure: the rest are not sent and get an error that retries them, so
+// that order holds when the caller hands over a run of one key.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 	errs := make([]error, len(msgs))
 	for i := range msgs {
 		if err := s.deliver(ctx, &msgs[i]); err != nil {
-			for j := i; j < len(msgs); j++ {
-				errs[j] = err
+			errs[i] = err
+			for j := i + 1; j < len(msgs); j++ {
+				errs[j] = sinks.NotDelivered(msgs[i].ID, err)
 			}
 			break
 		}

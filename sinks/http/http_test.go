@@ -130,7 +130,7 @@ func TestMissingTemplateValueIsPermanentAndStopsTheRun(t *testing.T) {
 	s := sink(t, srv.URL+"/{{ headers.X-Region }}", nil)
 	errs := s.Publish(context.Background(), []sinks.Message{msg(), msg()})
 	var me *routing.MissingError
-	if !sinks.IsPermanent(errs[0]) || !errors.As(errs[0], &me) || errs[1] == nil || calls != 0 {
+	if !sinks.IsPermanent(errs[0]) || !errors.As(errs[0], &me) || errs[1] == nil || sinks.IsPermanent(errs[1]) || calls != 0 {
 		t.Fatalf("errs %v, calls %d", errs, calls)
 	}
 }

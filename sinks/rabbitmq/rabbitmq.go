@@ -244,7 +244,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 func skip(errs []error, msgs []sinks.Message, from, failed int) {
 	for j := from; j < len(msgs); j++ {
 		if errs[j] == nil {
-			errs[j] = fmt.Errorf("not delivered: message %s before it in the same key failed (%v)", msgs[failed].ID, errs[failed])
+			errs[j] = sinks.NotDelivered(msgs[failed].ID, errs[failed])
 		}
 	}
 }

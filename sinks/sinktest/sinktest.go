@@ -424,6 +424,8 @@ func failureInTheMiddle(t *testing.T, tg *Target, bad sinks.Message, check func(
 	check(errs[1])
 	if errs[2] == nil {
 		t.Errorf("the message after the failure succeeded; it must get an error so that it is retried after the failed one")
+	} else if sinks.IsPermanent(errs[2]) {
+		t.Errorf("the message after the failure got a permanent error (%v); it did nothing wrong and must be retried", errs[2])
 	}
 	if otherErr != nil {
 		t.Errorf("a concurrent call with a good message: %v", otherErr)
