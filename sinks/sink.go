@@ -143,3 +143,19 @@ type notDeliveredError struct {
 
 func (e *notDeliveredError) Error() string { return e.text }
 func (e *notDeliveredError) Unwrap() error { return e.ctx }
+
+// ConfigError is a destination setting that a sink refuses. Key is the
+// setting's name under the destination (url, tls.caFile), so that the
+// caller can report it where the user wrote it.
+type ConfigError struct {
+	Key string
+	Err error
+}
+
+// Configf builds a ConfigError.
+func Configf(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Err: fmt.Errorf(format, args...)}
+}
+
+func (e *ConfigError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }

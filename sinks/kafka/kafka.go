@@ -99,11 +99,11 @@ type Sink struct {
 // New builds the writer; it connects on first use.
 func New(cfg Config) (*Sink, error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("brokers: at least one host:port is required")
+		return nil, sinks.Configf("brokers", "at least one host:port is required")
 	}
 	for _, b := range cfg.Brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			return nil, fmt.Errorf("brokers: %q is not host:port", b)
+			return nil, sinks.Configf("brokers", "%q is not host:port", b)
 		}
 	}
 	if cfg.Topic == nil {
@@ -132,7 +132,7 @@ func New(cfg Config) (*Sink, error) {
 	case "one":
 		w.RequiredAcks = kafkago.RequireOne
 	default:
-		return nil, fmt.Errorf("acks: %q: use all or one", cfg.Acks)
+		return nil, sinks.Configf("acks", "%q: use all or one", cfg.Acks)
 	}
 	switch cfg.Compression {
 	case "none", "":
@@ -145,7 +145,7 @@ func New(cfg Config) (*Sink, error) {
 	case "zstd":
 		w.Compression = kafkago.Zstd
 	default:
-		return nil, fmt.Errorf("compression: %q: use none, gzip, snappy, lz4 or zstd", cfg.Compression)
+		return nil, sinks.Configf("compression", "%q: use none, gzip, snappy, lz4 or zstd", cfg.Compression)
 	}
 	switch cfg.Partitioner {
 	case "murmur2", "":
@@ -153,7 +153,7 @@ func New(cfg Config) (*Sink, error) {
 	case "fnv1a":
 		w.Balancer = &kafkago.Hash{}
 	default:
-		return nil, fmt.Errorf("partitioner: %q: use murmur2 or fnv1a", cfg.Partitioner)
+		return nil, sinks.Configf("partitioner", "%q: use murmur2 or fnv1a", cfg.Partitioner)
 	}
 	tr := &kafkago.Transport{
 		Dial:        (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -186,18 +186,18 @@ func mechanism(s SASL) (sasl.Mechanism, error) {
 		}
 		m, err := scram.Mechanism(algo, s.Username, s.Password)
 		if err != nil {
-			return nil, fmt.Errorf("sasl: %v", err)
+			return nil, sinks.Configf("sasl", "%v", err)
 		}
 		return m, nil
 	default:
-		return nil, fmt.Errorf("sasl.mechanism: %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+		return nil, sinks.Configf("sasl.mechanism", "%q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 	}
 }
 
 func tlsConfig(t TLS) (*tls.Config, error) {
 	if !t.Enabled {
 		if t.CAFile != "" {
-			return nil, errors.New("tls.caFile is set but tls.enabled is false; set tls.enabled: true")
+			return nil, sinks.Configf("tls.caFile", "is set but tls.enabled is false; set tls.enabled: true")
 		}
 		return nil, nil
 	}
@@ -205,11 +205,11 @@ func tlsConfig(t TLS) (*tls.Config, error) {
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("tls.caFile: %w", err)
+			return nil, &sinks.ConfigError{Key: "tls.caFile", Err: err}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.caFile %s holds no PEM certificate", t.CAFile)
+			return nil, sinks.Configf("tls.caFile", "%s holds no PEM certificate", t.CAFile)
 		}
 		c.RootCAs = pool
 	}

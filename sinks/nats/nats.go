@@ -96,7 +96,7 @@ func New(cfg Config) (*Sink, error) {
 	}
 	if cfg.CredentialsFile != "" {
 		if _, err := os.Stat(cfg.CredentialsFile); err != nil {
-			return nil, fmt.Errorf("credentialsFile: %v", err)
+			return nil, &sinks.ConfigError{Key: "credentialsFile", Err: err}
 		}
 		opts = append(opts, natsgo.UserCredentials(cfg.CredentialsFile))
 	}
@@ -120,7 +120,7 @@ func servers(raw string) (string, error) {
 	for _, part := range strings.Split(raw, ",") {
 		u, err := url.Parse(strings.TrimSpace(part))
 		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
-			return "", fmt.Errorf("url: %q is not a NATS URL; write nats://host:4222 (tls:// for TLS)", part)
+			return "", sinks.Configf("url", "%q is not a NATS URL; write nats://host:4222 (tls:// for TLS)", part)
 		}
 		hosts = append(hosts, u.Host)
 	}

@@ -100,10 +100,10 @@ type Sink struct {
 func New(cfg Config) (*Sink, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		return nil, errors.New("url: want amqp://user:password@host:5672/vhost or amqps://")
+		return nil, sinks.Configf("url", "want amqp://user:password@host:5672/vhost or amqps://")
 	}
 	if _, err := amqp.ParseURI(cfg.URL); err != nil {
-		return nil, fmt.Errorf("url: %v", err)
+		return nil, sinks.Configf("url", "%v", err)
 	}
 	if cfg.Exchange == nil || cfg.RoutingKey == nil {
 		return nil, errors.New("the exchange and routing key templates are required")
