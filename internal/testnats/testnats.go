@@ -155,7 +155,7 @@ type Stream struct {
 }
 
 // NewStream creates a file-backed stream over subjects with a duplicate
-// window of a minute.
+// window of ten minutes.
 func (s *Server) NewStream(t testing.TB, name string, subjects ...string) *Stream {
 	t.Helper()
 	js, err := jetstream.New(s.Connect(t))
@@ -164,7 +164,7 @@ func (s *Server) NewStream(t testing.TB, name string, subjects ...string) *Strea
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: time.Minute}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}); err != nil {
 		t.Fatalf("create stream %s: %v", name, err)
 	}
 	t.Cleanup(func() {

@@ -74,8 +74,12 @@ var (
 	privateErr error
 )
 
-// Main runs the tests and then stops the private node, if one was started.
-func Main(m interface{ Run() int }) {
+// Main runs the tests, stops the private node if one was started, and
+// exits with the tests' code.
+func Main(m interface{ Run() int }) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain that has more to stop.
+func Run(m interface{ Run() int }) int {
 	code := m.Run()
 	privateMu.Lock()
 	if private != nil {
@@ -83,7 +87,7 @@ func Main(m interface{ Run() int }) {
 		_ = os.RemoveAll(private.dir)
 	}
 	privateMu.Unlock()
-	os.Exit(code)
+	return code
 }
 
 // Private returns the test binary's private node, starting it on first use
