@@ -51,14 +51,16 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		defer signal.Stop(ch)
 		sigs = ch
 	}
+	// The destinations' settings first: a file that a sink cannot read is
+	// the configuration's fault, and must not wait for the database.
+	opts, err := EngineOptions(l, d, log)
+	if err != nil {
+		return err
+	}
 	if !waitForDatabase(ctx, d, log, sigs) {
 		return nil
 	}
 	if err := checkSchema(ctx, d, log, ro.Migrate); err != nil {
-		return err
-	}
-	opts, err := EngineOptions(l, d, log)
-	if err != nil {
 		return err
 	}
 	e, err := actors.New(opts)

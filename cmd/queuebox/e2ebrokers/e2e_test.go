@@ -47,7 +47,7 @@ var (
 )
 
 // binary builds the real queuebox once per test run.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "queuebox-bin-"); buildErr != nil {
