@@ -32,7 +32,6 @@ type Cluster struct {
 	fake    *kfake.Cluster
 	opts    []kfake.Opt
 	ports   []int
-	dataDir string
 }
 
 // New starts a cluster of three brokers for the test (or attaches to the
