@@ -28,10 +28,10 @@ import (
 type Cluster struct {
 	Brokers []string
 
-	mu      sync.Mutex
-	fake    *kfake.Cluster
-	opts    []kfake.Opt
-	ports   []int
+	mu    sync.Mutex
+	fake  *kfake.Cluster
+	opts  []kfake.Opt
+	ports []int
 }
 
 // New starts a cluster of three brokers for the test (or attaches to the
