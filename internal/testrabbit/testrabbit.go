@@ -301,7 +301,8 @@ func (n *Node) CloseConnections(t testing.TB) {
 type Queue struct {
 	URL, Exchange, Name string
 
-	mu   sync.Mutex
+	mu        sync.Mutex
+	exchanges []string // declared by Declare, removed with the queue
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	got  []amqp.Delivery
@@ -338,7 +339,9 @@ func NewQueue(t testing.TB, amqpURL, bindingKey string) *Queue {
 		defer c.Close()
 		if ch, err := c.Channel(); err == nil {
 			_, _ = ch.QueueDelete(q.Name, false, false, false)
-			_ = ch.ExchangeDelete(q.Exchange, false, false)
+			for _, x := range q.exchanges {
+				_ = ch.ExchangeDelete(x, false, false)
+			}
 		}
 	})
 	return q
@@ -365,6 +368,9 @@ func (q *Queue) Declare(t testing.TB, exchange, bindingKey string) {
 	if err := ch.QueueBind(q.Name, bindingKey, exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
+	q.mu.Lock()
+	q.exchanges = append(q.exchanges, exchange)
+	q.mu.Unlock()
 }
 
 // Get returns every message the queue has received so far, in order.

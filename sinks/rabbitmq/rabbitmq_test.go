@@ -226,7 +226,12 @@ func TestDeclareExchange(t *testing.T) {
 	}
 	defer c.Close()
 	ch, _ := c.Channel()
-	t.Cleanup(func() { _ = ch.ExchangeDelete(name, false, false) })
+	defer func() {
+		// The failed redeclaration closed ch.
+		if ch, err := c.Channel(); err == nil {
+			_ = ch.ExchangeDelete(name, false, false)
+		}
+	}()
 	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
 		t.Fatalf("the declared exchange is not a durable topic exchange: %v", err)
 	}
