@@ -448,3 +448,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPublish: 100,000 records over 1,000 keys into a 6-partition
+// topic of an in-process kfake (on the same cores), acks=all, runs of up to
+// 10.
+func BenchmarkPublish(b *testing.B) {
+	c := testkafka.New(b)
+	c.CreateTopic(b, "bench", 6)
+	s := newSink(b, Config{Brokers: c.Brokers, Topic: tpl(b, "bench")})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
+}

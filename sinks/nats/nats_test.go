@@ -202,3 +202,27 @@ func TestNewRejectsBadURL(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPublish: 100,000 messages over 1,000 keys to an in-process
+// server (on the same cores), into a file-backed stream with JetStream, or
+// to a subject with one subscriber with core NATS; runs of up to 10.
+func BenchmarkPublish(b *testing.B) {
+	srv := testnats.Start(b)
+	for _, js := range []bool{true, false} {
+		name := map[bool]string{true: "jetstream", false: "core"}[js]
+		b.Run(name, func(b *testing.B) {
+			subject := testnats.Unique("bench")
+			if js {
+				srv.NewStream(b, subject, subject)
+			} else {
+				sub, err := srv.Connect(b).Subscribe(subject, func(*natsgo.Msg) {})
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = sub.SetPendingLimits(-1, -1)
+			}
+			s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, subject), JetStream: js})
+			sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
+		})
+	}
+}

@@ -272,3 +272,12 @@ func TestNewRejectsBadURL(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPublish: 100,000 persistent, confirmed messages over 1,000 keys
+// into one durable queue on the shared server, runs of up to 10.
+func BenchmarkPublish(b *testing.B) {
+	url := testrabbit.URL(b)
+	q := testrabbit.NewQueue(b, url, "#")
+	s := newSink(b, Config{URL: url, Exchange: tpl(b, q.Exchange), Mandatory: true})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
+}

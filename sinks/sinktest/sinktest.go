@@ -598,3 +598,37 @@ func recovers(t *testing.T, h Harness, restart bool) {
 	waitFor(t, tg, delivered...)
 	t.Logf("%d calls failed before the sink delivered again", failures)
 }
+
+// Throughput publishes keys*perKey messages through s, one goroutine per key
+// publishing runs of up to run messages (as key actors do), and reports the
+// rate as the benchmark's rows/s. The destination's address must accept
+// Message's messages (Route = tg.Route).
+func Throughput(b *testing.B, tg *Target, keys, perKey, run int) {
+	run = max(1, min(run, MaxBatch(tg.Sink)))
+	for range b.N {
+		start := time.Now()
+		var wg sync.WaitGroup
+		var failed sync.Once
+		for k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := fmt.Sprintf("bench-%d", k)
+				for i := 0; i < perKey; i += run {
+					msgs := make([]sinks.Message, min(run, perKey-i))
+					for j := range msgs {
+						msgs[j] = Message(tg, key, int64(i+j))
+					}
+					for _, err := range tg.Sink.Publish(context.Background(), msgs) {
+						if err != nil {
+							failed.Do(func() { b.Error(err) })
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(keys*perKey)/time.Since(start).Seconds(), "rows/s")
+	}
+}
