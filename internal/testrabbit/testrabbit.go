@@ -303,9 +303,9 @@ type Queue struct {
 
 	mu        sync.Mutex
 	exchanges []string // declared by Declare, removed with the queue
-	conn *amqp.Connection
-	ch   *amqp.Channel
-	got  []amqp.Delivery
+	conn      *amqp.Connection
+	ch        *amqp.Channel
+	got       []amqp.Delivery
 }
 
 var seq struct {
