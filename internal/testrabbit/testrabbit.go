@@ -182,7 +182,9 @@ func (n *Node) start() error {
 	_ = os.Remove(filepath.Join(n.dir, "pid"))
 	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmq-server")
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = n.env(), n.dir, out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary that dies (a -timeout panic, a kill) takes
+	// its node with it; the script forwards SIGTERM to the Erlang VM.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
