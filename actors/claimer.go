@@ -335,6 +335,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	}
 	c.more = n == m.requested
 	c.choice.observe(m.kind, m.took, n)
+	ck := &c.stats.Claims[m.kind]
+	ck.Statements.Add(1)
+	ck.Rows.Add(int64(n))
+	ck.Time.Add(int64(m.took))
 	c.waitCredit = 0
 	if !c.more {
 		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)

@@ -47,7 +47,7 @@ func (k claimKind) String() string {
 
 // claimChoice keeps the cost per claimed row of each kind of claim.
 type claimChoice struct {
-	cost     [claimKinds]float64 // moving average, seconds per row
+	cost     [claimKinds]float64 // moving average, seconds per row, half of it the last claim
 	lastRun  [claimKinds]time.Time
 	measured [claimKinds]bool
 	// lastFull is when a claim that considers every due row last ran.
@@ -96,7 +96,10 @@ func (c *claimChoice) observe(k claimKind, took time.Duration, rows int) {
 	if !c.measured[k] {
 		c.cost[k], c.measured[k] = cost, true
 	} else {
-		c.cost[k] = 0.7*c.cost[k] + 0.3*cost
+		// Half the weight on the last claim: the cost of a kind changes
+		// fast as a backlog drains (a plain claim is cheap while every key
+		// is idle and dear once they are all busy).
+		c.cost[k] = 0.5*c.cost[k] + 0.5*cost
 	}
 }
 

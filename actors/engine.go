@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,26 @@ type Stats struct {
 	ClaimStatements, CompleteStatements atomic.Int64
 	// ClaimTime and CompleteTime add up the statements' durations.
 	ClaimTime, CompleteTime atomic.Int64
+	// Claims counts the claims of each kind (plain, windowed, by key): how
+	// many, the rows they took and their time.
+	Claims [claimKinds]struct{ Statements, Rows, Time atomic.Int64 }
+}
+
+// ClaimKinds describes the claims of each kind, for benchmarks and logs.
+func (s *Stats) ClaimKinds() string {
+	var b strings.Builder
+	for k := range claimKinds {
+		c := &s.Claims[k]
+		n := c.Statements.Load()
+		if n == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %d claims, %.0f rows and %.1f ms each", k, n, float64(c.Rows.Load())/float64(n), float64(c.Time.Load())/1e6/float64(n))
+	}
+	return b.String()
 }
 
 // Engine is one replica's relay: its actors under one supervisor. See the

@@ -213,6 +213,7 @@ func (e *env) drain(ctx context.Context, name string, rows, keys int, tweak func
 		r.Note = fmt.Sprintf("%d claims of %.0f rows (%.1f ms each), %d completions (%.1f ms each)", c,
 			float64(st.Claimed.Load())/float64(c), float64(st.ClaimTime.Load())/1e6/float64(c),
 			st.CompleteStatements.Load(), float64(st.CompleteTime.Load())/1e6/float64(max(1, st.CompleteStatements.Load())))
+		r.Note += " (" + st.ClaimKinds() + ")"
 	}
 	_ = eng.Stop(context.WithoutCancel(ctx))
 	return r, ctx.Err()
