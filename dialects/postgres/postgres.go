@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,6 +40,9 @@ type Dialect struct {
 	names dialects.Names
 	q     *Catalog
 	cfg   *pgxpool.Config
+	// byKeyCursor is the key after which the next claim by key goes on, so
+	// that keys take turns (see OutboxClaimByKey).
+	byKeyCursor atomic.Pointer[string]
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
@@ -130,21 +134,28 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
 		}
 	}
-	stmt := d.q.OutboxClaim
+	stmt, after := d.q.OutboxClaim, ""
 	if p.ByKey {
 		stmt = d.q.OutboxClaimByKey
+		if c := d.byKeyCursor.Load(); c != nil {
+			after = *c
+		}
 	}
-	rows, err := d.pool.Query(ctx, stmt, p.Limit, ms(p.Lease), p.Token, p.Heads(), window, settled, openLast, openNext)
+	rows, err := d.pool.Query(ctx, stmt, p.Limit, ms(p.Lease), p.Token, p.Heads(), window, settled, openLast, openNext, after)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]dialects.Row, 0, p.Limit)
 	for rows.Next() {
 		var r dialects.Row
+		var cursor *string
 		if err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.Payload, &r.Headers, &r.AggregateType,
-			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt); err != nil {
+			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor); err != nil {
 			rows.Close()
 			return nil, err
+		}
+		if p.ByKey && cursor != nil && len(out) == 0 {
+			d.byKeyCursor.Store(cursor)
 		}
 		r.Token = p.Token
 		out = append(out, r)

@@ -388,10 +388,10 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int, bigint, bigint[], bigint[]) AS `+q.OutboxClaim); err != nil {
+	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int, bigint, bigint[], bigint[], text) AS `+q.OutboxClaim); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[])`)
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,5 +407,38 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	if strings.Contains(text, "Seq Scan on outbox") {
 		t.Fatalf("the generic claim plan scans the whole table:\n%s", text)
+	}
+}
+
+// Claims by key take the keys in turns: each goes on after the last key the
+// previous one took, wrapping around, so a key late in the order is not
+// starved by keys before it that always have more rows.
+func TestClaimsByKeyTakeTurns(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	var rows []dialects.NewRow
+	for _, k := range []string{"a", "b", "c"} {
+		for range 5 {
+			key := k
+			rows = append(rows, dialects.NewRow{Topic: "t", Key: &key, Payload: []byte(`{}`)})
+		}
+	}
+	if err := d.OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for range 6 {
+		got, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New(), ByKey: true})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim: %v %v", got, err)
+		}
+		order = append(order, got[0].Key)
+		if _, err := d.OutboxComplete(ctx, []dialects.Outcome{{Claim: got[0].Claim, Kind: dialects.OutcomeDelivered}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Join(order, "") != "abcabc" {
+		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c)", order)
 	}
 }

@@ -34,7 +34,8 @@ followers AS (
 )
 
 -- fragment: ClaimUpdate
--- Stamps the heads and followers. The update finds the rows by ctid (a TID
+-- Stamps the heads and followers, and returns the rows with the CTE
+-- cursor's key (where the next claim by key goes on). The update finds the rows by ctid (a TID
 -- scan), not by a second walk of the primary key: heads are locked, so
 -- their ctid cannot change under us, and a follower that was updated
 -- meanwhile is re-checked against the new version (state = 'pending') as
@@ -48,7 +49,8 @@ UPDATE {{t}} AS o
  WHERE o.ctid = ANY(ARRAY(SELECT tid FROM heads UNION ALL SELECT tid FROM followers))
    AND o.{{c "state"}} = 'pending'
 RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
-          o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}}
+          o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}},
+          (SELECT k FROM cursor)
 
 -- name: OutboxClaim
 -- The claim that finds heads in schedule order: cheapest when heads are
@@ -95,34 +97,59 @@ WITH {{template "ClaimGate"}}, heads AS (
      ORDER BY o.{{c "scheduled_at"}}
      LIMIT $4
        FOR UPDATE SKIP LOCKED
+), cursor AS (
+    SELECT $9::text AS k
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
 -- name: OutboxClaimByKey
 -- The claim that finds heads key by key: cheapest when few keys hold many
 -- rows (hot keys), where a scan in schedule order passes over every row
--- behind a busy head. Same parameters as OutboxClaim but $5 (ignored).
--- walk: a skip scan of idx_outbox_key_sequence, one probe per key that has
--- pending or processing rows, giving each key's first such row: its head.
--- keyed: the heads that are pending, due and settled, oldest due first.
--- unkeyed: rows without a key, from the same index (its null and empty-key
--- ranges, in sequence order), so that this claim, like OutboxClaim,
--- considers every due row.
-WITH RECURSIVE {{template "ClaimGate"}}, walk AS (
+-- behind a busy head. Same parameters as OutboxClaim but $5 (ignored), and
+-- $9: the key to go on after (the last claim's cursor; '' from the start).
+-- after, before: a skip scan of idx_outbox_key_sequence, one probe per key
+-- that has pending or processing rows, giving each key's first such row (its
+-- head): first the keys after $9, then, wrapping around, the keys up to it.
+-- The scan runs only as far as the claim needs heads: the keys take turns,
+-- and a claim does not visit every key.
+-- keyed: the heads that are pending, due and settled.
+-- nullkey, emptykey: rows without a key, from the same index (its null and
+-- empty-key ranges, in sequence order), so that this claim, like
+-- OutboxClaim, considers every due row.
+WITH RECURSIVE {{template "ClaimGate"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > ''
+      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($9::text, '')
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
     SELECT n.k, n.seq
-      FROM walk AS p
+      FROM after AS p
      CROSS JOIN LATERAL (
            SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
             WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k
             ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
             LIMIT 1) AS n
+), before AS (
+    (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
+       FROM {{t}} AS x
+      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= $9::text
+      ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
+      LIMIT 1)
+    UNION ALL
+    SELECT n.k, n.seq
+      FROM before AS p
+     CROSS JOIN LATERAL (
+           SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
+             FROM {{t}} AS x
+            WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k AND x.{{c "key"}} <= $9::text
+            ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
+            LIMIT 1) AS n
+), walk AS (
+    SELECT k, seq FROM after
+    UNION ALL
+    SELECT k, seq FROM before
 ), keyed AS (
     SELECT o.ctid AS tid, o.{{c "key"}}::text AS k, o.{{c "sequence"}} AS seq
       FROM walk AS p
@@ -130,7 +157,6 @@ WITH RECURSIVE {{template "ClaimGate"}}, walk AS (
      WHERE o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
        AND ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate))
-     ORDER BY o.{{c "scheduled_at"}}
      LIMIT $4
        FOR UPDATE OF o SKIP LOCKED
 ), nullkey AS (
@@ -159,6 +185,8 @@ WITH RECURSIVE {{template "ClaimGate"}}, walk AS (
     SELECT tid, k, seq FROM nullkey
     UNION ALL
     SELECT tid, k, seq FROM emptykey
+), cursor AS (
+    SELECT max(k) AS k FROM keyed
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
