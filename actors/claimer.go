@@ -333,14 +333,19 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.checkDrained()
 		return
 	}
-	c.more = n == m.requested
+	// A claim that came back nearly full says more rows are waiting: claim
+	// again at once (a keyed claim rarely fills exactly, its runs stop at
+	// their keys' ends). One that came back less than half full says most
+	// keys are busy: wait for some of them to finish rather than scan the
+	// same busy keys again.
+	c.more = n*10 >= m.requested*9
 	c.choice.observe(m.kind, m.took, n)
 	ck := &c.stats.Claims[m.kind]
 	ck.Statements.Add(1)
 	ck.Rows.Add(int64(n))
 	ck.Time.Add(int64(m.took))
 	c.waitCredit = 0
-	if !c.more {
+	if n*2 < m.requested {
 		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)
 	}
 	if c.more || c.again {

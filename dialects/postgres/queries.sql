@@ -204,21 +204,23 @@ RETURNING {{c "id"}}
 
 -- name: OutboxComplete
 -- One row of the arrays per outcome: id, token, new state, attempt increment,
--- retry delay in ms (NULL keeps scheduled_at), error (NULL keeps last_error).
+-- retry delay in ms (negative keeps scheduled_at), error, whether to write
+-- the error (else last_error stays).
 -- "id = ANY($1)" is redundant with the join, and there for the generic plan
 -- of the prepared statement: without it the planner, blind to the arrays'
 -- length, chose a plan 30 times slower after the fifth execution.
 UPDATE {{t}} AS o
    SET {{c "state"}} = v.state,
        {{c "attempt"}} = o.{{c "attempt"}} + v.attempt_inc,
-       {{c "scheduled_at"}} = COALESCE(now() + v.delay_ms * interval '1 millisecond', o.{{c "scheduled_at"}}),
-       {{c "last_error"}} = COALESCE(v.err, o.{{c "last_error"}}),
+       {{c "scheduled_at"}} = CASE WHEN v.delay_ms >= 0 THEN now() + v.delay_ms * interval '1 millisecond'
+                                   ELSE o.{{c "scheduled_at"}} END,
+       {{c "last_error"}} = CASE WHEN v.has_err THEN v.err ELSE o.{{c "last_error"}} END,
        {{c "claimed_at"}} = NULL,
        {{c "claim_token"}} = NULL,
        {{c "lease_expires_at"}} = NULL,
        {{c "updated_at"}} = now()
-  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[])
-       AS v(id, token, state, attempt_inc, delay_ms, err)
+  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::bool[])
+       AS v(id, token, state, attempt_inc, delay_ms, err, has_err)
  WHERE o.{{c "id"}} = ANY($1::uuid[])
    AND o.{{c "id"}} = v.id
    AND o.{{c "claim_token"}} = v.token
