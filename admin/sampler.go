@@ -110,11 +110,13 @@ func (s *Sampler) Snapshot() Snapshot {
 func (s *Sampler) Run(ctx context.Context) {
 	var nextCount time.Time
 	for ctx.Err() == nil {
+		// The cheap reads first: a count comes with a pending summary at
+		// least as new.
+		s.cheap(ctx)
 		if !time.Now().Before(nextCount) {
 			interval := s.count(ctx)
 			nextCount = time.Now().Add(interval)
 		}
-		s.cheap(ctx)
 		wait := min(s.fast, time.Until(nextCount))
 		t := time.NewTimer(max(wait, 0))
 		select {

@@ -245,6 +245,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // messages read "Bearer <admin.token>", not \u003c
 	_ = enc.Encode(v)
 }
 
