@@ -390,7 +390,7 @@ func TestRetentionDeletesOldRowsInBatches(t *testing.T) {
 		t.Fatalf("after retention: %v; want the 2 recent delivered, the 2 recent dead and the 3 pending rows", st.Rows)
 	}
 	for _, c := range []struct {
-		state      dialects.State
+		state       dialects.State
 		rows, least int
 	}{{dialects.Delivered, 7, 3}, {dialects.Dead, 5, 2}} {
 		rows, statements, biggest := log.deleted(c.state)
