@@ -30,7 +30,7 @@ function duration(secs) {
   const s = Math.abs(secs);
   if (s < 1) return (s * 1000).toFixed(0) + " ms";
   if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
-  if (s < 3600) return Math.floor(s / 60) + " m " + Math.floor(s % 60) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " m" + (Math.floor(s % 60) ? " " + Math.floor(s % 60) + " s" : "");
   if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
   return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
 }
@@ -125,10 +125,11 @@ function drawChart(t) {
   ctx.scale(ratio, ratio);
   ctx.clearRect(0, 0, w, h);
   const pad = { l: 44, r: 8, t: 8, b: 20 };
-  const points = 180; // 15 minutes of 5 s: the x axis is fixed
-  const max = Math.max(1, ...steps.map((p) => Math.max(p.delivered, p.retry, p.dead)));
-  const x = (i) => pad.l + (w - pad.l - pad.r) * (i / (points - 1));
-  const y = (v) => h - pad.b - (h - pad.t - pad.b) * (v / max);
+  const points = 180; // 15 minutes of 5 s: the x axis is fixed, now on the right
+  const total = (p) => p.delivered + p.retry + p.dead;
+  const max = Math.max(1, ...steps.map(total));
+  const plotW = w - pad.l - pad.r, plotH = h - pad.t - pad.b;
+  const y = (v) => h - pad.b - plotH * (v / max);
   ctx.strokeStyle = "#e4e7ec";
   ctx.fillStyle = "#667085";
   ctx.font = "11px system-ui, sans-serif";
@@ -144,17 +145,20 @@ function drawChart(t) {
   $("#chart-step").textContent = "rows per " + duration(stepSecs) + " step";
   ctx.fillText(duration(points * stepSecs) + " ago", pad.l, h - 4);
   ctx.fillText("now", w - pad.r - 22, h - 4);
+  // One stacked bar per step: delivered, then retry, then dead on top.
+  const barW = plotW / points;
   const offset = points - steps.length;
-  for (const [field, color] of [["delivered", "#12b76a"], ["retry", "#f79009"], ["dead", "#d92d20"]]) {
-    ctx.strokeStyle = color;
-    ctx.lineWidth = 2;
-    ctx.beginPath();
-    steps.forEach((p, i) => {
-      const px = x(offset + i), py = y(p[field]);
-      if (i === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
-    });
-    ctx.stroke();
-  }
+  steps.forEach((p, i) => {
+    let base = 0;
+    const x0 = pad.l + (offset + i) * barW;
+    for (const [field, color] of [["delivered", "#12b76a"], ["retry", "#f79009"], ["dead", "#d92d20"]]) {
+      const v = p[field];
+      if (v <= 0) continue;
+      ctx.fillStyle = color;
+      ctx.fillRect(x0, y(base + v), Math.max(1, barW - 1), y(base) - y(base + v));
+      base += v;
+    }
+  });
 }
 
 function replayButton(label, body, onDone) {
@@ -172,12 +176,16 @@ function replayButton(label, body, onDone) {
     b.disabled = true;
     try {
       const res = await api("/api/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      b.classList.remove("confirm");
+      b.textContent = "Replayed";
       showResult(res.rows + (res.rows === 1 ? " row" : " rows") + " replayed: back to pending, delivered again shortly.");
       if (onDone) onDone(res);
       setTimeout(refresh, 300);
     } catch (e) {
       showResult("The replay failed: " + e.message);
       b.disabled = false;
+      b.classList.remove("confirm");
+      b.textContent = label;
     }
     armed = false;
   });
@@ -202,7 +210,7 @@ function renderDeadGroups(g) {
   $("#dead-window").textContent = "Grouped by destination and error, with ids and numbers taken out of the error. " +
     "The groups cover the newest " + num(g.window) + " dead rows" +
     (dead !== null && dead > g.grouped ? " (of " + num(dead) + "); older ones show once these are replayed or deleted." : ".");
-  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group", "data-rows": grp.rows },
+  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group", "data-rows": grp.rows, "data-destination": grp.destination },
     el("td", {}, grp.destination || "(no route)", grp.route ? el("div", { class: "muted" }, "route " + grp.route) : null),
     el("td", { class: "err" }, grp.error || "(no error text)", el("div", { class: "muted" }, grp.topics.join(", "))),
     el("td", { class: "num" }, num(grp.rows)),

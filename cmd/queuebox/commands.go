@@ -214,7 +214,7 @@ func statusCmd() *cobra.Command {
 				} else {
 					fmt.Printf("\noldest due pending: none is due\n")
 				}
-				fmt.Printf("scheduled later: %d pending rows not due yet (retries, rows scheduled ahead)\n", st.ScheduledLater)
+				fmt.Printf("scheduled later: %d (pending rows not due yet: retries and rows scheduled ahead)\n", st.ScheduledLater)
 				if len(st.HeldBackBy) > 0 {
 					fmt.Println("\nkeyed rows inserted after these transactions began wait until they commit or roll back:")
 					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
