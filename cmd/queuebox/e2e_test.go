@@ -282,7 +282,7 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 			}
 		}
 	}()
-	var folder string
+	var folder, adminPage string
 	deliveries := 0
 	deadline := time.After(60 * time.Second)
 	for deliveries < 5 {
@@ -294,6 +294,9 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "folder"); ok {
 				folder = strings.TrimSpace(f)
 			}
+			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "admin page"); ok {
+				adminPage = strings.Fields(f)[0]
+			}
 			if strings.HasPrefix(l, "-> ") {
 				deliveries++
 			}
@@ -303,6 +306,17 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 	}
 	if folder == "" || !strings.HasPrefix(folder, "/tmp/queuebox-dev-") {
 		t.Fatalf("the banner did not name the cluster folder: %q", folder)
+	}
+	// The banner names the admin page, on a free loopback port, and it
+	// answers with the rows dev inserts.
+	if !strings.HasPrefix(adminPage, "http://127.0.0.1:") {
+		t.Fatalf("the banner did not name the admin page: %q", adminPage)
+	}
+	if code, body := httpGet(t, adminPage+"healthz", ""); code != 200 {
+		t.Errorf("the admin page's /healthz: %d %s", code, body)
+	}
+	if code, body := httpGet(t, adminPage, ""); code != 200 || !strings.Contains(body, "<title>QueueBox admin</title>") {
+		t.Errorf("the admin page: %d %s", code, body)
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
