@@ -427,3 +427,64 @@ func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// Every command's bad input is a usage error (exit 2) with a message that
+// names the input, and changes nothing; version and dead list --limit work.
+func TestCommandsRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+destinations: { n: { type: "null" } }
+routes: [ { topicPattern: "#", destination: n } ]
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	var rows []dialects.NewRow
+	for range 3 {
+		rows = append(rows, dialects.NewRow{Topic: "order.created", Payload: []byte(`{}`)})
+	}
+	if err := d.OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `UPDATE outbox SET state = 'dead', last_error = 'HTTP 410 Gone'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--id", "12"}, `--id "12": is not a row id`},
+		{[]string{"replay", "--state", "pending"}, `--state "pending": replay does not select pending rows; use dead or delivered`},
+		{[]string{"replay", "--since", "2h", "--until", "3h"}, `--until "3h": is not after --since "2h", so no row can match`},
+		{[]string{"replay", "--until", "tomorrow"}, `--until "tomorrow": is neither an RFC 3339 time nor a duration`},
+		{[]string{"replay", "--topic", "order.*x"}, "--topic: "},
+		{[]string{"replay"}, "say which rows; give --id, or at least one filter"},
+		{[]string{"replay", "--stat", "dead"}, "unknown flag: --stat"},
+		{[]string{"dead", "list", "--limit", "0"}, `--limit "0": is out of range; use a number from 1 to 10000`},
+		{[]string{"dead", "list", "--state", "delivered"}, `--state "delivered": dead list does not select delivered rows; use dead`},
+		{[]string{"dead", "list", "--id", "nope"}, `--id "nope": is not a row id`},
+		{[]string{"status", "--all"}, "unknown flag: --all"},
+		{[]string{"status", "extra"}, `unknown command "extra" for "queuebox status"`},
+		{[]string{"migrate", "down"}, `unknown command "down" for "queuebox migrate"`},
+		{[]string{"config", "check", "extra"}, `unknown command "extra" for "queuebox config check"`},
+	} {
+		_, stderr, code := run(t, append(c.args, "--config", cfg)...)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("queuebox %s: exit %d, want 2 and one line with %q:\n%s", strings.Join(c.args, " "), code, c.want, stderr)
+		}
+	}
+	if st, err := d.OutboxStats(ctx); err != nil || st.Rows[dialects.Dead] != 3 {
+		t.Fatalf("refused commands changed rows: %v %v", st.Rows, err)
+	}
+	out, _, code := run(t, "dead", "list", "--limit", "2", "--config", cfg)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 || !strings.Contains(out, "HTTP 410 Gone") {
+		t.Errorf("dead list --limit 2:\n%s", out)
+	}
+	out, _, code = run(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "queuebox ") || !strings.Contains(out, "commit ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version: %d %s", code, out)
+	}
+}
