@@ -299,7 +299,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ready")
 }
 
-// Stats is the body of GET /api/stats.
+// StatsView is the body of GET /api/stats.
 type StatsView struct {
 	Version string `json:"version"`
 	// CountedAt is when the table was last counted (null before the first
@@ -323,11 +323,8 @@ type StatsView struct {
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		for k := range r.URL.Query() {
-			s.fail(w, http.StatusBadRequest, fmt.Sprintf("%s: is not a parameter of this request; GET /api/stats takes none", k))
-			return
-		}
+	if !s.noParams(w, r) {
+		return
 	}
 	snap := s.sampler.Snapshot()
 	v := StatsView{Version: s.o.Version, Rows: map[string]int64{}, OtherStates: map[string]int64{},

@@ -214,10 +214,11 @@ SELECT TOP (@p2) h.k, CAST(h.id AS NVARCHAR(36)), h.topic, h.attempt, h.max_atte
 -- grouped by topic and the first @p2 characters of last_error, with the
 -- group's newest update and ids (newest first, comma-separated). @p1 bounds
 -- the work on a table with millions of dead rows; the caller normalises the
--- errors.
+-- errors. The error start is cast out of NVARCHAR(MAX), a type an index or
+-- a sort key handles slowly.
 SELECT d.topic, d.err, COUNT_BIG(*), MAX(d.updated_at),
        STRING_AGG(CAST(d.id AS NVARCHAR(MAX)), N',') WITHIN GROUP (ORDER BY d.updated_at DESC, d.seq DESC)
-  FROM (SELECT TOP (@p1) {{c "topic"}} AS topic, COALESCE(LEFT({{c "last_error"}}, @p2), N'') AS err,
+  FROM (SELECT TOP (@p1) {{c "topic"}} AS topic, CAST(COALESCE(LEFT({{c "last_error"}}, @p2), N'') AS NVARCHAR(4000)) AS err,
                {{c "updated_at"}} AS updated_at, {{c "sequence"}} AS seq, CAST({{c "id"}} AS NVARCHAR(36)) AS id
           FROM {{t}}
          WHERE {{c "state"}} = N'dead'

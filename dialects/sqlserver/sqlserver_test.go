@@ -270,7 +270,7 @@ func TestOperatorStatementsAreBounded(t *testing.T) {
 		"OutboxBlockedKeys": {"SELECT TOP (@p1) o.[message_key] AS k", "ORDER BY o.[scheduled_at]) AS h",
 			"SELECT TOP (@p2) h.k", "SELECT TOP (@p3) 1 AS one", "h.attempt > 0",
 			"b.[message_key] = h.k AND b.[seq_no] < h.seq", "b.[status] IN (N'pending', N'processing')"},
-		"OutboxDeadGroups": {"SELECT TOP (@p1) [topic]", "LEFT([last_error], @p2)", "WHERE [status] = N'dead'",
+		"OutboxDeadGroups": {"SELECT TOP (@p1) [topic]", "CAST(COALESCE(LEFT([last_error], @p2), N'') AS NVARCHAR(4000))", "WHERE [status] = N'dead'",
 			"ORDER BY [updated_at] DESC) AS d", "STRING_AGG(CAST(d.id AS NVARCHAR(MAX)), N',')", "GROUP BY d.topic, d.err"},
 	}
 	stmts := dialects.Statements(q)
