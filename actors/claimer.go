@@ -36,7 +36,7 @@ type (
 		err       error
 		requested int
 		lease     *lease
-		windowed  bool
+		kind      claimKind
 		took      time.Duration
 		// probe is the probe read right before the claim (gated claims).
 		probe *dialects.Probe
@@ -97,7 +97,7 @@ type claimer struct {
 	failures   int
 	retryAt    time.Time
 	heads      headPolicy
-	window     windowChoice
+	choice     claimChoice
 
 	// The gate (see gate.go): wm follows probes; gated is false where the
 	// database cannot tell settled rows (then every head is claimable).
@@ -206,14 +206,14 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	l := &lease{token: uuid.New()}
 	heads := c.heads.next(limit)
+	kind := c.choice.pick(time.Now())
 	window := 0
-	windowed := c.window.pick(time.Now())
-	if windowed {
+	if kind == windowedClaim {
 		window = limit * windowFactor
 	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
-	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window}
+	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window, ByKey: kind == byKeyClaim}
 	// A gated claim probes first, on a copy of the watermark: the claim
 	// then takes every row that arrived and settled up to that moment.
 	var wm *dialects.Watermark
@@ -222,7 +222,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	}
 	c.sawAtClaim, c.settledAtClaim = c.wm.LastSeen(), c.wm.Settled()
 	go func() {
-		res := &claimResult{requested: limit, lease: l, windowed: windowed}
+		res := &claimResult{requested: limit, lease: l, kind: kind}
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm != nil {
@@ -334,7 +334,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		return
 	}
 	c.more = n == m.requested
-	c.window.observe(m.windowed, m.took, n)
+	c.choice.observe(m.kind, m.took, n)
 	c.waitCredit = 0
 	if !c.more {
 		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)

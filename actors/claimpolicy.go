@@ -6,60 +6,97 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// windowFactor sizes the claim window: a few claims' worth of the earliest
-// due rows. A claim without a window stops scanning as soon as it has its
-// heads, cheapest while heads are plentiful; a windowed claim checks every
-// row of its window, cheapest when most keys are busy and a plain scan would
-// pass over every row behind them. Which is cheaper depends on the backlog,
-// so the claimer measures both (windowChoice) and uses the cheaper one, and
-// runs each at least every fullEvery: the plain claim so that no row beyond
-// the window waits for long, the windowed one to keep its measure fresh.
+// The claimer has three kinds of claim (the dialects' ClaimParams):
+//
+//   - plain: heads in schedule order, stopping as soon as it has them;
+//     cheapest while heads are plentiful (unkeyed rows, many keys of few
+//     rows each);
+//   - windowed: the same, among the first windowFactor claims' worth of due
+//     rows only; cheaper when most keys are busy and a plain claim would
+//     pass over every row behind them, but it does not see rows beyond the
+//     window;
+//   - by key: heads found key by key; cheapest when few keys hold many
+//     rows, and, like plain, it considers every due row.
+//
+// Which is cheapest depends on the backlog, so the claimer keeps the cost
+// per claimed row of each (claimChoice) and uses the cheapest. It tries the
+// others again now and then, so that a measure never goes stale: every
+// remeasureEvery, times how much dearer they were (up to maxRemeasure), so
+// that a claim that cost 50 times more is not paid for every two seconds.
+// And it makes a claim that considers every due row (plain or by key) at
+// least every fullEvery, so that no row beyond a window waits for long.
 const (
-	windowFactor = 4
-	fullEvery    = time.Second
+	windowFactor   = 4
+	fullEvery      = time.Second
+	remeasureEvery = 2 * time.Second
+	maxRemeasure   = 30
 )
 
-// windowChoice keeps the cost per claimed row of each kind of claim.
-type windowChoice struct {
-	cost     [2]float64 // [plain, windowed]: moving average, seconds per row
-	lastRun  [2]time.Time
-	measured [2]bool
+type claimKind uint8
+
+const (
+	plainClaim claimKind = iota
+	windowedClaim
+	byKeyClaim
+	claimKinds
+)
+
+func (k claimKind) String() string {
+	return [...]string{"plain", "windowed", "by key"}[k]
 }
 
-// pick returns true for a windowed claim, and notes that this kind ran now.
-func (w *windowChoice) pick(now time.Time) bool {
-	windowed := w.choose(now)
-	w.lastRun[kindIndex(windowed)] = now
-	return windowed
+// claimChoice keeps the cost per claimed row of each kind of claim.
+type claimChoice struct {
+	cost     [claimKinds]float64 // moving average, seconds per row
+	lastRun  [claimKinds]time.Time
+	measured [claimKinds]bool
+	// lastFull is when a claim that considers every due row last ran.
+	lastFull time.Time
 }
 
-func (w *windowChoice) choose(now time.Time) bool {
-	switch {
-	case now.Sub(w.lastRun[0]) >= fullEvery:
-		return false
-	case now.Sub(w.lastRun[1]) >= fullEvery:
-		return true
-	case !w.measured[0] || !w.measured[1]:
-		return false
+// pick returns the kind of the next claim, and notes that it runs now.
+func (c *claimChoice) pick(now time.Time) claimKind {
+	k := c.choose(now)
+	c.lastRun[k] = now
+	if k != windowedClaim {
+		c.lastFull = now
 	}
-	return w.cost[1] < w.cost[0]
+	return k
 }
 
-// kindIndex is the index of a kind of claim in windowChoice's arrays.
-func kindIndex(windowed bool) int {
-	if windowed {
-		return 1
+func (c *claimChoice) choose(now time.Time) claimKind {
+	for k := range claimKinds {
+		if !c.measured[k] {
+			return k
+		}
 	}
-	return 0
+	if now.Sub(c.lastFull) >= fullEvery {
+		if c.cost[byKeyClaim] < c.cost[plainClaim] {
+			return byKeyClaim
+		}
+		return plainClaim
+	}
+	best := plainClaim
+	for k := range claimKinds {
+		if c.cost[k] < c.cost[best] {
+			best = k
+		}
+	}
+	for k := range claimKinds {
+		dearer := min(c.cost[k]/max(c.cost[best], 1e-9), maxRemeasure)
+		if now.Sub(c.lastRun[k]) >= time.Duration(float64(remeasureEvery)*max(dearer, 1)) {
+			return k
+		}
+	}
+	return best
 }
 
-func (w *windowChoice) observe(windowed bool, took time.Duration, rows int) {
-	i := kindIndex(windowed)
-	c := took.Seconds() / float64(max(rows, 1))
-	if !w.measured[i] {
-		w.cost[i], w.measured[i] = c, true
+func (c *claimChoice) observe(k claimKind, took time.Duration, rows int) {
+	cost := took.Seconds() / float64(max(rows, 1))
+	if !c.measured[k] {
+		c.cost[k], c.measured[k] = cost, true
 	} else {
-		w.cost[i] = 0.7*w.cost[i] + 0.3*c
+		c.cost[k] = 0.7*c.cost[k] + 0.3*cost
 	}
 }
 

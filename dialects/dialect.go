@@ -120,6 +120,12 @@ type ClaimParams struct {
 	// Gate, when set, restricts keyed rows to settled ones (see Gate); nil
 	// claims every head, as a database that cannot tell must.
 	Gate *Gate
+	// ByKey finds the heads key by key (a skip scan over the keys that have
+	// pending or processing rows) instead of in schedule order: cheaper when
+	// few keys hold many rows. Window is then ignored: the claim considers
+	// every due row, as one without a window does. The rule and the result
+	// are the same. A dialect may ignore it (SQL Server does).
+	ByKey bool
 }
 
 // Heads returns the effective MaxHeads.

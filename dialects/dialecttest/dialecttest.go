@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,9 @@ type Harness struct {
 	Empty func(t *testing.T) dialects.Dialect
 	// Unreachable returns a dialect whose database accepts no connection.
 	Unreachable func(t *testing.T) dialects.Dialect
+
+	// byKey runs the claims of a subtest with ClaimParams.ByKey.
+	byKey bool
 }
 
 // Run runs the whole suite.
@@ -70,6 +74,19 @@ func Run(t *testing.T, h Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, h)
+		})
+	}
+	// The claim that walks the keys must obey every rule the schedule-order
+	// claim does (a dialect that ignores ByKey passes the same tests again).
+	byKey := h
+	byKey.byKey = true
+	for _, tc := range tests {
+		if !strings.HasPrefix(tc.name, "Claim") && !strings.Contains(tc.name, "Key") && !strings.Contains(tc.name, "Lease") && tc.name != "ConcurrentClaimers" {
+			continue
+		}
+		t.Run("ByKey/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, byKey)
 		})
 	}
 }
@@ -107,9 +124,9 @@ func keyed(key string, n int) []dialects.NewRow {
 	return rows
 }
 
-func claim(t *testing.T, d dialects.Dialect, limit int) []dialects.Row {
+func (h Harness) claim(t *testing.T, d dialects.Dialect, limit int) []dialects.Row {
 	t.Helper()
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New()})
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), ByKey: h.byKey})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -155,11 +172,11 @@ func testClaimLimitAndSchedule(t *testing.T, h Harness) {
 	}
 	rows = append(rows, dialects.NewRow{Topic: "later", ScheduledAt: &later})
 	insert(t, d, rows...)
-	got := claim(t, d, 4)
+	got := h.claim(t, d, 4)
 	if len(got) != 4 {
 		t.Fatalf("claimed %d rows with limit 4", len(got))
 	}
-	got = append(got, claim(t, d, 100)...)
+	got = append(got, h.claim(t, d, 100)...)
 	if len(got) != 10 {
 		t.Fatalf("claimed %d rows in all, want the 10 due ones", len(got))
 	}
@@ -176,7 +193,7 @@ func testClaimLimitAndSchedule(t *testing.T, h Harness) {
 			t.Errorf("row fields: %+v", r)
 		}
 	}
-	if more := claim(t, d, 100); len(more) != 0 {
+	if more := h.claim(t, d, 100); len(more) != 0 {
 		t.Fatalf("claimed %d rows that are already held", len(more))
 	}
 }
@@ -184,7 +201,7 @@ func testClaimLimitAndSchedule(t *testing.T, h Harness) {
 func testConsecutiveHeads(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, keyed("k1", 5)...)
-	got := claim(t, d, 100)
+	got := h.claim(t, d, 100)
 	if len(got) != 5 {
 		t.Fatalf("claimed %d of the 5 head rows of one key", len(got))
 	}
@@ -195,13 +212,13 @@ func testConsecutiveHeads(t *testing.T, h Harness) {
 	}
 	// While they are held, a new row of the key is not claimable.
 	insert(t, d, keyed("k1", 1)...)
-	if more := claim(t, d, 100); len(more) != 0 {
+	if more := h.claim(t, d, 100); len(more) != 0 {
 		t.Fatalf("claimed a row of a key whose earlier rows are processing")
 	}
 	for _, r := range got {
 		complete(t, d, outcome(r, dialects.OutcomeDelivered))
 	}
-	if more := claim(t, d, 100); len(more) != 1 {
+	if more := h.claim(t, d, 100); len(more) != 1 {
 		t.Fatalf("after the key's rows were delivered, claimed %d, want the new row", len(more))
 	}
 }
@@ -250,7 +267,7 @@ func testConcurrentClaimers(t *testing.T, h Harness) {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
 			idle := 0
 			for delivered.Load() < int64(total) && idle < 5000 {
-				batch, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 1 + rng.IntN(150), Lease: lease, Token: uuid.New()})
+				batch, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 1 + rng.IntN(150), Lease: lease, Token: uuid.New(), ByKey: h.byKey})
 				if err != nil {
 					fail("claim: %v", err)
 					return
@@ -330,7 +347,7 @@ func testRetryHoldsKey(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, keyed("k", 3)...)
 	insert(t, d, keyed("other", 1)...)
-	got := byKey(claim(t, d, 100))
+	got := byKey(h.claim(t, d, 100))
 	k := got["k"]
 	if len(k) != 3 || len(got["other"]) != 1 {
 		t.Fatalf("claimed %v", got)
@@ -344,7 +361,7 @@ func testRetryHoldsKey(t *testing.T, h Harness) {
 		t.Fatalf("lost %v", lost)
 	}
 	insert(t, d, keyed("other", 1)...)
-	again := byKey(claim(t, d, 100))
+	again := byKey(h.claim(t, d, 100))
 	if len(again["k"]) != 0 {
 		t.Fatalf("a row waiting for a retry did not hold back its key: claimed %d rows of it", len(again["k"]))
 	}
@@ -356,7 +373,7 @@ func testRetryHoldsKey(t *testing.T, h Harness) {
 	if len(lost) != 0 {
 		t.Fatalf("lost %v", lost)
 	}
-	rows := claim(t, d, 100)
+	rows := h.claim(t, d, 100)
 	if len(rows) != 3 || rows[0].ID != k[0].ID || rows[0].Attempt != 2 {
 		t.Fatalf("after the retry came due, claimed %+v", rows)
 	}
@@ -366,7 +383,7 @@ func testRetryHoldsKey(t *testing.T, h Harness) {
 func claimAgainDue(t *testing.T, h Harness, d dialects.Dialect, r dialects.Row) dialects.Row {
 	t.Helper()
 	h.Exec(t, d, `UPDATE {{t}} SET {{c "scheduled_at"}} = {{c "created_at"}} WHERE {{c "state"}} = 'pending' AND {{c "attempt"}} > 0`)
-	rows := claim(t, d, 1)
+	rows := h.claim(t, d, 1)
 	if len(rows) != 1 || rows[0].ID != r.ID {
 		t.Fatalf("the due retry was not claimed first: %+v", rows)
 	}
@@ -379,12 +396,12 @@ func claimAgainDue(t *testing.T, h Harness, d dialects.Dialect, r dialects.Row) 
 func testDeadDoesNotHold(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, keyed("k", 2)...)
-	rows := claim(t, d, 1)
+	rows := h.claim(t, d, 1)
 	if len(rows) != 1 {
 		t.Fatalf("claimed %d", len(rows))
 	}
 	complete(t, d, dialects.Outcome{Claim: rows[0].Claim, Kind: dialects.OutcomeDead, Error: `no route matches topic "x"`})
-	next := claim(t, d, 10)
+	next := h.claim(t, d, 10)
 	if len(next) != 1 || next[0].Sequence <= rows[0].Sequence {
 		t.Fatalf("a dead row held back its key: claimed %+v", next)
 	}
@@ -394,14 +411,14 @@ func testExpiredLease(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, keyed("k", 2)...)
 	// A retry first, so that attempt is 1 and "unchanged" means something.
-	rows := claim(t, d, 10)
+	rows := h.claim(t, d, 10)
 	complete(t, d, dialects.Outcome{Claim: rows[0].Claim, Kind: dialects.OutcomeRetry, Error: "e"}, outcome(rows[1], dialects.OutcomeRelease))
 	// A claim whose lease ends at once, as if its replica died.
-	dead, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New()})
+	dead, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New(), ByKey: h.byKey})
 	if err != nil || len(dead) != 1 || dead[0].Attempt != 1 {
 		t.Fatalf("claim: %v %+v", err, dead)
 	}
-	if more := claim(t, d, 10); len(more) != 0 {
+	if more := h.claim(t, d, 10); len(more) != 0 {
 		t.Fatalf("claimed %d rows while the head is processing", len(more))
 	}
 	// A caller that still holds the claim does not release it.
@@ -412,7 +429,7 @@ func testExpiredLease(t *testing.T, h Harness) {
 	if err != nil || n != 1 {
 		t.Fatalf("release expired: %d, %v", n, err)
 	}
-	again := claim(t, d, 10)
+	again := h.claim(t, d, 10)
 	if len(again) != 2 || again[0].ID != dead[0].ID || again[0].Attempt != 1 {
 		t.Fatalf("the expired row was not claimable again with attempt unchanged: %+v", again)
 	}
@@ -430,7 +447,7 @@ func testExpiredLease(t *testing.T, h Harness) {
 func testStaleToken(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{}, dialects.NewRow{})
-	rows := claim(t, d, 10)
+	rows := h.claim(t, d, 10)
 	stale := rows[0].Claim
 	stale.Token = uuid.New()
 	lost := complete(t, d, dialects.Outcome{Claim: stale, Kind: dialects.OutcomeDead, Error: "x"}, outcome(rows[1], dialects.OutcomeDelivered))
@@ -450,8 +467,8 @@ func testStaleToken(t *testing.T, h Harness) {
 func testRenew(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
-	a := claim(t, d, 2)
-	b, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New()})
+	a := h.claim(t, d, 2)
+	b, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New(), ByKey: h.byKey})
 	if err != nil || len(b) != 1 {
 		t.Fatal(err)
 	}
@@ -477,7 +494,7 @@ func testRenew(t *testing.T, h Harness) {
 func testOutcomes(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"}, dialects.NewRow{Topic: "d"})
-	rows := claim(t, d, 10)
+	rows := h.claim(t, d, 10)
 	topic := map[string]dialects.Row{}
 	for _, r := range rows {
 		topic[r.Topic] = r
@@ -508,7 +525,7 @@ func testOutcomes(t *testing.T, h Harness) {
 	check("c", dialects.Dead, 0, "dead reason")
 	check("d", dialects.Pending, 0, "")
 	// Only the released row is claimable now: b waits an hour.
-	next := claim(t, d, 10)
+	next := h.claim(t, d, 10)
 	if len(next) != 1 || next[0].Topic != "d" {
 		t.Fatalf("claimable after the outcomes: %+v", next)
 	}
@@ -517,7 +534,7 @@ func testOutcomes(t *testing.T, h Harness) {
 func testReplay(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{Topic: "order.created"}, dialects.NewRow{Topic: "order.paid"}, dialects.NewRow{Topic: "user.created"}, dialects.NewRow{Topic: "held"})
-	rows := claim(t, d, 10)
+	rows := h.claim(t, d, 10)
 	var out []dialects.Outcome
 	var held dialects.Row
 	for _, r := range rows {
@@ -544,7 +561,7 @@ func testReplay(t *testing.T, h Harness) {
 	if err != nil || n != 0 {
 		t.Fatalf("replay touched a processing row: %d, %v", n, err)
 	}
-	again := claim(t, d, 10)
+	again := h.claim(t, d, 10)
 	if len(again) != 1 || again[0].Topic != "order.paid" || again[0].Attempt != 0 {
 		t.Fatalf("the replayed row: %+v", again)
 	}
@@ -565,7 +582,7 @@ func testPurge(t *testing.T, h Harness) {
 	for range 3 {
 		insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
 	}
-	rows := claim(t, d, 100)
+	rows := h.claim(t, d, 100)
 	var out []dialects.Outcome
 	for i, r := range rows {
 		kind := dialects.OutcomeDelivered
@@ -602,7 +619,7 @@ func testPurge(t *testing.T, h Harness) {
 func testStats(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"})
-	rows := claim(t, d, 3)
+	rows := h.claim(t, d, 3)
 	var out []dialects.Outcome
 	for _, r := range rows {
 		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "x"})
@@ -631,7 +648,7 @@ func testMaxHeads(t *testing.T, h Harness) {
 	for _, k := range []string{"a", "b", "c", "d"} {
 		insert(t, d, keyed(k, 6)...)
 	}
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 2})
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 2, ByKey: h.byKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,7 +669,7 @@ func testMaxHeads(t *testing.T, h Harness) {
 	// Unkeyed rows are heads of their own: MaxHeads bounds them too.
 	d2 := h.New(t, 0)
 	insert(t, d2, make([]dialects.NewRow, 6)...)
-	rows, err = d2.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 3})
+	rows, err = d2.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 3, ByKey: h.byKey})
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claimed %d unkeyed rows with 3 heads at most (%v)", len(rows), err)
 	}
@@ -717,7 +734,7 @@ func testList(t *testing.T, h Harness) {
 		rows = append(rows, dialects.NewRow{Topic: topic})
 	}
 	insert(t, d, rows...)
-	claimed := claim(t, d, 100)
+	claimed := h.claim(t, d, 100)
 	var out []dialects.Outcome
 	for _, r := range claimed {
 		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "no"})
@@ -798,7 +815,7 @@ func testPendingDue(t *testing.T, h Harness) {
 func testCountByTopic(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"})
-	rows := claim(t, d, 10)
+	rows := h.claim(t, d, 10)
 	for _, r := range rows {
 		if r.Topic == "b" {
 			complete(t, d, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "x"})
@@ -837,7 +854,7 @@ func testBlockedKeys(t *testing.T, h Harness) {
 	insert(t, d, dialects.NewRow{Key: str("planned"), ScheduledAt: &ahead})
 	var out []dialects.Outcome
 	var head dialects.Row
-	for _, r := range claim(t, d, 100) {
+	for _, r := range h.claim(t, d, 100) {
 		switch {
 		case r.Key == "stuck" && head.Key == "":
 			head = r
@@ -875,7 +892,7 @@ func testDeadGroups(t *testing.T, h Harness) {
 		t.Fatalf("no dead rows: %+v, %v", g, err)
 	}
 	insert(t, d, dialects.NewRow{Topic: "old"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"})
-	rows := claim(t, d, 10)
+	rows := h.claim(t, d, 10)
 	// One completion per row, in insert order, so that each gets its own
 	// updated_at and "old" is the oldest.
 	byTopic := map[string][]uuid.UUID{}

@@ -2,51 +2,19 @@
 -- configured table and column names. See the dialects package doc for the
 -- claim's two steps, and docs/internals.md for the plans on a large table.
 
--- name: OutboxClaim
--- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
--- $5 window: consider only the first $5 due rows by scheduled_at (NULL: all),
--- $6 settled watermark (NULL: no gate), $7/$8 open epochs (sequence value,
--- next transaction id) that this statement's own snapshot may settle.
---
--- gate: keyed rows are claimable only up to the watermark w: every
--- transaction that could still commit an earlier row of their key has ended
--- (see the dialects package doc). Epochs whose horizon is at or below this
--- snapshot's xmin are settled here, so a claim never waits for a probe.
--- heads: due pending rows that are the first pending/processing row of their
--- key (or have no key), locked with SKIP LOCKED. A row behind a head is never
--- a head for anyone, so no concurrent claimer can take it.
--- followers: for each keyed head, the pending rows right behind it, in
--- sequence order, up to the first row that is processing, waiting for a
--- retry, or beyond the watermark; at most ($1 - heads) / heads per key, so
--- the claim stays within $1.
--- The update finds the rows by ctid (a TID scan), not by a second walk of the
--- primary key: heads are locked, so their ctid cannot change under us, and
--- a follower that was updated meanwhile is re-checked against the new
--- version (state = 'pending') as READ COMMITTED does.
-WITH gate AS (
-    SELECT $6::bigint IS NULL AS open,
+-- fragment: ClaimGate
+-- The settled watermark (see OutboxClaim) as the CTE gate: open (no gate)
+-- and w. It also names $5's type, which OutboxClaimByKey does not use.
+gate AS (
+    SELECT $6::bigint IS NULL AS open, $5::int AS window_rows,
            GREATEST($6::bigint, (SELECT max(e.l) FROM unnest($7::bigint[], $8::bigint[]) AS e(l, x)
                                   WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
-), heads AS (
-    SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
-      FROM {{t}} AS o
-     WHERE o.{{c "state"}} = 'pending'
-       AND o.{{c "scheduled_at"}} <= now()
-       AND ($5::int IS NULL OR o.ctid = ANY(ARRAY(
-            SELECT w.ctid FROM {{t}} AS w
-             WHERE w.{{c "state"}} = 'pending' AND w.{{c "scheduled_at"}} <= now()
-             ORDER BY w.{{c "scheduled_at"}}
-             LIMIT $5)))
-       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
-            ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate)) AND NOT EXISTS (
-            SELECT 1 FROM {{t}} AS b
-             WHERE b.{{c "key"}} = o.{{c "key"}}
-               AND b.{{c "sequence"}} < o.{{c "sequence"}}
-               AND b.{{c "state"}} IN ('pending', 'processing'))))
-     ORDER BY o.{{c "scheduled_at"}}
-     LIMIT $4
-       FOR UPDATE SKIP LOCKED
-), followers AS (
+)
+
+-- fragment: ClaimFollowers
+-- For each keyed head, the pending rows right behind it; the CTE heads has
+-- tid, k and seq. Keyed heads share what the limit leaves.
+followers AS (
     SELECT f.tid
       FROM heads AS h
      CROSS JOIN LATERAL (
@@ -60,10 +28,17 @@ WITH gate AS (
                       AND x.{{c "state"}} IN ('pending', 'processing')
                       AND ((SELECT open FROM gate) OR x.{{c "sequence"}} <= (SELECT w FROM gate))
                     ORDER BY x.{{c "sequence"}}
-                    LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*), 1) FROM heads)) AS w
+                    LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*) FILTER (WHERE k IS NOT NULL AND k <> ''), 1) FROM heads)) AS w
             WHERE NOT w.blocked) AS f
      WHERE h.k IS NOT NULL AND h.k <> ''
 )
+
+-- fragment: ClaimUpdate
+-- Stamps the heads and followers. The update finds the rows by ctid (a TID
+-- scan), not by a second walk of the primary key: heads are locked, so
+-- their ctid cannot change under us, and a follower that was updated
+-- meanwhile is re-checked against the new version (state = 'pending') as
+-- READ COMMITTED does.
 UPDATE {{t}} AS o
    SET {{c "state"}} = 'processing',
        {{c "claimed_at"}} = now(),
@@ -74,6 +49,118 @@ UPDATE {{t}} AS o
    AND o.{{c "state"}} = 'pending'
 RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
           o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}}
+
+-- name: OutboxClaim
+-- The claim that finds heads in schedule order: cheapest when heads are
+-- plentiful (unkeyed rows, many keys with few rows each).
+-- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
+-- $5 window: consider only the first $5 due rows by scheduled_at (NULL: all),
+-- $6 settled watermark (NULL: no gate), $7/$8 open epochs (sequence value,
+-- next transaction id) that this statement's own snapshot may settle.
+--
+-- gate: keyed rows are claimable only up to the watermark w: every
+-- transaction that could still commit an earlier row of their key has ended
+-- (see the dialects package doc). Epochs whose horizon is at or below this
+-- snapshot's xmin are settled here, so a claim never waits for a probe.
+-- heads: due pending rows that are the first pending/processing row of their
+-- key (or have no key), locked with SKIP LOCKED. A row behind a head is never
+-- a head for anyone, so no concurrent claimer can take it. "No earlier row
+-- of its key" is one probe of idx_outbox_key_sequence, backwards from the
+-- row (ORDER BY ... DESC LIMIT 1), whatever the statistics say about the
+-- key: with one hot key they make a sequential scan look cheaper, and that
+-- plan is quadratic. Backwards, because the front of a busy key's range in
+-- the index is full of entries of rows already delivered (dead until
+-- vacuum): a row behind a busy head finds its live predecessor at once.
+-- followers: for each keyed head, the pending rows right behind it, in
+-- sequence order, up to the first row that is processing, waiting for a
+-- retry, or beyond the watermark; the claim stays within $1.
+WITH {{template "ClaimGate"}}, heads AS (
+    SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
+      FROM {{t}} AS o
+     WHERE o.{{c "state"}} = 'pending'
+       AND o.{{c "scheduled_at"}} <= now()
+       AND ($5::int IS NULL OR o.ctid = ANY(ARRAY(
+            SELECT w.ctid FROM {{t}} AS w
+             WHERE w.{{c "state"}} = 'pending' AND w.{{c "scheduled_at"}} <= now()
+             ORDER BY w.{{c "scheduled_at"}}
+             LIMIT $5)))
+       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
+            ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate))
+            AND (SELECT b.{{c "sequence"}} FROM {{t}} AS b
+                  WHERE b.{{c "key"}} = o.{{c "key"}}
+                    AND b.{{c "sequence"}} < o.{{c "sequence"}}
+                    AND b.{{c "state"}} IN ('pending', 'processing')
+                  ORDER BY b.{{c "key"}} DESC, b.{{c "sequence"}} DESC
+                  LIMIT 1) IS NULL))
+     ORDER BY o.{{c "scheduled_at"}}
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+), {{template "ClaimFollowers"}}
+{{template "ClaimUpdate"}}
+
+-- name: OutboxClaimByKey
+-- The claim that finds heads key by key: cheapest when few keys hold many
+-- rows (hot keys), where a scan in schedule order passes over every row
+-- behind a busy head. Same parameters as OutboxClaim but $5 (ignored).
+-- walk: a skip scan of idx_outbox_key_sequence, one probe per key that has
+-- pending or processing rows, giving each key's first such row: its head.
+-- keyed: the heads that are pending, due and settled, oldest due first.
+-- unkeyed: rows without a key, from the same index (its null and empty-key
+-- ranges, in sequence order), so that this claim, like OutboxClaim,
+-- considers every due row.
+WITH RECURSIVE {{template "ClaimGate"}}, walk AS (
+    (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
+       FROM {{t}} AS x
+      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > ''
+      ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
+      LIMIT 1)
+    UNION ALL
+    SELECT n.k, n.seq
+      FROM walk AS p
+     CROSS JOIN LATERAL (
+           SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
+             FROM {{t}} AS x
+            WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k
+            ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
+            LIMIT 1) AS n
+), keyed AS (
+    SELECT o.ctid AS tid, o.{{c "key"}}::text AS k, o.{{c "sequence"}} AS seq
+      FROM walk AS p
+      JOIN {{t}} AS o ON o.{{c "key"}} = p.k AND o.{{c "sequence"}} = p.seq
+     WHERE o.{{c "state"}} = 'pending'
+       AND o.{{c "scheduled_at"}} <= now()
+       AND ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate))
+     ORDER BY o.{{c "scheduled_at"}}
+     LIMIT $4
+       FOR UPDATE OF o SKIP LOCKED
+), nullkey AS (
+    SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
+      FROM {{t}} AS o
+     WHERE o.{{c "key"}} IS NULL
+       AND o.{{c "state"}} IN ('pending', 'processing')
+       AND o.{{c "state"}} = 'pending'
+       AND o.{{c "scheduled_at"}} <= now()
+     ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
+     LIMIT (SELECT $4 - count(*) FROM keyed)
+       FOR UPDATE SKIP LOCKED
+), emptykey AS (
+    SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
+      FROM {{t}} AS o
+     WHERE o.{{c "key"}} = ''
+       AND o.{{c "state"}} IN ('pending', 'processing')
+       AND o.{{c "state"}} = 'pending'
+       AND o.{{c "scheduled_at"}} <= now()
+     ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
+     LIMIT (SELECT $4 - count(*) FROM keyed) - (SELECT count(*) FROM nullkey)
+       FOR UPDATE SKIP LOCKED
+), heads AS (
+    SELECT tid, k, seq FROM keyed
+    UNION ALL
+    SELECT tid, k, seq FROM nullkey
+    UNION ALL
+    SELECT tid, k, seq FROM emptykey
+), {{template "ClaimFollowers"}}
+{{template "ClaimUpdate"}}
 
 -- name: OutboxRenewLeases
 -- $1 claim tokens, $2 lease in ms. Rows that a completion is writing right

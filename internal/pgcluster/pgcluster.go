@@ -300,3 +300,11 @@ func RemoveStale(prefix string) {
 		_ = os.RemoveAll(d)
 	}
 }
+
+// PID is the server's (postmaster's) process id; 0 when it is not running.
+func (c *Cluster) PID() int {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}

@@ -1,0 +1,287 @@
+package benchmarks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// Options configure a run of the benchmark suite.
+type Options struct {
+	// DatabaseURL is the PostgreSQL server to use; empty starts a durable
+	// throwaway cluster and removes it afterwards.
+	DatabaseURL string
+	// Scenarios to run, by name; empty runs every scenario.
+	Scenarios []string
+	// Rows is the backlog of a drain (the backlog scenario takes ten times
+	// as many).
+	Rows int
+	// PayloadBytes is the size of each row's JSON payload.
+	PayloadBytes int
+	// Seconds is how long the producer and latency scenarios run (each
+	// workload, each table).
+	Seconds int
+	// Rate is the latency scenario's steady insert rate, rows per second.
+	Rate int
+	// Binary is the queuebox executable that the replicas scenario starts;
+	// empty is this process's own.
+	Binary string
+	// JSON, when set, receives the results as a JSON list.
+	JSON string
+	// CPUProfile, when set, is a folder that receives a CPU profile of each
+	// in-process scenario.
+	CPUProfile string
+	// Out receives the table; Progress the progress bar and notes.
+	Out, Progress io.Writer
+}
+
+// Result is one measured line of the table.
+type Result struct {
+	Scenario string `json:"scenario"`
+	// Variant tells lines of one scenario apart: a mailbox size, a
+	// workload, the number of replicas.
+	Variant   string `json:"variant,omitempty"`
+	Rows      int    `json:"rows"`
+	Keys      int    `json:"keys"`
+	Replicas  int    `json:"replicas"`
+	BatchSize int    `json:"batch_size"`
+	Mailbox   string `json:"mailbox"`
+	// RowsPerSec is the throughput: drained, inserted or delivered rows per
+	// second, or transactions per second for the producer scenario.
+	RowsPerSec float64 `json:"rows_per_sec"`
+	// RatioToRaw is a drain's rate against the raw loop of the same run.
+	RatioToRaw *float64 `json:"ratio_to_raw,omitempty"`
+	// Ratio is what the scenario compares: with what QueueBox installs
+	// against without (producer), three replicas against one (replicas),
+	// against the 100,000-row rate (backlog).
+	Ratio *float64 `json:"ratio,omitempty"`
+	// Latencies, where measured, in milliseconds.
+	P50 *float64 `json:"p50_ms,omitempty"`
+	P95 *float64 `json:"p95_ms,omitempty"`
+	P99 *float64 `json:"p99_ms,omitempty"`
+	// PeakRSSMB is the relay process's peak resident memory.
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+	// DBCPUShare is the database's share of the CPU time that the database
+	// and the relay used (only for a throwaway cluster on this machine).
+	DBCPUShare *float64 `json:"db_cpu_share,omitempty"`
+	Seconds    float64  `json:"seconds"`
+	// Failed counts failed transactions (producer) or rows not delivered.
+	Failed int64  `json:"failed"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Scenario is one named benchmark.
+type Scenario struct {
+	Name string
+	What string
+	run  func(ctx context.Context, e *env) ([]Result, error)
+}
+
+// Scenarios lists every scenario in the order they run.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{"raw", "claim and complete statements in two loops, no engine (the baseline)", runRaw},
+		{"drain", "drain an unkeyed backlog", runDrain(0)},
+		{"drain-keys", "drain a backlog over 1,000 keys", runDrain(1000)},
+		{"hot-keys", "drain a backlog over 10 keys", runDrain(10)},
+		{"one-key", "drain a backlog of one key", runDrain(1)},
+		{"latency", "steady single-row inserts; commit to delivery", runLatency},
+		{"producer", "insert throughput with and without what QueueBox installs (pgbench, 8 clients)", runProducer},
+		{"backlog", "drain a backlog ten times as deep, 1,000 keys", runBacklog},
+		{"replicas", "one relay process against three", runReplicas},
+		{"mailbox", "drain over 1,000 keys with every mailbox at 1, 16, 256, 4096 and unbounded", runMailbox},
+		{"http", "drain to the built-in HTTP receiver, unkeyed and over 1,000 keys", runHTTP},
+	}
+}
+
+// Run runs the selected scenarios and prints the table.
+func Run(ctx context.Context, o Options) ([]Result, error) {
+	if o.Rows <= 0 {
+		o.Rows = 100000
+	}
+	if o.PayloadBytes <= 0 {
+		o.PayloadBytes = 200
+	}
+	if o.Seconds <= 0 {
+		o.Seconds = 10
+	}
+	if o.Rate <= 0 {
+		o.Rate = 1000
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Progress == nil {
+		o.Progress = os.Stderr
+	}
+	all := Scenarios()
+	selected := all
+	if len(o.Scenarios) > 0 {
+		selected = nil
+		for _, name := range o.Scenarios {
+			i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
+			if i < 0 {
+				names := make([]string, len(all))
+				for j, s := range all {
+					names[j] = s.Name
+				}
+				return nil, &UsageError{fmt.Sprintf("--scenarios: %q is not a scenario; the scenarios are %s", name, strings.Join(names, ", "))}
+			}
+			selected = append(selected, all[i])
+		}
+		// The ratios need the raw loop and the 100,000-row drain of the same
+		// run: add them when a scenario that compares against them runs.
+		need := func(name string) {
+			if !slices.ContainsFunc(selected, func(s Scenario) bool { return s.Name == name }) {
+				i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
+				selected = append([]Scenario{all[i]}, selected...)
+			}
+		}
+		for _, s := range slices.Clone(selected) {
+			switch s.Name {
+			case "drain-keys", "hot-keys", "one-key", "mailbox":
+				need("drain")
+				need("raw")
+			case "drain":
+				need("raw")
+			case "backlog":
+				need("drain-keys")
+				need("raw")
+			}
+		}
+		slices.SortStableFunc(selected, func(a, b Scenario) int {
+			return slices.IndexFunc(all, func(s Scenario) bool { return s.Name == a.Name }) -
+				slices.IndexFunc(all, func(s Scenario) bool { return s.Name == b.Name })
+		})
+	}
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	bar := progressbar.NewOptions(len(selected),
+		progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false),
+		progressbar.OptionSetDescription("starting"), progressbar.OptionClearOnFinish())
+	var results []Result
+	for _, s := range selected {
+		bar.Describe(fmt.Sprintf("%-10s %s", s.Name, s.What))
+		rs, err := e.profiled(s.Name, func() ([]Result, error) { return s.run(ctx, e) })
+		if err != nil {
+			_ = bar.Finish()
+			return results, fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		e.record(rs)
+		results = append(results, rs...)
+		_ = bar.Add(1)
+	}
+	_ = bar.Finish()
+	ratios(results)
+	printTable(o.Out, results, e.conditions())
+	if e.plan != "" {
+		fmt.Fprintf(o.Out, "\nThe claim's plan on the backlog table (%d rows, run and rolled back):\n%s\n", 10*o.Rows, e.plan)
+	}
+	if o.JSON != "" {
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return results, err
+		}
+		if err := os.WriteFile(o.JSON, append(b, '\n'), 0o644); err != nil {
+			return results, fmt.Errorf("--json: %w", err)
+		}
+	}
+	return results, ctx.Err()
+}
+
+// UsageError is a bad option (exit 2).
+type UsageError struct{ msg string }
+
+func (u *UsageError) Error() string { return u.msg }
+
+// IsUsage reports whether err is a bad option.
+func IsUsage(err error) bool {
+	var u *UsageError
+	return errors.As(err, &u)
+}
+
+// ratios fills the ratios that compare lines of the same run.
+func ratios(rs []Result) {
+	find := func(scenario, variant string) *Result {
+		for i := range rs {
+			if rs[i].Scenario == scenario && (variant == "" || rs[i].Variant == variant) {
+				return &rs[i]
+			}
+		}
+		return nil
+	}
+	raw := find("raw", "")
+	drainKeys := find("drain-keys", "")
+	for i := range rs {
+		r := &rs[i]
+		switch r.Scenario {
+		case "drain", "drain-keys", "hot-keys", "one-key", "mailbox":
+			if raw != nil && raw.RowsPerSec > 0 {
+				r.RatioToRaw = ptr(r.RowsPerSec / raw.RowsPerSec)
+			}
+		case "backlog":
+			if raw != nil && raw.RowsPerSec > 0 {
+				r.RatioToRaw = ptr(r.RowsPerSec / raw.RowsPerSec)
+			}
+			if drainKeys != nil && drainKeys.RowsPerSec > 0 {
+				r.Ratio = ptr(r.RowsPerSec / drainKeys.RowsPerSec)
+			}
+		}
+	}
+}
+
+func ptr(f float64) *float64 { return &f }
+
+func printTable(w io.Writer, rs []Result, conditions string) {
+	fmt.Fprintf(w, "\n%s\n\n", conditions)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tvariant\trows\tkeys\treplicas\tbatch\tmailbox\trows/s\tvs raw\tratio\tp50 ms\tp95 ms\tp99 ms\tpeak RSS MB\tdb CPU\tfailed\t")
+	opt := func(f *float64, format string) string {
+		if f == nil {
+			return "-"
+		}
+		return fmt.Sprintf(format, *f)
+	}
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t\n",
+			r.Scenario, dash(r.Variant), r.Rows, r.Keys, r.Replicas, r.BatchSize, dash(r.Mailbox), r.RowsPerSec,
+			opt(r.RatioToRaw, "%.2f"), opt(r.Ratio, "%.2f"), opt(r.P50, "%.1f"), opt(r.P95, "%.1f"), opt(r.P99, "%.1f"),
+			r.PeakRSSMB, percent(r.DBCPUShare), r.Failed)
+	}
+	_ = tw.Flush()
+	for _, r := range rs {
+		if r.Note != "" {
+			fmt.Fprintf(w, "%s %s: %s\n", r.Scenario, r.Variant, r.Note)
+		}
+	}
+}
+
+func percent(f *float64) string {
+	if f == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100**f)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// since returns the seconds elapsed since t.
+func since(t time.Time) float64 { return time.Since(t).Seconds() }

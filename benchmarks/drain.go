@@ -1,0 +1,257 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/bootstrap"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+)
+
+// runRaw is the baseline: the claim and completion statements the engine
+// uses, in two loops (one claims while the other completes), with the
+// engine's batch size, and nothing around them.
+func runRaw(ctx context.Context, e *env) ([]Result, error) {
+	d, h, err := e.fresh(ctx, "raw")
+	if err != nil {
+		return nil, err
+	}
+	rows := e.o.Rows
+	if err := e.seed(ctx, d, h, rows, 0); err != nil {
+		return nil, err
+	}
+	batch := bootstrap.Defaults().Outbox.BatchSize
+	m := e.meter()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < int64(rows) {
+				claimed, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: 30 * time.Second, Token: uuid.New()})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(claimed) == 0 {
+					continue
+				}
+				out := make([]dialects.Outcome, len(claimed))
+				for i, r := range claimed {
+					out[i] = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered}
+				}
+				if _, err := d.OutboxComplete(ctx, out); err != nil {
+					errs <- err
+					return
+				}
+				done.Add(int64(len(claimed)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	r := Result{Scenario: "raw", Variant: "2 loops", Rows: rows, BatchSize: batch, Replicas: 1}
+	m.stop(&r)
+	r.RowsPerSec = float64(rows) / r.Seconds
+	return []Result{r}, nil
+}
+
+func runDrain(keys int) func(ctx context.Context, e *env) ([]Result, error) {
+	return func(ctx context.Context, e *env) ([]Result, error) {
+		name := map[int]string{0: "drain", 1000: "drain-keys", 10: "hot-keys", 1: "one-key"}[keys]
+		r, err := e.drain(ctx, name, e.o.Rows, keys, nil)
+		if err != nil {
+			return nil, err
+		}
+		return []Result{r}, nil
+	}
+}
+
+// runBacklog drains ten times the rows over 1,000 keys: a claim's cost must
+// not grow with the depth of the backlog.
+func runBacklog(ctx context.Context, e *env) ([]Result, error) {
+	r, err := e.drain(ctx, "backlog", 10*e.o.Rows, 1000, nil)
+	if err != nil {
+		return nil, err
+	}
+	return []Result{r}, nil
+}
+
+// runMailbox drains over 1,000 keys with every mailbox at one size.
+func runMailbox(ctx context.Context, e *env) ([]Result, error) {
+	var out []Result
+	for _, size := range []int{1, 16, 256, 4096, 0} {
+		r, err := e.drain(ctx, "mailbox", e.o.Rows, 1000, func(c *bootstrap.Config) {
+			c.Engine.Mailbox = bootstrap.MailboxConfig{Claimer: size, Key: size, Sink: size, Completer: size}
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.Variant = fmt.Sprintf("mailbox=%d", size)
+		if size == 0 {
+			r.Variant = "mailbox=unbounded"
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// runHTTP drains to a local HTTP receiver that accepts every request at
+// once: the cost of real requests, without a slow receiver.
+func runHTTP(ctx context.Context, e *env) ([]Result, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/events/{{ topic }}"
+	var out []Result
+	for _, keys := range []int{0, 1000} {
+		r, err := e.drain(ctx, "http", e.o.Rows, keys, func(c *bootstrap.Config) {
+			c.Destinations = map[string]*bootstrap.DestinationConfig{"bench": {Type: "http", URL: url}}
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.Variant = "receiver in this process"
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// completions counts the outcomes the engine has written.
+type completions struct {
+	actors.NopObserver
+	n atomic.Int64
+}
+
+func (c *completions) Completed(rows int, _ time.Duration) { c.n.Add(int64(rows)) }
+
+// config is the default configuration on a scenario's schema, with the
+// null destination for every topic.
+func (e *env) config(d *postgres.Dialect) *bootstrap.Config {
+	cfg := bootstrap.Defaults()
+	cfg.Database.URL = e.url
+	cfg.Database.Schema = d.Names().Schema
+	cfg.Destinations = map[string]*bootstrap.DestinationConfig{"bench": {Type: "null"}}
+	cfg.Routes = []bootstrap.RouteConfig{{TopicPattern: "#", Destination: "bench"}}
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Log.Level = "warn"
+	return cfg
+}
+
+// drain seeds rows and times the engine, built as `queuebox run` builds it,
+// from its start to the last outcome written.
+func (e *env) drain(ctx context.Context, name string, rows, keys int, tweak func(*bootstrap.Config)) (Result, error) {
+	d, h, err := e.fresh(ctx, name)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := e.seed(ctx, d, h, rows, keys); err != nil {
+		return Result{}, err
+	}
+	if name == "backlog" {
+		e.explainClaim(ctx, d)
+	}
+	cfg := e.config(d)
+	if tweak != nil {
+		tweak(cfg)
+	}
+	l, err := bootstrap.FromConfig(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	rd, err := bootstrap.OpenDialect(ctx, l)
+	if err != nil {
+		return Result{}, err
+	}
+	defer rd.Close()
+	opts, err := bootstrap.EngineOptions(l, rd, e.log)
+	if err != nil {
+		return Result{}, err
+	}
+	obs := &completions{}
+	opts.Observer = obs
+	eng, err := actors.New(opts)
+	if err != nil {
+		return Result{}, err
+	}
+	m := e.meter()
+	if err := eng.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	deadline := time.Now().Add(30 * time.Minute)
+	for obs.n.Load() < int64(rows) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(2 * time.Millisecond)
+	}
+	r := Result{Scenario: name, Rows: rows, Keys: keys, Replicas: 1, BatchSize: cfg.Outbox.BatchSize, Mailbox: mailboxes(cfg)}
+	m.stop(&r)
+	r.Failed = int64(rows) - obs.n.Load()
+	r.RowsPerSec = float64(obs.n.Load()) / r.Seconds
+	st := &eng.Stats
+	if c := st.ClaimStatements.Load(); c > 0 {
+		r.Note = fmt.Sprintf("%d claims of %.0f rows (%.1f ms each), %d completions (%.1f ms each)", c,
+			float64(st.Claimed.Load())/float64(c), float64(st.ClaimTime.Load())/1e6/float64(c),
+			st.CompleteStatements.Load(), float64(st.CompleteTime.Load())/1e6/float64(max(1, st.CompleteStatements.Load())))
+	}
+	_ = eng.Stop(context.WithoutCancel(ctx))
+	return r, ctx.Err()
+}
+
+func mailboxes(c *bootstrap.Config) string {
+	mb := c.Engine.Mailbox
+	if mb.Claimer == mb.Key && mb.Key == mb.Sink && mb.Sink == mb.Completer {
+		if mb.Key == 0 {
+			return "unbounded"
+		}
+		return fmt.Sprint(mb.Key)
+	}
+	return "default"
+}
+
+// explainClaim records the claim's plan on the seeded table, run and rolled
+// back, for the table's notes.
+func (e *env) explainClaim(ctx context.Context, d *postgres.Dialect) {
+	q, err := postgres.Queries(d.Names())
+	if err != nil {
+		return
+	}
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		return
+	}
+	defer tx.Rollback(ctx)
+	batch := bootstrap.Defaults().Outbox.BatchSize
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+q.OutboxClaim,
+		batch, int64(30000), uuid.New(), batch, nil, int64(1<<62), []int64{}, []int64{})
+	if err != nil {
+		e.plan = "EXPLAIN failed: " + err.Error()
+		return
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		e.plan = "EXPLAIN failed: " + err.Error()
+		return
+	}
+	e.plan = strings.Join(lines, "\n")
+}

@@ -1,0 +1,278 @@
+package benchmarks
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/pgcluster"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+//go:embed harness.sql
+var harnessFS embed.FS
+
+// harness are the benchmark's own statements: making, seeding and measuring
+// its tables. They are not QueueBox's (those live in the dialects); the
+// producer scenario's application statements are in producer.go.
+type harness struct {
+	Seed, Analyze, CountOpen, DropSchema, PlainTable string
+}
+
+// env is one run's database and bookkeeping.
+type env struct {
+	o       Options
+	url     string
+	cluster *pgcluster.Cluster
+	log     *slog.Logger
+	n       int
+	// schemas made by this run, dropped at the end (a server the user gave
+	// keeps nothing of the run).
+	schemas []*postgres.Dialect
+	results []Result
+	payload []byte
+	// plan is the claim's plan on the backlog table.
+	plan string
+}
+
+func newEnv(ctx context.Context, o Options) (*env, error) {
+	e := &env{o: o, url: o.DatabaseURL, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if e.url == "" {
+		fmt.Fprintln(o.Progress, "Starting a throwaway PostgreSQL cluster (durable settings) ...")
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Prefix: "queuebox-bench-"})
+		if err != nil {
+			return nil, err
+		}
+		e.cluster, e.url = c, c.URL()
+	}
+	e.payload = payload(o.PayloadBytes)
+	return e, nil
+}
+
+// payload is a JSON object of about n bytes.
+func payload(n int) []byte {
+	base := `{"orderId":"11111111-1111-1111-1111-111111111111","amount":99.99,"currency":"EUR","note":""}`
+	pad := max(0, n-len(base))
+	return []byte(strings.Replace(base, `"note":""`, `"note":"`+strings.Repeat("x", pad)+`"`, 1))
+}
+
+func (e *env) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, d := range e.schemas {
+		if e.cluster == nil {
+			h, err := e.harness(d.Names())
+			if err == nil {
+				_, _ = d.Pool().Exec(ctx, h.DropSchema)
+			}
+		}
+		d.Close()
+	}
+	if e.cluster != nil {
+		e.cluster.Stop()
+	}
+}
+
+func (e *env) harness(names dialects.Names) (*harness, error) {
+	h := &harness{}
+	if err := dialects.Catalog(names, postgres.Quoting, harnessFS, "harness.sql", h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// fresh makes a migrated schema of its own for one scenario.
+func (e *env) fresh(ctx context.Context, name string) (*postgres.Dialect, *harness, error) {
+	e.n++
+	names := dialects.DefaultNames()
+	names.Schema = fmt.Sprintf("qb_bench_%d_%s", e.n, strings.ReplaceAll(name, "-", "_"))
+	d, err := postgres.Open(ctx, postgres.Options{URL: e.url, Names: names, MaxConnections: 20})
+	if err != nil {
+		return nil, nil, err
+	}
+	e.schemas = append(e.schemas, d)
+	if _, err := migrations.Up(ctx, d); err != nil {
+		return nil, nil, err
+	}
+	h, err := e.harness(names)
+	return d, h, err
+}
+
+// seed inserts rows (over keys; 0 keys: unkeyed) and analyses the table.
+func (e *env) seed(ctx context.Context, d *postgres.Dialect, h *harness, rows, keys int) error {
+	const chunk = 50000
+	for done := 0; done < rows; done += chunk {
+		n := min(chunk, rows-done)
+		if _, err := d.Pool().Exec(ctx, h.Seed, n, keys, done, string(e.payload)); err != nil {
+			return err
+		}
+	}
+	_, err := d.Pool().Exec(ctx, h.Analyze)
+	return err
+}
+
+// profiled runs one scenario, under a CPU profile when asked.
+func (e *env) profiled(name string, f func() ([]Result, error)) ([]Result, error) {
+	if e.o.CPUProfile == "" {
+		return f()
+	}
+	if err := os.MkdirAll(e.o.CPUProfile, 0o755); err != nil {
+		return nil, err
+	}
+	file, err := os.Create(filepath.Join(e.o.CPUProfile, name+".pprof"))
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	if err := pprof.StartCPUProfile(file); err != nil {
+		return nil, err
+	}
+	defer pprof.StopCPUProfile()
+	return f()
+}
+
+func (e *env) record(rs []Result) { e.results = append(e.results, rs...) }
+
+func (e *env) find(scenario string) *Result {
+	for i := range e.results {
+		if e.results[i].Scenario == scenario {
+			return &e.results[i]
+		}
+	}
+	return nil
+}
+
+// conditions is the first line of the table: what the figures mean.
+func (e *env) conditions() string {
+	server := "the PostgreSQL server at --database-url"
+	if e.cluster != nil {
+		server = "a throwaway PostgreSQL cluster with durable settings (fsync on, synchronous_commit on)"
+	}
+	return fmt.Sprintf("queuebox bench: %s; %d-byte payloads; drains in this process with the default configuration and the null destination; %d CPUs, %s",
+		server, len(e.payload), runtime.NumCPU(), runtime.Version())
+}
+
+// meter measures one scenario's resources: this process's peak memory and
+// CPU time, and the database server's CPU time when it runs here.
+type meter struct {
+	e       *env
+	start   time.Time
+	selfCPU time.Duration
+	dbCPU   time.Duration
+}
+
+func (e *env) meter() *meter {
+	resetPeakRSS()
+	return &meter{e: e, start: time.Now(), selfCPU: selfCPU(), dbCPU: e.dbCPU()}
+}
+
+// stop fills r's seconds, peak memory and database share.
+func (m *meter) stop(r *Result) {
+	r.Seconds = since(m.start)
+	r.PeakRSSMB = peakRSSMB(os.Getpid())
+	if m.e.cluster != nil {
+		db, self := m.e.dbCPU()-m.dbCPU, selfCPU()-m.selfCPU
+		if db+self > 0 {
+			r.DBCPUShare = ptr(float64(db) / float64(db+self))
+		}
+	}
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// dbCPU adds up the CPU time of the server and every process it started.
+func (e *env) dbCPU() time.Duration {
+	if e.cluster == nil || e.cluster.PID() == 0 {
+		return 0
+	}
+	root := e.cluster.PID()
+	total := procCPU(root)
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil || pid == root {
+			continue
+		}
+		if parent(pid) == root {
+			total += procCPU(pid)
+		}
+	}
+	return total
+}
+
+// clockTicks is the kernel's USER_HZ, 100 on Linux.
+const clockTicks = 100
+
+// procStat returns the fields of /proc/pid/stat after the command.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+func parent(pid int) int {
+	f := procStat(pid)
+	if len(f) < 2 {
+		return 0
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+func procCPU(pid int) time.Duration {
+	f := procStat(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// resetPeakRSS starts a new peak for this process (Linux 4.0 and later).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSSMB reads a process's peak resident memory.
+func peakRSSMB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// countOpen counts the rows not yet delivered or dead.
+func countOpen(ctx context.Context, d *postgres.Dialect, h *harness) (int64, error) {
+	var n int64
+	err := d.Pool().QueryRow(ctx, h.CountOpen).Scan(&n)
+	return n, err
+}

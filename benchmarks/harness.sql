@@ -1,0 +1,26 @@
+-- The benchmark's own statements, rendered for each scenario's schema. They
+-- make and measure the benchmark's tables; QueueBox's statements are the
+-- dialects'.
+
+-- name: Seed
+-- $1 rows, $2 keys (0: unkeyed), $3 the number of rows seeded before (so
+-- that chunks keep spreading rows over the keys in turn), $4 the payload.
+-- Inserted as an application inserts: the sequence default and what the
+-- migrations installed run.
+INSERT INTO {{t}} ({{c "topic"}}, {{c "key"}}, {{c "payload"}})
+SELECT 'bench.row', CASE WHEN $2::int > 0 THEN 'key-' || ((g + $3::int) % $2::int) END, $4::jsonb
+  FROM generate_series(1, $1::int) AS g
+
+-- name: Analyze
+ANALYZE {{t}}
+
+-- name: CountOpen
+SELECT count(*) FROM {{t}} WHERE {{c "state"}} IN ('pending', 'processing')
+
+-- name: DropSchema
+DROP SCHEMA IF EXISTS {{q schema}} CASCADE
+
+-- name: PlainTable
+-- The producer scenario's table without what QueueBox installs in the
+-- application's transaction.
+ALTER TABLE {{t}} DISABLE TRIGGER USER

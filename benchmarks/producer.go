@@ -1,0 +1,142 @@
+package benchmarks
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/queuebox/queuebox/internal/pgcluster"
+)
+
+// workload is an application's insert pattern, as a pgbench script. TABLE
+// stands for the schema-qualified outbox table; each row carries the
+// scenario's payload.
+type workload struct {
+	name, script string
+	rowsPerTx    int
+}
+
+var workloads = []workload{
+	{"single-row, 1,000 keys", `\set k random(1, 1000)
+INSERT INTO TABLE (topic, key, payload) VALUES ('order.created', 'k' || :k, PAYLOAD);
+`, 1},
+	{"2 rows/tx, 20 keys, random order", `\set a random(1, 20)
+\set b random(1, 20)
+BEGIN;
+INSERT INTO TABLE (topic, key, payload) VALUES ('order.created', 'k' || :a, PAYLOAD);
+INSERT INTO TABLE (topic, key, payload) VALUES ('order.paid', 'k' || :b, PAYLOAD);
+END;
+`, 2},
+	{"100 rows/statement, distinct keys", `INSERT INTO TABLE (topic, key, payload) SELECT 'order.created', md5(random()::text), PAYLOAD FROM generate_series(1, 100);
+`, 100},
+}
+
+// producerClients is the number of application connections.
+const producerClients = 8
+
+// runProducer measures what an application's inserts pay for QueueBox: each
+// workload runs with pgbench against a table the migrations made, and
+// against the same table with QueueBox's trigger disabled (a plain table),
+// each on a fresh table, one after the other.
+func runProducer(ctx context.Context, e *env) ([]Result, error) {
+	bin, err := pgcluster.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	pgbench := filepath.Join(bin, "pgbench")
+	if _, err := os.Stat(pgbench); err != nil {
+		return nil, fmt.Errorf("pgbench is not in %s: it comes with the PostgreSQL server package", bin)
+	}
+	dir, err := os.MkdirTemp("", "queuebox-bench-pgbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	var out []Result
+	for _, w := range workloads {
+		var tps [2]float64
+		for i, plain := range []bool{true, false} {
+			d, h, err := e.fresh(ctx, "producer")
+			if err != nil {
+				return nil, err
+			}
+			if plain {
+				if _, err := d.Pool().Exec(ctx, h.PlainTable); err != nil {
+					return nil, err
+				}
+			}
+			table := fmt.Sprintf(`%q.%q`, d.Names().Schema, d.Names().Outbox)
+			script := strings.ReplaceAll(strings.ReplaceAll(w.script, "TABLE", table), "PAYLOAD", "'"+string(e.payload)+"'::jsonb")
+			file := filepath.Join(dir, fmt.Sprintf("w%d.sql", i))
+			if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
+				return nil, err
+			}
+			m := e.meter()
+			t, failed, err := pgbenchRun(ctx, pgbench, e.url, file, e.o.Seconds)
+			if err != nil {
+				return nil, err
+			}
+			r := Result{Scenario: "producer", Variant: w.name, Keys: keysOf(w), Replicas: 0, Failed: failed}
+			if plain {
+				r.Variant += ", plain table"
+			} else {
+				r.Variant += ", with QueueBox"
+			}
+			m.stop(&r)
+			r.Seconds = float64(e.o.Seconds)
+			r.RowsPerSec = t * float64(w.rowsPerTx)
+			r.Rows = int(r.RowsPerSec * float64(e.o.Seconds))
+			r.PeakRSSMB, r.DBCPUShare = 0, nil // pgbench, not the relay
+			r.Note = fmt.Sprintf("%.0f transactions/s, %d clients", t, producerClients)
+			tps[i] = t
+			if !plain && tps[0] > 0 {
+				r.Ratio = ptr(t / tps[0])
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func keysOf(w workload) int {
+	switch w.rowsPerTx {
+	case 1:
+		return 1000
+	case 2:
+		return 20
+	}
+	return 0
+}
+
+var (
+	tpsRE    = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+	failedRE = regexp.MustCompile(`number of failed transactions: ([0-9]+)`)
+)
+
+// pgbenchRun runs one script and returns its transactions per second and
+// failed transactions (deadlocks and serialisation failures are counted,
+// not retried).
+func pgbenchRun(ctx context.Context, pgbench, url, file string, seconds int) (float64, int64, error) {
+	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", strconv.Itoa(producerClients), "-j", "2", "-T", strconv.Itoa(seconds), "-f", file, url)
+	var outb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &outb, &outb
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("pgbench: %v\n%s", err, outb.String())
+	}
+	m := tpsRE.FindStringSubmatch(outb.String())
+	if m == nil {
+		return 0, 0, fmt.Errorf("pgbench printed no tps:\n%s", outb.String())
+	}
+	t, _ := strconv.ParseFloat(m[1], 64)
+	var failed int64
+	if f := failedRE.FindStringSubmatch(outb.String()); f != nil {
+		failed, _ = strconv.ParseInt(f[1], 10, 64)
+	}
+	return t, failed, nil
+}
