@@ -145,15 +145,6 @@ func (e *env) profiled(name string, f func() ([]Result, error)) ([]Result, error
 
 func (e *env) record(rs []Result) { e.results = append(e.results, rs...) }
 
-func (e *env) find(scenario string) *Result {
-	for i := range e.results {
-		if e.results[i].Scenario == scenario {
-			return &e.results[i]
-		}
-	}
-	return nil
-}
-
 // conditions is the first line of the table: what the figures mean.
 func (e *env) conditions() string {
 	server := "the PostgreSQL server at --database-url"

@@ -112,17 +112,19 @@ func runLatency(ctx context.Context, e *env) ([]Result, error) {
 	}
 	wg.Wait()
 	// Let the last rows arrive.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		rec.mu.Lock()
-		n := len(rec.seen)
-		rec.mu.Unlock()
+	arrived := func() bool {
 		mu.Lock()
-		want := len(committed)
-		mu.Unlock()
-		if n >= want {
-			break
+		defer mu.Unlock()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for id := range committed {
+			if _, ok := rec.seen[id]; !ok {
+				return false
+			}
 		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !arrived() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	var lat []float64

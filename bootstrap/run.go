@@ -59,7 +59,15 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		defer signal.Stop(ch)
 		sigs = ch
 	}
+	// The destinations' settings first: a file that a sink cannot read is
+	// the configuration's fault, and must not wait for the database.
+	opts, err := EngineOptions(l, d, log)
+	if err != nil {
+		return err
+	}
 	metrics := admin.NewMetrics(inboxSources(l))
+	opts.Observer = metrics
+	opts.Dialect = metrics.CountPurges(opts.Dialect)
 	adm, err := startAdmin(l, d, metrics, log, ro)
 	if err != nil {
 		return err
@@ -74,12 +82,6 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if err := checkSchema(ctx, d, log, ro.Migrate); err != nil {
 		return err
 	}
-	opts, err := EngineOptions(l, d, log)
-	if err != nil {
-		return err
-	}
-	opts.Observer = metrics
-	opts.Dialect = metrics.CountPurges(opts.Dialect)
 	e, err := actors.New(opts)
 	if err != nil {
 		return err

@@ -162,6 +162,7 @@ func (v *validator) destinations(c *Config) {
 			v.httpDestination(key, d, cd)
 		case "rabbitmq":
 			v.required(key+".url", d.URL)
+			v.brokerURL(key+".url", d.URL, "amqp://user:password@host:5672/vhost (amqps:// for TLS)", "amqp", "amqps")
 			switch {
 			case d.Exchange == "" && d.ExchangeFrom == "":
 				v.add(key, "needs exchange (a template) or exchangeFrom: aggregate_type")
@@ -171,10 +172,21 @@ func (v *validator) destinations(c *Config) {
 				v.add(key+".exchangeFrom", "%q is not supported; the only value is aggregate_type", d.ExchangeFrom)
 			}
 			cd.Exchange = v.template(key+".exchange", d.Exchange)
+			if d.ExchangeFrom == "aggregate_type" && d.Exchange == "" {
+				cd.Exchange = v.template(key+".exchangeFrom", "{{ aggregateType }}")
+			}
 			cd.RoutingKey = v.template(key+".routingKey", d.RoutingKey)
 		case "kafka":
 			if len(d.Brokers) == 0 {
 				v.add(key+".brokers", "is required: a list of host:port")
+			}
+			for i, b := range d.Brokers {
+				if h, p, err := net.SplitHostPort(b); err != nil || h == "" || p == "" {
+					v.add(fmt.Sprintf("%s.brokers[%d]", key, i), "%q is not host:port (for example kafka-1:9092)", b)
+				}
+			}
+			if d.TLS.CAFile != "" && !d.TLS.Enabled {
+				v.add(key+".tls.caFile", "is set but tls.enabled is false; set tls.enabled: true to use TLS")
 			}
 			v.required(key+".topic", d.Topic)
 			cd.Topic = v.template(key+".topic", d.Topic)
@@ -192,6 +204,9 @@ func (v *validator) destinations(c *Config) {
 			}
 		case "nats":
 			v.required(key+".url", d.URL)
+			for _, u := range strings.Split(d.URL, ",") {
+				v.brokerURL(key+".url", strings.TrimSpace(u), "nats://host:4222 (tls:// for TLS; a comma-separated list for a cluster)", "nats", "tls", "ws", "wss")
+			}
 			v.required(key+".subject", d.Subject)
 			cd.Subject = v.template(key+".subject", d.Subject)
 		}
@@ -209,6 +224,28 @@ func (v *validator) foreignKeys(key, typ, what string, t reflect.Type) {
 			v.add(key+"."+yk, "is not a key of a %s %s (it belongs to %s)", typ, what, strings.ReplaceAll(kinds, ",", ", "))
 		}
 	}
+}
+
+// brokerURL checks that a broker URL has one of the schemes and a host. An
+// empty value is reported by required.
+func (v *validator) brokerURL(key, val, example string, schemes ...string) {
+	if strings.TrimSpace(val) == "" {
+		return
+	}
+	u, err := url.Parse(val)
+	if err != nil || !oneOf(u.Scheme, schemes...) || u.Host == "" {
+		v.add(key, "%q is not a URL of the form %s", redactURL(val), example)
+	}
+}
+
+// redactURL hides a URL's password in a problem report.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+	}
+	return s
 }
 
 func (v *validator) required(key, val string) {

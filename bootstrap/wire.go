@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +15,10 @@ import (
 	"github.com/queuebox/queuebox/dialects/sqlserver"
 	"github.com/queuebox/queuebox/sinks"
 	httpsink "github.com/queuebox/queuebox/sinks/http"
+	kafkasink "github.com/queuebox/queuebox/sinks/kafka"
+	natssink "github.com/queuebox/queuebox/sinks/nats"
 	nullsink "github.com/queuebox/queuebox/sinks/null"
+	rabbitsink "github.com/queuebox/queuebox/sinks/rabbitmq"
 )
 
 // NewLogger builds the structured logger of the configuration, with secrets
@@ -59,12 +63,61 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 				CAFile: d.TLS.CAFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify, MaxErrorBody: l.HTTP.MaxErrorBodyBytes,
 			}
 			out[name] = func() (sinks.Sink, error) { return httpsink.New(cfg) }
+		case "rabbitmq":
+			cd := l.Compiled.Destinations[name]
+			cfg := rabbitsink.Config{
+				URL: d.URL, Exchange: cd.Exchange, RoutingKey: cd.RoutingKey, Mandatory: d.Mandatory == nil || *d.Mandatory,
+				DeclareExchange: d.DeclareExchange, Name: "queuebox " + name,
+			}
+			// New only checks (it connects on the first publish): a problem
+			// here is the configuration's.
+			if _, err := rabbitsink.New(cfg); err != nil {
+				return nil, destinationError(l, name, err)
+			}
+			out[name] = func() (sinks.Sink, error) { return rabbitsink.New(cfg) }
+		case "kafka":
+			cd := l.Compiled.Destinations[name]
+			cfg := kafkasink.Config{
+				Brokers: d.Brokers, Topic: cd.Topic, Acks: d.Acks, Compression: d.Compression, Partitioner: d.Partitioner,
+				SASL: kafkasink.SASL{Mechanism: d.SASL.Mechanism, Username: d.SASL.Username, Password: d.SASL.Password},
+				TLS:  kafkasink.TLS{Enabled: d.TLS.Enabled, CAFile: d.TLS.CAFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify},
+			}
+			probe, err := kafkasink.New(cfg) // no connection yet: checks only
+			if err != nil {
+				return nil, destinationError(l, name, err)
+			}
+			_ = probe.Close()
+			out[name] = func() (sinks.Sink, error) { return kafkasink.New(cfg) }
+		case "nats":
+			cd := l.Compiled.Destinations[name]
+			cfg := natssink.Config{
+				URL: d.URL, Subject: cd.Subject, JetStream: d.JetStream == nil || *d.JetStream,
+				CredentialsFile: d.CredentialsFile, Name: "queuebox " + name,
+			}
+			if cfg.CredentialsFile != "" {
+				if _, err := os.Stat(cfg.CredentialsFile); err != nil {
+					return nil, &Error{File: l.File, Problems: []Problem{{Key: "destinations." + name + ".credentialsFile", Reason: err.Error()}}}
+				}
+			}
+			// New connects (in the background when the server is away).
+			out[name] = func() (sinks.Sink, error) { return natssink.New(cfg) }
 		default:
 			return nil, &Error{File: l.File, Problems: []Problem{{Key: "destinations." + name + ".type",
-				Reason: fmt.Sprintf("%s destinations are not available in this version of QueueBox yet; use http or null", d.Type)}}}
+				Reason: fmt.Sprintf("%q is not a destination type", d.Type)}}}
 		}
 	}
 	return out, nil
+}
+
+// destinationError reports a sink's refusal of its configuration under the
+// key it names.
+func destinationError(l *Loaded, name string, err error) error {
+	key, reason := "destinations."+name, err.Error()
+	var ce *sinks.ConfigError
+	if errors.As(err, &ce) {
+		key, reason = key+"."+ce.Key, ce.Err.Error()
+	}
+	return &Error{File: l.File, Problems: []Problem{{Key: key, Reason: reason}}}
 }
 
 // EngineOptions maps the configuration onto the engine.

@@ -5,6 +5,13 @@
 #   - one throwaway PostgreSQL cluster (initdb into a temporary folder, a free
 #     loopback port, durability off), stopped and removed when the tests end,
 #     whatever their outcome. Each test takes its own schema or database in it.
+#   - RabbitMQ (installed when missing), the system server on 127.0.0.1:5672,
+#     started when nothing listens there, and left running afterwards like any
+#     system service. Tests use it with unique exchange and queue names; the
+#     tests that restart a server start a private node of their own.
+#     QUEUEBOX_TEST_AMQP_URL points them at another server instead.
+#   - NATS and Kafka need nothing here: the tests run them in-process (the
+#     NATS server's Go module, franz-go's kfake).
 # Arguments are passed to `go test` (default: ./...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +50,19 @@ done
 [ -n "$port" ] || { echo "error: the test PostgreSQL did not start:" >&2; cat "$dir/server.log" >&2; exit 1; }
 export QUEUEBOX_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 echo "test PostgreSQL on port $port ($dir)" >&2
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+if [ -z "${QUEUEBOX_TEST_AMQP_URL:-}" ] && ! port_open 127.0.0.1 5672; then
+  scripts/install-rabbitmq.sh
+  # A second -detached while a server is starting exits quietly; the probe
+  # below waits for whichever one gets there.
+  echo "starting RabbitMQ (rabbitmq-server -detached) ..." >&2
+  if [ "$(id -u)" -eq 0 ]; then rabbitmq-server -detached >/dev/null 2>&1 || true
+  else sudo -n rabbitmq-server -detached >/dev/null 2>&1 || true; fi
+  for _ in $(seq 1 240); do port_open 127.0.0.1 5672 && break; sleep 0.25; done
+  port_open 127.0.0.1 5672 || { echo "error: RabbitMQ did not open 127.0.0.1:5672 within 60 s; see /var/log/rabbitmq/" >&2; exit 1; }
+  echo "RabbitMQ on 127.0.0.1:5672" >&2
+fi
 
 if [ $# -eq 0 ]; then set -- ./...; fi
 go test "$@"

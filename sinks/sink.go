@@ -16,6 +16,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -118,3 +119,43 @@ func Errors(n int, err error) []error {
 	}
 	return out
 }
+
+// NotDelivered is the error of a message that was not delivered because
+// message failedID before it in the same call failed with cause: it is
+// retried after that one. It is never permanent, whatever the cause (the
+// message may be fine), but it is a cancellation when the cause is one, so
+// that the engine tells a drain from a failing destination.
+func NotDelivered(failedID string, cause error) error {
+	e := &notDeliveredError{text: fmt.Sprintf("not delivered: message %s before it in the same key failed (%v)", failedID, cause)}
+	switch {
+	case errors.Is(cause, context.Canceled):
+		e.ctx = context.Canceled
+	case errors.Is(cause, context.DeadlineExceeded):
+		e.ctx = context.DeadlineExceeded
+	}
+	return e
+}
+
+type notDeliveredError struct {
+	text string
+	ctx  error
+}
+
+func (e *notDeliveredError) Error() string { return e.text }
+func (e *notDeliveredError) Unwrap() error { return e.ctx }
+
+// ConfigError is a destination setting that a sink refuses. Key is the
+// setting's name under the destination (url, tls.caFile), so that the
+// caller can report it where the user wrote it.
+type ConfigError struct {
+	Key string
+	Err error
+}
+
+// Configf builds a ConfigError.
+func Configf(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Err: fmt.Errorf(format, args...)}
+}
+
+func (e *ConfigError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }

@@ -95,14 +95,15 @@ func (s *Sink) Close() error {
 }
 
 // Publish sends the messages one after another, stopping at the first
-// failure: the rest get the same error without being sent, so that order
-// holds when the caller hands over a run of one key.
+// failure: the rest are not sent and get an error that retries them, so
+// that order holds when the caller hands over a run of one key.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 	errs := make([]error, len(msgs))
 	for i := range msgs {
 		if err := s.deliver(ctx, &msgs[i]); err != nil {
-			for j := i; j < len(msgs); j++ {
-				errs[j] = err
+			errs[i] = err
+			for j := i + 1; j < len(msgs); j++ {
+				errs[j] = sinks.NotDelivered(msgs[i].ID, err)
 			}
 			break
 		}
@@ -178,17 +179,28 @@ func statusError(resp *nethttp.Response, body []byte) error {
 	return fmt.Errorf("HTTP %s: %s", resp.Status, text)
 }
 
-// transportError keeps the destination's words and drops Go's wrapping.
+// transportError keeps the destination's words and drops Go's wrapping from
+// the text, but not from the chain: the engine must still see
+// context.Canceled (a drain or a lost claim, not a failing destination).
 func transportError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if ue.Timeout() {
-			return fmt.Errorf("%s %s: timed out", ue.Op, ue.URL)
+			return &wrapped{fmt.Sprintf("%s %s: timed out", ue.Op, ue.URL), ue.Err}
 		}
-		return fmt.Errorf("%s %s: %v", ue.Op, ue.URL, ue.Err)
+		return &wrapped{fmt.Sprintf("%s %s: %v", ue.Op, ue.URL, ue.Err), ue.Err}
 	}
 	return err
 }
+
+// wrapped is an error with its own text that still unwraps to its cause.
+type wrapped struct {
+	text  string
+	cause error
+}
+
+func (e *wrapped) Error() string { return e.text }
+func (e *wrapped) Unwrap() error { return e.cause }
 
 // parseRetryAfter reads seconds or an HTTP date.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {

@@ -130,7 +130,7 @@ func TestMissingTemplateValueIsPermanentAndStopsTheRun(t *testing.T) {
 	s := sink(t, srv.URL+"/{{ headers.X-Region }}", nil)
 	errs := s.Publish(context.Background(), []sinks.Message{msg(), msg()})
 	var me *routing.MissingError
-	if !sinks.IsPermanent(errs[0]) || !errors.As(errs[0], &me) || errs[1] == nil || calls != 0 {
+	if !sinks.IsPermanent(errs[0]) || !errors.As(errs[0], &me) || errs[1] == nil || sinks.IsPermanent(errs[1]) || calls != 0 {
 		t.Fatalf("errs %v, calls %d", errs, calls)
 	}
 }
@@ -158,4 +158,31 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A delivery cancelled by the engine (a drain timeout, a lost claim) must be
+// recognisable as such through the transport error's wrapping, or the engine
+// logs a false "destination failing".
+func TestCancelledDeliveryWrapsContextCanceled(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	s := sink(t, srv.URL+"/x", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	err := s.Publish(ctx, []sinks.Message{msg()})[0]
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v (%T) does not wrap context.Canceled", err, err)
+	}
+	if !strings.Contains(err.Error(), srv.URL) || strings.Contains(err.Error(), `"`+srv.URL) {
+		t.Errorf("the text should name the URL without Go's quoting: %q", err.Error())
+	}
 }

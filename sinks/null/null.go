@@ -14,8 +14,12 @@ type Sink struct{}
 // New returns a null sink.
 func New() *Sink { return &Sink{} }
 
-// Publish accepts every message.
-func (*Sink) Publish(_ context.Context, msgs []sinks.Message) []error {
+// Publish accepts every message, unless the call is already cancelled: a
+// cancelled delivery is not a delivery, on this destination as on any other.
+func (*Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
+	if err := ctx.Err(); err != nil {
+		return sinks.Errors(len(msgs), err)
+	}
 	return make([]error, len(msgs))
 }
 

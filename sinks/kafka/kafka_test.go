@@ -1,0 +1,460 @@
+package kafka
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"hash/fnv"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	"github.com/queuebox/queuebox/sinks/sinktest"
+)
+
+func tpl(t testing.TB, s string) *routing.Template {
+	t.Helper()
+	p, err := routing.ParseTemplate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newSink(t testing.TB, cfg Config) *Sink {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func deliveries(rs []testkafka.Record) []sinktest.Delivery {
+	out := make([]sinktest.Delivery, len(rs))
+	for i, r := range rs {
+		out[i] = sinktest.Delivery{ID: r.Headers["X-Message-Id"], Key: string(r.Key), Headers: r.Headers, Body: r.Value}
+	}
+	return out
+}
+
+// Each case gets a cluster of its own (kfake starts in milliseconds); the
+// topic is "<prefix>-{{ headers.Route }}", and only <prefix>-r1 exists.
+func TestConformance(t *testing.T) {
+	sinktest.Run(t, sinktest.Harness{
+		Features: sinktest.Features{Observable: true, Templated: true, Unroutable: true, Restart: true, Down: true},
+		Open: func(t *testing.T, faults bool) *sinktest.Target {
+			var c *testkafka.Cluster
+			if faults {
+				c = testkafka.NewRestartable(t)
+			} else {
+				c = testkafka.New(t)
+			}
+			prefix := testkafka.Unique("qbt")
+			c.CreateTopic(t, prefix+"-r1", 3)
+			r := c.NewReader(prefix+"-r1", 3)
+			s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, prefix+"-{{ headers.Route }}"), Timeout: 5 * time.Second})
+			tg := &sinktest.Target{
+				Sink: s, Route: "r1", Unroutable: "nowhere",
+				Received: func() []sinktest.Delivery { return deliveries(r.Poll()) },
+				Down: func(t *testing.T) (sinks.Sink, string) {
+					ln, err := net.Listen("tcp", "127.0.0.1:0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					addr := ln.Addr().String()
+					_ = ln.Close()
+					return newSink(t, Config{Brokers: []string{addr}, Topic: tpl(t, "t"), Timeout: 5 * time.Second}), addr
+				},
+			}
+			if faults {
+				tg.Stop = func(t *testing.T) { c.Stop(t) }
+				tg.Start = func(t *testing.T) { c.Start(t) }
+			}
+			return tg
+		},
+	})
+}
+
+// javaMurmur2 is the Java client's murmur2 (org.apache.kafka.common.utils.
+// Utils.murmur2), written here from the algorithm, independently of
+// kafka-go's, and checked against the Java test vectors below.
+func javaMurmur2(data []byte) int32 {
+	const seed, m, r = uint32(0x9747b28c), uint32(0x5bd1e995), 24
+	n := len(data)
+	h := seed ^ uint32(n)
+	for i := 0; i+4 <= n; i += 4 {
+		k := uint32(data[i]) | uint32(data[i+1])<<8 | uint32(data[i+2])<<16 | uint32(data[i+3])<<24
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	tail := data[n&^3:]
+	switch len(tail) {
+	case 3:
+		h ^= uint32(tail[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(tail[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(tail[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return int32(h)
+}
+
+// javaPartition is the Java client's default partition for a key:
+// toPositive(murmur2(key)) % partitions.
+func javaPartition(key string, partitions int) int {
+	return int(javaMurmur2([]byte(key))&0x7fffffff) % partitions
+}
+
+func TestJavaMurmur2Vectors(t *testing.T) {
+	// From the Java client's own tests (UtilsTest.testMurmur2).
+	for in, want := range map[string]int32{
+		"21": -973932308, "foobar": -790332482, "a-little-bit-long-string": -985981536,
+		"a-little-bit-longer-string": -1486304829, "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971, "abc": 479470107,
+	} {
+		if got := javaMurmur2([]byte(in)); got != want {
+			t.Errorf("murmur2(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// The partition a key lands on, read back from the cluster, is the one the
+// Java client's algorithm gives (murmur2), or Sarama's FNV-1a (fnv1a).
+func TestPartitioners(t *testing.T) {
+	t.Parallel()
+	c := testkafka.New(t)
+	for _, tc := range []struct {
+		name string
+		want func(key string, n int) int
+	}{
+		{"murmur2", javaPartition},
+		{"fnv1a", func(key string, n int) int {
+			h := fnv.New32a()
+			h.Write([]byte(key))
+			p := int32(h.Sum32()) % int32(n)
+			if p < 0 {
+				p = -p
+			}
+			return int(p)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const partitions = 6
+			topic := testkafka.Unique("qbt-part")
+			c.CreateTopic(t, topic, partitions)
+			s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), Partitioner: tc.name})
+			keys := []string{"21", "foobar", "abc", "cust-42", "order-7", "a-little-bit-long-string", "k0", "k1", "k2", "k3", "k4", "k5"}
+			used := map[int]bool{}
+			for i, k := range keys {
+				m := sinktest.Message(&sinktest.Target{}, k, int64(i))
+				if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
+					t.Fatal(err)
+				}
+				used[tc.want(k, partitions)] = true
+			}
+			if len(used) < 3 {
+				t.Fatalf("the keys cover only %d partitions: the test would prove little", len(used))
+			}
+			r := c.NewReader(topic, partitions)
+			var got []testkafka.Record
+			deadline := time.Now().Add(30 * time.Second)
+			for got = r.Poll(); len(got) < len(keys) && time.Now().Before(deadline); got = r.Poll() {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if len(got) != len(keys) {
+				t.Fatalf("%d of %d records arrived", len(got), len(keys))
+			}
+			for _, rec := range got {
+				if want := tc.want(string(rec.Key), partitions); rec.Partition != want {
+					t.Errorf("key %q landed on partition %d, want %d", rec.Key, rec.Partition, want)
+				}
+			}
+		})
+	}
+}
+
+// produces counts produce requests and remembers what they asked for.
+type produces struct {
+	mu    sync.Mutex
+	reqs  []*kmsg.ProduceRequest
+	topic string
+}
+
+func watchProduces(c *kfake.Cluster, topic string) *produces {
+	p := &produces{topic: topic}
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		req := r.(*kmsg.ProduceRequest)
+		for _, t := range req.Topics {
+			if t.Topic == topic {
+				p.mu.Lock()
+				p.reqs = append(p.reqs, req)
+				p.mu.Unlock()
+			}
+		}
+		return nil, nil, false // observe only
+	})
+	return p
+}
+
+func (p *produces) all() []*kmsg.ProduceRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*kmsg.ProduceRequest(nil), p.reqs...)
+}
+
+// acks and compression reach the wire: the produce request's acks (-1 for
+// all, 1 for one) and the record batch's compression attribute; the records
+// read back intact. kfake does not replicate: acks=all is checked as what
+// the sink asks for, not as what replication does.
+func TestAcksAndCompressionOnTheWire(t *testing.T) {
+	t.Parallel()
+	c := testkafka.New(t)
+	codecs := map[string]int16{"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+	for name, codec := range codecs {
+		for acks, wantAcks := range map[string]int16{"all": -1, "one": 1} {
+			t.Run(name+"/"+acks, func(t *testing.T) {
+				topic := testkafka.Unique("qbt-codec")
+				c.CreateTopic(t, topic, 1)
+				p := watchProduces(c.Fake(t), topic)
+				s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), Acks: acks, Compression: name})
+				body := []byte(`{"text":"` + strings.Repeat("compressible ", 200) + `"}`)
+				m := sinktest.Message(&sinktest.Target{}, "k", 0)
+				m.Body = body
+				if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
+					t.Fatal(err)
+				}
+				reqs := p.all()
+				if len(reqs) != 1 {
+					t.Fatalf("%d produce requests, want 1", len(reqs))
+				}
+				if reqs[0].Acks != wantAcks {
+					t.Errorf("acks %d, want %d", reqs[0].Acks, wantAcks)
+				}
+				batch := reqs[0].Topics[0].Partitions[0].Records
+				if len(batch) < 23 {
+					t.Fatalf("a record batch of %d bytes", len(batch))
+				}
+				// RecordBatch v2: baseOffset 8, length 4, leaderEpoch 4,
+				// magic 1, crc 4, then attributes (int16); codec = low 3 bits.
+				if got := (int16(batch[21])<<8 | int16(batch[22])) & 7; got != codec {
+					t.Errorf("batch compression %d, want %d (%s)", got, codec, name)
+				}
+				recs := c.NewReader(topic, 1).Poll()
+				if len(recs) != 1 || string(recs[0].Value) != string(body) {
+					t.Errorf("read back %d records", len(recs))
+				}
+			})
+		}
+	}
+}
+
+// A run of one key goes to one partition in one produce request, in order.
+func TestRunOfOneKeyIsOneProduce(t *testing.T) {
+	t.Parallel()
+	c := testkafka.New(t)
+	topic := testkafka.Unique("qbt-run")
+	c.CreateTopic(t, topic, 6)
+	p := watchProduces(c.Fake(t), topic)
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic)})
+	msgs := make([]sinks.Message, 100)
+	for i := range msgs {
+		msgs[i] = sinktest.Message(&sinktest.Target{}, "cust-42", int64(i))
+	}
+	for i, err := range s.Publish(context.Background(), msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if n := len(p.all()); n != 1 {
+		t.Errorf("%d produce requests for one run, want 1", n)
+	}
+	recs := c.NewReader(topic, 6).Poll()
+	if len(recs) != len(msgs) {
+		t.Fatalf("%d of %d records", len(recs), len(msgs))
+	}
+	for i, r := range recs {
+		if r.Partition != javaPartition("cust-42", 6) || r.Headers["X-Message-Id"] != msgs[i].ID {
+			t.Fatalf("record %d: partition %d, id %s", i, r.Partition, r.Headers["X-Message-Id"])
+		}
+	}
+}
+
+// An unkeyed row becomes a record without a key (not an empty key).
+func TestUnkeyedRecordHasNoKey(t *testing.T) {
+	t.Parallel()
+	c := testkafka.New(t)
+	topic := testkafka.Unique("qbt-nokey")
+	c.CreateTopic(t, topic, 1)
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic)})
+	if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "", 0)})[0]; err != nil {
+		t.Fatal(err)
+	}
+	recs := c.NewReader(topic, 1).Poll()
+	if len(recs) != 1 || recs[0].Key != nil {
+		t.Fatalf("records %+v", recs)
+	}
+}
+
+func TestTemplatedTopicAndBadValues(t *testing.T) {
+	t.Parallel()
+	c := testkafka.New(t)
+	prefix := testkafka.Unique("qbt-agg")
+	c.CreateTopic(t, prefix+".order", 1)
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, prefix+".{{ aggregateType }}")})
+	m := sinktest.Message(&sinktest.Target{}, "k", 0) // aggregate type "order"
+	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
+		t.Fatal(err)
+	}
+	if recs := c.NewReader(prefix+".order", 1).Poll(); len(recs) != 1 {
+		t.Errorf("%d records in %s.order", len(recs), prefix)
+	}
+	m.AggregateType = nil
+	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; !sinks.IsPermanent(err) || !strings.Contains(err.Error(), "aggregate_type") {
+		t.Errorf("a row without aggregate_type: %v", err)
+	}
+	bad := "order line"
+	m.AggregateType = &bad
+	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; !sinks.IsPermanent(err) || !strings.Contains(err.Error(), `"order line"`) {
+		t.Errorf("a value with a space: %v", err)
+	}
+	big := sinktest.Message(&sinktest.Target{}, "k", 1)
+	big.Body = make([]byte, MaxMessageBytes)
+	if err := s.Publish(context.Background(), []sinks.Message{big})[0]; !sinks.IsPermanent(err) || !strings.Contains(err.Error(), "bytes") {
+		t.Errorf("a record over the size limit: %v", err)
+	}
+}
+
+// SASL PLAIN and SCRAM against a cluster that requires them; a wrong
+// password fails (and is retried: credentials can be fixed).
+func TestSASL(t *testing.T) {
+	t.Parallel()
+	c := testkafka.New(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "plain-user", "p1"),
+		kfake.Superuser("SCRAM-SHA-256", "scram256", "p2"), kfake.Superuser("SCRAM-SHA-512", "scram512", "p3"))
+	topic := testkafka.Unique("qbt-sasl")
+	if err := c.Fake(t).CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []SASL{
+		{"PLAIN", "plain-user", "p1"}, {"SCRAM-SHA-256", "scram256", "p2"}, {"SCRAM-SHA-512", "scram512", "p3"},
+	} {
+		s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: tc, Timeout: 5 * time.Second})
+		if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err != nil {
+			t.Errorf("%s: %v", tc.Mechanism, err)
+		}
+		tc.Password = "wrong"
+		bad := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: tc, Timeout: 5 * time.Second})
+		if err := bad.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err == nil || sinks.IsPermanent(err) {
+			t.Errorf("%s with a wrong password: %v", tc.Mechanism, err)
+		}
+	}
+}
+
+// TLS with the cluster's CA from tls.caFile; without it, the certificate
+// is not trusted.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	certPEM, keyPEM := selfSigned(t)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testkafka.New(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	topic := testkafka.Unique("qbt-tls")
+	if err := c.Fake(t).CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true, CAFile: ca}, Timeout: 5 * time.Second})
+	if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err != nil {
+		t.Fatal(err)
+	}
+	untrusted := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true}, Timeout: 5 * time.Second})
+	if err := untrusted.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 1)})[0]; err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("without the CA: %v", err)
+	}
+	if _, err := New(Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true, CAFile: filepath.Join(t.TempDir(), "none.pem")}}); err == nil || !strings.Contains(err.Error(), "tls.caFile") {
+		t.Errorf("a missing CA file: %v", err)
+	}
+}
+
+func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Topic: tpl(t, "t")}, "brokers"},
+		{Config{Brokers: []string{"nohost"}, Topic: tpl(t, "t")}, "host:port"},
+		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), Acks: "two"}, "acks"},
+		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), Compression: "brotli"}, "compression"},
+		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), Partitioner: "crc32"}, "partitioner"},
+		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), SASL: SASL{Mechanism: "GSSAPI"}}, "sasl.mechanism"},
+		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), TLS: TLS{CAFile: "x.pem"}}, "tls.enabled"},
+	} {
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error about %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkPublish: 100,000 records over 1,000 keys into a 6-partition
+// topic of an in-process kfake (on the same cores), acks=all, runs of up to
+// 10.
+func BenchmarkPublish(b *testing.B) {
+	c := testkafka.New(b)
+	c.CreateTopic(b, "bench", 6)
+	s := newSink(b, Config{Brokers: c.Brokers, Topic: tpl(b, "bench")})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
+}

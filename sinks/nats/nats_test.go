@@ -1,0 +1,228 @@
+package nats
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/internal/testnats"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	"github.com/queuebox/queuebox/sinks/sinktest"
+)
+
+func tpl(t testing.TB, s string) *routing.Template {
+	t.Helper()
+	p, err := routing.ParseTemplate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newSink(t testing.TB, cfg Config) *Sink {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func delivery(id string, h natsgo.Header, body []byte) sinktest.Delivery {
+	d := sinktest.Delivery{ID: id, Key: h.Get("X-Key"), Headers: map[string]string{}, Body: body}
+	for k, v := range h {
+		d.Headers[k] = v[0]
+	}
+	return d
+}
+
+func downSink(t *testing.T, js bool) (sinks.Sink, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return newSink(t, Config{URL: "nats://" + addr, Subject: tpl(t, "x"), JetStream: js, Timeout: 5 * time.Second}), addr
+}
+
+// JetStream: each case has its own stream over <prefix>.r1 on one server;
+// the fault cases get a server of their own, stopped and started on the
+// same port with the same store.
+func TestConformanceJetStream(t *testing.T) {
+	shared := testnats.Start(t)
+	sinktest.Run(t, sinktest.Harness{
+		Features: sinktest.Features{Observable: true, Templated: true, Unroutable: true, Dedupes: true,
+			Restart: true, CloseConnections: true, Down: true},
+		Open: func(t *testing.T, faults bool) *sinktest.Target {
+			srv := shared
+			if faults {
+				srv = testnats.Start(t)
+			}
+			prefix := testnats.Unique("qbt")
+			st := srv.NewStream(t, prefix, prefix+".r1")
+			name := testnats.Unique("sink")
+			s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ headers.Route }}"), JetStream: true, Timeout: 5 * time.Second, Name: name})
+			return &sinktest.Target{
+				Sink: s, Route: "r1", Unroutable: "nowhere",
+				Received: func() []sinktest.Delivery {
+					ms := st.Messages()
+					out := make([]sinktest.Delivery, len(ms))
+					for i, m := range ms {
+						out[i] = delivery(m.Header.Get(jetstream.MsgIDHeader), m.Header, m.Data)
+					}
+					return out
+				},
+				Stop:             func(t *testing.T) { srv.Stop(t) },
+				Start:            func(t *testing.T) { srv.Start(t) },
+				CloseConnections: func(t *testing.T) { srv.Disconnect(t, name) },
+				Down:             func(t *testing.T) (sinks.Sink, string) { return downSink(t, true) },
+			}
+		},
+	})
+}
+
+// Core NATS: a subscriber on <prefix>.r1. Nothing refuses a subject and
+// nothing survives a restart for a subscriber that was away: core NATS
+// promises no more than reaching the server, so those cases do not apply.
+func TestConformanceCore(t *testing.T) {
+	shared := testnats.Start(t)
+	sinktest.Run(t, sinktest.Harness{
+		Features: sinktest.Features{Observable: true, Templated: true, CloseConnections: true, Down: true},
+		Open: func(t *testing.T, faults bool) *sinktest.Target {
+			prefix := testnats.Unique("qbt")
+			var mu sync.Mutex
+			var got []sinktest.Delivery
+			nc := shared.Connect(t)
+			sub, err := nc.Subscribe(prefix+".r1", func(m *natsgo.Msg) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, delivery(m.Header.Get(jetstream.MsgIDHeader), m.Header, m.Data))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.SetPendingLimits(-1, -1); err != nil {
+				t.Fatal(err)
+			}
+			// The server must know the subscription before anything is
+			// published: core NATS drops what nobody listens to.
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			name := testnats.Unique("sink")
+			s := newSink(t, Config{URL: shared.URL, Subject: tpl(t, prefix+".{{ headers.Route }}"), Timeout: 5 * time.Second, Name: name})
+			return &sinktest.Target{
+				Sink: s, Route: "r1",
+				Received: func() []sinktest.Delivery {
+					mu.Lock()
+					defer mu.Unlock()
+					return append([]sinktest.Delivery(nil), got...)
+				},
+				CloseConnections: func(t *testing.T) { shared.Disconnect(t, name) },
+				Down:             func(t *testing.T) (sinks.Sink, string) { return downSink(t, false) },
+			}
+		},
+	})
+}
+
+// A value a subject cannot hold (white space, the wildcards * and >) can
+// never be delivered; the error names it. So does a missing column.
+func TestForbiddenSubjectValues(t *testing.T) {
+	t.Parallel()
+	srv := testnats.Start(t)
+	s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, "events.{{ aggregateType }}.{{ key }}"), JetStream: true})
+	for key, want := range map[string]string{
+		"cust 42": `"cust 42"`, "cust*": `"cust*"`, "a>": `"a>"`, "line\nbreak": `"line\nbreak"`,
+		".lead": "empty token", "trail.": "empty token", "a..b": "empty token",
+	} {
+		m := sinktest.Message(&sinktest.Target{}, key, 0)
+		err := s.Publish(context.Background(), []sinks.Message{m})[0]
+		if !sinks.IsPermanent(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("key %q: %v, want a permanent error that says %s", key, err, want)
+		}
+	}
+	m := sinktest.Message(&sinktest.Target{}, "k", 0)
+	m.AggregateType = nil
+	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; !sinks.IsPermanent(err) || !strings.Contains(err.Error(), "aggregate_type") {
+		t.Errorf("a row without aggregate_type: %v", err)
+	}
+}
+
+// The templated subject reaches the stream that captures it, and the
+// message id travels as Nats-Msg-Id.
+func TestTemplatedSubjectAndMsgID(t *testing.T) {
+	t.Parallel()
+	srv := testnats.Start(t)
+	prefix := testnats.Unique("ev")
+	st := srv.NewStream(t, prefix, prefix+".order.>")
+	s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ aggregateType }}.{{ topic }}"), JetStream: true})
+	m := sinktest.Message(&sinktest.Target{}, "k", 0)
+	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
+		t.Fatal(err)
+	}
+	ms := st.Messages()
+	if len(ms) != 1 || ms[0].Subject != prefix+".order.order.created" || ms[0].Header.Get("Nats-Msg-Id") != m.ID {
+		t.Fatalf("stream holds %d messages: %+v", len(ms), ms)
+	}
+}
+
+func TestCredentialsFile(t *testing.T) {
+	if _, err := New(Config{URL: "nats://127.0.0.1:4222", Subject: tpl(t, "x"), CredentialsFile: filepath.Join(t.TempDir(), "none.creds")}); err == nil || !strings.Contains(err.Error(), "credentialsFile") {
+		t.Errorf("a missing credentials file: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.creds")
+	if err := os.WriteFile(bad, []byte("not a creds file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := testnats.Start(t)
+	s, err := New(Config{URL: srv.URL, Subject: tpl(t, "x"), CredentialsFile: bad, Timeout: 2 * time.Second})
+	if err == nil {
+		defer s.Close()
+		if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err == nil {
+			t.Error("a publish with an unreadable credentials file succeeded")
+		}
+	}
+}
+
+func TestNewRejectsBadURL(t *testing.T) {
+	for _, u := range []string{"http://localhost:4222", "nats://", "nonsense"} {
+		if _, err := New(Config{URL: u, Subject: tpl(t, "x")}); err == nil || !strings.Contains(err.Error(), "url") {
+			t.Errorf("%q: %v", u, err)
+		}
+	}
+}
+
+// BenchmarkPublish: 100,000 messages over 1,000 keys to an in-process
+// server (on the same cores), into a file-backed stream with JetStream, or
+// to a subject with one subscriber with core NATS; runs of up to 10.
+func BenchmarkPublish(b *testing.B) {
+	srv := testnats.Start(b)
+	for _, js := range []bool{true, false} {
+		name := map[bool]string{true: "jetstream", false: "core"}[js]
+		b.Run(name, func(b *testing.B) {
+			subject := testnats.Unique("bench")
+			if js {
+				srv.NewStream(b, subject, subject)
+			} else {
+				sub, err := srv.Connect(b).Subscribe(subject, func(*natsgo.Msg) {})
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = sub.SetPendingLimits(-1, -1)
+			}
+			s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, subject), JetStream: js})
+			sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
+		})
+	}
+}
