@@ -13,9 +13,17 @@ import (
 type Stats struct {
 	// Rows counts rows per state; every state is present.
 	Rows map[dialects.State]int64 `json:"rows"`
-	// OldestPending is the age of the oldest pending row; zero when none.
-	OldestPending        time.Duration `json:"-"`
-	OldestPendingSeconds float64       `json:"oldestPendingSeconds"`
+	// OtherStates counts rows whose state is none of the four, per value:
+	// rows written by hand, which QueueBox never claims, replays or
+	// deletes.
+	OtherStates map[string]int64 `json:"otherStates"`
+	// OldestDue is how long the pending row due the longest has waited
+	// since it became due; zero when none is due.
+	OldestDue        time.Duration `json:"-"`
+	OldestDueSeconds float64       `json:"oldestDuePendingSeconds"`
+	// ScheduledLater counts pending rows not due yet (retries, rows
+	// scheduled ahead).
+	ScheduledLater int64 `json:"scheduledLater"`
 	// DeadByTopic counts dead rows per topic.
 	DeadByTopic map[string]int64 `json:"deadByTopic"`
 	// HeldBackBy are open transactions that inserted outbox rows and have
@@ -38,6 +46,17 @@ type Writer struct {
 // every insert is a writer for the milliseconds its transaction runs.
 const HeldBackAfter = time.Second
 
+// OtherStateNames returns the states found that are none of the four,
+// sorted.
+func (s Stats) OtherStateNames() []string {
+	out := make([]string, 0, len(s.OtherStates))
+	for st := range s.OtherStates {
+		out = append(out, st)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // DeadTopics returns the topics that have dead rows, sorted.
 func (s Stats) DeadTopics() []string {
 	out := make([]string, 0, len(s.DeadByTopic))
@@ -54,26 +73,23 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	out := Stats{Rows: map[dialects.State]int64{}, OldestPending: st.OldestPending,
-		OldestPendingSeconds: st.OldestPending.Seconds(), DeadByTopic: map[string]int64{}}
+	out := Stats{Rows: map[dialects.State]int64{}, OtherStates: map[string]int64{}, OldestDue: st.OldestDue,
+		OldestDueSeconds: st.OldestDue.Seconds(), ScheduledLater: st.ScheduledLater, DeadByTopic: map[string]int64{}}
+	for s, n := range st.Rows {
+		if s.Valid() {
+			out.Rows[s] = n
+		} else {
+			out.OtherStates[string(s)] = n
+		}
+	}
 	for _, s := range dialects.States {
-		out.Rows[s] = st.Rows[s]
+		out.Rows[s] += 0
 	}
 	for t, n := range st.DeadByTopic {
 		out.DeadByTopic[t] = n
 	}
-	ws, err := d.OutboxWriters(ctx)
-	if err != nil {
+	if out.HeldBackBy, err = heldBackBy(ctx, d); err != nil {
 		return out, fmt.Errorf("listing the open transactions that inserted outbox rows: %w", err)
-	}
-	now := time.Now()
-	out.HeldBackBy = []Writer{}
-	for _, w := range ws {
-		if w.Since.IsZero() || now.Sub(w.Since) < HeldBackAfter {
-			continue
-		}
-		out.HeldBackBy = append(out.HeldBackBy, Writer{PID: w.PID, Since: w.Since, OpenSeconds: now.Sub(w.Since).Seconds(),
-			State: w.State, Application: w.Application, Query: w.Query})
 	}
 	return out, nil
 }

@@ -60,6 +60,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 	cfg.Outbox.PollIntervalMs = 250
 	cfg.Outbox.Backoff.InitialMs = 500
 	cfg.Shutdown.DrainTimeoutMs = 5000
+	cfg.Admin.Listen = "127.0.0.1:0" // a free port: the banner says which
 	cfg.Destinations = map[string]*DestinationConfig{"receiver": {Type: "http", URL: recvURL + "/events/{{ topic }}"}}
 	cfg.Routes = []RouteConfig{{TopicPattern: "#", Destination: "receiver"}}
 	l, err := FromConfig(cfg)
@@ -75,9 +76,11 @@ func Dev(ctx context.Context, o DevOptions) error {
 
 	sampleCtx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
+	var adminURL string
 	started := func(*actors.Engine) {
 		fmt.Fprintf(out, `
 QueueBox dev is running.
+  admin page %s   (counts, throughput, dead rows, replay)
   database   %s   (throwaway: removed when you stop)
   folder     %s
   receiver   %s   (prints every delivery below)
@@ -86,7 +89,7 @@ QueueBox dev is running.
 Insert a row the way your application would:
   psql "%s" -c "INSERT INTO outbox (topic, key, payload) VALUES ('order.created', 'cust-42', '{\"orderId\": 42}')"
 
-`, cluster.URL(), cluster.Dir, recvURL, cluster.URL())
+`, adminURL, cluster.URL(), cluster.Dir, recvURL, cluster.URL())
 		if o.Rate > 0 {
 			fmt.Fprintf(out, "Sample traffic: %.3g rows per second. Ctrl-C stops everything.\n\n", o.Rate)
 			go samples(sampleCtx, d, o.Rate, log)
@@ -94,7 +97,7 @@ Insert a row the way your application would:
 			fmt.Fprintln(out, "Ctrl-C stops everything.")
 		}
 	}
-	err = Run(ctx, l, d, log, RunOptions{Migrate: true, Started: started})
+	err = Run(ctx, l, d, log, RunOptions{Migrate: true, Started: started, AdminListening: func(u string) { adminURL = u }})
 	stopSamples()
 	fmt.Fprintf(out, "The receiver got %d deliveries.\n", received.Load())
 	return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/migrations"
 )
@@ -24,6 +25,12 @@ type RunOptions struct {
 	Started func(e *actors.Engine)
 	// Signals, when set, replaces the process's SIGINT/SIGTERM (tests).
 	Signals <-chan os.Signal
+	// AdminListening is called with the admin page's URL once the admin
+	// listener listens (the dev mode prints it; tests find a port 0 there).
+	AdminListening func(url string)
+	// AdminCountInterval and AdminThroughputStep shorten the admin
+	// listener's sampling (tests); zero keeps the defaults.
+	AdminCountInterval, AdminThroughputStep time.Duration
 }
 
 // ExitError carries a process exit code.
@@ -35,9 +42,10 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// Run waits until the database answers, applies the migrations (with
-// Migrate) or checks that the schema is current, then runs the engine until
-// SIGTERM or SIGINT, drains it and returns nil (exit 0). A signal while it
+// Run starts the admin listener, waits until the database answers, applies
+// the migrations (with Migrate) or checks that the schema is current, then
+// runs the engine until SIGTERM or SIGINT, drains it and returns nil (exit
+// 0). A signal while it
 // waits for the database also returns nil: nothing has started. A second
 // signal during the drain exits at once.
 func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
@@ -57,6 +65,17 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if err != nil {
 		return err
 	}
+	metrics := admin.NewMetrics(inboxSources(l))
+	opts.Observer = metrics
+	opts.Dialect = metrics.CountPurges(opts.Dialect)
+	adm, err := startAdmin(l, d, metrics, log, ro)
+	if err != nil {
+		return err
+	}
+	defer adm.close()
+	if ro.AdminListening != nil {
+		ro.AdminListening(adm.URL())
+	}
 	if !waitForDatabase(ctx, d, log, sigs) {
 		return nil
 	}
@@ -70,6 +89,10 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if err := e.Start(ctx); err != nil {
 		return err
 	}
+	metrics.SetEngine(e)
+	sampling, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSampling()
+	adm.server.Start(sampling)
 	if ro.Started != nil {
 		ro.Started(e)
 	}
@@ -88,6 +111,7 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		case <-time.After(time.Hour):
 		}
 	}()
+	adm.server.Draining()
 	stopErr := e.Stop(context.Background())
 	if fatal != nil {
 		return &ExitError{Code: 1, Err: fatal}

@@ -72,6 +72,7 @@ func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *s
 	cfg.Database.URL = dbURL
 	cfg.Outbox.PollIntervalMs = 50
 	cfg.Shutdown.DrainTimeoutMs = 5000
+	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Destinations = map[string]*DestinationConfig{"hook": {Type: "http", URL: recvURL + "/events/{{ topic }}"}}
 	cfg.Routes = []RouteConfig{{TopicPattern: "#", Destination: "hook"}}
 	l, err := FromConfig(cfg)

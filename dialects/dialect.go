@@ -231,12 +231,81 @@ type PurgeParams struct {
 
 // Stats summarises the outbox table.
 type Stats struct {
+	// Rows counts rows per state, the four of the life cycle (always
+	// present) and any other value found in the state column: rows written
+	// by hand that QueueBox never touches.
 	Rows map[State]int64
-	// OldestPending is the age of the oldest pending row (created_at on the
-	// database clock); zero when there is none.
-	OldestPending time.Duration
-	DeadByTopic   map[string]int64
+	PendingSummary
+	DeadByTopic map[string]int64
 }
+
+// PendingSummary describes the pending rows as operators read them.
+type PendingSummary struct {
+	// OldestDue is how long the pending row that has been due the longest
+	// has waited since it became due (its scheduled_at, on the database
+	// clock); zero when no pending row is due. A row scheduled ahead counts
+	// only once it is due.
+	OldestDue time.Duration
+	// ScheduledLater counts the pending rows not due yet: waiting for a
+	// retry, or scheduled ahead by the application.
+	ScheduledLater int64
+}
+
+// TopicCount is how many rows of one topic are in one state.
+type TopicCount struct {
+	Topic string
+	State State
+	Rows  int64
+}
+
+// BlockedKeysParams are the inputs of OutboxBlockedKeys.
+type BlockedKeysParams struct {
+	// Scan bounds the work: at most this many rows scheduled later are
+	// examined, the earliest due first.
+	Scan int
+	// Limit is the most keys returned.
+	Limit int
+}
+
+// BlockedKey is a key whose head row (its first pending or processing row)
+// waits for a retry: no row of the key is delivered until the head is.
+type BlockedKey struct {
+	Key string
+	// The head row.
+	ID          uuid.UUID
+	Topic       string
+	Attempt     int
+	MaxAttempts int
+	LastError   *string
+	// Waiting is how long the head has existed undelivered (since its
+	// created_at); NextAttemptIn how long until its retry is due. Both on
+	// the database clock.
+	Waiting, NextAttemptIn time.Duration
+	// Behind counts the key's rows waiting behind the head, up to
+	// BehindCap.
+	Behind int64
+}
+
+// BehindCap bounds the count of rows behind a blocked key's head, so that a
+// hot key with millions of rows costs no more than any other.
+const BehindCap = 10000
+
+// DeadGroup is the dead rows of one topic that share the start of their
+// last_error (DeadErrorPrefix characters), among the newest dead rows.
+type DeadGroup struct {
+	Topic string
+	// Error is the first DeadErrorPrefix characters of last_error ("" when
+	// it is null).
+	Error string
+	Rows  int64
+	// Newest is the latest updated_at of the group.
+	Newest time.Time
+	// IDs are the group's rows, newest first.
+	IDs []uuid.UUID
+}
+
+// DeadErrorPrefix is how much of last_error OutboxDeadGroups groups by.
+const DeadErrorPrefix = 300
 
 // Engine is what the relay's engine runs, on its hot path and in the
 // background: claims, lease renewals, completions, releases, retention.
@@ -278,8 +347,22 @@ type Engine interface {
 // and the admin API: counts, listings, replay, and inserts as an application
 // makes them (the dev mode, benchmarks and tests).
 type Operator interface {
-	// OutboxStats counts rows per state and dead rows per topic.
+	// OutboxStats counts rows per state and dead rows per topic, and reads
+	// OutboxPending. It counts the whole table: status runs it once, the
+	// admin listener samples OutboxCountByTopic instead.
 	OutboxStats(ctx context.Context) (Stats, error)
+	// OutboxPending reads the oldest due pending row's wait and how many
+	// rows are scheduled later, from the index the claim reads: cheap.
+	OutboxPending(ctx context.Context) (PendingSummary, error)
+	// OutboxCountByTopic counts the rows of every topic in every state
+	// found (one pass over the table).
+	OutboxCountByTopic(ctx context.Context) ([]TopicCount, error)
+	// OutboxBlockedKeys lists keys whose head row waits for a retry, the
+	// longest waiting first.
+	OutboxBlockedKeys(ctx context.Context, p BlockedKeysParams) ([]BlockedKey, error)
+	// OutboxDeadGroups groups the newest dead rows (at most newest, by
+	// updated_at) by topic and the start of last_error.
+	OutboxDeadGroups(ctx context.Context, newest int) ([]DeadGroup, error)
 	// OutboxWriters: see Engine. Status shows them.
 	OutboxWriters(ctx context.Context) ([]Writer, error)
 	// OutboxList returns one page of rows matching p.Filter (all but its

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings up what the tests need and runs them:
 #   - the PostgreSQL server binaries (installed when missing);
+#   - Chromium for the admin page's browser test (installed when missing);
 #   - one throwaway PostgreSQL cluster (initdb into a temporary folder, a free
 #     loopback port, durability off), stopped and removed when the tests end,
 #     whatever their outcome. Each test takes its own schema or database in it.
@@ -16,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-postgres.sh
+scripts/install-chromium.sh
 
 bindir="${QUEUEBOX_PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)}"
 dir="$(mktemp -d /tmp/queuebox-test-XXXXXX)"

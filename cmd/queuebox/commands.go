@@ -98,26 +98,29 @@ func devCmd() *cobra.Command {
 }
 
 func migrateCmd() *cobra.Command {
-	c := &cobra.Command{Use: "migrate", Short: "Apply or show the bundled schema migrations"}
+	up := func(*cobra.Command, []string) error {
+		return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			applied, err := migrations.Up(ctx, d)
+			if err != nil {
+				return err
+			}
+			if len(applied) == 0 {
+				fmt.Printf("The schema is current (version %d).\n", migrations.Latest(d.Name()))
+				return nil
+			}
+			for _, m := range applied {
+				fmt.Printf("applied V%d %s\n", m.Version, m.Name)
+			}
+			return nil
+		})
+	}
+	// A bare `queuebox migrate` applies the migrations, as `migrate up`
+	// does: it is what a person who types it wants.
+	c := &cobra.Command{Use: "migrate", Short: "Apply the bundled schema migrations (as `migrate up`), or show them (`migrate status`)", RunE: up}
 	c.AddCommand(&cobra.Command{
 		Use:   "up",
 		Short: "Apply every pending migration",
-		RunE: func(*cobra.Command, []string) error {
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				applied, err := migrations.Up(ctx, d)
-				if err != nil {
-					return err
-				}
-				if len(applied) == 0 {
-					fmt.Printf("The schema is current (version %d).\n", migrations.Latest(d.Name()))
-					return nil
-				}
-				for _, m := range applied {
-					fmt.Printf("applied V%d %s\n", m.Version, m.Name)
-				}
-				return nil
-			})
-		},
+		RunE:  up,
 	}, &cobra.Command{
 		Use:   "status",
 		Short: "List the bundled migrations and whether each is applied",
@@ -187,7 +190,7 @@ func statusCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "status",
-		Short: "Rows per state, the oldest pending row's age, dead rows per topic",
+		Short: "Rows per state, the oldest due pending row's wait, rows scheduled later, dead rows per topic",
 		RunE: func(*cobra.Command, []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				st, err := admin.Status(ctx, d)
@@ -202,8 +205,16 @@ func statusCmd() *cobra.Command {
 				for _, s := range dialects.States {
 					fmt.Fprintf(w, "%s\t%d\n", s, st.Rows[s])
 				}
+				for _, s := range st.OtherStateNames() {
+					fmt.Fprintf(w, "%s\t%d\t(not a QueueBox state: written by hand; never claimed, replayed or deleted)\n", s, st.OtherStates[s])
+				}
 				w.Flush()
-				fmt.Printf("\noldest pending: %s\n", st.OldestPending.Round(time.Millisecond))
+				if st.OldestDue > 0 {
+					fmt.Printf("\noldest due pending: %s (waiting since it became due)\n", st.OldestDue.Round(time.Millisecond))
+				} else {
+					fmt.Printf("\noldest due pending: none is due\n")
+				}
+				fmt.Printf("scheduled later: %d (pending rows not due yet: retries and rows scheduled ahead)\n", st.ScheduledLater)
 				if len(st.HeldBackBy) > 0 {
 					fmt.Println("\nkeyed rows inserted after these transactions began wait until they commit or roll back:")
 					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

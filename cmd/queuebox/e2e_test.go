@@ -162,6 +162,7 @@ destinations:
 routes:
   - { topicPattern: "#", destination: hook }
 log: { format: json, level: info }
+admin: { listen: "127.0.0.1:0" }
 `, dbURL, recv.URL))
 	if out, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
 		t.Fatalf("migrate up: %d %s %s", code, out, stderr)
@@ -281,7 +282,7 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 			}
 		}
 	}()
-	var folder string
+	var folder, adminPage string
 	deliveries := 0
 	deadline := time.After(60 * time.Second)
 	for deliveries < 5 {
@@ -293,6 +294,9 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "folder"); ok {
 				folder = strings.TrimSpace(f)
 			}
+			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "admin page"); ok {
+				adminPage = strings.Fields(f)[0]
+			}
 			if strings.HasPrefix(l, "-> ") {
 				deliveries++
 			}
@@ -302,6 +306,17 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 	}
 	if folder == "" || !strings.HasPrefix(folder, "/tmp/queuebox-dev-") {
 		t.Fatalf("the banner did not name the cluster folder: %q", folder)
+	}
+	// The banner names the admin page, on a free loopback port, and it
+	// answers with the rows dev inserts.
+	if !strings.HasPrefix(adminPage, "http://127.0.0.1:") {
+		t.Fatalf("the banner did not name the admin page: %q", adminPage)
+	}
+	if code, body := httpGet(t, adminPage+"healthz", ""); code != 200 {
+		t.Errorf("the admin page's /healthz: %d %s", code, body)
+	}
+	if code, body := httpGet(t, adminPage, ""); code != 200 || !strings.Contains(body, "<title>QueueBox admin</title>") {
+		t.Errorf("the admin page: %d %s", code, body)
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -333,6 +348,7 @@ func TestStatusDeadListAndReplay(t *testing.T) {
 	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
 destinations: { n: { type: "null" } }
 routes: [ { topicPattern: "order.#", destination: n } ]
+admin: { listen: "127.0.0.1:0" }
 `, dbURL))
 	// Before the migrations, status says what to do.
 	if _, stderr, code := run(t, "status", "--config", cfg); code != 1 || !strings.Contains(stderr, "the outbox table does not exist") || !strings.Contains(stderr, "queuebox migrate up") {
@@ -431,6 +447,7 @@ destinations:
     headers: { Authorization: "Bearer ${HOOK_TOKEN}" }
 routes: [ { topicPattern: "#", destination: hook } ]
 log: { level: debug }
+admin: { listen: "127.0.0.1:0" }
 `, dbURL, recv.URL))
 	t.Setenv("HOOK_TOKEN", secret)
 	if _, stderr, code := run(t, "migrate", "up", "--config", cfg); code != 0 {
@@ -541,6 +558,12 @@ func TestQuickStartStepThree(t *testing.T) {
 		t.Fatalf("step 3 lost its configuration or its commands:\n%s", step3)
 	}
 	dir := t.TempDir()
+	// The admin listener on a free port, so that tests running at once do
+	// not compete for the default one.
+	if strings.Contains(yamlBlock, "\nadmin:") {
+		t.Fatal("step 3's configuration sets admin: the test's own admin.listen would clash")
+	}
+	yamlBlock += "admin: { listen: \"127.0.0.1:0\" }\n"
 	if err := os.WriteFile(filepath.Join(dir, "queuebox.yaml"), []byte(yamlBlock), 0o600); err != nil {
 		t.Fatal(err)
 	}

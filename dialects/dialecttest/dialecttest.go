@@ -63,6 +63,10 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimWithFewHeadsTakesRuns", testMaxHeads},
 		{"ClaimWindowOnlyNarrowsCandidates", testWindow},
 		{"ListPagesAndFiltersByTopic", testList},
+		{"PendingOldestDueAndScheduledLater", testPendingDue},
+		{"CountByTopicAndStatesWrittenByHand", testCountByTopic},
+		{"BlockedKeys", testBlockedKeys},
+		{"DeadGroupsOfTheNewestRows", testDeadGroups},
 		{"ErrorsAreMapped", testErrors},
 		{"MigrationHistory", testMigrationHistory},
 	}
@@ -625,7 +629,7 @@ func testStats(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Rows[dialects.Dead] != 3 || st.Rows[dialects.Pending] != 1 || st.OldestPending <= 0 {
+	if st.Rows[dialects.Dead] != 3 || st.Rows[dialects.Pending] != 1 || st.OldestDue <= 0 || st.ScheduledLater != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	sum := int64(0)
@@ -777,6 +781,168 @@ func testList(t *testing.T, h Harness) {
 	insert(t, d, dialects.NewRow{Key: &k, Topic: "order.created"})
 	if got := list(t, d, dialects.Filter{Key: &k, States: []dialects.State{dialects.Pending}}, 10); len(got) != 1 || got[0].Key == nil || *got[0].Key != k {
 		t.Fatalf("by key: %+v", got)
+	}
+}
+
+// The oldest due pending row is measured from when it became due; a row
+// scheduled ahead is counted apart and does not count as waiting.
+func testPendingDue(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	p, err := d.OutboxPending(ctx(t))
+	if err != nil || p.OldestDue != 0 || p.ScheduledLater != 0 {
+		t.Fatalf("an empty outbox: %+v, %v", p, err)
+	}
+	ahead := time.Now().Add(time.Hour)
+	insert(t, d, dialects.NewRow{Topic: "ahead", ScheduledAt: &ahead}, dialects.NewRow{Topic: "ahead", ScheduledAt: &ahead})
+	p, err = d.OutboxPending(ctx(t))
+	if err != nil || p.OldestDue != 0 || p.ScheduledLater != 2 {
+		t.Fatalf("two rows scheduled an hour ahead: %+v, %v; want nothing due and 2 later", p, err)
+	}
+	due := time.Now().Add(-90 * time.Minute)
+	insert(t, d, dialects.NewRow{Topic: "late", ScheduledAt: &due}, dialects.NewRow{Topic: "now"})
+	p, err = d.OutboxPending(ctx(t))
+	if err != nil || p.OldestDue < 89*time.Minute || p.OldestDue > 91*time.Minute || p.ScheduledLater != 2 {
+		t.Fatalf("a row due 90 minutes ago: %+v, %v", p, err)
+	}
+	st, err := d.OutboxStats(ctx(t))
+	if err != nil || st.ScheduledLater != 2 || st.OldestDue < 89*time.Minute || st.Rows[dialects.Pending] != 4 {
+		t.Fatalf("stats: %+v, %v", st, err)
+	}
+}
+
+// Counts per topic and state include states that are none of the four:
+// rows written by hand, which QueueBox never touches, are not invisible.
+func testCountByTopic(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"})
+	rows := h.claim(t, d, 10)
+	for _, r := range rows {
+		if r.Topic == "b" {
+			complete(t, d, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "x"})
+		} else {
+			complete(t, d, outcome(r, dialects.OutcomeRelease))
+		}
+	}
+	h.Exec(t, d, `UPDATE {{t}} SET {{c "state"}} = $1 WHERE {{c "topic"}} = $2`, "paused", "c")
+	got := map[string]int64{}
+	counts, err := d.OutboxCountByTopic(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range counts {
+		got[c.Topic+"/"+string(c.State)] += c.Rows
+	}
+	want := map[string]int64{"a/pending": 2, "b/dead": 1, "c/paused": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counts by topic and state: %v, want %v", got, want)
+	}
+	st, err := d.OutboxStats(ctx(t))
+	if err != nil || st.Rows["paused"] != 1 || st.Rows[dialects.Pending] != 2 || st.Rows[dialects.Processing] != 0 {
+		t.Fatalf("stats do not show the row written by hand: %v, %v", st.Rows, err)
+	}
+}
+
+// A key whose head waits for a retry is blocked; a key whose head is
+// scheduled ahead by the application, an unkeyed retry and a key whose
+// head is being delivered are not.
+func testBlockedKeys(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("stuck", 3)...)
+	insert(t, d, keyed("busy", 2)...)
+	insert(t, d, dialects.NewRow{Topic: "unkeyed"})
+	ahead := time.Now().Add(time.Hour)
+	insert(t, d, dialects.NewRow{Key: str("planned"), ScheduledAt: &ahead})
+	var out []dialects.Outcome
+	var head dialects.Row
+	for _, r := range h.claim(t, d, 100) {
+		switch {
+		case r.Key == "stuck" && head.Key == "":
+			head = r
+			out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeRetry, Delay: time.Hour, Error: "HTTP 503: try later"})
+		case r.Topic == "unkeyed":
+			out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeRetry, Delay: time.Hour, Error: "HTTP 503"})
+		case r.Key == "busy":
+			// held: its head stays processing
+		default:
+			out = append(out, outcome(r, dialects.OutcomeRelease))
+		}
+	}
+	complete(t, d, out...)
+	keys, err := d.OutboxBlockedKeys(ctx(t), dialects.BlockedKeysParams{Scan: 1000, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("blocked keys: %+v, want only stuck", keys)
+	}
+	k := keys[0]
+	if k.Key != "stuck" || k.ID != head.ID || k.Attempt != 1 || k.MaxAttempts != 5 || k.LastError == nil || *k.LastError != "HTTP 503: try later" ||
+		k.Behind != 2 || k.NextAttemptIn < 59*time.Minute || k.NextAttemptIn > time.Hour || k.Waiting < 0 || k.Waiting > 5*time.Minute {
+		t.Fatalf("the blocked key: %+v", k)
+	}
+	if keys, err := d.OutboxBlockedKeys(ctx(t), dialects.BlockedKeysParams{Scan: 1000, Limit: 0}); err != nil || len(keys) != 0 {
+		t.Fatalf("a limit of 0: %+v, %v", keys, err)
+	}
+}
+
+// Dead rows group by topic and error start, over the newest rows only.
+func testDeadGroups(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	if g, err := d.OutboxDeadGroups(ctx(t), 100); err != nil || len(g) != 0 {
+		t.Fatalf("no dead rows: %+v, %v", g, err)
+	}
+	insert(t, d, dialects.NewRow{Topic: "old"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"})
+	rows := h.claim(t, d, 10)
+	// One completion per row, in insert order, so that each gets its own
+	// updated_at and "old" is the oldest.
+	byTopic := map[string][]uuid.UUID{}
+	order := append([]dialects.Row{}, rows...)
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && order[j].Sequence < order[j-1].Sequence; j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	for i, r := range order {
+		e := "HTTP 410: gone"
+		if r.Topic == "a" && i == 3 {
+			e = "HTTP 500: boom"
+		}
+		if r.Topic == "b" {
+			e = ""
+		}
+		o := dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: e}
+		complete(t, d, o)
+		byTopic[r.Topic+"|"+e] = append([]uuid.UUID{r.ID}, byTopic[r.Topic+"|"+e]...)
+		time.Sleep(5 * time.Millisecond) // distinct updated_at on coarse clocks
+	}
+	groups, err := d.OutboxDeadGroups(ctx(t), 4) // "old" is the fifth newest: left out
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]dialects.DeadGroup{}
+	var total int64
+	for _, g := range groups {
+		got[g.Topic+"|"+g.Error] = g
+		total += g.Rows
+		if g.Newest.IsZero() || int64(len(g.IDs)) != g.Rows {
+			t.Errorf("group %+v", g)
+		}
+	}
+	if total != 4 || len(groups) != 3 {
+		t.Fatalf("groups of the 4 newest dead rows: %+v", groups)
+	}
+	if _, ok := got["old|HTTP 410: gone"]; ok {
+		t.Fatal("a row beyond the newest 4 was grouped")
+	}
+	a := got["a|HTTP 410: gone"]
+	if a.Rows != 2 || fmt.Sprint(a.IDs) != fmt.Sprint(byTopic["a|HTTP 410: gone"]) {
+		t.Fatalf("group a/410: %+v, want ids %v newest first", a, byTopic["a|HTTP 410: gone"])
+	}
+	if g := got["a|HTTP 500: boom"]; g.Rows != 1 {
+		t.Fatalf("group a/500: %+v", g)
+	}
+	if g := got["b|"]; g.Rows != 1 {
+		t.Fatalf("a dead row without an error: %+v", got)
 	}
 }
 

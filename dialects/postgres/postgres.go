@@ -48,11 +48,13 @@ type Dialect struct {
 // Catalog holds every statement of queries.sql, rendered for the configured
 // names; each field is the statement of the same name.
 type Catalog struct {
-	OutboxClaim, OutboxClaimByKey, OutboxRenewLeases, OutboxComplete         string
-	OutboxReleaseExpired                                                     string
-	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge                   string
-	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
-	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters                  string
+	OutboxClaim, OutboxClaimByKey, OutboxRenewLeases, OutboxComplete string
+	OutboxReleaseExpired                                             string
+	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge           string
+	OutboxCountByState, OutboxDeadByTopic, OutboxInsert              string
+	OutboxPendingDue, OutboxCountByTopicState                        string
+	OutboxBlockedKeys, OutboxDeadGroups                              string
+	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
 	dialects.HistoryStatements
 }
 
@@ -402,11 +404,9 @@ func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error
 	if err := rows.Err(); err != nil {
 		return st, err
 	}
-	var secs float64
-	if err := d.pool.QueryRow(ctx, d.q.OutboxOldestPending).Scan(&secs); err != nil {
+	if st.PendingSummary, err = d.OutboxPending(ctx); err != nil {
 		return st, err
 	}
-	st.OldestPending = time.Duration(secs * float64(time.Second))
 	rows, err = d.pool.Query(ctx, d.q.OutboxDeadByTopic)
 	if err != nil {
 		return st, err
@@ -421,6 +421,59 @@ func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error
 		st.DeadByTopic[t] = n
 	}
 	return st, rows.Err()
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func (d *Dialect) OutboxPending(ctx context.Context) (p dialects.PendingSummary, err error) {
+	defer func() { err = mapError(err) }()
+	var secs float64
+	err = d.pool.QueryRow(ctx, d.q.OutboxPendingDue).Scan(&secs, &p.ScheduledLater)
+	p.OldestDue = seconds(secs)
+	return p, err
+}
+
+func (d *Dialect) OutboxCountByTopic(ctx context.Context) (_ []dialects.TopicCount, err error) {
+	defer func() { err = mapError(err) }()
+	rows, err := d.pool.Query(ctx, d.q.OutboxCountByTopicState)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.TopicCount, error) {
+		var c dialects.TopicCount
+		var state string
+		err := r.Scan(&c.Topic, &state, &c.Rows)
+		c.State = dialects.State(state)
+		return c, err
+	})
+}
+
+func (d *Dialect) OutboxBlockedKeys(ctx context.Context, p dialects.BlockedKeysParams) (_ []dialects.BlockedKey, err error) {
+	defer func() { err = mapError(err) }()
+	rows, err := d.pool.Query(ctx, d.q.OutboxBlockedKeys, p.Scan, p.Limit, dialects.BehindCap)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.BlockedKey, error) {
+		var k dialects.BlockedKey
+		var waiting, next float64
+		err := r.Scan(&k.Key, &k.ID, &k.Topic, &k.Attempt, &k.MaxAttempts, &k.LastError, &waiting, &next, &k.Behind)
+		k.Waiting, k.NextAttemptIn = seconds(waiting), seconds(next)
+		return k, err
+	})
+}
+
+func (d *Dialect) OutboxDeadGroups(ctx context.Context, newest int) (_ []dialects.DeadGroup, err error) {
+	defer func() { err = mapError(err) }()
+	rows, err := d.pool.Query(ctx, d.q.OutboxDeadGroups, newest, dialects.DeadErrorPrefix)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.DeadGroup, error) {
+		var g dialects.DeadGroup
+		err := r.Scan(&g.Topic, &g.Error, &g.Rows, &g.Newest, &g.IDs)
+		return g, err
+	})
 }
 
 func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err error) {

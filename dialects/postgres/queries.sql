@@ -307,12 +307,61 @@ DELETE FROM {{t}}
 -- name: OutboxCountByState
 SELECT {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "state"}}
 
--- name: OutboxOldestPending
-SELECT COALESCE(EXTRACT(EPOCH FROM now() - min({{c "created_at"}})), 0)::float8
-  FROM {{t}} WHERE {{c "state"}} = 'pending'
-
 -- name: OutboxDeadByTopic
 SELECT {{c "topic"}}, count(*) FROM {{t}} WHERE {{c "state"}} = 'dead' GROUP BY {{c "topic"}}
+
+-- name: OutboxPendingDue
+-- How long the pending row due the longest has waited since it became due
+-- (0 when none is due), and how many pending rows are scheduled later. Both
+-- read the pending_scheduled index, as the claim does.
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - (
+           SELECT min({{c "scheduled_at"}}) FROM {{t}}
+            WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} <= now())), 0)::float8,
+       (SELECT count(*) FROM {{t}} WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now())
+
+-- name: OutboxCountByTopicState
+-- One pass over the table; the admin listener samples it on an interval.
+SELECT {{c "topic"}}, {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "topic"}}, {{c "state"}}
+
+-- name: OutboxBlockedKeys
+-- Keys whose head (the first pending or processing row of the key) waits for
+-- a retry. $1 bounds the rows scheduled later that are examined (the earliest
+-- due first, from the pending_scheduled index), $2 the keys returned, the
+-- longest waiting first; $3 caps the count of rows behind each head.
+SELECT h.k, h.id, h.topic, h.attempt, h.max_attempts, h.last_error,
+       EXTRACT(EPOCH FROM now() - h.created_at)::float8,
+       EXTRACT(EPOCH FROM h.scheduled_at - now())::float8,
+       (SELECT count(*) FROM (SELECT 1 FROM {{t}} AS b
+                               WHERE b.{{c "key"}} = h.k AND b.{{c "sequence"}} > h.seq
+                                 AND b.{{c "state"}} IN ('pending', 'processing')
+                               LIMIT $3) AS behind)
+  FROM (SELECT o.{{c "key"}} AS k, o.{{c "id"}} AS id, o.{{c "topic"}} AS topic, o.{{c "attempt"}} AS attempt,
+               o.{{c "max_attempts"}} AS max_attempts, o.{{c "last_error"}} AS last_error,
+               o.{{c "created_at"}} AS created_at, o.{{c "scheduled_at"}} AS scheduled_at, o.{{c "sequence"}} AS seq
+          FROM {{t}} AS o
+         WHERE o.{{c "state"}} = 'pending' AND o.{{c "scheduled_at"}} > now()
+         ORDER BY o.{{c "scheduled_at"}}
+         LIMIT $1) AS h
+ WHERE h.k IS NOT NULL AND h.k <> '' AND h.attempt > 0
+   AND NOT EXISTS (SELECT 1 FROM {{t}} AS b
+                    WHERE b.{{c "key"}} = h.k AND b.{{c "sequence"}} < h.seq
+                      AND b.{{c "state"}} IN ('pending', 'processing'))
+ ORDER BY h.created_at, h.seq
+ LIMIT $2
+
+-- name: OutboxDeadGroups
+-- The newest $1 dead rows (by updated_at, from the state_updated index)
+-- grouped by topic and the first $2 characters of last_error, with the
+-- group's newest update and ids (newest first). $1 bounds the work on a
+-- table with millions of dead rows; the caller normalises the errors.
+SELECT d.topic, d.err, count(*), max(d.updated_at), array_agg(d.id ORDER BY d.updated_at DESC, d.seq DESC)
+  FROM (SELECT {{c "topic"}} AS topic, COALESCE(left({{c "last_error"}}, $2), '') AS err,
+               {{c "updated_at"}} AS updated_at, {{c "sequence"}} AS seq, {{c "id"}} AS id
+          FROM {{t}}
+         WHERE {{c "state"}} = 'dead'
+         ORDER BY {{c "updated_at"}} DESC
+         LIMIT $1) AS d
+ GROUP BY d.topic, d.err
 
 -- name: OutboxInsert
 -- One row of the arrays per new row, inserted in array order. NULLs take the

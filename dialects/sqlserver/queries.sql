@@ -166,12 +166,64 @@ SELECT @@ROWCOUNT;
 -- name: OutboxCountByState
 SELECT {{c "state"}}, COUNT_BIG(*) FROM {{t}} GROUP BY {{c "state"}};
 
--- name: OutboxOldestPending
-SELECT COALESCE(DATEDIFF_BIG(millisecond, MIN({{c "created_at"}}), SYSUTCDATETIME()), 0)
-  FROM {{t}} WHERE {{c "state"}} = N'pending';
-
 -- name: OutboxDeadByTopic
 SELECT {{c "topic"}}, COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'dead' GROUP BY {{c "topic"}};
+
+-- name: OutboxPendingDue
+-- How long the pending row due the longest has waited since it became due,
+-- in ms (0 when none is due), and how many pending rows are scheduled later.
+-- Both read the pending_scheduled index, as the claim does.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+SELECT COALESCE(DATEDIFF_BIG(millisecond, (
+           SELECT MIN({{c "scheduled_at"}}) FROM {{t}}
+            WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} <= @now), @now), 0),
+       (SELECT COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now);
+
+-- name: OutboxCountByTopicState
+-- One pass over the table; the admin listener samples it on an interval.
+SELECT {{c "topic"}}, {{c "state"}}, COUNT_BIG(*) FROM {{t}} GROUP BY {{c "topic"}}, {{c "state"}};
+
+-- name: OutboxBlockedKeys
+-- Keys whose head (the first pending or processing row of the key) waits for
+-- a retry. @p1 bounds the rows scheduled later that are examined (the
+-- earliest due first), @p2 the keys returned, the longest waiting first;
+-- @p3 caps the count of rows behind each head. Durations in ms.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+SELECT TOP (@p2) h.k, CAST(h.id AS NVARCHAR(36)), h.topic, h.attempt, h.max_attempts, h.last_error,
+       DATEDIFF_BIG(millisecond, h.created_at, @now),
+       DATEDIFF_BIG(millisecond, @now, h.scheduled_at),
+       (SELECT COUNT_BIG(*) FROM (SELECT TOP (@p3) 1 AS one FROM {{t}} AS b
+                                   WHERE b.{{c "key"}} = h.k AND b.{{c "sequence"}} > h.seq
+                                     AND b.{{c "state"}} IN (N'pending', N'processing')) AS behind)
+  FROM (SELECT TOP (@p1) o.{{c "key"}} AS k, o.{{c "id"}} AS id, o.{{c "topic"}} AS topic, o.{{c "attempt"}} AS attempt,
+               o.{{c "max_attempts"}} AS max_attempts, o.{{c "last_error"}} AS last_error,
+               o.{{c "created_at"}} AS created_at, o.{{c "scheduled_at"}} AS scheduled_at, o.{{c "sequence"}} AS seq
+          FROM {{t}} AS o
+         WHERE o.{{c "state"}} = N'pending' AND o.{{c "scheduled_at"}} > @now
+         ORDER BY o.{{c "scheduled_at"}}) AS h
+ WHERE h.k IS NOT NULL AND h.k <> N'' AND h.attempt > 0
+   AND NOT EXISTS (SELECT 1 FROM {{t}} AS b
+                    WHERE b.{{c "key"}} = h.k AND b.{{c "sequence"}} < h.seq
+                      AND b.{{c "state"}} IN (N'pending', N'processing'))
+ ORDER BY h.created_at, h.seq;
+
+-- name: OutboxDeadGroups
+-- The newest @p1 dead rows (by updated_at, from the state_updated index)
+-- grouped by topic and the first @p2 characters of last_error, with the
+-- group's newest update and ids (newest first, comma-separated). @p1 bounds
+-- the work on a table with millions of dead rows; the caller normalises the
+-- errors. The error start is cast out of NVARCHAR(MAX), a type an index or
+-- a sort key handles slowly.
+SELECT d.topic, d.err, COUNT_BIG(*), MAX(d.updated_at),
+       STRING_AGG(CAST(d.id AS NVARCHAR(MAX)), N',') WITHIN GROUP (ORDER BY d.updated_at DESC, d.seq DESC)
+  FROM (SELECT TOP (@p1) {{c "topic"}} AS topic, CAST(COALESCE(LEFT({{c "last_error"}}, @p2), N'') AS NVARCHAR(4000)) AS err,
+               {{c "updated_at"}} AS updated_at, {{c "sequence"}} AS seq, CAST({{c "id"}} AS NVARCHAR(36)) AS id
+          FROM {{t}}
+         WHERE {{c "state"}} = N'dead'
+         ORDER BY {{c "updated_at"}} DESC) AS d
+ GROUP BY d.topic, d.err;
 
 -- name: OutboxInsert
 -- @p1 JSON array of rows {i, topic, k, payload, headers, agg, max, at}; the

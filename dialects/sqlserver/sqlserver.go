@@ -48,10 +48,12 @@ type Dialect struct {
 // Catalog holds every statement of queries.sql, rendered for the configured
 // names; each field is the statement of the same name.
 type Catalog struct {
-	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired     string
-	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge                   string
-	OutboxCountByState, OutboxOldestPending, OutboxDeadByTopic, OutboxInsert string
-	OutboxProbe, OutboxWriters                                               string
+	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired string
+	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge               string
+	OutboxCountByState, OutboxDeadByTopic, OutboxInsert                  string
+	OutboxPendingDue, OutboxCountByTopicState                            string
+	OutboxBlockedKeys, OutboxDeadGroups                                  string
+	OutboxProbe, OutboxWriters                                           string
 	dialects.HistoryStatements
 }
 
@@ -332,9 +334,26 @@ func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []di
 	return out, rows.Err()
 }
 
+// PurgeStatementRows is the most rows one retention DELETE removes. SQL
+// Server escalates a statement's row locks to a lock on the whole table once
+// it holds about 5,000 on one table or index, and a table lock on the
+// outbox would stall every claim until the delete commits. A batch of
+// outbox.retention.batchSize rows (5,000 by default) is therefore deleted in
+// several statements, each committed on its own.
+const PurgeStatementRows = 1000
+
 func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ int, err error) {
 	defer func() { err = MapError(err) }()
-	return d.scalarInt(ctx, d.q.OutboxPurge, string(p.State), dateaddArg(int64(p.OlderThan/time.Second)), p.Batch)
+	total := 0
+	for total < p.Batch {
+		chunk := min(PurgeStatementRows, p.Batch-total)
+		n, err := d.scalarInt(ctx, d.q.OutboxPurge, string(p.State), dateaddArg(int64(p.OlderThan/time.Second)), chunk)
+		total += n
+		if err != nil || n < chunk {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 func (d *Dialect) OutboxStats(ctx context.Context) (_ dialects.Stats, err error) {
@@ -346,13 +365,89 @@ func (d *Dialect) OutboxStats(ctx context.Context) (_ dialects.Stats, err error)
 	if err := d.eachCount(ctx, d.q.OutboxCountByState, func(k string, n int64) { st.Rows[dialects.State(k)] = n }); err != nil {
 		return st, err
 	}
-	var millis int64
-	if err := d.db.QueryRowContext(ctx, d.q.OutboxOldestPending).Scan(&millis); err != nil {
+	if st.PendingSummary, err = d.OutboxPending(ctx); err != nil {
 		return st, err
 	}
-	st.OldestPending = time.Duration(millis) * time.Millisecond
 	err = d.eachCount(ctx, d.q.OutboxDeadByTopic, func(k string, n int64) { st.DeadByTopic[k] = n })
 	return st, err
+}
+
+func (d *Dialect) OutboxPending(ctx context.Context) (p dialects.PendingSummary, err error) {
+	defer func() { err = MapError(err) }()
+	var millis int64
+	err = d.db.QueryRowContext(ctx, d.q.OutboxPendingDue).Scan(&millis, &p.ScheduledLater)
+	p.OldestDue = time.Duration(millis) * time.Millisecond
+	return p, err
+}
+
+func (d *Dialect) OutboxCountByTopic(ctx context.Context) (_ []dialects.TopicCount, err error) {
+	defer func() { err = MapError(err) }()
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxCountByTopicState)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dialects.TopicCount
+	for rows.Next() {
+		var c dialects.TopicCount
+		var state string
+		if err := rows.Scan(&c.Topic, &state, &c.Rows); err != nil {
+			return nil, err
+		}
+		c.State = dialects.State(state)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (d *Dialect) OutboxBlockedKeys(ctx context.Context, p dialects.BlockedKeysParams) (_ []dialects.BlockedKey, err error) {
+	defer func() { err = MapError(err) }()
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxBlockedKeys, p.Scan, p.Limit, dialects.BehindCap)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dialects.BlockedKey
+	for rows.Next() {
+		var k dialects.BlockedKey
+		var id string
+		var waiting, next int64
+		if err := rows.Scan(&k.Key, &id, &k.Topic, &k.Attempt, &k.MaxAttempts, &k.LastError, &waiting, &next, &k.Behind); err != nil {
+			return nil, err
+		}
+		if k.ID, err = uuid.Parse(id); err != nil {
+			return nil, err
+		}
+		k.Waiting, k.NextAttemptIn = time.Duration(waiting)*time.Millisecond, time.Duration(next)*time.Millisecond
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func (d *Dialect) OutboxDeadGroups(ctx context.Context, newest int) (_ []dialects.DeadGroup, err error) {
+	defer func() { err = MapError(err) }()
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxDeadGroups, newest, dialects.DeadErrorPrefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dialects.DeadGroup
+	for rows.Next() {
+		var g dialects.DeadGroup
+		var ids string
+		if err := rows.Scan(&g.Topic, &g.Error, &g.Rows, &g.Newest, &ids); err != nil {
+			return nil, err
+		}
+		for _, s := range strings.Split(ids, ",") {
+			id, err := uuid.Parse(s)
+			if err != nil {
+				return nil, err
+			}
+			g.IDs = append(g.IDs, id)
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
 }
 
 func (d *Dialect) eachCount(ctx context.Context, query string, f func(string, int64)) error {

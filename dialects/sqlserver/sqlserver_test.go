@@ -254,3 +254,44 @@ func TestProbeReadsTheSequenceFirst(t *testing.T) {
 		t.Errorf("the probe counts its own transaction as a writer:\n%s", p)
 	}
 }
+
+// The statements of the admin page and status bound their work on a large
+// table: a TOP on the rows they read, the head rule for blocked keys, the
+// due time (not created_at) for the oldest due row.
+func TestOperatorStatementsAreBounded(t *testing.T) {
+	q, err := sqlserver.Queries(renamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string][]string{
+		"OutboxPendingDue": {"MIN([scheduled_at])", "[status] = N'pending' AND [scheduled_at] <= @now",
+			"[status] = N'pending' AND [scheduled_at] > @now", "DATEDIFF_BIG(millisecond"},
+		"OutboxCountByTopicState": {"GROUP BY [topic], [status]"},
+		"OutboxBlockedKeys": {"SELECT TOP (@p1) o.[message_key] AS k", "ORDER BY o.[scheduled_at]) AS h",
+			"SELECT TOP (@p2) h.k", "SELECT TOP (@p3) 1 AS one", "h.attempt > 0",
+			"b.[message_key] = h.k AND b.[seq_no] < h.seq", "b.[status] IN (N'pending', N'processing')"},
+		"OutboxDeadGroups": {"SELECT TOP (@p1) [topic]", "CAST(COALESCE(LEFT([last_error], @p2), N'') AS NVARCHAR(4000))", "WHERE [status] = N'dead'",
+			"ORDER BY [updated_at] DESC) AS d", "STRING_AGG(CAST(d.id AS NVARCHAR(MAX)), N',')", "GROUP BY d.topic, d.err"},
+	}
+	stmts := dialects.Statements(q)
+	for name, wants := range checks {
+		sql, ok := stmts[name]
+		if !ok {
+			t.Errorf("no statement %s", name)
+			continue
+		}
+		for _, w := range wants {
+			if !strings.Contains(sql, w) {
+				t.Errorf("%s lacks %q:\n%s", name, w, sql)
+			}
+		}
+	}
+	if strings.Contains(stmts["OutboxPendingDue"], "created_at") {
+		t.Errorf("the oldest due row is measured from created_at, not from when it became due")
+	}
+	// A retention DELETE stays below SQL Server's lock escalation threshold
+	// (about 5,000 locks on one table or index).
+	if sqlserver.PurgeStatementRows >= 5000 {
+		t.Errorf("PurgeStatementRows %d would let one DELETE escalate to a table lock", sqlserver.PurgeStatementRows)
+	}
+}

@@ -78,6 +78,7 @@ destinations:
 routes:
   - { topicPattern: "#", destination: target }
 log: { level: warn }
+admin: { listen: "127.0.0.1:0" }
 `, dbURL, destination)), 0o600); err != nil {
 		b.Fatal(err)
 	}

@@ -162,6 +162,7 @@ routes:
   - { topicPattern: "kafka.#", destination: kafka }
   - { topicPattern: "nats.#", destination: nats }
 log: { format: json, level: info }
+admin: { listen: "127.0.0.1:0" }
 `, dbURL, node.URL, strings.Join(kafka.Brokers, `", "`), natsSrv.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}

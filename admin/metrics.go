@@ -1,0 +1,261 @@
+package admin
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// Metrics are the Prometheus metrics of one replica. They hear the engine
+// as its actors.Observer; the row counts come from the Sampler; retention
+// deletes are counted by wrapping the engine's dialect (CountPurges),
+// because the janitor reports them to no observer.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	deliveries *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	latency    *prometheus.HistogramVec
+	rows       *prometheus.GaugeVec
+	oldest     prometheus.Gauge
+	claimed    prometheus.Counter
+	lost       prometheus.Counter
+	retention  *prometheus.CounterVec
+	inbox      *prometheus.CounterVec
+	countTook  prometheus.Gauge
+
+	engine atomic.Pointer[actors.Engine]
+
+	// Per destination, for the page's throughput chart and deliveries per
+	// second: Prometheus counters cannot be read back cheaply.
+	mu    sync.Mutex
+	dests map[string]*destinationCounts
+
+	throughput *Throughput
+}
+
+// destinationCounts are the rows one destination finished, per outcome.
+type destinationCounts struct {
+	delivered, retried, dead atomic.Int64
+}
+
+// InboxOutcomes are the outcomes of queuebox_inbox_received_total.
+var InboxOutcomes = []string{"stored", "duplicate", "rejected"}
+
+// NewMetrics registers every metric in a registry of its own, with the Go
+// runtime's and the process's. inboxSources are the configured inbox
+// sources: their series start at zero, so that rate() works from the
+// first scrape.
+func NewMetrics(inboxSources []string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), dests: map[string]*destinationCounts{}}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{m.reg}
+	m.deliveries = f.counterVec("queuebox_deliveries_total",
+		"Rows whose delivery ended, by route, destination and outcome (delivered, retry, dead). Rows that match no route are dead with empty route and destination.",
+		"route", "destination", "outcome")
+	m.duration = f.histogramVec("queuebox_delivery_duration_seconds",
+		"How long the destination took to accept or refuse a row (the publish call that carried it; rows of one batch share it).",
+		prometheus.ExponentialBuckets(0.001, 2.5, 12), "destination")
+	m.latency = f.histogramVec("queuebox_end_to_end_latency_seconds",
+		"From a row's created_at to the moment its destination accepted it.",
+		prometheus.ExponentialBuckets(0.005, 2.5, 14), "destination")
+	m.rows = f.gaugeVec("queuebox_rows",
+		"Rows in the outbox table per state, counted by the sampler on an interval (any state found, including values written by hand).",
+		"state")
+	m.oldest = f.gauge("queuebox_oldest_pending_age_seconds",
+		"How long the pending row due the longest has waited since it became due; 0 when none is due.")
+	m.claimed = f.counter("queuebox_claimed_rows_total", "Rows this replica claimed.")
+	m.lost = f.counter("queuebox_lost_claims_total", "Claims this replica lost before writing their outcome (the lease passed); the rows are delivered again.")
+	m.retention = f.counterVec("queuebox_retention_deleted_total", "Rows the retention deleted, by state.", "state")
+	m.inbox = f.counterVec("queuebox_inbox_received_total", "Messages the inbox received, by source and outcome (stored, duplicate, rejected).", "source", "outcome")
+	m.countTook = f.gauge("queuebox_rows_count_seconds", "How long the last count of the outbox table took (it sets the sampling interval).")
+	f.gaugeFunc("queuebox_inflight_rows", "Rows this replica has claimed and not yet written an outcome for.", func() float64 {
+		if e := m.engine.Load(); e != nil {
+			return float64(e.Stats.InFlight.Load())
+		}
+		return 0
+	})
+	for _, k := range actors.ActorKinds() {
+		f.gaugeFunc("queuebox_actor_mailbox_length", "Messages waiting in the mailboxes of the engine's actors, per kind of actor.", func() float64 {
+			if e := m.engine.Load(); e != nil {
+				return float64(e.MailboxLength(k))
+			}
+			return 0
+		}, prometheus.Labels{"actor": k.String()})
+	}
+	for _, s := range []dialects.State{dialects.Delivered, dialects.Dead} {
+		m.retention.WithLabelValues(string(s))
+	}
+	for _, src := range inboxSources {
+		for _, o := range InboxOutcomes {
+			m.inbox.WithLabelValues(src, o)
+		}
+	}
+	for _, s := range dialects.States {
+		m.rows.WithLabelValues(string(s))
+	}
+	m.throughput = newThroughput(m)
+	return m
+}
+
+// Registry is where the metrics are registered; /metrics serves it.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// SetEngine gives the gauges that read the engine (in-flight rows, mailbox
+// lengths) their engine once it runs.
+func (m *Metrics) SetEngine(e *actors.Engine) { m.engine.Store(e) }
+
+// factory registers metrics in one registry.
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeFunc(name, help string, fn func() float64, labels ...prometheus.Labels) {
+	opts := prometheus.GaugeOpts{Name: name, Help: help}
+	if len(labels) > 0 {
+		opts.ConstLabels = labels[0]
+	}
+	f.reg.MustRegister(prometheus.NewGaugeFunc(opts, fn))
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+var _ actors.Observer = (*Metrics)(nil)
+
+// Claimed counts claimed rows.
+func (m *Metrics) Claimed(rows int, _ time.Duration) { m.claimed.Add(float64(rows)) }
+
+// Released: rows handed back untouched are neither delivered nor failed;
+// no metric counts them.
+func (m *Metrics) Released(int) {}
+
+// LostClaims counts lost claims.
+func (m *Metrics) LostClaims(rows int) { m.lost.Add(float64(rows)) }
+
+// Completed: the completion statements' timing is the engine's business.
+func (m *Metrics) Completed(int, time.Duration) {}
+
+// Route resolves the series of one route once, so that a finished row
+// costs a few atomic adds.
+func (m *Metrics) Route(route, destination string) actors.RouteObserver {
+	m.mu.Lock()
+	dc := m.dests[destination]
+	if dc == nil {
+		dc = &destinationCounts{}
+		m.dests[destination] = dc
+	}
+	m.mu.Unlock()
+	return &routeMetrics{
+		delivered: m.deliveries.WithLabelValues(route, destination, actors.Delivered.String()),
+		retried:   m.deliveries.WithLabelValues(route, destination, actors.Retried.String()),
+		dead:      m.deliveries.WithLabelValues(route, destination, actors.Dead.String()),
+		duration:  m.duration.WithLabelValues(destination),
+		latency:   m.latency.WithLabelValues(destination),
+		counts:    dc,
+	}
+}
+
+type routeMetrics struct {
+	delivered, retried, dead prometheus.Counter
+	duration, latency        prometheus.Observer
+	counts                   *destinationCounts
+}
+
+func (r *routeMetrics) Finished(o actors.DeliveryOutcome, publish, latency time.Duration) {
+	switch o {
+	case actors.Delivered:
+		r.delivered.Inc()
+		r.counts.delivered.Add(1)
+		if latency > 0 {
+			r.latency.Observe(latency.Seconds())
+		}
+	case actors.Retried:
+		r.retried.Inc()
+		r.counts.retried.Add(1)
+	case actors.Dead:
+		r.dead.Inc()
+		r.counts.dead.Add(1)
+	}
+	if publish > 0 {
+		r.duration.Observe(publish.Seconds())
+	}
+}
+
+// setRows publishes a count of the table: every state found, and zero for
+// the four that were not.
+func (m *Metrics) setRows(rows map[string]int64, took time.Duration) {
+	m.rows.Reset()
+	for _, s := range dialects.States {
+		m.rows.WithLabelValues(string(s)).Set(0)
+	}
+	for s, n := range rows {
+		m.rows.WithLabelValues(s).Set(float64(n))
+	}
+	m.countTook.Set(took.Seconds())
+}
+
+func (m *Metrics) setOldestDue(d time.Duration) { m.oldest.Set(d.Seconds()) }
+
+// destinationTotals reads the cumulative counts per destination.
+func (m *Metrics) destinationTotals() map[string][3]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string][3]int64, len(m.dests))
+	for name, c := range m.dests {
+		out[name] = [3]int64{c.delivered.Load(), c.retried.Load(), c.dead.Load()}
+	}
+	return out
+}
+
+// CountPurges wraps the engine's dialect so that every retention delete is
+// counted in queuebox_retention_deleted_total. The janitor tells no
+// observer what it deleted; the dialect's answer is exact.
+func (m *Metrics) CountPurges(d dialects.Dialect) dialects.Dialect {
+	return purgeCounter{Dialect: d, deleted: m.retention}
+}
+
+type purgeCounter struct {
+	dialects.Dialect
+	deleted *prometheus.CounterVec
+}
+
+func (p purgeCounter) OutboxPurge(ctx context.Context, pp dialects.PurgeParams) (int, error) {
+	n, err := p.Dialect.OutboxPurge(ctx, pp)
+	if n > 0 {
+		p.deleted.WithLabelValues(string(pp.State)).Add(float64(n))
+	}
+	return n, err
+}

@@ -1,0 +1,280 @@
+// The QueueBox admin page: reads /api/stats, /api/dead-groups and
+// /api/blocked-keys every two seconds (the server samples the table on its
+// own interval, so any number of open pages costs the database nothing),
+// and replays through POST /api/replay. No library, no outside resource.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const REFRESH_MS = 2000;
+const STATES = ["pending", "processing", "delivered", "dead"];
+let lastStats = null;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+const num = (n) => Number(n || 0).toLocaleString("en-US");
+
+function duration(secs) {
+  if (secs === null || secs === undefined) return "–";
+  const s = Math.abs(secs);
+  if (s < 1) return (s * 1000).toFixed(0) + " ms";
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " m" + (Math.floor(s % 60) ? " " + Math.floor(s % 60) + " s" : "");
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
+  return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+}
+
+function ago(iso) {
+  if (!iso) return "–";
+  return duration((Date.now() - Date.parse(iso)) / 1000) + " ago";
+}
+
+async function api(path, options) {
+  const res = await fetch(path, Object.assign({ headers: { "Accept": "application/json" }, cache: "no-store" }, options || {}));
+  if (res.status === 401) {
+    location.reload(); // the session ended: the server shows the token form
+    throw new Error("the admin token is needed");
+  }
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(body.error || res.status + " " + res.statusText);
+  return body;
+}
+
+function problem(msg) {
+  const p = $("#problem");
+  p.hidden = !msg;
+  p.textContent = msg || "";
+}
+
+function fill(tbody, rows, columns, empty) {
+  tbody.replaceChildren();
+  if (!rows.length) {
+    tbody.append(el("tr", {}, el("td", { class: "empty", colspan: columns }, empty)));
+    return;
+  }
+  for (const r of rows) tbody.append(r);
+}
+
+function renderStats(s) {
+  lastStats = s;
+  $("#version").textContent = s.version ? "version " + s.version : "";
+  $("#freshness").textContent = s.countedAt
+    ? "counted " + ago(s.countedAt) + " (the count took " + duration(s.countSeconds) + "; every " + duration(s.countEverySeconds) + ")"
+    : "not counted yet";
+  for (const st of STATES) $("#count-" + st).textContent = s.countedAt ? num(s.rows[st]) : "–";
+  $("#card-dead").classList.toggle("nonzero", (s.rows.dead || 0) > 0);
+  $("#sub-pending").textContent = num(s.scheduledLater) + " scheduled later";
+  $("#oldest-due").textContent = s.oldestDuePendingSeconds > 0 ? duration(s.oldestDuePendingSeconds) : "none due";
+  const rates = Object.entries(s.deliveriesPerSecond || {});
+  const total = rates.reduce((a, [, v]) => a + v, 0);
+  $("#rate").textContent = total.toFixed(total < 10 ? 1 : 0);
+  $("#rate-by-destination").textContent = rates.length
+    ? rates.map(([d, v]) => d + " " + v.toFixed(1)).join(", ")
+    : "this replica";
+  const other = Object.entries(s.otherStates || {});
+  const o = $("#other-states");
+  o.hidden = other.length === 0;
+  o.textContent = other.length
+    ? "Rows in states QueueBox does not know (written by hand; never claimed, replayed or deleted): " +
+      other.map(([k, v]) => k + " " + num(v)).join(", ")
+    : "";
+  problem(s.error ? "Sampling the outbox failed: " + s.error + " (the numbers are the last ones read)" : "");
+  drawChart(s.throughput);
+  renderTopics(s);
+  renderHeldBack(s);
+}
+
+function renderTopics(s) {
+  const names = Object.keys(s.topics || {}).sort();
+  fill($("#topics tbody"), names.map((t) => {
+    const byState = s.topics[t];
+    const other = Object.entries(byState).filter(([k]) => !STATES.includes(k)).map(([k, v]) => k + " " + num(v)).join(", ");
+    return el("tr", {}, el("td", { class: "mono" }, t), ...STATES.map((st) => el("td", { class: "num" }, num(byState[st]))), el("td", {}, other));
+  }), 6, s.countedAt ? "no rows" : "not counted yet");
+  if (s.topicsOmitted) {
+    $("#topics tbody").append(el("tr", {}, el("td", { class: "empty", colspan: 6 }, num(s.topicsOmitted) + " smaller topics are not listed")));
+  }
+}
+
+function renderHeldBack(s) {
+  const rows = (s.heldBackBy || []).map((w) => el("tr", {},
+    el("td", { class: "num" }, w.pid), el("td", {}, duration(w.openSeconds)), el("td", {}, w.state),
+    el("td", {}, w.application), el("td", { class: "mono" }, w.query)));
+  fill($("#held-back tbody"), rows, 5, s.heldBackByError ? s.heldBackByError : "none");
+}
+
+function drawChart(t) {
+  const canvas = $("#chart");
+  const steps = (t && t.steps) || [];
+  const ratio = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth, h = 180;
+  canvas.width = w * ratio;
+  canvas.height = h * ratio;
+  const ctx = canvas.getContext("2d");
+  ctx.scale(ratio, ratio);
+  ctx.clearRect(0, 0, w, h);
+  const pad = { l: 44, r: 8, t: 8, b: 20 };
+  const points = 180; // 15 minutes of 5 s: the x axis is fixed, now on the right
+  const total = (p) => p.delivered + p.retry + p.dead;
+  const max = Math.max(1, ...steps.map(total));
+  const plotW = w - pad.l - pad.r, plotH = h - pad.t - pad.b;
+  const y = (v) => h - pad.b - plotH * (v / max);
+  ctx.strokeStyle = "#e4e7ec";
+  ctx.fillStyle = "#667085";
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.lineWidth = 1;
+  for (const v of max >= 4 ? [0, Math.round(max / 2), max] : [0, max]) {
+    ctx.beginPath();
+    ctx.moveTo(pad.l, y(v));
+    ctx.lineTo(w - pad.r, y(v));
+    ctx.stroke();
+    ctx.fillText(num(v), 4, y(v) + 4);
+  }
+  const stepSecs = (t && t.stepSeconds) || 5;
+  $("#chart-step").textContent = "rows per " + duration(stepSecs) + " step";
+  ctx.fillText(duration(points * stepSecs) + " ago", pad.l, h - 4);
+  ctx.fillText("now", w - pad.r - 22, h - 4);
+  // One stacked bar per step: delivered, then retry, then dead on top.
+  const barW = plotW / points;
+  const offset = points - steps.length;
+  steps.forEach((p, i) => {
+    let base = 0;
+    const x0 = pad.l + (offset + i) * barW;
+    for (const [field, color] of [["delivered", "#12b76a"], ["retry", "#f79009"], ["dead", "#d92d20"]]) {
+      const v = p[field];
+      if (v <= 0) continue;
+      ctx.fillStyle = color;
+      ctx.fillRect(x0, y(base + v), Math.max(1, barW - 1), y(base) - y(base + v));
+      base += v;
+    }
+  });
+}
+
+function replayButton(label, body, onDone) {
+  // Two clicks: the first arms the button, the second replays.
+  const b = el("button", { type: "button", class: "replay" }, label);
+  let armed = false;
+  b.addEventListener("click", async () => {
+    if (!armed) {
+      armed = true;
+      b.classList.add("confirm");
+      b.textContent = "Confirm: " + label.toLowerCase();
+      setTimeout(() => { if (armed && !b.disabled) { armed = false; b.classList.remove("confirm"); b.textContent = label; } }, 5000);
+      return;
+    }
+    b.disabled = true;
+    try {
+      const res = await api("/api/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      b.classList.remove("confirm");
+      b.textContent = "Replayed";
+      showResult(res.rows + (res.rows === 1 ? " row" : " rows") + " replayed: back to pending, delivered again shortly.");
+      if (onDone) onDone(res);
+      setTimeout(refresh, 300);
+    } catch (e) {
+      showResult("The replay failed: " + e.message);
+      b.disabled = false;
+      b.classList.remove("confirm");
+      b.textContent = label;
+    }
+    armed = false;
+  });
+  return b;
+}
+
+function showResult(msg) {
+  const r = $("#replay-result");
+  r.hidden = false;
+  r.textContent = msg;
+}
+
+let lastGroups = "";
+
+function renderDeadGroups(g) {
+  // Leave the table alone while a replay button waits for its second click,
+  // and when nothing changed.
+  const seen = JSON.stringify(g) + (lastStats ? lastStats.rows.dead : "");
+  if ($("#dead-groups button.confirm") || seen === lastGroups) return;
+  lastGroups = seen;
+  const dead = lastStats && lastStats.rows ? lastStats.rows.dead : null;
+  $("#dead-window").textContent = "Grouped by destination and error, with ids and numbers taken out of the error. " +
+    "The groups cover the newest " + num(g.window) + " dead rows" +
+    (dead !== null && dead > g.grouped ? " (of " + num(dead) + "); older ones show once these are replayed or deleted." : ".");
+  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group", "data-rows": grp.rows, "data-destination": grp.destination },
+    el("td", {}, grp.destination || "(no route)", grp.route ? el("div", { class: "muted" }, "route " + grp.route) : null),
+    el("td", { class: "err" }, grp.error || "(no error text)", el("div", { class: "muted" }, grp.topics.join(", "))),
+    el("td", { class: "num" }, num(grp.rows)),
+    el("td", {}, ago(grp.newest)),
+    el("td", { class: "mono" }, el("a", { onclick: () => showRow(grp.example.id) }, grp.example.id.slice(0, 8)), el("div", { class: "muted" }, grp.example.topic)),
+    el("td", {}, replayButton("Replay " + num(grp.ids.length), { ids: grp.ids, states: ["dead"] })),
+  )), 6, g.countedAt ? "no dead rows" : "not counted yet");
+}
+
+const BLOCKED_SHOWN = 20;
+
+function renderBlocked(b) {
+  fill($("#blocked-keys tbody"), b.keys.slice(0, BLOCKED_SHOWN).map((k) => el("tr", {},
+    el("td", { class: "mono" }, k.key), el("td", {}, k.destination || "(no route)"),
+    el("td", {}, duration(k.waitingSeconds)), el("td", {}, "in " + duration(k.nextAttemptInSeconds)),
+    el("td", { class: "num" }, k.attempt + " / " + k.maxAttempts),
+    el("td", { class: "num" }, num(k.behind) + (k.behind >= b.behindCap ? "+" : "")),
+    el("td", { class: "err" }, el("a", { onclick: () => showRow(k.headId) }, k.headId.slice(0, 8)), " ", k.lastError || ""),
+  )), 7, b.countedAt ? "none" : "not counted yet");
+  if (b.keys.length > BLOCKED_SHOWN) {
+    $("#blocked-keys tbody").append(el("tr", {}, el("td", { class: "empty", colspan: 7 },
+      num(b.keys.length - BLOCKED_SHOWN) + " more in GET /api/blocked-keys (it lists the " + num(b.keys.length) + " longest waiting)")));
+  }
+}
+
+async function showRow(id) {
+  $("#row-id").value = id;
+  const out = $("#row-detail");
+  out.replaceChildren();
+  try {
+    const q = new URLSearchParams([["id", id.trim()], ...STATES.map((s) => ["state", s])]);
+    const res = await api("/api/rows?" + q);
+    if (!res.rows.length) {
+      out.append(el("p", { class: "muted" }, "No row has this id (it may have been deleted by retention)."));
+      return;
+    }
+    const r = res.rows[0];
+    const fields = [["id", r.id], ["state", r.state], ["topic", r.topic], ["key", r.key ?? "(none)"],
+      ["destination", r.destination || "(no route)"], ["attempt", r.attempt + " of " + r.maxAttempts], ["sequence", r.sequence],
+      ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["last error", r.lastError ?? "(none)"]];
+    out.append(el("dl", { class: "row" }, ...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "last error" ? "err" : "" }, v)])));
+    if (r.state === "dead" || r.state === "delivered") {
+      out.append(replayButton("Replay this row", { ids: [r.id], states: [r.state] }, () => setTimeout(() => showRow(r.id), 300)));
+    }
+  } catch (e) {
+    out.append(el("p", { class: "problem" }, e.message));
+  }
+}
+
+async function refresh() {
+  try {
+    renderStats(await api("/api/stats"));
+    const [g, b] = await Promise.all([api("/api/dead-groups"), api("/api/blocked-keys")]);
+    renderDeadGroups(g);
+    renderBlocked(b);
+  } catch (e) {
+    problem("The admin listener does not answer: " + e.message);
+  }
+}
+
+$("#row-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  showRow($("#row-id").value);
+});
+window.addEventListener("resize", () => lastStats && drawChart(lastStats.throughput));
+refresh();
+setInterval(refresh, REFRESH_MS);

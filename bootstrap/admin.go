@@ -1,0 +1,88 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/queuebox/queuebox/admin"
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// adminListener is the admin listener of a running replica.
+type adminListener struct {
+	server *admin.Server
+	http   *http.Server
+	addr   net.Addr
+	done   chan struct{}
+}
+
+// URL is where the page is.
+func (a *adminListener) URL() string { return "http://" + a.addr.String() + "/" }
+
+// startAdmin listens on admin.listen and serves the admin routes. A port
+// taken by another process, or an address beyond loopback without a token,
+// fails the start. The listener answers /healthz from the start, while the
+// relay still waits for the database; /readyz says what it waits for.
+func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logger, ro RunOptions) (*adminListener, error) {
+	ln, err := net.Listen("tcp", l.Admin.Listen)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, &ExitError{Code: 1, Err: fmt.Errorf("admin.listen %s: the address is already in use by another process; stop it, or choose another admin.listen (a port of 0 picks a free one)", l.Admin.Listen)}
+		}
+		return nil, &ExitError{Code: 1, Err: fmt.Errorf("admin.listen %s: cannot listen: %w", l.Admin.Listen, err)}
+	}
+	// Validation refused this already when the address is written out; a
+	// host name that resolves beyond loopback is caught here.
+	if err := admin.ListenAllowed(ln.Addr(), l.Admin.Token); err != nil {
+		ln.Close()
+		return nil, &ExitError{Code: 2, Err: err}
+	}
+	router := l.Compiled.Router
+	srv := admin.NewServer(admin.Options{
+		Dialect: d, Token: l.Admin.Token, Metrics: m, Log: log, Version: Version,
+		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
+		RouteOf: func(topic string) (string, string) {
+			if r := router.Match(topic); r != nil {
+				return r.Name, r.Destination
+			}
+			return "", ""
+		},
+	})
+	a := &adminListener{server: srv, addr: ln.Addr(), done: make(chan struct{}),
+		http: &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
+	go func() {
+		defer close(a.done)
+		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin listener stopped", "error", err)
+		}
+	}()
+	log.Info("admin listening", "address", a.addr.String(), "page", a.URL(), "token", l.Admin.Token != "")
+	return a, nil
+}
+
+// close stops the listener, giving requests in progress a moment.
+func (a *adminListener) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := a.http.Shutdown(ctx); err != nil {
+		_ = a.http.Close()
+	}
+	<-a.done
+}
+
+// inboxSources lists the configured inbox sources, for their metrics.
+func inboxSources(l *Loaded) []string {
+	out := make([]string, 0, len(l.Inbox.Sources))
+	for name := range l.Inbox.Sources {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
