@@ -73,7 +73,11 @@ type Result struct {
 	// DBCPUShare is the database's share of the CPU time that the database
 	// and the relay used (only for a throwaway cluster on this machine).
 	DBCPUShare *float64 `json:"db_cpu_share,omitempty"`
-	Seconds    float64  `json:"seconds"`
+	// RelayCPU and DBCPU are the CPU seconds the relay and the database
+	// server used (DBCPU only for a throwaway cluster on this machine).
+	RelayCPU float64 `json:"relay_cpu_seconds"`
+	DBCPU    float64 `json:"db_cpu_seconds,omitempty"`
+	Seconds  float64 `json:"seconds"`
 	// Failed counts failed transactions (producer) or rows not delivered.
 	Failed int64  `json:"failed"`
 	Note   string `json:"note,omitempty"`

@@ -173,8 +173,11 @@ func (e *env) meter() *meter {
 func (m *meter) stop(r *Result) {
 	r.Seconds = since(m.start)
 	r.PeakRSSMB = peakRSSMB(os.Getpid())
+	self := selfCPU() - m.selfCPU
+	r.RelayCPU = self.Seconds()
 	if m.e.cluster != nil {
-		db, self := m.e.dbCPU()-m.dbCPU, selfCPU()-m.selfCPU
+		db := m.e.dbCPU() - m.dbCPU
+		r.DBCPU = db.Seconds()
 		if db+self > 0 {
 			r.DBCPUShare = ptr(float64(db) / float64(db+self))
 		}

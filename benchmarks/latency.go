@@ -149,6 +149,11 @@ func runLatency(ctx context.Context, e *env) ([]Result, error) {
 		r.P50, r.P95, r.P99 = q(0.50), q(0.95), q(0.99)
 	}
 	r.Note = fmt.Sprintf("%d producers, one insert per transaction; latency from the producer's commit to the destination", latencyProducers)
+	st := &eng.Stats
+	if c := st.ClaimStatements.Load(); c > 0 {
+		r.Note += fmt.Sprintf("; %d claims (%.1f ms each), %d completions (%.1f ms each); %s", c, float64(st.ClaimTime.Load())/1e6/float64(c),
+			st.CompleteStatements.Load(), float64(st.CompleteTime.Load())/1e6/float64(max(1, st.CompleteStatements.Load())), st.ClaimKinds())
+	}
 	return []Result{r}, nil
 }
 

@@ -36,10 +36,13 @@ type Options struct {
 
 // Dialect is the PostgreSQL implementation of dialects.Dialect.
 type Dialect struct {
-	pool  *pgxpool.Pool
-	names dialects.Names
-	q     *Catalog
-	cfg   *pgxpool.Config
+	// pool runs statements with custom plans; claimPool the claim and the
+	// probe, with generic plans (see Open).
+	pool      *pgxpool.Pool
+	claimPool *pgxpool.Pool
+	names     dialects.Names
+	q         *Catalog
+	cfg       *pgxpool.Config
 	// byKeyCursor is the key after which the next claim by key goes on, so
 	// that keys take turns (see OutboxClaimByKey).
 	byKeyCursor atomic.Pointer[string]
@@ -71,30 +74,46 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database.url is not a valid PostgreSQL URL (postgres://user:password@host:5432/database): %w", err)
 	}
-	if opts.MaxConnections > 0 {
-		cfg.MaxConns = int32(opts.MaxConnections)
-	}
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "queuebox"
-	}
-	// Custom plans for every statement: a generic plan cannot see how many
-	// ids an array holds, and statistics of the small, transient set of
-	// processing rows are always stale. A generic plan of OutboxComplete ran
-	// 30 times slower than the custom one (docs/internals.md). Planning
-	// costs about a millisecond per statement, once per batch.
-	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
 	// No JIT: the claim's estimates on a hot key make PostgreSQL compile it
 	// (over 100 ms) to save nothing, since the statement stops early.
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	// Two pools, because the statements want opposite plans (docs/internals.md,
+	// "Plans"). The claim and the probe run with generic plans, planned once
+	// per connection: a custom plan of the claim costs about 2 ms to make,
+	// and with the actual LIMIT and a large pending count PostgreSQL chose a
+	// sequential scan and a sort, tens of times slower than the index walk
+	// that stops early. Everything else runs with custom plans: a generic
+	// plan cannot see how many ids an array holds, and the statistics of the
+	// small, transient set of processing rows are always stale; a generic
+	// plan of OutboxComplete ran 30 times slower than the custom one.
+	total := int32(10)
+	if opts.MaxConnections > 0 {
+		total = int32(opts.MaxConnections)
+	}
+	claimCfg := cfg.Copy()
+	claimCfg.MaxConns = max(1, min(3, total/3))
+	cfg.MaxConns = max(1, total-claimCfg.MaxConns)
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
+	if _, set := claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Dialect{pool: pool, names: opts.Names, q: q, cfg: cfg}, nil
+	claimPool, err := pgxpool.NewWithConfig(ctx, claimCfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Dialect{pool: pool, claimPool: claimPool, names: opts.Names, q: q, cfg: cfg}, nil
 }
 
 // Queries renders every statement for names.
@@ -112,7 +131,7 @@ func (d *Dialect) Pool() *pgxpool.Pool { return d.pool }
 func (d *Dialect) Name() string              { return "postgresql" }
 func (d *Dialect) Names() dialects.Names     { return d.names }
 func (d *Dialect) Quoting() dialects.Quoting { return Quoting }
-func (d *Dialect) Close()                    { d.pool.Close() }
+func (d *Dialect) Close()                    { d.pool.Close(); d.claimPool.Close() }
 
 func (d *Dialect) Ping(ctx context.Context) error { return mapError(d.pool.Ping(ctx)) }
 
@@ -143,7 +162,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 			after = *c
 		}
 	}
-	rows, err := d.pool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), window, settled, openLast, openNext, after)
+	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), window, settled, openLast, openNext, after)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +351,7 @@ func (d *Dialect) OutboxProbe(ctx context.Context) (p dialects.Probe, err error)
 	b := &pgx.Batch{}
 	b.Queue(d.q.OutboxProbeSequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
 	b.Queue(d.q.OutboxProbeSnapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next) })
-	err = d.pool.SendBatch(ctx, b).Close()
+	err = d.claimPool.SendBatch(ctx, b).Close()
 	return p, err
 }
 

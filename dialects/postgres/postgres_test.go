@@ -361,8 +361,8 @@ func TestBulkInsertDistinctKeys(t *testing.T) {
 	}
 }
 
-// The hot statements keep their index plans on a large table (the generic
-// plan of a prepared statement included).
+// The claims keep their index plans on a large table with the generic plans
+// QueueBox runs them with (the claim pool forces generic plans).
 func TestClaimPlanUsesIndexes(t *testing.T) {
 	t.Parallel()
 	d := open(t, 0)
@@ -388,25 +388,27 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `PREPARE claim(int, bigint, uuid, int, int, bigint, bigint[], bigint[], text) AS `+q.OutboxClaim); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		_ = rows.Scan(&line)
-		plan = append(plan, line)
-	}
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "idx_outbox_pending_scheduled") || !strings.Contains(text, "idx_outbox_key_sequence") {
-		t.Fatalf("the generic claim plan does not use the claim indexes:\n%s", text)
-	}
-	if strings.Contains(text, "Seq Scan on outbox") {
-		t.Fatalf("the generic claim plan scans the whole table:\n%s", text)
+	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
+		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, int, bigint, bigint[], bigint[], text) AS `+stmt); err != nil {
+			t.Fatal(err)
+		}
+		for _, window := range []string{"NULL", "400"} {
+			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, `+window+`, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '')`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := strings.Join(plan, "\n")
+			if !strings.Contains(text, "idx_outbox_key_sequence") || (name == "claim" && !strings.Contains(text, "idx_outbox_pending_scheduled")) {
+				t.Fatalf("the generic plan of %s (window %s) does not use the claim indexes:\n%s", name, window, text)
+			}
+			if strings.Contains(text, "Seq Scan on outbox") {
+				t.Fatalf("the generic plan of %s (window %s) scans the whole table:\n%s", name, window, text)
+			}
+		}
 	}
 }
 
