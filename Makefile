@@ -8,7 +8,7 @@ LDFLAGS  := -X github.com/queuebox/queuebox/bootstrap.Version=$(VERSION) -X gith
 TESTFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build run test test-short lint bench clean
+.PHONY: help build run test test-short lint bench microbench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,8 +31,12 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-bench: ## the dialect and engine benchmarks on a durable cluster (queuebox bench comes later)
-	QUEUEBOX_TEST_DURABLE=1 scripts/test.sh -run '^$$' -bench . -benchtime 1x -timeout 30m ./dialects/... ./actors/... ./routing/...
+bench: build ## queuebox bench: every scenario on a durable throwaway cluster, results in bench.json
+	@scripts/install-postgres.sh
+	$(BIN) bench --json bench.json
+
+microbench: ## Go micro-benchmarks of the hot paths, with allocations
+	scripts/test.sh -run '^$$' -bench . -benchmem -benchtime 1s -timeout 30m ./routing/... ./actors/... ./sinks/...
 
 clean: ## remove build output
 	rm -rf bin

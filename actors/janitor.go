@@ -12,8 +12,9 @@ import (
 )
 
 // janitor is the Janitor: it returns the rows of dead or hung replicas to
-// pending once their lease has passed, deletes old rows in small batches,
-// and prunes the producer-ordering lock table.
+// pending once their lease has passed, and deletes old rows in small
+// batches. The two run in loops of their own, so that a long retention
+// backlog never delays the return of a dead replica's rows.
 type janitor struct {
 	dialect     dialects.Dialect
 	leaseLength time.Duration
@@ -25,26 +26,25 @@ type janitor struct {
 	bg                   *background
 }
 
-func (j *janitor) Receive(ctx actor.Context) { runLoop(ctx, j.bg, j.loop) }
+func (j *janitor) Receive(ctx actor.Context) {
+	// Retention's loop starts with the actor, as the release loop does, so
+	// that Engine.Start returns only once both are counted.
+	if _, ok := ctx.Message().(*actor.Started); ok && j.retention.Interval > 0 {
+		j.bg.every(j.retention.Interval, j.purge)
+	}
+	runLoop(ctx, j.bg, j.loop)
+}
 
-// loop is the Janitor's loop.
+// loop is the Janitor's release loop; retention has a loop of its own.
 func (j *janitor) loop(root *actor.RootContext) {
 	release := time.NewTicker(max(j.leaseLength/3, 100*time.Millisecond))
 	defer release.Stop()
-	var purge <-chan time.Time
-	if j.retention.Interval > 0 {
-		t := time.NewTicker(j.retention.Interval)
-		defer t.Stop()
-		purge = t.C
-	}
 	for {
 		select {
 		case <-j.bg.ctx.Done():
 			return
 		case <-release.C:
 			j.releaseExpired(root)
-		case <-purge:
-			j.purge()
 		}
 	}
 }

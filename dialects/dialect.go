@@ -52,6 +52,10 @@ type Row struct {
 	MaxAttempts   int
 	Sequence      int64
 	CreatedAt     time.Time
+	// TypedJSON is set when Payload and Headers come from JSON-typed
+	// columns (PostgreSQL's jsonb): the database has already checked that
+	// they are valid JSON. On SQL Server they are text and may not be.
+	TypedJSON bool
 }
 
 // Keyed reports whether the row takes part in per-key ordering.

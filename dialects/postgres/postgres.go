@@ -178,7 +178,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		if p.ByKey && cursor != nil && len(out) == 0 {
 			d.byKeyCursor.Store(cursor)
 		}
-		r.Token = p.Token
+		r.Token, r.TypedJSON = p.Token, true
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -1,0 +1,60 @@
+package routing
+
+import (
+	"testing"
+	"time"
+)
+
+// Micro-benchmarks of the per-row work of routing (make microbench):
+// matching a topic against routes, rendering an address, running a jq
+// transform.
+
+func BenchmarkRouterMatch(b *testing.B) {
+	var routes []Route
+	for _, p := range []string{"user.*", "billing.#", "order.line.*", "order.#"} {
+		pat, err := CompilePattern(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		routes = append(routes, Route{Name: p, Pattern: pat, Destination: "d"})
+	}
+	r := NewRouter(routes)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r.Match("order.created") == nil {
+			b.Fatal("no match")
+		}
+	}
+}
+
+func BenchmarkTemplateRender(b *testing.B) {
+	t, err := ParseTemplate("https://hooks.example.com/{{ aggregateType }}/{{ key }}/{{ topic }}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	agg := "order"
+	f := &Fields{ID: "11111111-1111-1111-1111-111111111111", Topic: "order.created", Key: "cust-42", AggregateType: &agg}
+	plain := func(_ int, v string) (string, error) { return v, nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := t.Render(f, plain); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkTransformRun(b *testing.B) {
+	tr, err := CompileTransform(`{order: .orderId, amount, attempt: $attempt}`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"orderId":"11111111-1111-1111-1111-111111111111","amount":99.99,"currency":"EUR"}`)
+	key := "cust-42"
+	v := Vars{ID: "x", Topic: "order.created", Key: &key, Sequence: 42, CreatedAt: time.Now().UTC().Format(time.RFC3339Nano)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tr.Run(payload, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
