@@ -282,7 +282,7 @@ func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 // rows and claims every head, as before this gate existed.
 func (c *claimer) gateFailed(err error) {
 	if errors.Is(err, dialects.ErrNotPermitted) || errors.Is(err, dialects.ErrNotSupported) {
-		c.gated = true
+		c.gated = false
 		c.log.Warn("cannot see other transactions, so rows of one key written by concurrent transactions may be delivered in commit order rather than insert order; grant the permission the error names",
 			"error", err)
 	}
