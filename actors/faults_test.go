@@ -272,3 +272,28 @@ func TestTrustWindowStopsDeliveriesWithoutRenewal(t *testing.T) {
 		t.Errorf("%d duplicates: a row was delivered after its trust window", dups)
 	}
 }
+
+// noProbe is the real dialect as a user without the right to see other
+// transactions sees it (SQL Server without VIEW SERVER STATE).
+type noProbe struct{ dialects.Dialect }
+
+func (noProbe) OutboxProbe(context.Context) (dialects.Probe, error) {
+	return dialects.Probe{}, fmt.Errorf("%w (VIEW SERVER STATE permission was denied)", dialects.ErrNotPermitted)
+}
+
+// Without the probe, the claimer says so once and claims without the gate:
+// keyed rows are still delivered, in order.
+func TestWithoutTheProbeClaimsGoOnUngated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.opts.Dialect = noProbe{h.d}
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	h.insert(rows(5, 4, 3, func(int) int { return 0 }))
+	h.start()
+	h.waitState(dialects.Delivered, 23, time.Minute)
+	recv.CheckOrder(t)
+	if n := strings.Count(h.logs.String(), "cannot see other transactions"); n != 1 {
+		t.Fatalf("the claimer said %d times that it cannot see other transactions, want once:\n%s", n, h.logs.String())
+	}
+}
