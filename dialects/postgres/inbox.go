@@ -15,7 +15,7 @@ import (
 // "The inbox"); Catalog embeds them.
 type InboxStatements struct {
 	InboxReceive, InboxRelayLock, InboxRelay, InboxProbeSequence, InboxWriters string
-	InboxCountByState, InboxOldestReceived                                 string
+	InboxCountByState, InboxOldestReceived                                     string
 }
 
 // receiveAttempts bounds how often InboxReceive asks again for the ids of
