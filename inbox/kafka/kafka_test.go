@@ -42,8 +42,8 @@ func migrated(t *testing.T) *postgres.Dialect {
 // ("" for none).
 type record struct {
 	key, id, typ string
-	n           int
-	value       string
+	n            int
+	value        string
 }
 
 func produce(t *testing.T, c *testkafka.Cluster, topic string, recs ...record) {
@@ -190,7 +190,7 @@ func TestStoresOnceAndCommits(t *testing.T) {
 		record{key: "o-1", id: "m1", typ: "created", n: 1},
 		record{key: "o-2", id: "m2", typ: "paid", n: 2},
 		record{key: "o-1", id: "m1", typ: "created", n: 1}, // the producer retried
-		record{key: "o-3", typ: "created", n: 3},             // no id: topic/partition/offset
+		record{key: "o-3", typ: "created", n: 3},           // no id: topic/partition/offset
 	)
 	obs := &counter{}
 	c := consumer(t, d, cl, topic, group, obs, nil)
