@@ -13,6 +13,7 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/migrations"
 )
 
@@ -65,6 +66,10 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if err != nil {
 		return err
 	}
+	consumers, err := InboxConsumers(l, d, inbox.NopObserver{}, log)
+	if err != nil {
+		return err
+	}
 	metrics := admin.NewMetrics(inboxSources(l))
 	opts.Observer = metrics
 	opts.Dialect = metrics.CountPurges(opts.Dialect)
@@ -93,6 +98,10 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	sampling, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSampling()
 	adm.server.Start(sampling)
+	if err := startConsumers(consumers, log); err != nil {
+		_ = e.Stop(context.Background())
+		return err
+	}
 	if ro.Started != nil {
 		ro.Started(e)
 	}
@@ -112,6 +121,11 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		}
 	}()
 	adm.server.Draining()
+	// The inbox's consumers first: what they hold is stored and
+	// acknowledged while the engine still runs.
+	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond)
+	stopConsumers(drain, consumers, log)
+	cancelDrain()
 	stopErr := e.Stop(context.Background())
 	if fatal != nil {
 		return &ExitError{Code: 1, Err: fatal}
