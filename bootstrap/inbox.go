@@ -145,25 +145,22 @@ func sourceMapping(l *Loaded, name string) (*inbox.Mapping, error) {
 	return inbox.NewMapping(name, cs.Topic, cs.AggregateType, cs.AggregateID)
 }
 
-// InboxHTTP builds the handler of the HTTP sources, nil when there are
-// none. The admin listener serves it at inbox.Prefix.
-func InboxHTTP(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *slog.Logger) (*inbox.HTTP, error) {
+// InboxHTTP builds the handler of the HTTP sources (with none, it answers
+// 404 to every path). The admin listener serves it at inbox.Prefix.
+func InboxHTTP(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *slog.Logger) *inbox.HTTP {
 	sources := map[string]*inbox.HTTPSource{}
 	for name, s := range l.Inbox.Sources {
 		if s.Type != "http" {
 			continue
 		}
-		m, err := sourceMapping(l, name)
-		if err != nil {
-			return nil, sourceError(l, name, err)
-		}
-		sources[name] = &inbox.HTTPSource{Mapping: m, Token: s.Token, SigningSecret: l.Compiled.Sources[name].SigningSecret,
+		cs := l.Compiled.Sources[name]
+		// Validation compiled the templates; NewMapping checks nothing
+		// that it did not.
+		m, _ := inbox.NewMapping(name, cs.Topic, cs.AggregateType, cs.AggregateID)
+		sources[name] = &inbox.HTTPSource{Mapping: m, Token: s.Token, SigningSecret: cs.SigningSecret,
 			Tolerance: time.Duration(s.SignatureTolerance), MaxBodyBytes: int64(s.MaxBodyBytes)}
 	}
-	if len(sources) == 0 {
-		return nil, nil
-	}
-	return inbox.NewHTTP(inbox.HTTPOptions{Sources: sources, Store: store, Observer: obs, Log: log}), nil
+	return inbox.NewHTTP(inbox.HTTPOptions{Sources: sources, Store: store, Observer: obs, Log: log})
 }
 
 // InboxConsumers builds a consumer per broker source.

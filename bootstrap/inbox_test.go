@@ -3,7 +3,9 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -104,10 +106,6 @@ inbox:
 	}
 	if !strings.Contains(string(out), "maxBodyBytes: 1048576") || !strings.Contains(string(out), "signatureTolerance: 5m") || strings.Contains(string(out), "kafkaTopic") {
 		t.Errorf("effective configuration:\n%s", out)
-	}
-	h, err := InboxHTTP(l, nil, nil, nil)
-	if err != nil || h == nil {
-		t.Fatalf("the HTTP handler: %v %v", h, err)
 	}
 }
 
@@ -233,6 +231,74 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	for _, line := range []string{"inbox source consuming", "source=billing", "source=orders"} {
 		if !strings.Contains(logs.String(), line) {
 			t.Errorf("the log lacks %q:\n%s", line, logs.String())
+		}
+	}
+}
+
+// `queuebox run` serves the HTTP sources on the admin listener at
+// /inbox/{source}, with the source's token and not the admin token: a
+// message sent twice is stored once and delivered once, bad input is
+// refused with its reason, and /metrics counts each outcome.
+func TestRunServesHTTPSources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the relay")
+	}
+	t.Parallel()
+	recv := testrecv.New(t, nil)
+	cfg := baseConfig(testdb.Database(t), recv.URL)
+	cfg.Admin.Token = "admin-secret"
+	cfg.Inbox.Sources = map[string]*InboxSourceConfig{"web": {Type: "http", Token: "web-secret",
+		Topic: "order.{{ headers.X-Event-Type }}", AggregateID: "{{ headers.X-Order }}"}}
+	r := startRelay(t, cfg, nil)
+	post := func(token, id, body string) (int, string) {
+		req, _ := http.NewRequest("POST", r.url+"inbox/web", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("X-Message-Id", id)
+		req.Header.Set("X-Event-Type", "created")
+		req.Header.Set("X-Order", "o-1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var first string
+	waitFor(t, "the database to take the message", time.Minute, func() bool {
+		code, body := post("web-secret", "m-1", `{"a":1}`)
+		first = body
+		return code == 202
+	})
+	if code, body := post("web-secret", "m-1", `{"a":1}`); code != 200 || !strings.Contains(body, `"duplicate":true`) ||
+		!strings.Contains(first, body[:strings.Index(body, ",")]) {
+		t.Fatalf("the repeat: %d %s (first: %s)", code, body, first)
+	}
+	if code, body := post("admin-secret", "m-2", `{"a":2}`); code != 401 || !strings.Contains(body, "does not match this source's token") {
+		t.Fatalf("the admin token on an inbox source: %d %s", code, body)
+	}
+	if code, body := post("web-secret", "m-3", `{"a":`); code != 400 || !strings.Contains(body, "not JSON") {
+		t.Fatalf("a broken body: %d %s", code, body)
+	}
+	waitFor(t, "the message delivered", time.Minute, func() bool { return recv.Delivered() == 1 })
+	if reqs := recv.Requests(); len(reqs) != 1 || reqs[0].Topic != "order.created" || reqs[0].Key != "o-1" {
+		t.Fatalf("deliveries %+v", reqs)
+	}
+	// The admin routes still need the admin token.
+	req, _ := http.NewRequest("GET", r.url+"api/stats", nil)
+	req.Header.Set("Authorization", "Bearer web-secret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 401 {
+		t.Fatalf("/api/stats with an inbox token: %d", res.StatusCode)
+	}
+	fams := r.scrape(t)
+	for outcome, want := range map[string]float64{"stored": 1, "duplicate": 1, "rejected": 2} {
+		if v, _ := value(fams, "queuebox_inbox_received_total", "source", "web", "outcome", outcome); v != want {
+			t.Errorf("queuebox_inbox_received_total{source=web,outcome=%s} = %v, want %v", outcome, v, want)
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/migrations"
 )
 
@@ -66,14 +65,14 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if err != nil {
 		return err
 	}
-	consumers, err := InboxConsumers(l, d, inbox.NopObserver{}, log)
-	if err != nil {
-		return err
-	}
 	metrics := admin.NewMetrics(inboxSources(l))
 	opts.Observer = metrics
 	opts.Dialect = metrics.CountPurges(opts.Dialect)
-	adm, err := startAdmin(l, d, metrics, log, ro)
+	consumers, err := InboxConsumers(l, d, metrics, log)
+	if err != nil {
+		return err
+	}
+	adm, err := startAdmin(l, d, metrics, log, ro, InboxHTTP(l, d, metrics, log))
 	if err != nil {
 		return err
 	}
