@@ -2,6 +2,7 @@ package dialects
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -84,6 +85,12 @@ type Inbox interface {
 	// its later copies are duplicates.
 	InboxReceive(ctx context.Context, msgs []InboxMessage) ([]InboxReceipt, error)
 }
+
+// ErrInvalidValue means the database refused a value of a message (a
+// JSON escape PostgreSQL's jsonb cannot hold, a value too long for its
+// column): storing it again cannot succeed. InboxReceive returns it
+// wrapped with the database's reason.
+var ErrInvalidValue = errors.New("the database refused a value of the message")
 
 // InboxRelayLockName names the lock that makes relays of one inbox table
 // take turns: one relay transaction at a time per schema and table.

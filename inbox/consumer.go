@@ -54,13 +54,16 @@ const (
 )
 
 // Store stores msgs in one transaction and counts each as stored or a
-// duplicate. While the database fails it waits and tries again, logging
+// duplicate. It returns the indexes of the messages the database refused
+// for good (dialects.ErrInvalidValue; each is counted rejected and logged):
+// the caller refuses those to its broker and acknowledges the others.
+// While the database fails otherwise, it waits and tries again, logging
 // once when it starts failing and once when it works again; it returns an
 // error only when ctx ends first, and then nothing of msgs may be
 // acknowledged.
-func (s *Storer) Store(ctx context.Context, msgs []dialects.InboxMessage) error {
+func (s *Storer) Store(ctx context.Context, msgs []dialects.InboxMessage) (refused []int, err error) {
 	if len(msgs) == 0 {
-		return nil
+		return nil, nil
 	}
 	delay, failing := storeRetryFirst, false
 	for {
@@ -76,19 +79,34 @@ func (s *Storer) Store(ctx context.Context, msgs []dialects.InboxMessage) error 
 					s.Observer.InboxReceived(s.Source, Duplicate)
 				}
 			}
-			return nil
+			return nil, nil
+		}
+		if errors.Is(err, dialects.ErrInvalidValue) {
+			if len(msgs) == 1 {
+				s.Reject(msgs[0].MessageID, err)
+				return []int{0}, nil
+			}
+			// One message spoils the statement: store them one by one.
+			for i := range msgs {
+				r, err := s.Store(ctx, msgs[i:i+1])
+				if err != nil {
+					return nil, err
+				}
+				if len(r) > 0 {
+					refused = append(refused, i)
+				}
+			}
+			return refused, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if !failing {
 			failing = true
 			s.Log.Warn("inbox: storing messages failed; they stay unacknowledged and are retried", "source", s.Source, "messages", len(msgs), "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
+		if !Sleep(ctx, delay) {
+			return nil, ctx.Err()
 		}
 		delay = min(2*delay, storeRetryMax)
 	}

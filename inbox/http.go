@@ -68,14 +68,16 @@ type HTTPOptions struct {
 //
 //	202 {"id": ..., "duplicate": false}  stored now
 //	200 {"id": ..., "duplicate": true}   a repeat of a stored message; nothing stored
-//	400  not JSON, or a template's header missing (the reason says which)
+//	400  not JSON, a template's header missing, or a value the database
+//	     refuses (the reason says which)
 //	401  a wrong or missing token, or a bad signature
 //	404  no HTTP source of that name
 //	405  a method other than POST
 //	413  a body over the source's limit
 //	503  the database did not store it; send it again
 type HTTP struct {
-	o HTTPOptions
+	o     HTTPOptions
+	batch *batcher
 	// lastFailure throttles the log line of storage failures.
 	lastFailure atomic.Int64
 }
@@ -94,7 +96,7 @@ func NewHTTP(o HTTPOptions) *HTTP {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &HTTP{o: o}
+	return &HTTP{o: o, batch: &batcher{store: o.Store}}
 }
 
 // httpAnswer is the JSON body of every answer.
@@ -169,7 +171,11 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "%v", err)
 		return
 	}
-	receipts, err := h.o.Store.InboxReceive(r.Context(), []dialects.InboxMessage{msg})
+	rc, err := h.batch.receive(r.Context(), msg)
+	if errors.Is(err, dialects.ErrInvalidValue) {
+		refuse(http.StatusBadRequest, "%v", err)
+		return
+	}
 	if err != nil {
 		if r.Context().Err() == nil {
 			h.logFailure(name, err)
@@ -178,7 +184,6 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusServiceUnavailable, httpAnswer{Error: "the inbox could not store the message just now; send it again"})
 		return
 	}
-	rc := receipts[0]
 	dup := !rc.Stored
 	if dup {
 		h.o.Observer.InboxReceived(name, Duplicate)

@@ -273,6 +273,7 @@ func TestHTTPBadInput(t *testing.T) {
 		{"empty body", "POST", "/inbox/payments", ``, auth(), false, 400, "the body is empty"},
 		{"not UTF-8", "POST", "/inbox/payments", "{\"a\":\"\xff\"}", auth(), false, 400, "not valid UTF-8"},
 		{"NUL", "POST", "/inbox/payments", `{"a":"x\u0000y"}`, auth(), false, 400, `\u0000`},
+		{"refused by the database", "POST", "/inbox/payments", `{"a":"\ud800"}`, auth(), false, 400, "surrogate"},
 		{"missing template header", "POST", "/inbox/payments", body, map[string]string{"Authorization": "Bearer s3cret-token", "X-Aggregate-Id": "p"}, false, 400,
 			"the topic template \"payment.{{ headers.X-Event-Type }}\" needs the header X-Event-Type"},
 		{"message id too long", "POST", "/inbox/payments", body, with(auth(), "X-Message-Id", strings.Repeat("m", 256)), false, 400, "256 characters long"},

@@ -220,13 +220,34 @@ func (m *Mapping) Message(r Received) (dialects.InboxMessage, error) {
 		out.AggregateID = &v
 	}
 	if len(r.Headers) > 0 {
-		h, err := json.Marshal(r.Headers)
+		h, err := json.Marshal(storable(r.Headers))
 		if err != nil {
 			return out, reject("the headers cannot be stored as JSON: %v", err)
 		}
 		out.Headers = h
 	}
 	return out, nil
+}
+
+// storable returns h without NUL characters, which the inbox's JSON
+// columns cannot hold (brokers' headers may carry them); invalid UTF-8 is
+// replaced by the JSON encoder.
+func storable(h map[string]string) map[string]string {
+	clean := true
+	for k, v := range h {
+		if strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return h
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[strings.ReplaceAll(k, "\x00", "")] = strings.ReplaceAll(v, "\x00", "")
+	}
+	return out
 }
 
 func (m *Mapping) render(what string, t *routing.Template, f *routing.Fields) (string, error) {

@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queuebox/queuebox/dialects"
 )
@@ -49,7 +52,7 @@ func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage
 		}
 		rows, err := d.pool.Query(ctx, d.q.InboxReceive, sources, ids, topics, aggTypes, aggIDs, payloads, headers)
 		if err != nil {
-			return nil, err
+			return nil, invalidValue(err)
 		}
 		var again []int
 		for rows.Next() {
@@ -68,11 +71,24 @@ func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage
 			out[i] = dialects.InboxReceipt{ID: *id, Stored: stored}
 		}
 		if err := rows.Err(); err != nil {
-			return nil, err
+			return nil, invalidValue(err)
 		}
 		todo = again
 	}
 	return out, nil
+}
+
+// invalidValue marks a data exception (SQLSTATE class 22: a JSON escape
+// jsonb refuses, a value too long, bad UTF-8) as dialects.ErrInvalidValue.
+func invalidValue(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		if pgErr.Detail != "" {
+			return fmt.Errorf("%w: %s: %s", dialects.ErrInvalidValue, pgErr.Message, pgErr.Detail)
+		}
+		return fmt.Errorf("%w: %s", dialects.ErrInvalidValue, pgErr.Message)
+	}
+	return err
 }
 
 // InboxRelay runs one relay transaction: the lock, then the relay

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -194,5 +195,26 @@ func TestInboxWritersAreTheOpenInboxTransactions(t *testing.T) {
 	}
 	if mine != 1 {
 		t.Fatalf("writers %+v; want the open inbox transaction of pid %d", ws, pid)
+	}
+}
+
+// A value jsonb refuses (a lone surrogate escape, which Go's JSON checks
+// accept) is ErrInvalidValue with PostgreSQL's reason, and stores nothing.
+func TestInboxReceiveRefusesWhatJSONBCannotHold(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	_, err := d.InboxReceive(context.Background(), []dialects.InboxMessage{
+		{Source: "web", MessageID: "ok", Topic: "t", Payload: []byte(`{"a":1}`)},
+		{Source: "web", MessageID: "bad", Topic: "t", Payload: []byte(`{"a":"\ud800"}`)},
+	})
+	if !errors.Is(err, dialects.ErrInvalidValue) || !strings.Contains(err.Error(), "surrogate") {
+		t.Fatalf("got %v, want ErrInvalidValue naming the surrogate", err)
+	}
+	st, err := d.InboxStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows[dialects.InboxReceived] != 0 {
+		t.Fatalf("a refused statement stored %d rows", st.Rows[dialects.InboxReceived])
 	}
 }

@@ -59,8 +59,15 @@ func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage
 	for attempt := 1; ; attempt++ {
 		out, err := d.receive(ctx, arg, len(msgs))
 		var me mssql.Error
-		if err != nil && errors.As(err, &me) && me.Number == 1205 && attempt < deadlockAttempts {
-			continue
+		if err != nil && errors.As(err, &me) {
+			switch me.Number {
+			case 1205: // chosen as a deadlock victim
+				if attempt < deadlockAttempts {
+					continue
+				}
+			case 2628, 8152, 8115, 245, 13609: // too long, overflow, conversion, bad JSON
+				return nil, fmt.Errorf("%w: %s", dialects.ErrInvalidValue, me.Message)
+			}
 		}
 		return out, err
 	}

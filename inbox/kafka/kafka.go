@@ -173,7 +173,8 @@ func (c *Consumer) handle(ctx context.Context, r *kafkago.Reader, batch []kafkag
 		}
 		msgs = append(msgs, m)
 	}
-	if err := c.cfg.Storer.Store(ctx, msgs); err != nil {
+	// Refused records are committed past, as records that do not map are.
+	if _, err := c.cfg.Storer.Store(ctx, msgs); err != nil {
 		return err
 	}
 	if c.cfg.afterStore != nil {

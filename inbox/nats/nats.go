@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -219,7 +220,8 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) error {
 		}
 		msgs, keep = append(msgs, m), append(keep, jm)
 	}
-	if err := c.cfg.Storer.Store(ctx, msgs); err != nil {
+	refused, err := c.cfg.Storer.Store(ctx, msgs)
+	if err != nil {
 		return err
 	}
 	if c.cfg.afterStore != nil {
@@ -227,7 +229,11 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) error {
 			return errStopped
 		}
 	}
-	for _, jm := range keep {
+	for i, jm := range keep {
+		if slices.Contains(refused, i) {
+			_ = jm.Term()
+			continue
+		}
 		// An acknowledgement that is lost only makes the message come
 		// again after the ack wait, as a duplicate.
 		_ = jm.Ack()

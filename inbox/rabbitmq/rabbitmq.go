@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -221,7 +222,8 @@ func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery) error {
 		}
 		msgs, keep = append(msgs, m), append(keep, *d)
 	}
-	if err := c.cfg.Storer.Store(ctx, msgs); err != nil {
+	refused, err := c.cfg.Storer.Store(ctx, msgs)
+	if err != nil {
 		return err // stopped hard: the broker gets them back
 	}
 	if c.cfg.afterStore != nil {
@@ -230,6 +232,12 @@ func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery) error {
 		}
 	}
 	for i := range keep {
+		if slices.Contains(refused, i) {
+			if err := keep[i].Reject(false); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := keep[i].Ack(false); err != nil {
 			// The connection broke after the commit: the broker delivers
 			// the message again, and the repeat is a duplicate.

@@ -285,15 +285,22 @@ func TestRefusedMessagesAreDeadLettered(t *testing.T) {
 	notJSON := event("bad-1", "paid", "inv-1", 0)
 	notJSON.Body = []byte("not json")
 	noType := event("bad-2", "", "inv-1", 0)
-	publish(t, url, q, notJSON, noType, event("ok", "paid", "inv-1", 1))
+	// JSON that PostgreSQL's jsonb refuses, in the same batch as good
+	// messages: only it is refused.
+	refused := event("bad-3", "paid", "inv-1", 0)
+	refused.Body = []byte(`{"n":"\ud800"}`)
+	// A NUL in a header is dropped, not a reason to refuse.
+	nul := event("ok-2", "paid", "inv-1", 2)
+	nul.Headers["note"] = "a\x00b"
+	publish(t, url, q, notJSON, noType, event("ok", "paid", "inv-1", 1), refused, nul)
 	obs := &counter{}
 	consumer(t, d, url, q, obs, nil)
-	waitFor(t, "the good message and two dead-lettered", func() bool { return len(rows(t, d)) == 1 && ready(t, url, dead) == 2 })
-	if got := rows(t, d); got[0].MessageID != "ok" {
+	waitFor(t, "two good messages and three dead-lettered", func() bool { return len(rows(t, d)) == 2 && ready(t, url, dead) == 3 })
+	if got := rows(t, d); got[0].MessageID != "ok" || got[1].MessageID != "ok-2" || got[1].Headers["note"] != "ab" {
 		t.Fatalf("rows %+v", got)
 	}
-	if obs.get(inbox.Rejected) != 2 {
-		t.Fatalf("counted %v, want 2 rejected", obs.n)
+	if obs.get(inbox.Rejected) != 3 {
+		t.Fatalf("counted %v, want 3 rejected", obs.n)
 	}
 }
 
