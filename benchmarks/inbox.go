@@ -69,8 +69,9 @@ func (e *env) inboxHTTP(ctx context.Context, relay bool) (Result, error) {
 			return Result{}, err
 		}
 	}
+	handler := bootstrap.InboxHTTP(l, rd, nil, e.log)
 	mux := http.NewServeMux()
-	mux.Handle(inbox.Prefix, bootstrap.InboxHTTP(l, rd, nil, e.log))
+	mux.Handle(inbox.Prefix, handler)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Result{}, err
@@ -140,7 +141,9 @@ func (e *env) inboxHTTP(ctx context.Context, relay bool) (Result, error) {
 		q := func(p float64) *float64 { return ptr(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
 		r.P50, r.P95, r.P99 = q(0.50), q(0.95), q(0.99)
 	}
-	r.Note = fmt.Sprintf("%d clients, one request at a time each, %d-byte JSON bodies, bearer token; messages accepted (202) per second; latency is the request's", inboxClients, len(e.payload))
+	stmts, msgs := handler.Statements()
+	r.Note = fmt.Sprintf("%d clients, one request at a time each, %d-byte JSON bodies, bearer token; messages accepted (202) per second; latency is the request's; %d insert statements of %.1f messages on average",
+		inboxClients, len(e.payload), stmts, float64(msgs)/float64(max(stmts, 1)))
 	// Every accepted message is a row, once.
 	st, err := rd.InboxStats(ctx)
 	if err != nil {

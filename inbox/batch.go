@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -20,6 +21,9 @@ type batcher struct {
 	// waiting are the requests not yet taken by a statement.
 	waiting []*pending
 	running int
+	// statements and messages count what was stored, for the benchmark's
+	// notes.
+	statements, messages atomic.Int64
 }
 
 const (
@@ -88,6 +92,8 @@ func (b *batcher) store1(batch []*pending) {
 		msgs[i] = p.msg
 	}
 	receipts, err := b.store.InboxReceive(ctx, msgs)
+	b.statements.Add(1)
+	b.messages.Add(int64(len(msgs)))
 	if err != nil && len(batch) > 1 {
 		for _, p := range batch {
 			b.store1([]*pending{p})

@@ -194,6 +194,12 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	answer(w, http.StatusAccepted, httpAnswer{ID: rc.ID.String(), Duplicate: &dup})
 }
 
+// Statements reports how many insert statements the handler ran and how
+// many messages they carried (concurrent requests share statements).
+func (h *HTTP) Statements() (statements, messages int64) {
+	return h.batch.statements.Load(), h.batch.messages.Load()
+}
+
 // logFailure logs a storage failure at most once a second.
 func (h *HTTP) logFailure(source string, err error) {
 	now := time.Now().UnixNano()

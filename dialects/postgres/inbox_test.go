@@ -3,11 +3,14 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -216,5 +219,33 @@ func TestInboxReceiveRefusesWhatJSONBCannotHold(t *testing.T) {
 	}
 	if st.Rows[dialects.InboxReceived] != 0 {
 		t.Fatalf("a refused statement stored %d rows", st.Rows[dialects.InboxReceived])
+	}
+}
+
+// BenchmarkInboxReceive stores messages from 8 concurrent senders, one or
+// eight messages per statement: what an HTTP source's rate is bound by.
+func BenchmarkInboxReceive(b *testing.B) {
+	for _, per := range []int{1, 8} {
+		b.Run(fmt.Sprintf("messages=%d", per), func(b *testing.B) {
+			d := open(b, 0)
+			var n atomic.Int64
+			b.SetParallelism(8)
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					msgs := make([]dialects.InboxMessage, per)
+					for i := range msgs {
+						agg := fmt.Sprintf("agg-%d", n.Add(1)%1000)
+						msgs[i] = dialects.InboxMessage{Source: "bench", MessageID: uuid.NewString(), Topic: "bench.created",
+							AggregateID: &agg, Payload: []byte(`{"orderId":"11111111-1111-1111-1111-111111111111","amount":99.99}`),
+							Headers: []byte(`{"X-Event-Type":"created"}`)}
+					}
+					if _, err := d.InboxReceive(context.Background(), msgs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "messages/s")
+		})
 	}
 }
