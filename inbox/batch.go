@@ -9,12 +9,15 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// batcher stores the messages of concurrent HTTP requests together: a
-// request's insert is a commit, and commits are what an HTTP source's rate
-// is bound by, so requests that arrive while a statement runs wait for the
-// next one and share it (group commit). At most batchInFlight statements
-// run at once (one gathers while the other commits); no goroutine lives
-// longer than there are requests waiting.
+// batcher stores the messages of concurrent HTTP requests together:
+// requests that arrive while a statement runs wait for the next one and
+// share it (group commit). At most batchInFlight statements run at once
+// (one gathers while the other commits); no goroutine lives longer than
+// there are requests waiting. Measured with eight senders on two cores,
+// the rate is what one statement per request gives (concurrent commits
+// share a WAL flush anyway), with a third of the statements and a smaller
+// share of the database's CPU; with more senders than connections it is
+// what keeps each commit carrying several messages.
 type batcher struct {
 	store dialects.Inbox
 	mu    sync.Mutex
