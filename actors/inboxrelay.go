@@ -80,7 +80,19 @@ type inboxRelay struct {
 	failures          int
 	retryAt           time.Time
 	held              heldBack
+	// lastMove is when a probe last saw the inbox sequence move or a relay
+	// moved rows; lastProbe when the last probe ran (see idleProbe).
+	lastMove, lastProbe time.Time
 }
+
+// An inbox that has not moved for idleAfter is probed every idleProbe
+// rather than at every tick: many replicas never receive a message, and a
+// probe every 2 ms would double what an idle replica costs the database.
+// The first message after a quiet spell waits up to idleProbe longer.
+const (
+	idleAfter = time.Second
+	idleProbe = 25 * time.Millisecond
+)
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
 	r.gated = true
@@ -104,10 +116,14 @@ func (r *inboxRelay) Receive(ctx actor.Context) {
 
 // run starts one probe-and-relay in a goroutine unless one runs already.
 func (r *inboxRelay) run(ctx actor.Context, force bool) {
-	if r.busy || time.Now().Before(r.retryAt) {
+	now := time.Now()
+	if r.busy || now.Before(r.retryAt) {
 		return
 	}
-	r.busy = true
+	if !force && !r.again && now.Sub(r.lastMove) > idleAfter && now.Sub(r.lastProbe) < idleProbe {
+		return
+	}
+	r.busy, r.lastProbe = true, now
 	force = force || r.again
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
@@ -150,6 +166,9 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	r.busy = false
 	now := time.Now()
 	if m.probe != nil {
+		if m.probe.Last > r.wm.LastSeen() {
+			r.lastMove = now
+		}
 		r.wm.Observe(*m.probe, now)
 		r.checkHeldBack(ctx, now)
 	}
@@ -176,6 +195,9 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	}
 	r.seenAt, r.settledAt = max(r.seenAt, m.seen), max(r.settledAt, m.settled)
 	res := *m.relayed
+	if res.Relayed > 0 {
+		r.lastMove = now
+	}
 	// Another replica relays now: look again at the next tick, in case it
 	// stops before the rows are done.
 	r.again = res.Busy || res.Relayed == r.batchSize
