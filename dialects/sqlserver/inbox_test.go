@@ -120,7 +120,7 @@ func TestInboxReceiveStatement(t *testing.T) {
 	for _, want := range []string{
 		"BEGIN TRANSACTION", "COMMIT TRANSACTION", "SET XACT_ABORT ON",
 		"OPENJSON(@p1)",
-		"ROW_NUMBER() OVER (PARTITION BY source, message_id ORDER BY n) AS copy",
+		"ROW_NUMBER() OVER (PARTITION BY source, message_id ORDER BY n) AS nth",
 		"FROM [app].[events_in] AS i WITH (UPDLOCK, HOLDLOCK)",
 		"WHERE i.[source] = v.source AND i.[msg_id] = v.message_id",
 		"NEXT VALUE FOR [app].[events_in_sequence_seq] OVER (ORDER BY v.n)",

@@ -320,8 +320,8 @@ SELECT CAST(j.[key] AS INT), v.s, v.m, v.t, v.at, v.ai, v.p, v.h
 DECLARE @new TABLE (n INT PRIMARY KEY);
 INSERT INTO @new (n)
 SELECT v.n
-  FROM (SELECT n, source, message_id, ROW_NUMBER() OVER (PARTITION BY source, message_id ORDER BY n) AS copy FROM @in) AS v
- WHERE v.copy = 1
+  FROM (SELECT n, source, message_id, ROW_NUMBER() OVER (PARTITION BY source, message_id ORDER BY n) AS nth FROM @in) AS v
+ WHERE v.nth = 1
    AND NOT EXISTS (SELECT 1 FROM {{it}} AS i WITH (UPDLOCK, HOLDLOCK)
                     WHERE i.{{ic "source"}} = v.source AND i.{{ic "message_id"}} = v.message_id);
 INSERT INTO {{it}} ({{ic "source"}}, {{ic "message_id"}}, {{ic "topic"}}, {{ic "aggregate_type"}}, {{ic "aggregate_id"}},
