@@ -13,7 +13,8 @@
 //	├── Sink supervisor          sinksupervisor.go
 //	│   └── Sink actor           sinkactor.go (the sink it builds: sinkhandle.go)
 //	├── Notifier                 notifier.go
-//	└── Janitor                  janitor.go
+//	├── Janitor                  janitor.go
+//	└── Inbox relay              inboxrelay.go (inbox rows -> outbox rows)
 //
 // Key actors and the pool deliver through one path, delivery.go: a queue of
 // claimed rows, batches published by goroutines, and the outcomes. A row is

@@ -57,6 +57,8 @@ type Options struct {
 	// Observer hears claims, deliveries and completions (for metrics); nil
 	// hears nothing.
 	Observer Observer
+	// Inbox configures the inbox relay (inboxrelay.go).
+	Inbox InboxRelay
 }
 
 // withDefaults checks the options and fills in what was left out.
@@ -87,6 +89,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Observer == nil {
 		o.Observer = NopObserver{}
+	}
+	if o.Inbox.BatchSize <= 0 {
+		o.Inbox.BatchSize = o.BatchSize
 	}
 	return o, nil
 }

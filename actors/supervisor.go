@@ -117,6 +117,19 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
 	s.bg.every(o.ProbeInterval, func() { root.Send(claimerPID, &probeTick{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
+	if o.Inbox.Enabled {
+		// The inbox relay sends only to itself and wakes the claimer; its
+		// mailbox holds ticks, which it handles at once.
+		relayPID := spawn("inbox-relay", actor.Unbounded(), func() actor.Actor {
+			return newInboxRelay(inboxRelay{dialect: o.Dialect, batchSize: o.Inbox.BatchSize, maxAttempts: o.Inbox.MaxAttempts,
+				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log})
+		})
+		if err != nil {
+			return &children{err: err}
+		}
+		s.bg.every(o.ProbeInterval, func() { root.Send(relayPID, &relayTick{}) })
+		s.bg.every(o.PollInterval, func() { root.Send(relayPID, &relayPoll{}) })
+	}
 	return kids
 }
 

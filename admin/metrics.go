@@ -11,6 +11,7 @@ import (
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/inbox"
 )
 
 // Metrics are the Prometheus metrics of one replica. They hear the engine
@@ -103,6 +104,12 @@ func NewMetrics(inboxSources []string) *Metrics {
 	}
 	m.throughput = newThroughput(m)
 	return m
+}
+
+// InboxReceived counts one message an inbox source handled
+// (queuebox_inbox_received_total): Metrics is the sources' inbox.Observer.
+func (m *Metrics) InboxReceived(source string, outcome inbox.Outcome) {
+	m.inbox.WithLabelValues(source, outcome.String()).Inc()
 }
 
 // Registry is where the metrics are registered; /metrics serves it.

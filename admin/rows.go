@@ -30,6 +30,18 @@ type Stats struct {
 	// been open for at least HeldBackAfter: keyed rows inserted after they
 	// began wait until they end.
 	HeldBackBy []Writer `json:"heldBackBy"`
+	// Inbox counts the inbox table's rows.
+	Inbox InboxStats `json:"inbox"`
+}
+
+// InboxStats counts inbox rows: received (waiting for the inbox relay) and
+// relayed (turned into outbox rows), and how long the oldest received row
+// has waited.
+type InboxStats struct {
+	Received              int64         `json:"received"`
+	Relayed               int64         `json:"relayed"`
+	OldestReceived        time.Duration `json:"-"`
+	OldestReceivedSeconds float64       `json:"oldestReceivedSeconds"`
 }
 
 // Writer is an open transaction that holds back keyed rows.
@@ -91,6 +103,12 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	if out.HeldBackBy, err = heldBackBy(ctx, d); err != nil {
 		return out, fmt.Errorf("listing the open transactions that inserted outbox rows: %w", err)
 	}
+	in, err := d.InboxStats(ctx)
+	if err != nil {
+		return out, fmt.Errorf("counting the inbox: %w", err)
+	}
+	out.Inbox = InboxStats{Received: in.Rows[dialects.InboxReceived], Relayed: in.Rows[dialects.InboxRelayed],
+		OldestReceived: in.OldestReceived, OldestReceivedSeconds: in.OldestReceived.Seconds()}
 	return out, nil
 }
 

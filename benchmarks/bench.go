@@ -104,6 +104,7 @@ func Scenarios() []Scenario {
 		{"replicas", "one relay process against three", runReplicas},
 		{"mailbox", "drain over 1,000 keys with every mailbox at 1, 16, 256, 4096 and unbounded", runMailbox},
 		{"http", "drain to the built-in HTTP receiver, unkeyed and over 1,000 keys", runHTTP},
+		{"inbox-http", "messages accepted per second by an HTTP inbox source, 8 clients", runInboxHTTP},
 	}
 }
 

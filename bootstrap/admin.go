@@ -13,6 +13,7 @@ import (
 
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/inbox"
 )
 
 // adminListener is the admin listener of a running replica.
@@ -30,7 +31,9 @@ func (a *adminListener) URL() string { return "http://" + a.addr.String() + "/" 
 // taken by another process, or an address beyond loopback without a token,
 // fails the start. The listener answers /healthz from the start, while the
 // relay still waits for the database; /readyz says what it waits for.
-func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logger, ro RunOptions) (*adminListener, error) {
+// inboxHTTP serves the inbox's HTTP sources at /inbox/, outside the admin
+// token: each source checks credentials of its own.
+func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logger, ro RunOptions, inboxHTTP http.Handler) (*adminListener, error) {
 	ln, err := net.Listen("tcp", l.Admin.Listen)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -55,8 +58,11 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 			return "", ""
 		},
 	})
+	mux := http.NewServeMux()
+	mux.Handle(inbox.Prefix, inboxHTTP)
+	mux.Handle("/", srv)
 	a := &adminListener{server: srv, addr: ln.Addr(), done: make(chan struct{}),
-		http: &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
+		http: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() {
 		defer close(a.done)
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

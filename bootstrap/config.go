@@ -80,19 +80,23 @@ type InboxRelayConfig struct {
 // in. Which keys apply depends on Type; the kinds tag lists the types a key
 // belongs to.
 type InboxSourceConfig struct {
-	Type          string   `yaml:"type"`
-	Token         string   `yaml:"token" kinds:"http" secret:"true"`
-	SigningSecret string   `yaml:"signingSecret" kinds:"http" secret:"true"`
-	Topic         string   `yaml:"topic"`
-	AggregateType string   `yaml:"aggregateType"`
-	AggregateID   string   `yaml:"aggregateId"`
-	URL           string   `yaml:"url" kinds:"rabbitmq,nats"`
-	Queue         string   `yaml:"queue" kinds:"rabbitmq"`
-	Brokers       []string `yaml:"brokers" kinds:"kafka"`
-	KafkaTopic    string   `yaml:"kafkaTopic" kinds:"kafka"`
-	GroupID       string   `yaml:"groupId" kinds:"kafka"`
-	Stream        string   `yaml:"stream" kinds:"nats"`
-	Durable       string   `yaml:"durable" kinds:"nats"`
+	Type          string `yaml:"type"`
+	Token         string `yaml:"token" kinds:"http" secret:"true"`
+	SigningSecret string `yaml:"signingSecret" kinds:"http" secret:"true"`
+	// SignatureTolerance bounds a Standard Webhooks timestamp's distance
+	// from the clock (default 5m); MaxBodyBytes the body (default 1 MiB).
+	SignatureTolerance Duration `yaml:"signatureTolerance" kinds:"http"`
+	MaxBodyBytes       int      `yaml:"maxBodyBytes" kinds:"http" min:"1" max:"67108864"`
+	Topic              string   `yaml:"topic"`
+	AggregateType      string   `yaml:"aggregateType"`
+	AggregateID        string   `yaml:"aggregateId"`
+	URL                string   `yaml:"url" kinds:"rabbitmq,nats"`
+	Queue              string   `yaml:"queue" kinds:"rabbitmq"`
+	Brokers            []string `yaml:"brokers" kinds:"kafka"`
+	KafkaTopic         string   `yaml:"kafkaTopic" kinds:"kafka"`
+	GroupID            string   `yaml:"groupId" kinds:"kafka"`
+	Stream             string   `yaml:"stream" kinds:"nats"`
+	Durable            string   `yaml:"durable" kinds:"nats"`
 }
 
 type HTTPConfig struct {
@@ -303,4 +307,5 @@ func (c *Config) applyDestinationDefaults() {
 			c.Routes[i].Name = c.Routes[i].TopicPattern
 		}
 	}
+	c.applyInboxDefaults()
 }

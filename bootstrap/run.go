@@ -68,7 +68,11 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	metrics := admin.NewMetrics(inboxSources(l))
 	opts.Observer = metrics
 	opts.Dialect = metrics.CountPurges(opts.Dialect)
-	adm, err := startAdmin(l, d, metrics, log, ro)
+	consumers, err := InboxConsumers(l, d, metrics, log)
+	if err != nil {
+		return err
+	}
+	adm, err := startAdmin(l, d, metrics, log, ro, InboxHTTP(l, d, metrics, log))
 	if err != nil {
 		return err
 	}
@@ -93,6 +97,10 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	sampling, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSampling()
 	adm.server.Start(sampling)
+	if err := startConsumers(consumers, log); err != nil {
+		_ = e.Stop(context.Background())
+		return err
+	}
 	if ro.Started != nil {
 		ro.Started(e)
 	}
@@ -112,6 +120,11 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		}
 	}()
 	adm.server.Draining()
+	// The inbox's consumers first: what they hold is stored and
+	// acknowledged while the engine still runs.
+	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond)
+	stopConsumers(drain, consumers, log)
+	cancelDrain()
 	stopErr := e.Stop(context.Background())
 	if fatal != nil {
 		return &ExitError{Code: 1, Err: fatal}

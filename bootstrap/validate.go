@@ -41,9 +41,11 @@ type CompiledDestination struct {
 	SigningSecret                             []byte
 }
 
-// CompiledSource holds an inbox source's compiled templates.
+// CompiledSource holds an inbox source's compiled templates and its
+// decoded signing secret (inbox.go).
 type CompiledSource struct {
-	Topic, AggregateID *routing.Template
+	Topic, AggregateType, AggregateID *routing.Template
+	SigningSecret                     []byte
 }
 
 func (v *validator) add(key, format string, args ...any) {
@@ -351,21 +353,4 @@ func (v *validator) routes(c *Config) {
 		routes = append(routes, route)
 	}
 	v.out.Router = routing.NewRouter(routes)
-}
-
-func (v *validator) inbox(c *Config) {
-	for name, s := range c.Inbox.Sources {
-		key := "inbox.sources." + name
-		if s == nil {
-			v.add(key, "is empty; give it a type (http, rabbitmq, kafka, nats)")
-			continue
-		}
-		if !oneOf(s.Type, "http", "rabbitmq", "kafka", "nats") {
-			v.add(key+".type", "%q is not a source type; use http, rabbitmq, kafka or nats", s.Type)
-			continue
-		}
-		v.foreignKeys(key, s.Type, "source", reflect.TypeOf(*s))
-		v.required(key+".topic", s.Topic)
-		v.out.Sources[name] = &CompiledSource{Topic: v.template(key+".topic", s.Topic), AggregateID: v.template(key+".aggregateId", s.AggregateID)}
-	}
 }

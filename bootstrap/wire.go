@@ -139,6 +139,7 @@ func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Opti
 		KeyIdle:   ms(l.Engine.KeyIdleMs), UnorderedConcurrency: l.Engine.UnorderedConcurrency,
 		DrainTimeout: ms(l.Shutdown.DrainTimeoutMs), MaxErrorBytes: l.HTTP.MaxErrorBodyBytes,
 		Redact: l.Secrets.Redact, Logger: log,
+		Inbox: InboxRelayOptions(l),
 	}, nil
 }
 

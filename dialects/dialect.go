@@ -343,6 +343,19 @@ type Engine interface {
 	// rows (on PostgreSQL: those that drew outbox sequence values), oldest
 	// first. They are what holds back keyed rows inserted after them.
 	OutboxWriters(ctx context.Context) ([]Writer, error)
+	// InboxRelay turns received inbox rows into outbox rows in one
+	// transaction (see the package doc, "The inbox relay"): up to p.Limit
+	// rows in sequence order, keyed ones only once settled by p.Gate,
+	// inserted into the outbox in that order and marked relayed. One relay
+	// transaction runs at a time per inbox table; a call that finds another
+	// running returns Busy at once.
+	InboxRelay(ctx context.Context, p InboxRelayParams) (InboxRelayResult, error)
+	// InboxProbe is OutboxProbe for the inbox sequence: it settles inbox
+	// rows for InboxRelay's gate.
+	InboxProbe(ctx context.Context) (Probe, error)
+	// InboxWriters lists the open transactions that may still commit inbox
+	// rows, oldest first (see OutboxWriters).
+	InboxWriters(ctx context.Context) ([]Writer, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 }
@@ -381,6 +394,8 @@ type Operator interface {
 	// OutboxInsert inserts rows the way an application would, in one
 	// transaction.
 	OutboxInsert(ctx context.Context, rows []NewRow) error
+	// InboxStats counts inbox rows per state.
+	InboxStats(ctx context.Context) (InboxStats, error)
 }
 
 // Migrator is what the migration runner needs: the dialect's quoting, for
@@ -406,6 +421,7 @@ type Dialect interface {
 	Engine
 	Operator
 	Migrator
+	Inbox
 	Close()
 }
 

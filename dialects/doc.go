@@ -62,4 +62,34 @@
 // parameters.
 //
 // "Now" is always the database's clock.
+//
+// # The inbox relay
+//
+// Sources store received messages with InboxReceive: one row per (source,
+// message_id), a repeat stores nothing and names the first copy's row. The
+// relay (InboxRelay) turns received rows into outbox rows with the same id,
+// key = aggregate_id, and marks them relayed, in one transaction. Three
+// rules make it safe with any number of replicas and concurrent sources:
+//
+//  1. One relay transaction at a time per inbox table: each takes a
+//     transaction-scoped lock first (pg_try_advisory_xact_lock,
+//     sp_getapplock owned by the transaction) without waiting; a relay that
+//     finds it taken does nothing this time (Busy). The lock is a statement
+//     of its own, so the relay statement's snapshot sees every row the
+//     previous holder marked relayed. SKIP LOCKED would let two replicas
+//     relay adjacent batches at once, and the later batch could draw its
+//     outbox sequence values first, breaking receive order per aggregate.
+//  2. Settled rows only: inbox rows are inserted by concurrent transactions
+//     that can commit out of sequence order, like outbox rows. Keyed rows (a
+//     non-empty aggregate_id) are relayed only up to the watermark of
+//     InboxProbe (the Gate, exactly as for the claim; the inbox has its own
+//     xid_first trigger); unkeyed rows go at once. In sequence order, a
+//     settled keyed row's earlier rows of its aggregate are all visible, so
+//     they are relayed in the same batch or before it.
+//  3. One statement inserts a batch's outbox rows ordered by inbox
+//     sequence, so their outbox sequence follows receive order; the
+//     outbox's own gate then orders the claim, as for any producer. An
+//     outbox row that already has the id is left alone (ON CONFLICT DO
+//     NOTHING; NOT EXISTS under UPDLOCK, HOLDLOCK on SQL Server), so a relay
+//     never fails on a row.
 package dialects

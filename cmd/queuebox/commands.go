@@ -215,6 +215,11 @@ func statusCmd() *cobra.Command {
 					fmt.Printf("\noldest due pending: none is due\n")
 				}
 				fmt.Printf("scheduled later: %d (pending rows not due yet: retries and rows scheduled ahead)\n", st.ScheduledLater)
+				fmt.Printf("inbox: %d received, %d relayed", st.Inbox.Received, st.Inbox.Relayed)
+				if st.Inbox.Received > 0 {
+					fmt.Printf(" (the oldest received row has waited %s for the inbox relay)", st.Inbox.OldestReceived.Round(time.Millisecond))
+				}
+				fmt.Println()
 				if len(st.HeldBackBy) > 0 {
 					fmt.Println("\nkeyed rows inserted after these transactions began wait until they commit or roll back:")
 					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

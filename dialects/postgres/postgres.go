@@ -59,6 +59,7 @@ type Catalog struct {
 	OutboxBlockedKeys, OutboxDeadGroups                              string
 	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
 	dialects.HistoryStatements
+	InboxStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)

@@ -436,3 +436,120 @@ SELECT COALESCE(l.pid, 0)::bigint,
   LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
  WHERE l.locktype = 'relation' AND l.relation = {{lit seq}}::regclass AND l.granted
  ORDER BY xid
+
+-- The inbox.
+
+-- name: InboxReceive
+-- One row of the arrays per message, stored in array order: $1 sources,
+-- $2 message ids, $3 topics, $4 aggregate types, $5 aggregate ids,
+-- $6 payloads, $7 headers (NULL: {}). A message whose (source, message_id)
+-- exists is not stored: ON CONFLICT DO NOTHING, which also waits for an
+-- uncommitted row of the same pair and then skips it. A pair repeated in
+-- the arrays is stored once, for its first copy. One result row per
+-- message, in order: its ordinal, the inbox id, and whether this statement
+-- stored it. The id is NULL only when the row that made it a duplicate was
+-- committed by another transaction after this statement's snapshot was
+-- taken: the caller asks again for those, and a new statement sees it.
+WITH v AS (
+    SELECT *
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[])
+           WITH ORDINALITY AS v(source, message_id, topic, aggregate_type, aggregate_id, payload, headers, n)
+), ins AS (
+    INSERT INTO {{it}} ({{ic "source"}}, {{ic "message_id"}}, {{ic "topic"}}, {{ic "aggregate_type"}},
+                        {{ic "aggregate_id"}}, {{ic "payload"}}, {{ic "headers"}})
+    SELECT v.source, v.message_id, v.topic, v.aggregate_type, v.aggregate_id, v.payload, COALESCE(v.headers, '{}'::jsonb)
+      FROM v
+     ORDER BY v.n
+        ON CONFLICT ({{ic "source"}}, {{ic "message_id"}}) DO NOTHING
+    RETURNING {{ic "id"}} AS id, {{ic "source"}} AS source, {{ic "message_id"}} AS message_id
+)
+SELECT v.n, COALESCE(ins.id, i.{{ic "id"}}),
+       ins.id IS NOT NULL AND row_number() OVER (PARTITION BY v.source, v.message_id ORDER BY v.n) = 1
+  FROM v
+  LEFT JOIN ins ON ins.source = v.source AND ins.message_id = v.message_id
+  LEFT JOIN {{it}} AS i ON ins.id IS NULL AND i.{{ic "source"}} = v.source AND i.{{ic "message_id"}} = v.message_id
+ ORDER BY v.n
+
+-- name: InboxRelayLock
+-- $1 the lock's resource name (dialects.InboxRelayLockName). Taken first in
+-- each relay transaction, in a statement of its own, so that the relay
+-- statement's snapshot is taken after the lock: it then sees every row the
+-- previous relay transaction marked relayed. Released at commit. Relays of
+-- one inbox take turns; a relay that finds the lock taken does nothing.
+SELECT pg_try_advisory_xact_lock(hashtext($1))
+
+-- name: InboxRelay
+-- Run under InboxRelayLock. $1 limit, $2 settled watermark of the inbox
+-- sequence (NULL: no gate), $3/$4 open epochs (sequence value, next
+-- transaction id) that this statement's snapshot may settle, as in
+-- OutboxClaim; $5 max_attempts of the outbox rows.
+-- picked: received rows in sequence order; keyed ones (a non-empty
+-- aggregate_id) only up to the watermark, so that no earlier row of their
+-- aggregate can still commit. Unkeyed rows take part in no order.
+-- created: the outbox rows, same id, inserted in inbox sequence order in
+-- this one statement, so that their outbox sequence values keep that order
+-- (the outbox's xid_first trigger fires for it as for any insert); an
+-- outbox row that has the id already is left as it is.
+-- The update marks the picked rows relayed and says which got a new
+-- outbox row.
+WITH gate AS (
+    SELECT $2::bigint IS NULL AS open,
+           GREATEST($2::bigint, (SELECT max(e.l) FROM unnest($3::bigint[], $4::bigint[]) AS e(l, x)
+                                  WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
+), picked AS (
+    SELECT i.{{ic "id"}} AS id, i.{{ic "topic"}} AS topic, i.{{ic "aggregate_type"}} AS aggregate_type,
+           i.{{ic "aggregate_id"}} AS aggregate_id, i.{{ic "payload"}} AS payload, i.{{ic "headers"}} AS headers,
+           i.{{ic "sequence"}} AS seq
+      FROM {{it}} AS i
+     WHERE i.{{ic "state"}} = 'received'
+       AND (i.{{ic "aggregate_id"}} IS NULL OR i.{{ic "aggregate_id"}} = ''
+            OR (SELECT open FROM gate) OR i.{{ic "sequence"}} <= (SELECT w FROM gate))
+     ORDER BY i.{{ic "sequence"}}
+     LIMIT $1
+), created AS (
+    INSERT INTO {{t}} ({{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "payload"}}, {{c "headers"}},
+                       {{c "aggregate_type"}}, {{c "max_attempts"}})
+    SELECT p.id, p.topic, p.aggregate_id, p.payload, p.headers, p.aggregate_type, $5::int
+      FROM picked AS p
+     ORDER BY p.seq
+        ON CONFLICT ({{c "id"}}) DO NOTHING
+    RETURNING {{c "id"}} AS id
+)
+UPDATE {{it}} AS i
+   SET {{ic "state"}} = 'relayed',
+       {{ic "relayed_at"}} = now()
+  FROM picked AS p
+ WHERE i.{{ic "id"}} = p.id
+   AND i.{{ic "state"}} = 'received'
+RETURNING i.{{ic "id"}}, EXISTS (SELECT 1 FROM created AS c WHERE c.id = i.{{ic "id"}})
+
+-- name: InboxProbeSequence
+-- The last value the inbox sequence handed out (see OutboxProbeSequence);
+-- OutboxProbeSnapshot runs after it.
+SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {{iseq}}
+
+-- name: InboxWriters
+-- Open transactions that drew values from the inbox sequence, oldest first
+-- (see OutboxWriters).
+WITH h AS (SELECT x.xmax + age((x.xmax % 4294967296)::text::xid) AS next
+             FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) AS x)
+SELECT COALESCE(l.pid, 0)::bigint,
+       CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
+            THEN ((h.next >> 32) << 32) + x.transactionid::text::bigint - 4294967296
+            ELSE ((h.next >> 32) << 32) + x.transactionid::text::bigint END AS xid,
+       a.xact_start, COALESCE(a.state, CASE WHEN l.pid IS NULL THEN 'prepared' ELSE '' END),
+       COALESCE(a.application_name, ''), COALESCE(left(a.query, 200), '')
+  FROM h, pg_locks AS l
+  JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid' AND x.granted
+  LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+ WHERE l.locktype = 'relation' AND l.relation = {{lit iseq}}::regclass AND l.granted
+ ORDER BY xid
+
+-- name: InboxCountByState
+SELECT {{ic "state"}}, count(*) FROM {{it}} GROUP BY {{ic "state"}}
+
+-- name: InboxOldestReceived
+-- The received row with the smallest sequence, through the relay's index.
+SELECT COALESCE((SELECT EXTRACT(EPOCH FROM now() - {{ic "received_at"}})::float8
+                   FROM {{it}} WHERE {{ic "state"}} = 'received'
+                  ORDER BY {{ic "sequence"}} LIMIT 1), 0)

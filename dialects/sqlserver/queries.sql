@@ -294,3 +294,112 @@ SELECT CAST(s.session_id AS BIGINT), st.transaction_id, a.transaction_begin_time
  OUTER APPLY sys.dm_exec_sql_text(c.most_recent_sql_handle) AS t
  WHERE st.session_id <> @@SPID
  ORDER BY st.transaction_id;
+
+-- The inbox.
+
+-- name: InboxReceive
+-- @p1 JSON array of messages {s: source, m: message id, t: topic,
+-- at: aggregate type, ai: aggregate id, p: payload, h: headers or null},
+-- stored in array order. A message whose (source, message_id) exists is
+-- not stored: the check holds its key range (UPDLOCK, HOLDLOCK) until the
+-- commit, so two transactions storing the same pair take turns and the
+-- second finds the first's row. A pair repeated in the array is stored
+-- once, for its first copy. One result row per message, in order: its
+-- ordinal (from 0), the inbox id, and whether this batch stored it.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @in TABLE (n INT PRIMARY KEY, source NVARCHAR(255) NOT NULL, message_id NVARCHAR(255) NOT NULL,
+                   topic NVARCHAR(255) NOT NULL, aggregate_type NVARCHAR(255) NULL, aggregate_id NVARCHAR(255) NULL,
+                   payload NVARCHAR(MAX) NOT NULL, headers NVARCHAR(MAX) NULL);
+INSERT INTO @in (n, source, message_id, topic, aggregate_type, aggregate_id, payload, headers)
+SELECT CAST(j.[key] AS INT), v.s, v.m, v.t, v.at, v.ai, v.p, v.h
+  FROM OPENJSON(@p1) AS j
+ CROSS APPLY OPENJSON(j.[value]) WITH (s NVARCHAR(255) '$.s', m NVARCHAR(255) '$.m', t NVARCHAR(255) '$.t',
+       at NVARCHAR(255) '$.at', ai NVARCHAR(255) '$.ai', p NVARCHAR(MAX) '$.p', h NVARCHAR(MAX) '$.h') AS v;
+DECLARE @new TABLE (n INT PRIMARY KEY);
+INSERT INTO @new (n)
+SELECT v.n
+  FROM (SELECT n, source, message_id, ROW_NUMBER() OVER (PARTITION BY source, message_id ORDER BY n) AS nth FROM @in) AS v
+ WHERE v.nth = 1
+   AND NOT EXISTS (SELECT 1 FROM {{it}} AS i WITH (UPDLOCK, HOLDLOCK)
+                    WHERE i.{{ic "source"}} = v.source AND i.{{ic "message_id"}} = v.message_id);
+INSERT INTO {{it}} ({{ic "source"}}, {{ic "message_id"}}, {{ic "topic"}}, {{ic "aggregate_type"}}, {{ic "aggregate_id"}},
+                    {{ic "payload"}}, {{ic "headers"}}, {{ic "sequence"}})
+SELECT v.source, v.message_id, v.topic, v.aggregate_type, v.aggregate_id, v.payload, COALESCE(v.headers, N'{}'),
+       NEXT VALUE FOR {{iseq}} OVER (ORDER BY v.n)
+  FROM @in AS v
+  JOIN @new AS w ON w.n = v.n;
+SELECT v.n, CAST(i.{{ic "id"}} AS NVARCHAR(36)), CASE WHEN w.n IS NULL THEN 0 ELSE 1 END
+  FROM @in AS v
+  JOIN {{it}} AS i ON i.{{ic "source"}} = v.source AND i.{{ic "message_id"}} = v.message_id
+  LEFT JOIN @new AS w ON w.n = v.n
+ ORDER BY v.n;
+COMMIT TRANSACTION;
+
+-- name: InboxRelayLock
+-- @p1 the lock's resource name (dialects.InboxRelayLockName). Taken first
+-- in each relay transaction, owned by it (released at commit), without
+-- waiting: 1 when this transaction has it, 0 when another relay holds it.
+DECLARE @r INT;
+EXEC @r = sp_getapplock @Resource = @p1, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 0;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;
+
+-- name: InboxRelay
+-- Run under InboxRelayLock. @p1 limit, @p2 settled watermark of the inbox
+-- sequence (NULL: no gate), @p3 max_attempts of the outbox rows. As in the
+-- PostgreSQL dialect: received rows in sequence order, keyed ones (a
+-- non-empty aggregate_id) only up to the watermark; outbox rows with the
+-- same id, their sequence drawn in inbox sequence order, except where an
+-- outbox row has the id already; the rows marked relayed. One result row
+-- per relayed row: its id, and 1 when it got a new outbox row.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @picked TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, seq BIGINT NOT NULL);
+INSERT INTO @picked (id, seq)
+SELECT TOP (@p1) i.{{ic "id"}}, i.{{ic "sequence"}}
+  FROM {{it}} AS i
+ WHERE i.{{ic "state"}} = N'received'
+   AND (i.{{ic "aggregate_id"}} IS NULL OR i.{{ic "aggregate_id"}} = N'' OR @p2 IS NULL OR i.{{ic "sequence"}} <= @p2)
+ ORDER BY i.{{ic "sequence"}};
+DECLARE @new TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, seq BIGINT NOT NULL);
+INSERT INTO @new (id, seq)
+SELECT p.id, p.seq
+  FROM @picked AS p
+ WHERE NOT EXISTS (SELECT 1 FROM {{t}} AS o WITH (UPDLOCK, HOLDLOCK) WHERE o.{{c "id"}} = p.id);
+INSERT INTO {{t}} ({{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "payload"}}, {{c "headers"}}, {{c "aggregate_type"}},
+                   {{c "max_attempts"}}, {{c "sequence"}})
+SELECT i.{{ic "id"}}, i.{{ic "topic"}}, i.{{ic "aggregate_id"}}, i.{{ic "payload"}}, i.{{ic "headers"}}, i.{{ic "aggregate_type"}},
+       @p3, NEXT VALUE FOR {{seq}} OVER (ORDER BY w.seq)
+  FROM @new AS w
+  JOIN {{it}} AS i ON i.{{ic "id"}} = w.id;
+DECLARE @relayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+UPDATE i
+   SET {{ic "state"}} = N'relayed',
+       {{ic "relayed_at"}} = @now
+OUTPUT inserted.{{ic "id"}} INTO @relayed (id)
+  FROM {{it}} AS i
+  JOIN @picked AS p ON p.id = i.{{ic "id"}}
+ WHERE i.{{ic "state"}} = N'received';
+SELECT CAST(r.id AS NVARCHAR(36)), CASE WHEN w.id IS NULL THEN 0 ELSE 1 END
+  FROM @relayed AS r
+  LEFT JOIN @new AS w ON w.id = r.id;
+
+-- name: InboxProbe
+-- OutboxProbe for the inbox sequence.
+SET NOCOUNT ON;
+DECLARE @last BIGINT = (SELECT COALESCE(CAST(last_used_value AS BIGINT), CAST(current_value AS BIGINT) - 1)
+                          FROM sys.sequences WHERE object_id = OBJECT_ID({{lit iseq}}));
+DECLARE @next BIGINT = (SELECT MAX(transaction_id) + 1 FROM sys.dm_tran_active_transactions);
+SELECT COALESCE(@last, 0),
+       COALESCE((SELECT MIN(st.transaction_id) FROM sys.dm_tran_session_transactions AS st
+                  WHERE st.session_id <> @@SPID), @next),
+       @next;
+
+-- name: InboxCountByState
+SELECT {{ic "state"}}, COUNT_BIG(*) FROM {{it}} GROUP BY {{ic "state"}};
+
+-- name: InboxOldestReceived
+-- The received row with the smallest sequence, through the relay's index.
+SELECT COALESCE((SELECT TOP (1) DATEDIFF_BIG(millisecond, {{ic "received_at"}}, SYSUTCDATETIME())
+                   FROM {{it}} WHERE {{ic "state"}} = N'received' ORDER BY {{ic "sequence"}}), 0);

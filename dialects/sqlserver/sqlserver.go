@@ -55,6 +55,7 @@ type Catalog struct {
 	OutboxBlockedKeys, OutboxDeadGroups                                  string
 	OutboxProbe, OutboxWriters                                           string
 	dialects.HistoryStatements
+	InboxStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)

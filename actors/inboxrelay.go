@@ -1,0 +1,256 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// The Inbox relay turns received inbox rows into outbox rows (see the
+// dialects package doc, "The inbox relay", for the statement and its three
+// rules). It is one actor per engine, beside the Claimer, and works like
+// it: ticks drive it; a goroutine probes the inbox sequence and, when
+// something arrived or settled, runs one relay transaction, then sends the
+// result back. The actor only keeps the watermark and decides.
+//
+// Replicas take turns through the relay's lock: a relay that finds it taken
+// tries again at its next tick. Keyed rows wait behind the gate as outbox
+// rows do; an epoch that waits long is checked against the open inbox
+// writers (InboxWriters), and a real writer that holds rows back for long is
+// logged, as the Claimer does for the outbox.
+
+// Messages of the inbox relay.
+type (
+	// relayTick: probe, and relay when something arrived or settled.
+	relayTick struct{}
+	// relayPoll: relay whatever the probe says (rows that arrived
+	// unnoticed, or a gate the database cannot keep).
+	relayPoll   struct{}
+	relayResult struct {
+		probe   *dialects.Probe
+		relayed *dialects.InboxRelayResult
+		// seen and settled are what the watermark knew when the relay ran.
+		seen, settled int64
+		err           error
+	}
+	inboxWritersResult struct {
+		oldest  int64
+		writers []dialects.Writer
+		ok      bool
+	}
+)
+
+// InboxRelay configures the engine's inbox relay; Enabled false runs none.
+type InboxRelay struct {
+	Enabled bool
+	// MaxAttempts is the max_attempts of the outbox rows it creates,
+	// written as it is (0: a row goes dead at its first failure).
+	MaxAttempts int
+	// BatchSize is the most inbox rows one relay transaction moves;
+	// 0 means Options.BatchSize.
+	BatchSize int
+}
+
+type inboxRelay struct {
+	dialect     dialects.Engine
+	batchSize   int
+	maxAttempts int
+	timeout     time.Duration
+	// claimer is woken when outbox rows were created.
+	claimer *actor.PID
+	bg      context.Context
+	log     *slog.Logger
+
+	wm dialects.Watermark
+	// gated is false where the database cannot tell settled rows: every
+	// keyed row is then relayed as soon as it is seen.
+	gated bool
+	busy  bool
+	// again: relay at the next tick whatever the probe says (the last
+	// batch was full, or another replica held the lock).
+	again bool
+	// seenAt and settledAt are what the watermark knew at the last relay.
+	seenAt, settledAt int64
+	failures          int
+	retryAt           time.Time
+	held              heldBack
+	// lastMove is when a probe last saw the inbox sequence move or a relay
+	// moved rows; lastProbe when the last probe ran (see idleProbe).
+	lastMove, lastProbe time.Time
+}
+
+// An inbox that has not moved for idleAfter is probed every idleProbe
+// rather than at every tick: many replicas never receive a message, and a
+// probe every 2 ms would double what an idle replica costs the database.
+// The first message after a quiet spell waits up to idleProbe longer.
+const (
+	idleAfter = time.Second
+	idleProbe = 25 * time.Millisecond
+)
+
+func newInboxRelay(r inboxRelay) *inboxRelay {
+	r.gated = true
+	return &r
+}
+
+func (r *inboxRelay) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		r.run(ctx, true)
+	case *relayTick:
+		r.run(ctx, false)
+	case *relayPoll:
+		r.run(ctx, true)
+	case *relayResult:
+		r.onResult(ctx, m)
+	case *inboxWritersResult:
+		r.onWriters(m)
+	}
+}
+
+// run starts one probe-and-relay in a goroutine unless one runs already.
+func (r *inboxRelay) run(ctx actor.Context, force bool) {
+	now := time.Now()
+	if r.busy || now.Before(r.retryAt) {
+		return
+	}
+	if !force && !r.again && now.Sub(r.lastMove) > idleAfter && now.Sub(r.lastProbe) < idleProbe {
+		return
+	}
+	r.busy, r.lastProbe = true, now
+	force = force || r.again
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
+	params := dialects.InboxRelayParams{Limit: r.batchSize, MaxAttempts: r.maxAttempts}
+	var wm *dialects.Watermark
+	if r.gated {
+		wm = r.wm.Clone()
+	}
+	seenAt, settledAt := r.seenAt, r.settledAt
+	go func() {
+		res := &relayResult{}
+		qctx, cancel := context.WithTimeout(bg, timeout)
+		defer cancel()
+		if wm != nil {
+			p, err := dialect.InboxProbe(qctx)
+			if err != nil {
+				res.err = err
+				root.Send(self, res)
+				return
+			}
+			wm.Observe(p, time.Now())
+			res.probe = &p
+			if !force && wm.LastSeen() <= seenAt && wm.Settled() <= settledAt {
+				root.Send(self, res) // nothing new
+				return
+			}
+			params.Gate = wm.Gate()
+			res.seen, res.settled = wm.LastSeen(), wm.Settled()
+		}
+		out, err := dialect.InboxRelay(qctx, params)
+		res.relayed, res.err = &out, err
+		if err == nil && out.Created > 0 {
+			root.Send(claimer, &wake{})
+		}
+		root.Send(self, res)
+	}()
+}
+
+func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
+	r.busy = false
+	now := time.Now()
+	if m.probe != nil {
+		if m.probe.Last > r.wm.LastSeen() {
+			r.lastMove = now
+		}
+		r.wm.Observe(*m.probe, now)
+		r.checkHeldBack(ctx, now)
+	}
+	if m.err != nil {
+		if r.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
+			r.gated = false
+			r.log.Warn("inbox relay: cannot see other transactions, so inbox rows of one aggregate stored by concurrent transactions may be relayed in commit order rather than receive order; grant the permission the error names",
+				"error", m.err)
+			return
+		}
+		r.failures++
+		r.retryAt = now.Add(min(time.Duration(r.failures)*100*time.Millisecond, 5*time.Second))
+		if r.failures == 1 && !errors.Is(m.err, context.Canceled) {
+			r.log.Warn("inbox relay failed; retrying", "error", m.err)
+		}
+		return
+	}
+	if r.failures > 0 {
+		r.log.Info("inbox relay works again", "afterFailures", r.failures)
+		r.failures = 0
+	}
+	if m.relayed == nil {
+		return // the probe saw nothing new
+	}
+	r.seenAt, r.settledAt = max(r.seenAt, m.seen), max(r.settledAt, m.settled)
+	res := *m.relayed
+	if res.Relayed > 0 {
+		r.lastMove = now
+	}
+	// Another replica relays now: look again at the next tick, in case it
+	// stops before the rows are done.
+	r.again = res.Busy || res.Relayed == r.batchSize
+	if res.Relayed == r.batchSize {
+		ctx.Send(ctx.Self(), &relayTick{})
+	}
+	if res.Relayed > res.Created {
+		r.log.Debug("inbox relay: outbox rows with some ids existed already; left as they were", "relayed", res.Relayed, "created", res.Created)
+	}
+}
+
+// checkHeldBack looks at the open inbox writers when an epoch has waited
+// long (see heldback.go for the outbox's version and its reasons).
+func (r *inboxRelay) checkHeldBack(ctx actor.Context, now time.Time) {
+	since, waiting := r.wm.Waiting()
+	if !waiting {
+		if r.held.logged {
+			r.held.logged = false
+			r.log.Info("inbox relay: keyed inbox rows flow again: the transactions they waited for have ended")
+		}
+		return
+	}
+	if now.Sub(since) < checkWritersAfter || r.held.checking || now.Sub(r.held.lastCheck) < checkWritersEvery {
+		return
+	}
+	r.held.checking, r.held.lastCheck = true, now
+	root, self, dialect, bg := ctx.ActorSystem().Root, ctx.Self(), r.dialect, r.bg
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		ws, err := dialect.InboxWriters(qctx)
+		cancel()
+		res := &inboxWritersResult{oldest: math.MaxInt64, writers: ws, ok: err == nil}
+		for _, w := range ws {
+			res.oldest = min(res.oldest, w.Xid)
+		}
+		root.Send(self, res)
+	}()
+}
+
+func (r *inboxRelay) onWriters(m *inboxWritersResult) {
+	r.held.checking = false
+	if !m.ok {
+		return
+	}
+	now := time.Now()
+	r.wm.SettleBelow(m.oldest, now)
+	if since, waiting := r.wm.Waiting(); waiting && len(m.writers) > 0 && !r.held.logged && now.Sub(since) >= logHeldBackAfter {
+		w := m.writers[0]
+		r.held.logged = true
+		attrs := []any{"pid", w.PID, "state", w.State, "application", w.Application}
+		if !w.Since.IsZero() {
+			attrs = append(attrs, "openFor", now.Sub(w.Since).Round(time.Second), "since", w.Since.UTC().Format(time.RFC3339))
+		}
+		r.log.Warn("inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back", attrs...)
+	}
+}

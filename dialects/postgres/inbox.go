@@ -1,0 +1,194 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// InboxStatements are the inbox's statements of queries.sql (the section
+// "The inbox"); Catalog embeds them.
+type InboxStatements struct {
+	InboxReceive, InboxRelayLock, InboxRelay, InboxProbeSequence, InboxWriters string
+	InboxCountByState, InboxOldestReceived                                     string
+}
+
+// receiveAttempts bounds how often InboxReceive asks again for the ids of
+// duplicates whose first copy another transaction committed meanwhile; each
+// new statement sees more of them, so a second attempt normally suffices.
+const receiveAttempts = 5
+
+func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage) (_ []dialects.InboxReceipt, err error) {
+	defer func() { err = mapError(err) }()
+	out := make([]dialects.InboxReceipt, len(msgs))
+	todo := make([]int, len(msgs)) // indexes of msgs still without an id
+	for i := range todo {
+		todo[i] = i
+	}
+	for attempt := 0; len(todo) > 0; attempt++ {
+		if attempt == receiveAttempts {
+			return nil, fmt.Errorf("storing %d inbox messages: their (source, message_id) exists, but no row could be read %d times in a row", len(todo), receiveAttempts)
+		}
+		n := len(todo)
+		sources, ids, topics := make([]string, n), make([]string, n), make([]string, n)
+		aggTypes, aggIDs := make([]*string, n), make([]*string, n)
+		payloads, headers := make([]string, n), make([]*string, n)
+		for j, i := range todo {
+			m := &msgs[i]
+			sources[j], ids[j], topics[j] = m.Source, m.MessageID, m.Topic
+			aggTypes[j], aggIDs[j], payloads[j] = m.AggregateType, m.AggregateID, string(m.Payload)
+			if m.Headers != nil {
+				h := string(m.Headers)
+				headers[j] = &h
+			}
+		}
+		rows, err := d.pool.Query(ctx, d.q.InboxReceive, sources, ids, topics, aggTypes, aggIDs, payloads, headers)
+		if err != nil {
+			return nil, invalidValue(err)
+		}
+		var again []int
+		for rows.Next() {
+			var ord int64
+			var id *uuid.UUID
+			var stored bool
+			if err := rows.Scan(&ord, &id, &stored); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			i := todo[ord-1]
+			if id == nil {
+				again = append(again, i)
+				continue
+			}
+			out[i] = dialects.InboxReceipt{ID: *id, Stored: stored}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, invalidValue(err)
+		}
+		todo = again
+	}
+	return out, nil
+}
+
+// invalidValue marks a data exception (SQLSTATE class 22: a JSON escape
+// jsonb refuses, a value too long, bad UTF-8) as dialects.ErrInvalidValue.
+func invalidValue(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		if pgErr.Detail != "" {
+			return fmt.Errorf("%w: %s: %s", dialects.ErrInvalidValue, pgErr.Message, pgErr.Detail)
+		}
+		return fmt.Errorf("%w: %s", dialects.ErrInvalidValue, pgErr.Message)
+	}
+	return err
+}
+
+// InboxRelay runs one relay transaction: the lock, then the relay
+// statement, each with a snapshot of its own (see InboxRelayLock).
+func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (res dialects.InboxRelayResult, err error) {
+	defer func() { err = mapError(err) }()
+	if p.Limit <= 0 {
+		return res, nil
+	}
+	var settled *int64
+	openLast, openNext := []int64{}, []int64{}
+	if g := p.Gate; g != nil {
+		settled = &g.Settled
+		for _, e := range g.Open {
+			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
+		}
+	}
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		var locked bool
+		if err := tx.QueryRow(ctx, d.q.InboxRelayLock, dialects.InboxRelayLockName(d.names)).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked {
+			res.Busy = true
+			return nil
+		}
+		rows, err := tx.Query(ctx, d.q.InboxRelay, p.Limit, settled, openLast, openNext, p.MaxAttempts)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id uuid.UUID
+			var created bool
+			if err := rows.Scan(&id, &created); err != nil {
+				rows.Close()
+				return err
+			}
+			res.Relayed++
+			if created {
+				res.Created++
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return dialects.InboxRelayResult{}, err
+	}
+	return res, nil
+}
+
+// InboxProbe reads the inbox sequence, then a snapshot, in one round trip.
+func (d *Dialect) InboxProbe(ctx context.Context) (p dialects.Probe, err error) {
+	defer func() { err = mapError(err) }()
+	b := &pgx.Batch{}
+	b.Queue(d.q.InboxProbeSequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
+	b.Queue(d.q.OutboxProbeSnapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next) })
+	err = d.pool.SendBatch(ctx, b).Close()
+	return p, err
+}
+
+func (d *Dialect) InboxWriters(ctx context.Context) (_ []dialects.Writer, err error) {
+	defer func() { err = mapError(err) }()
+	rows, err := d.pool.Query(ctx, d.q.InboxWriters)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.Writer, error) {
+		var w dialects.Writer
+		var since *time.Time
+		err := r.Scan(&w.PID, &w.Xid, &since, &w.State, &w.Application, &w.Query)
+		if since != nil {
+			w.Since = *since
+		}
+		return w, err
+	})
+}
+
+func (d *Dialect) InboxStats(ctx context.Context) (st dialects.InboxStats, err error) {
+	defer func() { err = mapError(err) }()
+	st = dialects.InboxStats{Rows: map[dialects.InboxState]int64{dialects.InboxReceived: 0, dialects.InboxRelayed: 0}}
+	rows, err := d.pool.Query(ctx, d.q.InboxCountByState)
+	if err != nil {
+		return st, err
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return st, err
+		}
+		st.Rows[dialects.InboxState(s)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	var secs float64
+	if err := d.pool.QueryRow(ctx, d.q.InboxOldestReceived).Scan(&secs); err != nil {
+		return st, err
+	}
+	st.OldestReceived = time.Duration(secs * float64(time.Second))
+	return st, nil
+}

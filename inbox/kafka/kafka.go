@@ -1,0 +1,232 @@
+// Package kafka is the Kafka inbox source: a member of a consumer group
+// (segmentio/kafka-go) reading one topic, that stores what it reads in the
+// inbox and commits the offsets only once the insert committed.
+//
+// It fetches what has arrived (up to a batch), stores it in one
+// transaction, then commits the batch's offsets, synchronously. A member
+// that dies before the commit leaves the offsets where they were: the
+// member that gets the partition next reads the batch again, and the
+// repeats are duplicates. A record that can never be stored (not JSON, a
+// template's header missing) is logged and committed past: Kafka cannot
+// set one record aside, and retrying it would stop its partition for ever.
+//
+// The message id is the record's X-Message-Id header, else
+// topic/partition/offset (a record read again has the same one).
+//
+// Templates read the record's headers, and, when no header has the name,
+// key (the record key), topic, partition and offset.
+//
+// A new group starts at the oldest record of each partition. kafka-go
+// reconnects by itself; broker errors are logged (the first at once, then
+// at most one a minute).
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/inbox"
+)
+
+// Config is one Kafka source.
+type Config struct {
+	Mapping *inbox.Mapping
+	Storer  *inbox.Storer
+	Brokers []string
+	Topic   string
+	GroupID string
+	// MaxBatch is how many records one transaction stores (default 100).
+	MaxBatch int
+	Log      *slog.Logger
+
+	// afterStore, when set (tests), runs after a batch committed in the
+	// database and before its offsets are committed; an error ends the
+	// consumer there, as a crash would.
+	afterStore func() error
+	// sessionTimeout shortens the group's session (tests).
+	sessionTimeout time.Duration
+}
+
+// Consumer is one group member.
+type Consumer struct {
+	cfg  Config
+	loop inbox.Loop
+}
+
+var _ inbox.Consumer = (*Consumer)(nil)
+
+// New checks the configuration; Start joins the group.
+func New(cfg Config) (*Consumer, error) {
+	if cfg.Mapping == nil || cfg.Storer == nil {
+		return nil, errors.New("kafka source: a mapping and a storer are required")
+	}
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("brokers: at least one host:port is required")
+	}
+	for _, b := range cfg.Brokers {
+		if h, p, err := net.SplitHostPort(b); err != nil || h == "" || p == "" {
+			return nil, fmt.Errorf("brokers: %q is not host:port", b)
+		}
+	}
+	if cfg.Topic == "" {
+		return nil, errors.New("kafkaTopic: the topic to read is required")
+	}
+	if cfg.GroupID == "" {
+		return nil, errors.New("groupId: the consumer group is required")
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 100
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{cfg: cfg}, nil
+}
+
+// Source is the source's name.
+func (c *Consumer) Source() string { return c.cfg.Mapping.Source }
+
+// Start reads in the background until Stop.
+func (c *Consumer) Start() error { return c.loop.Start(c.run) }
+
+// Stop drains (see inbox.Consumer) and leaves the group.
+func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
+
+// gather is how long the consumer waits for more records once it has one:
+// records that arrive together are stored together.
+const gather = 2 * time.Millisecond
+
+func (c *Consumer) run(consume, hard context.Context) {
+	log := c.cfg.Log.With("source", c.Source(), "topic", c.cfg.Topic, "group", c.cfg.GroupID)
+	errs := &throttled{log: log}
+	rc := kafkago.ReaderConfig{
+		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.Topic,
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
+		CommitInterval: 0, // synchronous commits: the commit is the acknowledgement
+		StartOffset:    kafkago.FirstOffset,
+		ErrorLogger:    kafkago.LoggerFunc(errs.printf),
+	}
+	if c.cfg.sessionTimeout > 0 {
+		rc.SessionTimeout, rc.HeartbeatInterval = c.cfg.sessionTimeout, c.cfg.sessionTimeout/4
+		rc.RebalanceTimeout = c.cfg.sessionTimeout
+	}
+	r := kafkago.NewReader(rc)
+	defer r.Close()
+	var backoff inbox.Backoff
+	batch := make([]kafkago.Message, 0, c.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		m, err := r.FetchMessage(consume)
+		if err != nil {
+			if consume.Err() != nil || errors.Is(err, io.EOF) {
+				return
+			}
+			errs.printf("fetch: %v", err)
+			if !inbox.Sleep(consume, backoff.Next()) {
+				return
+			}
+			continue
+		}
+		backoff.Reset()
+		batch = append(batch, m)
+		for len(batch) < c.cfg.MaxBatch {
+			gctx, cancel := context.WithTimeout(consume, gather)
+			m, err := r.FetchMessage(gctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		if err := c.handle(hard, r, batch); err != nil {
+			if hard.Err() == nil && !errors.Is(err, errStopped) {
+				log.Warn("inbox: committing Kafka offsets failed; the records are read again (duplicates)", "error", err)
+			}
+			if errors.Is(err, errStopped) || hard.Err() != nil {
+				return
+			}
+		}
+	}
+}
+
+var errStopped = errors.New("stopped by a test hook")
+
+// handle stores a batch, then commits its offsets.
+func (c *Consumer) handle(ctx context.Context, r *kafkago.Reader, batch []kafkago.Message) error {
+	msgs := make([]dialects.InboxMessage, 0, len(batch))
+	for i := range batch {
+		rec := received(&batch[i])
+		m, err := c.cfg.Mapping.Message(rec)
+		if err != nil {
+			c.cfg.Storer.Reject(rec.MessageID, err)
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	// Refused records are committed past, as records that do not map are.
+	if _, err := c.cfg.Storer.Store(ctx, msgs); err != nil {
+		return err
+	}
+	if c.cfg.afterStore != nil {
+		if err := c.cfg.afterStore(); err != nil {
+			return errStopped
+		}
+	}
+	return r.CommitMessages(ctx, batch...)
+}
+
+// received reads a record as the inbox sees it.
+func received(m *kafkago.Message) inbox.Received {
+	headers := make(map[string]string, len(m.Headers))
+	for _, h := range m.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	id, ok := inbox.LookupFold(headers, "X-Message-Id")
+	if !ok || id == "" {
+		id = fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset)
+	}
+	props := map[string]string{"topic": m.Topic, "partition": strconv.Itoa(m.Partition), "offset": strconv.FormatInt(m.Offset, 10)}
+	if m.Key != nil {
+		props["key"] = string(m.Key)
+	}
+	return inbox.Received{MessageID: id, Body: m.Value, Headers: headers, Lookup: func(name string) (string, bool) {
+		if v, ok := inbox.LookupFold(headers, name); ok {
+			return v, true
+		}
+		v, ok := props[name]
+		return v, ok && v != ""
+	}}
+}
+
+// throttled logs kafka-go's errors: the first at once, then at most one a
+// minute with how many were left out.
+type throttled struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (t *throttled) printf(format string, args ...any) {
+	t.mu.Lock()
+	now := time.Now()
+	if !t.last.IsZero() && now.Sub(t.last) < time.Minute {
+		t.skipped++
+		t.mu.Unlock()
+		return
+	}
+	skipped := t.skipped
+	t.last, t.skipped = now, 0
+	t.mu.Unlock()
+	t.log.Warn("inbox: the Kafka source met an error; it keeps trying", "error", fmt.Sprintf(format, args...), "errorsSinceLastLine", skipped)
+}

@@ -1,0 +1,295 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+func migrated(t *testing.T) *postgres.Dialect {
+	t.Helper()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if _, err := migrations.Up(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// record is a record to produce: key, value and the X-Message-Id header
+// ("" for none).
+type record struct {
+	key, id, typ string
+	n            int
+	value        string
+}
+
+func produce(t *testing.T, c *testkafka.Cluster, topic string, recs ...record) {
+	t.Helper()
+	w := &kafkago.Writer{Addr: kafkago.TCP(c.Brokers...), Topic: topic, Balancer: &kafkago.Hash{}, BatchTimeout: time.Millisecond,
+		RequiredAcks: kafkago.RequireAll}
+	defer w.Close()
+	msgs := make([]kafkago.Message, len(recs))
+	for i, r := range recs {
+		v := r.value
+		if v == "" {
+			v = fmt.Sprintf(`{"n":%d}`, r.n)
+		}
+		m := kafkago.Message{Key: []byte(r.key), Value: []byte(v), Headers: []kafkago.Header{{Key: "type", Value: []byte(r.typ)}}}
+		if r.id != "" {
+			m.Headers = append(m.Headers, kafkago.Header{Key: "X-Message-Id", Value: []byte(r.id)})
+		}
+		msgs[i] = m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type counter struct {
+	mu sync.Mutex
+	n  map[inbox.Outcome]int
+}
+
+func (c *counter) InboxReceived(_ string, o inbox.Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[inbox.Outcome]int{}
+	}
+	c.n[o]++
+}
+
+func (c *counter) get(o inbox.Outcome) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[o]
+}
+
+func consumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, obs inbox.Observer, hook func() error) *Consumer {
+	t.Helper()
+	tp, _ := inbox.ParseTemplate("orders.{{ headers.type }}")
+	agg, _ := inbox.ParseTemplate("{{ headers.key }}")
+	m, err := inbox.NewMapping("orders", tp, nil, agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Mapping: m, Storer: inbox.NewStorer("orders", d, obs, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
+		MaxBatch: 10, afterStore: hook, sessionTimeout: 6 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+type row struct {
+	MessageID, Topic string
+	AggregateID      *string
+	N                int
+}
+
+func rows(t *testing.T, d *postgres.Dialect) []row {
+	t.Helper()
+	tbl := pgx.Identifier{d.Names().Schema, "inbox"}.Sanitize()
+	rs, err := d.Pool().Query(context.Background(), `SELECT message_id, topic, aggregate_id, COALESCE((payload->>'n')::int, -1) FROM `+tbl+` ORDER BY sequence`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.MessageID, &x.Topic, &x.AggregateID, &x.N)
+		return x, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("waited 90 s for %s", what)
+}
+
+// committed returns the group's committed offset summed over partitions,
+// and the topic's end offsets summed.
+func committed(t *testing.T, cl *testkafka.Cluster, topic, group string, partitions int) (int64, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...)}
+	ps := make([]int, partitions)
+	var ends []kafkago.OffsetRequest
+	for i := range ps {
+		ps[i] = i
+		ends = append(ends, kafkago.LastOffsetOf(i))
+	}
+	res, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int64
+	for _, p := range res.Topics[topic] {
+		got += max(p.CommittedOffset, 0)
+	}
+	lo, err := client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: ends}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end int64
+	for _, p := range lo.Topics[topic] {
+		end += p.LastOffset
+	}
+	return got, end
+}
+
+// Records are stored once per message id, with the templates' topic and
+// the record key as aggregate; the offsets are committed once stored.
+func TestStoresOnceAndCommits(t *testing.T) {
+	t.Parallel()
+	cl := testkafka.New(t)
+	d := migrated(t)
+	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
+	cl.CreateTopic(t, topic, 3)
+	produce(t, cl, topic,
+		record{key: "o-1", id: "m1", typ: "created", n: 1},
+		record{key: "o-2", id: "m2", typ: "paid", n: 2},
+		record{key: "o-1", id: "m1", typ: "created", n: 1}, // the producer retried
+		record{key: "o-3", typ: "created", n: 3},           // no id: topic/partition/offset
+	)
+	obs := &counter{}
+	c := consumer(t, d, cl, topic, group, obs, nil)
+	waitFor(t, "three rows and a duplicate", func() bool { return len(rows(t, d)) == 3 && obs.get(inbox.Duplicate) == 1 })
+	waitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 3); return got == end && end == 4 })
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]row{}
+	for _, r := range rows(t, d) {
+		byID[r.MessageID] = r
+	}
+	if r := byID["m1"]; r.Topic != "orders.created" || r.AggregateID == nil || *r.AggregateID != "o-1" {
+		t.Errorf("m1: %+v", r)
+	}
+	var generated []string
+	for id := range byID {
+		if id != "m1" && id != "m2" {
+			generated = append(generated, id)
+		}
+	}
+	if len(generated) != 1 || len(generated[0]) < len(topic)+4 || generated[0][:len(topic)+1] != topic+"/" {
+		t.Errorf("the record without X-Message-Id got id %v, want topic/partition/offset", generated)
+	}
+}
+
+// A member that dies between the insert and the offset commit loses
+// nothing and stores nothing twice: the next member reads the batch again
+// and finds duplicates.
+func TestCrashBetweenInsertAndCommit(t *testing.T) {
+	t.Parallel()
+	cl := testkafka.New(t)
+	d := migrated(t)
+	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
+	cl.CreateTopic(t, topic, 1)
+	const n = 40
+	var recs []record
+	for i := range n {
+		recs = append(recs, record{key: fmt.Sprintf("o-%d", i%3), id: fmt.Sprintf("m%d", i), typ: "created", n: i})
+	}
+	produce(t, cl, topic, recs...)
+	var crashed atomic.Bool
+	consumer(t, d, cl, topic, group, nil, func() error {
+		crashed.Store(true)
+		return errors.New("crash")
+	})
+	waitFor(t, "the first member to store a batch and die", crashed.Load)
+	stored := len(rows(t, d))
+	if stored == 0 || stored > 10 {
+		t.Fatalf("the first member stored %d rows, want one batch", stored)
+	}
+	obs := &counter{}
+	consumer(t, d, cl, topic, group, obs, nil)
+	waitFor(t, "every record", func() bool { return len(rows(t, d)) == n })
+	waitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end })
+	if obs.get(inbox.Duplicate) != stored || obs.get(inbox.Stored) != n-stored {
+		t.Fatalf("the second member counted %v; want %d duplicates and %d stored", obs.n, stored, n-stored)
+	}
+	// Receive order per key is the partition's order.
+	last := map[string]int{}
+	for _, r := range rows(t, d) {
+		if l, ok := last[*r.AggregateID]; ok && r.N < l {
+			t.Errorf("key %s: record %d stored after %d", *r.AggregateID, r.N, l)
+		}
+		last[*r.AggregateID] = r.N
+	}
+}
+
+// A record that can never be stored is committed past, and the records
+// behind it are stored.
+func TestRefusedRecordsAreSkipped(t *testing.T) {
+	t.Parallel()
+	cl := testkafka.New(t)
+	d := migrated(t)
+	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
+	cl.CreateTopic(t, topic, 1)
+	produce(t, cl, topic, record{key: "o", id: "bad", typ: "x", value: "not json"}, record{key: "o", id: "no-type", typ: ""},
+		record{key: "o", id: "ok", typ: "created", n: 1})
+	obs := &counter{}
+	consumer(t, d, cl, topic, group, obs, nil)
+	waitFor(t, "the good record", func() bool { return len(rows(t, d)) == 1 && obs.get(inbox.Rejected) == 2 })
+	waitFor(t, "the offsets committed past the refused records", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end && end == 3 })
+	if r := rows(t, d); r[0].MessageID != "ok" {
+		t.Fatalf("rows %+v", r)
+	}
+}
+
+// The member keeps reading across a restart of the cluster.
+func TestReadsAcrossARestart(t *testing.T) {
+	t.Parallel()
+	cl := testkafka.NewRestartable(t)
+	d := migrated(t)
+	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
+	cl.CreateTopic(t, topic, 1)
+	produce(t, cl, topic, record{key: "o", id: "before", typ: "created", n: 1})
+	consumer(t, d, cl, topic, group, nil, nil)
+	waitFor(t, "the first record", func() bool { return len(rows(t, d)) == 1 })
+	cl.Stop(t)
+	cl.Start(t)
+	produce(t, cl, topic, record{key: "o", id: "after", typ: "created", n: 2})
+	waitFor(t, "the record sent after the restart", func() bool { return len(rows(t, d)) == 2 })
+}

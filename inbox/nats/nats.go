@@ -1,0 +1,266 @@
+// Package nats is the NATS JetStream inbox source: a durable pull consumer
+// of one stream (nats.go) that stores what it receives in the inbox and
+// acknowledges each message only once its insert committed.
+//
+// The durable consumer is used as it exists; when the stream has none of
+// that name, the source creates it with explicit acknowledgements,
+// delivering the whole stream from its start. A message that is not
+// acknowledged within the consumer's ack wait (30 s when the source created
+// it) is delivered again, and the repeat is a duplicate. A message that can
+// never be stored (not JSON, a template's header missing) is terminated:
+// JetStream does not deliver it again.
+//
+// The message id is the Nats-Msg-Id header, else stream/sequence (the
+// message's sequence in the stream, the same on every delivery).
+//
+// Templates read the message's headers, and, when no header has the name,
+// subject, stream and sequence.
+//
+// The connection reconnects by itself; while the server is away the source
+// waits and tries again (250 ms doubling to 10 s), and logs once.
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/inbox"
+)
+
+// Config is one NATS source.
+type Config struct {
+	Mapping *inbox.Mapping
+	Storer  *inbox.Storer
+	// URL is nats://host:4222 (a comma-separated list for a cluster).
+	URL     string
+	Stream  string
+	Durable string
+	// MaxBatch is how many messages one transaction stores (default 100).
+	MaxBatch int
+	Log      *slog.Logger
+
+	// ackWait is the ack wait of a durable the source creates (default
+	// 30 s; tests shorten it).
+	ackWait time.Duration
+	// afterStore, when set (tests), runs after a batch committed and before
+	// it is acknowledged; an error ends the consumer there, as a crash
+	// would.
+	afterStore func() error
+}
+
+// Consumer is one durable consumer.
+type Consumer struct {
+	cfg  Config
+	loop inbox.Loop
+}
+
+var _ inbox.Consumer = (*Consumer)(nil)
+
+// New checks the configuration; Start connects.
+func New(cfg Config) (*Consumer, error) {
+	if cfg.Mapping == nil || cfg.Storer == nil {
+		return nil, errors.New("nats source: a mapping and a storer are required")
+	}
+	for _, part := range strings.Split(cfg.URL, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
+			return nil, fmt.Errorf("url: %q is not a NATS URL; write nats://host:4222 (tls:// for TLS)", part)
+		}
+	}
+	if cfg.Stream == "" || cfg.Durable == "" {
+		return nil, errors.New("stream and durable: the stream and the durable consumer's name are required")
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 100
+	}
+	if cfg.ackWait <= 0 {
+		cfg.ackWait = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{cfg: cfg}, nil
+}
+
+// Source is the source's name.
+func (c *Consumer) Source() string { return c.cfg.Mapping.Source }
+
+// Start consumes in the background until Stop.
+func (c *Consumer) Start() error { return c.loop.Start(c.run) }
+
+// Stop drains (see inbox.Consumer): the messages already pulled are stored
+// and acknowledged too.
+func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
+
+var errStopped = errors.New("stopped by a test hook")
+
+// gather is how long the consumer waits for more messages once it has one.
+const gather = 2 * time.Millisecond
+
+func (c *Consumer) run(consume, hard context.Context) {
+	log := c.cfg.Log.With("source", c.Source(), "stream", c.cfg.Stream, "durable", c.cfg.Durable)
+	nc, err := natsgo.Connect(c.cfg.URL, natsgo.Name("queuebox inbox "+c.Source()), natsgo.RetryOnFailedConnect(true),
+		natsgo.MaxReconnects(-1), natsgo.ReconnectWait(500*time.Millisecond), natsgo.NoCallbacksAfterClientClose())
+	if err != nil {
+		log.Error("inbox: the NATS source cannot connect", "error", err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Error("inbox: the NATS source cannot use JetStream", "error", err)
+		return
+	}
+	var backoff inbox.Backoff
+	down := false
+	for consume.Err() == nil {
+		err := c.session(consume, hard, js, func() {
+			backoff.Reset()
+			if down {
+				log.Info("inbox: consuming again")
+				down = false
+			}
+		})
+		if err == nil || errors.Is(err, errStopped) || consume.Err() != nil {
+			return
+		}
+		if !down {
+			log.Warn("inbox: the NATS source cannot consume; retrying", "error", err)
+			down = true
+		}
+		if !inbox.Sleep(consume, backoff.Next()) {
+			return
+		}
+	}
+}
+
+// session consumes through one message iterator until it fails (an error)
+// or consume ends (nil, after the messages already pulled are stored).
+func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream, connected func()) error {
+	ctx, cancel := context.WithTimeout(consume, 10*time.Second)
+	cons, err := js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = js.CreateConsumer(ctx, c.cfg.Stream, jetstream.ConsumerConfig{
+			Durable: c.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckWait: c.cfg.ackWait, Description: "QueueBox inbox source " + c.Source(),
+		})
+	}
+	cancel()
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("the stream %q does not exist (create it, or fix inbox.sources.%s.stream): %w", c.cfg.Stream, c.Source(), err)
+		}
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.MaxBatch))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	connected()
+	draining := false
+	batch := make([]jetstream.Msg, 0, c.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		var m jetstream.Msg
+		if draining {
+			m, err = it.Next(jetstream.NextMaxWait(100 * time.Millisecond))
+		} else {
+			m, err = it.Next(jetstream.NextContext(consume))
+		}
+		switch {
+		case err == nil:
+		case !draining && consume.Err() != nil:
+			// Stop: pull nothing more, and store what is already here.
+			it.Drain()
+			draining = true
+			continue
+		case draining:
+			return nil // the buffer is empty (or timed out): done
+		default:
+			return err
+		}
+		batch = append(batch, m)
+		for len(batch) < c.cfg.MaxBatch {
+			m, err := it.Next(jetstream.NextMaxWait(gather))
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		if err := c.handle(hard, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// handle stores a batch, then acknowledges it; refused messages are
+// terminated.
+func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) error {
+	msgs := make([]dialects.InboxMessage, 0, len(batch))
+	keep := make([]jetstream.Msg, 0, len(batch))
+	for _, jm := range batch {
+		r := received(jm)
+		m, err := c.cfg.Mapping.Message(r)
+		if err != nil {
+			c.cfg.Storer.Reject(r.MessageID, err)
+			_ = jm.Term()
+			continue
+		}
+		msgs, keep = append(msgs, m), append(keep, jm)
+	}
+	refused, err := c.cfg.Storer.Store(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	if c.cfg.afterStore != nil {
+		if err := c.cfg.afterStore(); err != nil {
+			return errStopped
+		}
+	}
+	for i, jm := range keep {
+		if slices.Contains(refused, i) {
+			_ = jm.Term()
+			continue
+		}
+		// An acknowledgement that is lost only makes the message come
+		// again after the ack wait, as a duplicate.
+		_ = jm.Ack()
+	}
+	return nil
+}
+
+// received reads a message as the inbox sees it.
+func received(m jetstream.Msg) inbox.Received {
+	h := m.Headers()
+	headers := make(map[string]string, len(h))
+	for k, vs := range h {
+		headers[k] = strings.Join(vs, ", ")
+	}
+	props := map[string]string{"subject": m.Subject()}
+	id := h.Get(jetstream.MsgIDHeader)
+	if md, err := m.Metadata(); err == nil {
+		props["stream"], props["sequence"] = md.Stream, strconv.FormatUint(md.Sequence.Stream, 10)
+		if id == "" {
+			id = md.Stream + "/" + props["sequence"]
+		}
+	}
+	return inbox.Received{MessageID: id, Body: m.Data(), Headers: headers, Lookup: func(name string) (string, bool) {
+		if v, ok := inbox.LookupFold(headers, name); ok {
+			return v, true
+		}
+		v, ok := props[name]
+		return v, ok && v != ""
+	}}
+}
