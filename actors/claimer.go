@@ -116,6 +116,7 @@ func newClaimer(c claimer) *claimer {
 	c.free = c.maxInFlight
 	c.keys = map[string]*keyEntry{}
 	c.gated = true
+	c.choice.keyed = 0.5
 	return &c
 }
 
@@ -206,14 +207,10 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	l := &lease{token: uuid.New()}
 	heads := c.heads.next(limit)
-	kind := c.choice.pick(time.Now())
-	window := 0
-	if kind == windowedClaim {
-		window = limit * windowFactor
-	}
+	kind := c.choice.pick()
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
-	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, Window: window, ByKey: kind == byKeyClaim}
+	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim}
 	// A gated claim probes first, on a copy of the watermark: the claim
 	// then takes every row that arrived and settled up to that moment.
 	var wm *dialects.Watermark
@@ -339,7 +336,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	// keys are busy: wait for some of them to finish rather than scan the
 	// same busy keys again.
 	c.more = n*10 >= m.requested*9
-	c.choice.observe(m.kind, m.took, n)
+	c.choice.observe(m.rows)
 	ck := &c.stats.Claims[m.kind]
 	ck.Statements.Add(1)
 	ck.Rows.Add(int64(n))

@@ -1,151 +1,108 @@
 package actors
 
 import (
-	"time"
-
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// The claimer has three kinds of claim (the dialects' ClaimParams):
+// The claimer has two kinds of claim (the dialects' ClaimParams), and both
+// consider every due row, so the choice is one of cost only:
 //
-//   - plain: heads in schedule order, stopping as soon as it has them;
-//     cheapest while heads are plentiful (unkeyed rows, many keys of few
-//     rows each);
-//   - windowed: the same, among the first windowFactor claims' worth of due
-//     rows only; cheaper when most keys are busy and a plain claim would
-//     pass over every row behind them, but it does not see rows beyond the
-//     window;
-//   - by key: heads found key by key; cheapest when few keys hold many
-//     rows, and, like plain, it considers every due row.
+//   - in schedule order: heads are found by walking the due rows in
+//     scheduled_at order, stopping as soon as the claim has them. Cheapest
+//     when nearly every row is a head: unkeyed rows.
+//   - by key: heads are found key by key, the keys taking turns, stopping as
+//     soon as the claim has them. Its cost follows the keys it visits, not
+//     the rows behind them: in a keyed backlog, where most rows wait behind
+//     a busy head, a walk in schedule order would pass over every one of
+//     them (seconds on a deep backlog), while the walk by key passes over a
+//     busy key in one step.
 //
-// Which is cheapest depends on the backlog, so the claimer keeps the cost
-// per claimed row of each (claimChoice) and uses the cheapest. It tries the
-// others again now and then, so that a measure never goes stale: every
-// remeasureEvery, times how much dearer they were (up to maxRemeasure), so
-// that a claim that cost 50 times more is not paid for every two seconds.
-// And it makes a claim that considers every due row (plain or by key) at
-// least every fullEvery, so that no row beyond a window waits for long.
-const (
-	windowFactor   = 4
-	fullEvery      = time.Second
-	remeasureEvery = 2 * time.Second
-	maxRemeasure   = 30
-)
-
+// The claimer follows the share of keyed rows in what it claims and claims
+// by key while most rows are keyed. Both kinds return keyed and unkeyed rows
+// alike, so the share follows the backlog whichever kind runs; the walk in
+// schedule order is never tried on a keyed backlog, where one such claim can
+// take seconds.
 type claimKind uint8
 
 const (
-	plainClaim claimKind = iota
-	windowedClaim
+	scheduleClaim claimKind = iota
 	byKeyClaim
 	claimKinds
 )
 
 func (k claimKind) String() string {
-	return [...]string{"plain", "windowed", "by key"}[k]
+	return [...]string{"in schedule order", "by key"}[k]
 }
 
-// claimChoice keeps the cost per claimed row of each kind of claim.
+// claimChoice picks the kind of each claim from the rows claims return.
 type claimChoice struct {
-	cost     [claimKinds]float64 // moving average, seconds per row, half of it the last claim
-	lastRun  [claimKinds]time.Time
-	measured [claimKinds]bool
-	// lastFull is when a claim that considers every due row last ran.
-	lastFull time.Time
+	// keyed is a moving average of the share of keyed rows in claims; it
+	// starts at one half, so the first claim goes by key (cheap on every
+	// backlog while nothing is busy) and tells which way the backlog leans.
+	keyed float64
 }
 
-// pick returns the kind of the next claim, and notes that it runs now.
-func (c *claimChoice) pick(now time.Time) claimKind {
-	k := c.choose(now)
-	c.lastRun[k] = now
-	if k != windowedClaim {
-		c.lastFull = now
+// pick returns the kind of the next claim.
+func (c *claimChoice) pick() claimKind {
+	if c.keyed >= 0.5 {
+		return byKeyClaim
 	}
-	return k
+	return scheduleClaim
 }
 
-func (c *claimChoice) choose(now time.Time) claimKind {
-	for k := range claimKinds {
-		if !c.measured[k] {
-			return k
-		}
+// observe learns from the rows a claim returned.
+func (c *claimChoice) observe(rows []dialects.Row) {
+	if len(rows) == 0 {
+		return
 	}
-	if now.Sub(c.lastFull) >= fullEvery {
-		if c.cost[byKeyClaim] < c.cost[plainClaim] {
-			return byKeyClaim
-		}
-		return plainClaim
-	}
-	best := plainClaim
-	for k := range claimKinds {
-		if c.cost[k] < c.cost[best] {
-			best = k
-		}
-	}
-	for k := range claimKinds {
-		dearer := min(c.cost[k]/max(c.cost[best], 1e-9), maxRemeasure)
-		if now.Sub(c.lastRun[k]) >= time.Duration(float64(remeasureEvery)*max(dearer, 1)) {
-			return k
-		}
-	}
-	return best
-}
-
-func (c *claimChoice) observe(k claimKind, took time.Duration, rows int) {
-	cost := took.Seconds() / float64(max(rows, 1))
-	if !c.measured[k] {
-		c.cost[k], c.measured[k] = cost, true
-	} else {
-		// Half the weight on the last claim: the cost of a kind changes
-		// fast as a backlog drains (a plain claim is cheap while every key
-		// is idle and dear once they are all busy).
-		c.cost[k] = 0.5*c.cost[k] + 0.5*cost
-	}
-}
-
-// headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads).
-// With a keyed backlog, a claim of few heads and long runs scans less of the
-// table (rows behind a busy key's head are not heads, and a claim passes over
-// them) and gives each key actor a run to deliver in one go. With many keys
-// of one row each, or unkeyed rows, a claim needs many heads. The policy
-// probes: after a full, mostly keyed claim it tries few heads; if that claim
-// comes back short, the keys are shallow, and it stays at full heads for a
-// while before probing again.
-type headPolicy struct {
-	small   bool
-	shallow int // claims left before the next probe
-}
-
-const (
-	runLength      = 8  // rows per key a small-heads claim aims for
-	shallowBackoff = 32 // claims to wait after a failed probe
-)
-
-func (h *headPolicy) next(limit int) int {
-	if h.small {
-		return max(1, limit/runLength)
-	}
-	return limit
-}
-
-func (h *headPolicy) observe(rows []dialects.Row, requested int) {
 	keyed := 0
 	for i := range rows {
 		if rows[i].Key != "" {
 			keyed++
 		}
 	}
-	full := len(rows)*10 >= requested*9
-	switch {
-	case h.small && !full:
-		h.small, h.shallow = false, shallowBackoff
-	case !h.small && full && keyed*2 > len(rows):
-		if h.shallow > 0 {
-			h.shallow--
-		} else {
-			h.small = true
+	c.keyed = 0.5*c.keyed + 0.5*float64(keyed)/float64(len(rows))
+}
+
+// headPolicy picks how many heads a claim may take (ClaimParams.MaxHeads):
+// limit / run, where run is how many rows per key the claim aims for. A key
+// holds one run at a time (its next rows wait behind a processing head), so
+// long runs on deep keys mean fewer keys busy at once, fewer keys for a walk
+// to pass over, fewer claims, and one Publish per run where the sink takes
+// batches. Shallow keys (one or two rows each) and unkeyed rows need many
+// heads. The policy follows the runs claims actually return: a claim whose
+// runs came back nearly as long as it asked doubles run (up to maxRun); one
+// whose runs came back shorter sets run to the length they had.
+type headPolicy struct {
+	run int
+}
+
+const maxRun = 128
+
+func (h *headPolicy) next(limit int) int {
+	return max(1, limit/max(h.run, 1))
+}
+
+func (h *headPolicy) observe(rows []dialects.Row, requested int) {
+	if h.run < 1 {
+		h.run = 1
+	}
+	keyed, keys := 0, 0
+	for i := range rows {
+		if rows[i].Key == "" {
+			continue
 		}
-	case keyed*2 <= len(rows):
-		h.small = false
+		keyed++
+		if i == 0 || rows[i-1].Key != rows[i].Key {
+			keys++ // rows come sorted by key
+		}
+	}
+	switch {
+	case keyed*2 <= len(rows) || keys == 0:
+		h.run = 1
+	case keyed >= keys*h.run*9/10:
+		h.run = min(h.run*2, maxRun, max(requested, 1))
+	default:
+		h.run = max(keyed/keys, 1)
 	}
 }

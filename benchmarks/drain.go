@@ -244,7 +244,7 @@ func (e *env) explainClaim(ctx context.Context, d *postgres.Dialect) {
 	defer tx.Rollback(ctx)
 	batch := bootstrap.Defaults().Outbox.BatchSize
 	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+q.OutboxClaim,
-		batch, int64(30000), uuid.New(), batch, nil, int64(1<<62), []int64{}, []int64{}, "")
+		batch, int64(30000), uuid.New(), batch, int64(1<<62), []int64{}, []int64{}, "")
 	if err != nil {
 		e.plan = "EXPLAIN failed: " + err.Error()
 		return

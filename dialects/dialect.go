@@ -115,20 +115,13 @@ type ClaimParams struct {
 	// each keyed head. 0 means Limit. Fewer heads make the claim's scan
 	// shorter when most keys are busy, and hand each key a longer run.
 	MaxHeads int
-	// Window, when positive, restricts the candidates to the first Window
-	// due rows in scheduled_at order. In a deep keyed backlog that window
-	// holds every key's next row, so the claim need not pass over the rows
-	// behind busy keys. Rows beyond it wait for a claim without a window;
-	// callers make one regularly. A dialect may ignore it (SQL Server does).
-	Window int
 	// Gate, when set, restricts keyed rows to settled ones (see Gate); nil
 	// claims every head, as a database that cannot tell must.
 	Gate *Gate
 	// ByKey finds the heads key by key (a skip scan over the keys that have
 	// pending or processing rows) instead of in schedule order: cheaper when
-	// few keys hold many rows. Window is then ignored: the claim considers
-	// every due row, as one without a window does. The rule and the result
-	// are the same. A dialect may ignore it (SQL Server does).
+	// few keys hold many rows. Both consider every due row; the rule and the
+	// result are the same. A dialect may ignore it (SQL Server does).
 	ByKey bool
 }
 

@@ -49,9 +49,10 @@
 // considered followers as candidates could fill its limit with rows that it
 // may not take, forever.
 //
-// Two parameters narrow the candidates without touching the rule: MaxHeads
-// (fewer heads, longer runs) and Window (only the earliest due rows). See
-// ClaimParams.
+// Two parameters change how the heads are found without touching the rule:
+// MaxHeads (fewer heads, longer runs) and ByKey (key by key instead of in
+// schedule order). Gate restricts keyed rows to settled ones (see Watermark
+// and the section below). See ClaimParams.
 //
 // Every write that ends a claim (OutboxComplete) matches id, claim token and
 // state 'processing'. An outcome that matches nothing is returned as lost: the

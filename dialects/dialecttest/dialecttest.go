@@ -61,7 +61,6 @@ func Run(t *testing.T, h Harness) {
 		{"Purge", testPurge},
 		{"Stats", testStats},
 		{"ClaimWithFewHeadsTakesRuns", testMaxHeads},
-		{"ClaimWindowOnlyNarrowsCandidates", testWindow},
 		{"ListPagesAndFiltersByTopic", testList},
 		{"PendingOldestDueAndScheduledLater", testPendingDue},
 		{"CountByTopicAndStatesWrittenByHand", testCountByTopic},
@@ -673,52 +672,6 @@ func testMaxHeads(t *testing.T, h Harness) {
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claimed %d unkeyed rows with 3 heads at most (%v)", len(rows), err)
 	}
-}
-
-// A window restricts the candidates to the earliest due rows; it never lets
-// a row that is not a head through, and a claim without one finds the rest.
-func testWindow(t *testing.T, h Harness) {
-	d := h.New(t, 0)
-	base := time.Now().Add(-time.Hour)
-	var rows []dialects.NewRow
-	for i := range 10 {
-		at := base.Add(time.Duration(i) * time.Minute)
-		k := "k" + strconv.Itoa(i%2)
-		rows = append(rows, dialects.NewRow{Key: &k, ScheduledAt: &at})
-	}
-	insert(t, d, rows...)
-	got, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 100, Lease: lease, Token: uuid.New(), Window: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The window holds the first row of each key: both are heads, and their
-	// followers come with them; no row of a key is claimed out of order.
-	for k, run := range byKey(got) {
-		if run[0].Sequence != minSequence(t, d, k) {
-			t.Errorf("key %s: the claim did not start at the key's first row", k)
-		}
-	}
-	if len(got) == 0 {
-		t.Fatal("a windowed claim found nothing although the window holds two heads")
-	}
-	more, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 100, Lease: lease, Token: uuid.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(more) != 0 {
-		t.Fatalf("claimed %d rows of keys whose heads are processing", len(more))
-	}
-}
-
-// minSequence is the smallest sequence of a key's rows, read through List.
-func minSequence(t *testing.T, d dialects.Dialect, key string) int64 {
-	t.Helper()
-	rows := list(t, d, dialects.Filter{Key: &key, States: dialects.States}, 100)
-	m := int64(1 << 62)
-	for _, r := range rows {
-		m = min(m, r.Sequence)
-	}
-	return m
 }
 
 // List returns rows newest update first, keyset-paginated, and applies a

@@ -143,11 +143,6 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	var window *int32
-	if p.Window > 0 {
-		w := int32(p.Window)
-		window = &w
-	}
 	var settled *int64
 	var openLast, openNext []int64
 	if g := p.Gate; g != nil {
@@ -163,7 +158,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 			after = *c
 		}
 	}
-	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), window, settled, openLast, openNext, after)
+	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after)
 	if err != nil {
 		return nil, err
 	}

@@ -4,10 +4,10 @@
 
 -- fragment: ClaimGate
 -- The settled watermark (see OutboxClaim) as the CTE gate: open (no gate)
--- and w. It also names $5's type, which OutboxClaimByKey does not use.
+-- and w.
 gate AS (
-    SELECT $6::bigint IS NULL AS open, $5::int AS window_rows,
-           GREATEST($6::bigint, (SELECT max(e.l) FROM unnest($7::bigint[], $8::bigint[]) AS e(l, x)
+    SELECT $5::bigint IS NULL AS open,
+           GREATEST($5::bigint, (SELECT max(e.l) FROM unnest($6::bigint[], $7::bigint[]) AS e(l, x)
                                   WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
 )
 
@@ -56,9 +56,9 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- The claim that finds heads in schedule order: cheapest when heads are
 -- plentiful (unkeyed rows, many keys with few rows each).
 -- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
--- $5 window: consider only the first $5 due rows by scheduled_at (NULL: all),
--- $6 settled watermark (NULL: no gate), $7/$8 open epochs (sequence value,
--- next transaction id) that this statement's own snapshot may settle.
+-- $5 settled watermark (NULL: no gate), $6/$7 open epochs (sequence value,
+-- next transaction id) that this statement's own snapshot may settle, $8
+-- (unused here: OutboxClaimByKey's cursor).
 --
 -- gate: keyed rows are claimable only up to the watermark w: every
 -- transaction that could still commit an earlier row of their key has ended
@@ -81,11 +81,6 @@ WITH {{template "ClaimGate"}}, heads AS (
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
-       AND ($5::int IS NULL OR o.ctid = ANY(ARRAY(
-            SELECT w.ctid FROM {{t}} AS w
-             WHERE w.{{c "state"}} = 'pending' AND w.{{c "scheduled_at"}} <= now()
-             ORDER BY w.{{c "scheduled_at"}}
-             LIMIT $5)))
        AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
             ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate))
             AND (SELECT b.{{c "sequence"}} FROM {{t}} AS b
@@ -98,18 +93,18 @@ WITH {{template "ClaimGate"}}, heads AS (
      LIMIT $4
        FOR UPDATE SKIP LOCKED
 ), cursor AS (
-    SELECT $9::text AS k
+    SELECT $8::text AS k
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
 -- name: OutboxClaimByKey
 -- The claim that finds heads key by key: cheapest when few keys hold many
 -- rows (hot keys), where a scan in schedule order passes over every row
--- behind a busy head. Same parameters as OutboxClaim but $5 (ignored), and
--- $9: the key to go on after (the last claim's cursor; '' from the start).
+-- behind a busy head. Same parameters as OutboxClaim, and $8: the key to go
+-- on after (the last claim's cursor; '' from the start).
 -- after, before: a skip scan of idx_outbox_key_sequence, one probe per key
 -- that has pending or processing rows, giving each key's first such row (its
--- head): first the keys after $9, then, wrapping around, the keys up to it.
+-- head): first the keys after $8, then, wrapping around, the keys up to it.
 -- The scan runs only as far as the claim needs heads: the keys take turns,
 -- and a claim does not visit every key.
 -- keyed: the heads that are pending, due and settled.
@@ -119,7 +114,7 @@ WITH {{template "ClaimGate"}}, heads AS (
 WITH RECURSIVE {{template "ClaimGate"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($9::text, '')
+      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
@@ -134,7 +129,7 @@ WITH RECURSIVE {{template "ClaimGate"}}, after AS (
 ), before AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= $9::text
+      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= $8::text
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
@@ -143,7 +138,7 @@ WITH RECURSIVE {{template "ClaimGate"}}, after AS (
      CROSS JOIN LATERAL (
            SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
-            WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k AND x.{{c "key"}} <= $9::text
+            WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k AND x.{{c "key"}} <= $8::text
             ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
             LIMIT 1) AS n
 ), walk AS (
