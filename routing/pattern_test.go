@@ -1,6 +1,10 @@
 package routing
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 func TestPatternMatch(t *testing.T) {
 	cases := []struct {
@@ -63,5 +67,50 @@ func BenchmarkPatternMatch(b *testing.B) {
 	p, _ := CompilePattern("order.#.added")
 	for b.Loop() {
 		p.Match("order.line.item.added")
+	}
+}
+
+// Patterns with many # segments match in linear time: a backtracking
+// matcher took exponential time on this one (found by fuzzing).
+func TestManyHashesMatchQuickly(t *testing.T) {
+	p, err := CompilePattern("#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := strings.Repeat("a.", 200) + "y"
+	done := make(chan bool, 1)
+	go func() { done <- p.Match(topic) }()
+	select {
+	case got := <-done:
+		if got {
+			t.Fatal("matched a topic that does not end in x")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("matching did not finish in 10 seconds")
+	}
+	if !p.Match(strings.Repeat("a.", 200) + "x") {
+		t.Fatal("did not match a topic that ends in x")
+	}
+}
+
+// Patterns of 64 segments or more take the slower path with the same result.
+func TestLongPatterns(t *testing.T) {
+	segs := make([]string, 70)
+	for i := range segs {
+		segs[i] = "*"
+	}
+	segs[10] = "#"
+	p, err := CompilePattern(strings.Join(segs, "."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Match(strings.Repeat("a.", 68) + "a") { // 69 segments: # takes none
+		t.Fatal("69 segments")
+	}
+	if !p.Match(strings.Repeat("a.", 99) + "a") {
+		t.Fatal("100 segments")
+	}
+	if p.Match(strings.Repeat("a.", 67) + "a") {
+		t.Fatal("68 segments matched 69 stars")
 	}
 }
