@@ -147,6 +147,9 @@ func (s *Sink) deliver(ctx context.Context, m *sinks.Message) error {
 		h.Set("webhook-timestamp", ts)
 		h.Set("webhook-signature", "v1,"+Sign(s.cfg.SigningSecret, m.ID, ts, m.Body))
 	}
+	if err := checkHeaders(h); err != nil {
+		return sinks.Permanent(err)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return transportError(err)
@@ -169,6 +172,23 @@ func (s *Sink) deliver(ctx context.Context, m *sinks.Message) error {
 		}
 	}
 	return err
+}
+
+// checkHeaders refuses what HTTP cannot carry in a header (RFC 9110: no
+// control characters but tab), naming the header: a row whose topic, key or
+// headers column holds such a character can never be sent, and Go's client
+// would fail it as a transport error, retried for nothing.
+func checkHeaders(h nethttp.Header) error {
+	for name, values := range h {
+		for _, v := range values {
+			for i := 0; i < len(v); i++ {
+				if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+					return fmt.Errorf("the header %s cannot be sent over HTTP: its value holds the control character 0x%02x at byte %d (it comes from the row's topic, key, aggregate_type or headers column)", name, c, i)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func statusError(resp *nethttp.Response, body []byte) error {

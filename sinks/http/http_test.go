@@ -186,3 +186,31 @@ func TestCancelledDeliveryWrapsContextCanceled(t *testing.T) {
 		t.Errorf("the text should name the URL without Go's quoting: %q", err.Error())
 	}
 }
+
+// A value HTTP cannot carry in a header (a control character in the key,
+// the topic or the headers column) fails its message for good, naming the
+// header, instead of being retried as a transport error.
+func TestHeaderValueHTTPCannotCarryIsPermanent(t *testing.T) {
+	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) { w.WriteHeader(204) }))
+	defer srv.Close()
+	tpl, _ := routing.ParseTemplate(srv.URL + "/x")
+	s, err := New(Config{URL: tpl, Method: "POST", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, m := range []sinks.Message{
+		{ID: "1", Topic: "t", Key: "k\x00ey", Body: []byte(`{}`)},
+		{ID: "2", Topic: "t\x01", Body: []byte(`{}`)},
+		{ID: "3", Topic: "t", Headers: map[string]string{"X-Tenant": "a\x7fb"}, Body: []byte(`{}`)},
+	} {
+		errs := s.Publish(context.Background(), []sinks.Message{m})
+		if errs[0] == nil || !sinks.IsPermanent(errs[0]) || !strings.Contains(errs[0].Error(), "cannot be sent over HTTP") {
+			t.Errorf("message %s: %v, want a permanent error naming the header", m.ID, errs[0])
+		}
+	}
+	ok := s.Publish(context.Background(), []sinks.Message{{ID: "4", Topic: "t", Key: "tab\tok", Body: []byte(`{}`)}})
+	if ok[0] != nil {
+		t.Errorf("a tab in a header is allowed: %v", ok[0])
+	}
+}
