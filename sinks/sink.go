@@ -136,6 +136,50 @@ func NotDelivered(failedID string, cause error) error {
 	return e
 }
 
+// Start begins a Publish of msgs: their results (nil until set) and a
+// context that ends after timeout.
+func Start(ctx context.Context, msgs []Message, timeout time.Duration) (context.Context, context.CancelFunc, []error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, cancel, make([]error, len(msgs))
+}
+
+// FailFrom records err as the result of msgs[failed] and fails every
+// message after it that has no result yet with NotDelivered: in a run of one
+// key, nothing may be delivered after a message that was not.
+func FailFrom(errs []error, msgs []Message, failed int, err error) {
+	errs[failed] = err
+	for j := failed + 1; j < len(msgs); j++ {
+		if errs[j] == nil {
+			errs[j] = NotDelivered(msgs[failed].ID, err)
+		}
+	}
+}
+
+// Prepare turns each message into what the sink sends, in order, and stops
+// at the first that cannot be turned (its error is recorded with FailFrom):
+// it returns what can be sent, a prefix of msgs.
+func Prepare[T any](msgs []Message, errs []error, prepare func(*Message) (T, error)) []T {
+	out := make([]T, 0, len(msgs))
+	for i := range msgs {
+		v, err := prepare(&msgs[i])
+		if err != nil {
+			FailFrom(errs, msgs, i, err)
+			break
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// ContextError words a publish that ran out of time or was cancelled: what
+// (the broker and its address) did not answer within timeout.
+func ContextError(what, waitedFor string, timeout time.Duration, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no %s within %s: %w", what, waitedFor, timeout, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 type notDeliveredError struct {
 	text string
 	ctx  error

@@ -140,49 +140,18 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 }
 
 // InboxProbe reads the inbox sequence, then a snapshot, in one round trip.
-func (d *Dialect) InboxProbe(ctx context.Context) (p dialects.Probe, err error) {
-	defer func() { err = mapError(err) }()
-	b := &pgx.Batch{}
-	b.Queue(d.q.InboxProbeSequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
-	b.Queue(d.q.OutboxProbeSnapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next) })
-	err = d.pool.SendBatch(ctx, b).Close()
-	return p, err
+func (d *Dialect) InboxProbe(ctx context.Context) (dialects.Probe, error) {
+	return d.probe(ctx, d.q.InboxProbeSequence)
 }
 
-func (d *Dialect) InboxWriters(ctx context.Context) (_ []dialects.Writer, err error) {
-	defer func() { err = mapError(err) }()
-	rows, err := d.pool.Query(ctx, d.q.InboxWriters)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.Writer, error) {
-		var w dialects.Writer
-		var since *time.Time
-		err := r.Scan(&w.PID, &w.Xid, &since, &w.State, &w.Application, &w.Query)
-		if since != nil {
-			w.Since = *since
-		}
-		return w, err
-	})
+func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {
+	return d.writers(ctx, d.q.InboxWriters)
 }
 
 func (d *Dialect) InboxStats(ctx context.Context) (st dialects.InboxStats, err error) {
 	defer func() { err = mapError(err) }()
 	st = dialects.InboxStats{Rows: map[dialects.InboxState]int64{dialects.InboxReceived: 0, dialects.InboxRelayed: 0}}
-	rows, err := d.pool.Query(ctx, d.q.InboxCountByState)
-	if err != nil {
-		return st, err
-	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
-			return st, err
-		}
-		st.Rows[dialects.InboxState(s)] = n
-	}
-	if err := rows.Err(); err != nil {
+	if err := d.counts(ctx, d.q.InboxCountByState, func(s string, n int64) { st.Rows[dialects.InboxState(s)] = n }); err != nil {
 		return st, err
 	}
 	var secs float64

@@ -342,18 +342,27 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 
 // OutboxProbe reads the sequence, then a snapshot, as two statements (the
 // snapshot must be taken after the read) in one round trip.
-func (d *Dialect) OutboxProbe(ctx context.Context) (p dialects.Probe, err error) {
+func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
+	return d.probe(ctx, d.q.OutboxProbeSequence)
+}
+
+func (d *Dialect) probe(ctx context.Context, sequence string) (p dialects.Probe, err error) {
 	defer func() { err = mapError(err) }()
 	b := &pgx.Batch{}
-	b.Queue(d.q.OutboxProbeSequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
+	b.Queue(sequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
 	b.Queue(d.q.OutboxProbeSnapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next) })
 	err = d.claimPool.SendBatch(ctx, b).Close()
 	return p, err
 }
 
-func (d *Dialect) OutboxWriters(ctx context.Context) (_ []dialects.Writer, err error) {
+func (d *Dialect) OutboxWriters(ctx context.Context) ([]dialects.Writer, error) {
+	return d.writers(ctx, d.q.OutboxWriters)
+}
+
+// writers lists the open transactions that a writers statement finds.
+func (d *Dialect) writers(ctx context.Context, query string) (_ []dialects.Writer, err error) {
 	defer func() { err = mapError(err) }()
-	rows, err := d.pool.Query(ctx, d.q.OutboxWriters)
+	rows, err := d.pool.Query(ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -403,39 +412,32 @@ func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error
 	for _, s := range dialects.States {
 		st.Rows[s] = 0
 	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxCountByState)
-	if err != nil {
-		return st, err
-	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
-			return st, err
-		}
-		st.Rows[dialects.State(s)] = n
-	}
-	if err := rows.Err(); err != nil {
+	if err := d.counts(ctx, d.q.OutboxCountByState, func(s string, n int64) { st.Rows[dialects.State(s)] = n }); err != nil {
 		return st, err
 	}
 	if st.PendingSummary, err = d.OutboxPending(ctx); err != nil {
 		return st, err
 	}
-	rows, err = d.pool.Query(ctx, d.q.OutboxDeadByTopic)
+	err = d.counts(ctx, d.q.OutboxDeadByTopic, func(t string, n int64) { st.DeadByTopic[t] = n })
+	return st, err
+}
+
+// counts runs a query of (name, count) rows.
+func (d *Dialect) counts(ctx context.Context, query string, each func(string, int64)) error {
+	rows, err := d.pool.Query(ctx, query)
 	if err != nil {
-		return st, err
+		return err
 	}
+	defer rows.Close()
 	for rows.Next() {
-		var t string
+		var k string
 		var n int64
-		if err := rows.Scan(&t, &n); err != nil {
-			rows.Close()
-			return st, err
+		if err := rows.Scan(&k, &n); err != nil {
+			return err
 		}
-		st.DeadByTopic[t] = n
+		each(k, n)
 	}
-	return st, rows.Err()
+	return rows.Err()
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

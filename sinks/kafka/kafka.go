@@ -224,30 +224,17 @@ func (s *Sink) Close() error { return s.w.Close() }
 
 // Publish writes msgs in order; see the package doc.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	ctx, cancel, errs := sinks.Start(ctx, msgs, s.cfg.Timeout)
 	defer cancel()
 
-	records := make([]kafkago.Message, 0, len(msgs))
-	for i := range msgs {
-		r, err := s.record(&msgs[i])
-		if err != nil {
-			errs[i] = err
-			skip(errs, msgs, i+1, i)
-			break
-		}
-		records = append(records, r)
-	}
+	records := sinks.Prepare(msgs, errs, s.record)
 	for start := 0; start < len(records); {
 		end := start + 1
 		for end < len(records) && records[end].Topic == records[start].Topic {
 			end++
 		}
 		if failed := s.write(ctx, records[start:end], errs[start:end]); failed >= 0 {
-			skip(errs, msgs, start+failed+1, start+failed)
+			sinks.FailFrom(errs, msgs, start+failed, errs[start+failed])
 			break
 		}
 		start = end
@@ -296,20 +283,7 @@ func (s *Sink) produceError(topic string, err error) error {
 }
 
 func (s *Sink) ctxError(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("kafka %s: no acknowledgement within %s: %w", s.brokers, s.cfg.Timeout, err)
-	}
-	return fmt.Errorf("kafka %s: %w", s.brokers, err)
-}
-
-// skip fails the messages from `from` on, which follow the failed message
-// at index failed in the same call.
-func skip(errs []error, msgs []sinks.Message, from, failed int) {
-	for j := from; j < len(msgs); j++ {
-		if errs[j] == nil {
-			errs[j] = sinks.NotDelivered(msgs[failed].ID, errs[failed])
-		}
-	}
+	return sinks.ContextError(fmt.Sprintf("kafka %s", s.brokers), "acknowledgement", s.cfg.Timeout, err)
 }
 
 // record builds the Kafka record. The record's timestamp is left to the

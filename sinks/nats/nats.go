@@ -138,22 +138,9 @@ func (s *Sink) Close() error {
 
 // Publish publishes msgs in order; see the package doc.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	ctx, cancel, errs := sinks.Start(ctx, msgs, s.cfg.Timeout)
 	defer cancel()
-	out := make([]*natsgo.Msg, 0, len(msgs))
-	for i := range msgs {
-		m, err := s.message(&msgs[i])
-		if err != nil {
-			errs[i] = err
-			skip(errs, msgs, i+1, i)
-			break
-		}
-		out = append(out, m)
-	}
+	out := sinks.Prepare(msgs, errs, s.message)
 	if len(out) == 0 {
 		return errs
 	}
@@ -166,8 +153,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 	if s.js != nil {
 		for i, m := range out {
 			if _, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(msgs[i].ID)); err != nil {
-				errs[i] = s.publishError(ctx, m.Subject, err)
-				skip(errs, msgs, i+1, i)
+				sinks.FailFrom(errs, msgs, i, s.publishError(ctx, m.Subject, err))
 				break
 			}
 		}
@@ -176,8 +162,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 	sent := 0
 	for i, m := range out {
 		if err := s.nc.PublishMsg(m); err != nil {
-			errs[i] = s.publishError(ctx, m.Subject, err)
-			skip(errs, msgs, i+1, i)
+			sinks.FailFrom(errs, msgs, i, s.publishError(ctx, m.Subject, err))
 			break
 		}
 		sent++
@@ -221,20 +206,7 @@ func (s *Sink) publishError(ctx context.Context, subject string, err error) erro
 }
 
 func (s *Sink) ctxError(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("nats %s: no acknowledgement within %s: %w", s.addr, s.cfg.Timeout, err)
-	}
-	return fmt.Errorf("nats %s: %w", s.addr, err)
-}
-
-// skip fails the messages from `from` on, which follow the failed message
-// at index failed in the same call.
-func skip(errs []error, msgs []sinks.Message, from, failed int) {
-	for j := from; j < len(msgs); j++ {
-		if errs[j] == nil {
-			errs[j] = sinks.NotDelivered(msgs[failed].ID, errs[failed])
-		}
-	}
+	return sinks.ContextError(fmt.Sprintf("nats %s", s.addr), "acknowledgement", s.cfg.Timeout, err)
 }
 
 // message builds the NATS message: the row's headers, QueueBox's (which

@@ -145,25 +145,12 @@ type address struct{ exchange, key string }
 
 // Publish publishes msgs in order on one channel; see the package doc.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	ctx, cancel, errs := sinks.Start(ctx, msgs, s.cfg.Timeout)
 	defer cancel()
 
 	// Render every address first: a message that can never be delivered
 	// ends the call before anything of it is published.
-	addrs := make([]address, 0, len(msgs))
-	for i := range msgs {
-		a, err := s.render(&msgs[i])
-		if err != nil {
-			errs[i] = err
-			skip(errs, msgs, i+1, i)
-			break
-		}
-		addrs = append(addrs, a)
-	}
+	addrs := sinks.Prepare(msgs, errs, s.render)
 	n := len(addrs) // messages that may be published
 
 	fail := func(from int, err error) {
@@ -233,27 +220,14 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 		failedAt = f
 	}
 	if failedAt >= 0 {
-		skip(errs, msgs, failedAt+1, failedAt)
+		sinks.FailFrom(errs, msgs, failedAt, errs[failedAt])
 	}
 	healthy = !c.broken && !ch.closed() && ctx.Err() == nil
 	return errs
 }
 
-// skip fails the messages from `from` on, which follow the failed message
-// at index failed in the same call.
-func skip(errs []error, msgs []sinks.Message, from, failed int) {
-	for j := from; j < len(msgs); j++ {
-		if errs[j] == nil {
-			errs[j] = sinks.NotDelivered(msgs[failed].ID, errs[failed])
-		}
-	}
-}
-
 func (s *Sink) ctxError(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("rabbitmq %s: no confirm within %s: %w", s.addr, s.cfg.Timeout, err)
-	}
-	return fmt.Errorf("rabbitmq %s: %w", s.addr, err)
+	return sinks.ContextError(fmt.Sprintf("rabbitmq %s", s.addr), "confirm", s.cfg.Timeout, err)
 }
 
 type pending struct {
