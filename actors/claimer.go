@@ -23,14 +23,6 @@ type (
 		probe dialects.Probe
 		err   error
 	}
-	// writersResult: the oldest open writer's transaction id (ok false:
-	// the check failed), for settling epochs that only other transactions
-	// held back.
-	writersResult struct {
-		oldest  int64
-		writers []dialects.Writer
-		ok      bool
-	}
 	claimResult struct {
 		rows      []dialects.Row
 		err       error
@@ -117,6 +109,9 @@ func newClaimer(c claimer) *claimer {
 	c.keys = map[string]*keyEntry{}
 	c.gated = true
 	c.choice.keyed = 0.5
+	c.held = heldBack{writers: c.dialect.OutboxWriters,
+		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
+		flowing: "keyed rows flow again: the transactions they waited for have ended"}
 	return &c
 }
 
@@ -140,7 +135,9 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *probeResult:
 		c.onProbe(ctx, m)
 	case *writersResult:
-		c.onWriters(ctx, m)
+		if c.held.onWriters(m, &c.wm, c.log) {
+			c.maybeClaim(ctx)
+		}
 	case *claimResult:
 		c.onClaim(ctx, m)
 	case *credit:
@@ -268,7 +265,7 @@ func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 	}
 	now := time.Now()
 	c.wm.Observe(m.probe, now)
-	c.checkHeldBack(ctx, now)
+	c.held.check(ctx, c.bg, &c.wm, c.log, now)
 	if c.wm.LastSeen() > c.sawAtClaim || c.wm.Settled() > c.settledAtClaim {
 		c.maybeClaim(ctx)
 	}
@@ -291,7 +288,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	if m.probe != nil {
 		now := time.Now()
 		c.wm.Observe(*m.probe, now)
-		c.checkHeldBack(ctx, now)
+		c.held.check(ctx, c.bg, &c.wm, c.log, now)
 	}
 	if m.err != nil && c.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
 		c.gateFailed(m.err)

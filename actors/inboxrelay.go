@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -38,11 +37,6 @@ type (
 		// seen and settled are what the watermark knew when the relay ran.
 		seen, settled int64
 		err           error
-	}
-	inboxWritersResult struct {
-		oldest  int64
-		writers []dialects.Writer
-		ok      bool
 	}
 )
 
@@ -96,6 +90,9 @@ const (
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
 	r.gated = true
+	r.held = heldBack{writers: r.dialect.InboxWriters,
+		waiting: "inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back",
+		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended"}
 	return &r
 }
 
@@ -109,8 +106,8 @@ func (r *inboxRelay) Receive(ctx actor.Context) {
 		r.run(ctx, true)
 	case *relayResult:
 		r.onResult(ctx, m)
-	case *inboxWritersResult:
-		r.onWriters(m)
+	case *writersResult:
+		r.held.onWriters(m, &r.wm, r.log)
 	}
 }
 
@@ -170,7 +167,7 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 			r.lastMove = now
 		}
 		r.wm.Observe(*m.probe, now)
-		r.checkHeldBack(ctx, now)
+		r.held.check(ctx, r.bg, &r.wm, r.log, now)
 	}
 	if m.err != nil {
 		if r.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
@@ -206,51 +203,5 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	}
 	if res.Relayed > res.Created {
 		r.log.Debug("inbox relay: outbox rows with some ids existed already; left as they were", "relayed", res.Relayed, "created", res.Created)
-	}
-}
-
-// checkHeldBack looks at the open inbox writers when an epoch has waited
-// long (see heldback.go for the outbox's version and its reasons).
-func (r *inboxRelay) checkHeldBack(ctx actor.Context, now time.Time) {
-	since, waiting := r.wm.Waiting()
-	if !waiting {
-		if r.held.logged {
-			r.held.logged = false
-			r.log.Info("inbox relay: keyed inbox rows flow again: the transactions they waited for have ended")
-		}
-		return
-	}
-	if now.Sub(since) < checkWritersAfter || r.held.checking || now.Sub(r.held.lastCheck) < checkWritersEvery {
-		return
-	}
-	r.held.checking, r.held.lastCheck = true, now
-	root, self, dialect, bg := ctx.ActorSystem().Root, ctx.Self(), r.dialect, r.bg
-	go func() {
-		qctx, cancel := context.WithTimeout(bg, 5*time.Second)
-		ws, err := dialect.InboxWriters(qctx)
-		cancel()
-		res := &inboxWritersResult{oldest: math.MaxInt64, writers: ws, ok: err == nil}
-		for _, w := range ws {
-			res.oldest = min(res.oldest, w.Xid)
-		}
-		root.Send(self, res)
-	}()
-}
-
-func (r *inboxRelay) onWriters(m *inboxWritersResult) {
-	r.held.checking = false
-	if !m.ok {
-		return
-	}
-	now := time.Now()
-	r.wm.SettleBelow(m.oldest, now)
-	if since, waiting := r.wm.Waiting(); waiting && len(m.writers) > 0 && !r.held.logged && now.Sub(since) >= logHeldBackAfter {
-		w := m.writers[0]
-		r.held.logged = true
-		attrs := []any{"pid", w.PID, "state", w.State, "application", w.Application}
-		if !w.Since.IsZero() {
-			attrs = append(attrs, "openFor", now.Sub(w.Since).Round(time.Second), "since", w.Since.UTC().Format(time.RFC3339))
-		}
-		r.log.Warn("inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back", attrs...)
 	}
 }
