@@ -28,7 +28,7 @@ var harnessFS embed.FS
 // its tables. They are not QueueBox's (those live in the dialects); the
 // producer scenario's application statements are in producer.go.
 type harness struct {
-	Seed, Analyze, CountOpen, DropSchema, PlainTable string
+	Seed, Analyze, CountOpen, AnyOpen, DropSchema, PlainTable string
 }
 
 // env is one run's database and bookkeeping.
@@ -262,6 +262,13 @@ func peakRSSMB(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// anyOpen tells whether rows are not yet delivered or dead.
+func anyOpen(ctx context.Context, d *postgres.Dialect, h *harness) (bool, error) {
+	var open bool
+	err := d.Pool().QueryRow(ctx, h.AnyOpen).Scan(&open)
+	return open, err
 }
 
 // countOpen counts the rows not yet delivered or dead.

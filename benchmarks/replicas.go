@@ -86,15 +86,16 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 		}
 		procs = append(procs, cmd)
 	}
-	var open int64 = -1
 	deadline := time.Now().Add(30 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-		if open, err = countOpen(ctx, d, h); err != nil || open == 0 {
+		time.Sleep(20 * time.Millisecond)
+		if more, err2 := anyOpen(ctx, d, h); err2 != nil || !more {
+			err = err2
 			break
 		}
 	}
 	elapsed := since(m.start)
+	open, _ := countOpen(ctx, d, h)
 	r := Result{Scenario: "replicas", Variant: fmt.Sprintf("%d processes", n), Rows: rows, Keys: 1000, Replicas: n,
 		BatchSize: cfg.Outbox.BatchSize, Mailbox: mailboxes(cfg), Failed: max(open, 0)}
 	var cpu time.Duration
