@@ -270,6 +270,9 @@ func TestHTTPBadInput(t *testing.T) {
 	}{
 		{"not JSON", "POST", "/inbox/payments", `{"event": x}`, auth(), false, 400, "not JSON: invalid character 'x'"},
 		{"two documents", "POST", "/inbox/payments", `{} {}`, auth(), false, 400, "not JSON"},
+		{"a JSON number", "POST", "/inbox/payments", `42`, auth(), false, 400, "JSON number; send a JSON object or array"},
+		{"a JSON string", "POST", "/inbox/payments", `"{\"a\":1}"`, auth(), false, 400, "JSON string"},
+		{"JSON null", "POST", "/inbox/payments", `null`, auth(), false, 400, "JSON null"},
 		{"empty body", "POST", "/inbox/payments", ``, auth(), false, 400, "the body is empty"},
 		{"not UTF-8", "POST", "/inbox/payments", "{\"a\":\"\xff\"}", auth(), false, 400, "not valid UTF-8"},
 		{"NUL", "POST", "/inbox/payments", `{"a":"x\u0000y"}`, auth(), false, 400, `\u0000`},

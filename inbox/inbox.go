@@ -299,12 +299,31 @@ func CheckJSON(b []byte) error {
 		}
 		return reject("the body is not JSON: %v", err)
 	}
+	// The outbox delivers objects and arrays: anything else would go dead
+	// downstream, so it is refused here, where the sender hears it.
+	switch t := bytes.TrimSpace(b); t[0] {
+	case '{', '[':
+	case '"':
+		return reject("the body is a JSON string; send a JSON object or array (if it holds JSON text, send that text itself)")
+	default:
+		return reject("the body is a JSON %s; send a JSON object or array", jsonKind(t[0]))
+	}
 	// PostgreSQL's jsonb cannot hold the NUL character, which JSON may
 	// escape as \u0000. Decoding is needed only when the escape appears.
 	if bytes.Contains(b, []byte(`\u0000`)) && hasNUL(b) {
 		return reject(`the body holds the character \u0000 in a string, which the inbox cannot store`)
 	}
 	return nil
+}
+
+func jsonKind(first byte) string {
+	switch first {
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }
 
 func hasNUL(b []byte) bool {

@@ -180,6 +180,9 @@ func (s *Sink) deliver(ctx context.Context, m *sinks.Message) error {
 // would fail it as a transport error, retried for nothing.
 func checkHeaders(h nethttp.Header) error {
 	for name, values := range h {
+		if !validToken(name) {
+			return fmt.Errorf("the header name %q cannot be sent over HTTP: a name is letters, digits and !#$%%&'*+-.^_`|~ only (it comes from the row's headers column)", name)
+		}
 		for _, v := range values {
 			for i := 0; i < len(v); i++ {
 				if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
@@ -189,6 +192,23 @@ func checkHeaders(h nethttp.Header) error {
 		}
 	}
 	return nil
+}
+
+// validToken reports whether s is an HTTP token (RFC 9110, 5.6.2).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func statusError(resp *nethttp.Response, body []byte) error {

@@ -203,6 +203,8 @@ func TestHeaderValueHTTPCannotCarryIsPermanent(t *testing.T) {
 		{ID: "1", Topic: "t", Key: "k\x00ey", Body: []byte(`{}`)},
 		{ID: "2", Topic: "t\x01", Body: []byte(`{}`)},
 		{ID: "3", Topic: "t", Headers: map[string]string{"X-Tenant": "a\x7fb"}, Body: []byte(`{}`)},
+		{ID: "5", Topic: "t", Headers: map[string]string{"X(Tenant)": "acme"}, Body: []byte(`{}`)},
+		{ID: "6", Topic: "t", Headers: map[string]string{"X-Ténant": "acme"}, Body: []byte(`{}`)},
 	} {
 		errs := s.Publish(context.Background(), []sinks.Message{m})
 		if errs[0] == nil || !sinks.IsPermanent(errs[0]) || !strings.Contains(errs[0].Error(), "cannot be sent over HTTP") {
