@@ -113,8 +113,7 @@ func (q *deliveryQueue) idle() bool { return len(q.flights) == 0 && len(q.queue)
 func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 	for len(q.flights) < q.maxFlights && len(q.queue) > 0 && !q.draining {
 		now := time.Now()
-		head := q.queue[0]
-		q.queue = q.queue[1:]
+		head := q.pop()
 		if !head.lease.trusted(now) {
 			// The lease may have passed: delivering now could race another
 			// replica. Hand the row back.
@@ -152,9 +151,23 @@ func (q *deliveryQueue) batch(first prepared, now time.Time) []prepared {
 			break
 		}
 		batch = append(batch, p)
-		q.queue = q.queue[1:]
+		q.pop()
 	}
 	return batch
+}
+
+// pop takes the queue's first row. The slot is cleared, and an empty queue
+// lets go of its array: a reslice alone would keep every row a key ever
+// queued (payloads included) alive until the next append, which on a deep
+// backlog over many keys held more memory than the rows in flight.
+func (q *deliveryQueue) pop() claimed {
+	head := q.queue[0]
+	q.queue[0] = claimed{}
+	q.queue = q.queue[1:]
+	if len(q.queue) == 0 {
+		q.queue = nil
+	}
+	return head
 }
 
 // publish starts one Publish in a goroutine that reports back to this
@@ -234,6 +247,7 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 			kept = append(kept, r)
 		}
 	}
+	clear(q.queue[len(kept):])
 	q.queue = kept
 	for _, f := range q.flights {
 		all := true

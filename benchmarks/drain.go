@@ -201,8 +201,13 @@ func (e *env) drain(ctx context.Context, name string, rows, keys int, tweak func
 		return Result{}, err
 	}
 	deadline := time.Now().Add(30 * time.Minute)
+	halfway := false
 	for obs.n.Load() < int64(rows) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
+		if !halfway && obs.n.Load() >= int64(rows/2) {
+			halfway = true
+			e.heapProfile(name)
+		}
 	}
 	r := Result{Scenario: name, Rows: rows, Keys: keys, Replicas: 1, BatchSize: cfg.Outbox.BatchSize, Mailbox: mailboxes(cfg)}
 	m.stop(&r)

@@ -143,6 +143,20 @@ func (e *env) profiled(name string, f func() ([]Result, error)) ([]Result, error
 	return f()
 }
 
+// heapProfile writes the heap of the moment next to the CPU profiles (a
+// drain writes one halfway).
+func (e *env) heapProfile(name string) {
+	if e.o.CPUProfile == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(e.o.CPUProfile, name+".heap.pprof"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.WriteHeapProfile(f)
+}
+
 func (e *env) record(rs []Result) { e.results = append(e.results, rs...) }
 
 // conditions is the first line of the table: what the figures mean.
