@@ -1,0 +1,360 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fault is one kind of fault the suite injects: inject starts it and
+// returns what ends it, hold is how long it lasts.
+type fault struct {
+	name string
+	// full: only in the full suite (make test-faults).
+	full bool
+	// dups: the fault may cause duplicates (see faultRecord.Dups).
+	dups bool
+	hold time.Duration
+	// inject starts the fault on w and returns the function that ends it.
+	inject func(w *world, f *faultRecord) (heal func())
+}
+
+// faults is the schedule, in order. Replicas are r1, r2 and r3.
+var faults = []fault{
+	{name: "none (baseline)", hold: 2 * time.Second, inject: func(*world, *faultRecord) func() { return func() {} }},
+	{name: "SIGKILL of a replica mid-delivery", dups: true, inject: func(w *world, f *faultRecord) func() {
+		r := w.replicas["r1"]
+		w.waitInFlight("r1")
+		r.signal(w.t, syscall.SIGKILL)
+		<-r.done
+		return func() { w.start("r1") }
+	}},
+	{name: "SIGSTOP of a replica for twice its lease, then SIGCONT", dups: true, inject: func(w *world, f *faultRecord) func() {
+		r := w.replicas["r2"]
+		w.waitInFlight("r2")
+		f.Stopped = "r2"
+		r.signal(w.t, syscall.SIGSTOP)
+		time.Sleep(2 * time.Duration(w.s.leaseMs) * time.Millisecond)
+		return func() {
+			r.signal(w.t, syscall.SIGCONT)
+			f.Healed = time.Now() // the stop's end, precisely: stale sends are judged from here
+		}
+	}},
+	{name: "PostgreSQL killed and restarted", dups: true, hold: time.Second, inject: func(w *world, f *faultRecord) func() {
+		// The producers wait: an application cannot commit while its
+		// database is down, and that is not the relay's doing.
+		w.prod.pause()
+		w.pg.Kill()
+		return func() {
+			if err := w.pg.Restart(w.ctx); err != nil {
+				w.t.Fatal(err)
+			}
+			w.prod.resume()
+		}
+	}},
+	{name: "replicas' connections terminated by the server (pg_terminate_backend)", dups: true, inject: func(w *world, f *faultRecord) func() {
+		n := 0
+		for range 3 {
+			n += w.terminate()
+			time.Sleep(400 * time.Millisecond)
+		}
+		f.Note = fmt.Sprintf("%d sessions terminated", n)
+		return func() {}
+	}},
+	{name: "database latency 150 ms ± 50 each way", full: true, dups: true, hold: 5 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		up := w.toxic(w.dbProx, "lat-up", "latency", "upstream", map[string]any{"latency": 150, "jitter": 50})
+		down := w.toxic(w.dbProx, "lat-down", "latency", "downstream", map[string]any{"latency": 150, "jitter": 50})
+		return func() { up(); down() }
+	}},
+	{name: "database connections reset", dups: true, hold: 2 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		return w.toxic(w.dbProx, "reset", "reset_peer", "upstream", map[string]any{"timeout": 0})
+	}},
+	{name: "database black hole (no bytes pass) for 4 s", full: true, dups: true, hold: 4 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		return w.toxic(w.dbProx, "hole", "timeout", "upstream", map[string]any{"timeout": 0})
+	}},
+	{name: "destination answers 503", hold: 3 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		w.recv.setMode(answer503)
+		return func() { w.recv.setMode(answerOK) }
+	}},
+	{name: "destination unreachable (connection refused)", full: true, dups: true, hold: 3 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		w.hProx.Stop()
+		return func() {
+			if err := w.hProx.Start(); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+	}},
+	{name: "destination slower than its timeout", dups: true, hold: 3 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		w.recv.setMode(answerSlow)
+		return func() { w.recv.setMode(answerOK) }
+	}},
+	{name: "destination latency 200 ms each way", full: true, dups: true, hold: 4 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		up := w.toxic(w.hProx, "lat-up", "latency", "upstream", map[string]any{"latency": 200})
+		down := w.toxic(w.hProx, "lat-down", "latency", "downstream", map[string]any{"latency": 200})
+		return func() { up(); down() }
+	}},
+	{name: "destination connections reset", dups: true, hold: 2 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		return w.toxic(w.hProx, "reset", "reset_peer", "downstream", map[string]any{"timeout": 0})
+	}},
+	{name: "RabbitMQ restarted", full: true, dups: true, inject: func(w *world, f *faultRecord) func() {
+		if w.rabbit == nil {
+			return nil
+		}
+		w.rabbit.Stop(w.t)
+		return func() { w.rabbit.Start(w.t) }
+	}},
+	{name: "Kafka restarted", full: true, dups: true, hold: 2 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		if w.kafka == nil {
+			return nil
+		}
+		w.kafka.Stop(w.t)
+		return func() { w.kafka.Start(w.t) }
+	}},
+	{name: "NATS restarted", full: true, dups: true, hold: 2 * time.Second, inject: func(w *world, f *faultRecord) func() {
+		if w.nats == nil {
+			return nil
+		}
+		w.nats.Stop(w.t)
+		return func() { w.nats.Start(w.t) }
+	}},
+	{name: "SIGTERM of a replica under load (drain)", inject: func(w *world, f *faultRecord) func() {
+		r := w.replicas["r3"]
+		w.waitInFlight("r3")
+		r.signal(w.t, syscall.SIGTERM)
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			w.t.Fatalf("r3 did not exit within 30 s of SIGTERM:\n%s", tail(r.logs.String(), 3000))
+		}
+		if r.err != nil || !strings.Contains(r.logs.String(), `"msg":"stopped"`) {
+			w.t.Errorf("r3 after SIGTERM: exit %v; its log:\n%s", r.err, tail(r.logs.String(), 3000))
+		}
+		return func() { w.start("r3") }
+	}},
+}
+
+// waitInFlight waits (a little) until the replica has a request at the
+// receiver that is not answered yet, so that a fault lands mid-delivery.
+func (w *world) waitInFlight(name string) {
+	deadline := time.Now().Add(3 * time.Second)
+	for w.ledger.inFlightFrom(name) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFaults runs the suite: reduced by default, all of it with
+// QUEUEBOX_FAULTS=full.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs replicas of the binary against faults")
+	}
+	s := settings{replicas: 3, keys: 150, rate: 80, producers: 4, minRows: 2000, leaseMs: 3000, timeoutMs: 1000,
+		slow: 2500 * time.Millisecond, settleLimit: 90 * time.Second}
+	if os.Getenv("QUEUEBOX_FAULTS") == "full" {
+		s.full, s.keys, s.rate, s.minRows = true, 400, 150, 20000
+		s.brokers = []string{"rabbit", "kafka", "nats"}
+	}
+	w := newWorld(t, s)
+	consumeCtx, stopConsuming := context.WithCancel(context.Background())
+	consumed := w.consume(consumeCtx)
+	defer func() { stopConsuming(); consumed() }()
+	for i := range s.replicas {
+		w.start(fmt.Sprintf("r%d", i+1))
+	}
+	w.prod.start()
+	prodStopped := false
+	defer func() {
+		if !prodStopped {
+			w.prod.halt()
+		}
+	}()
+	time.Sleep(time.Second)
+
+	for _, f := range faults {
+		if f.full && !s.full {
+			continue
+		}
+		time.Sleep(time.Second) // load before the fault
+		rec := &faultRecord{Name: f.name, Dups: f.dups, Start: time.Now()}
+		w.faults = append(w.faults, rec)
+		heal := f.inject(w, rec)
+		if heal == nil { // the destination is not in this run
+			w.faults = w.faults[:len(w.faults)-1]
+			continue
+		}
+		time.Sleep(f.hold)
+		heal()
+		if rec.Healed.IsZero() {
+			rec.Healed = time.Now()
+		}
+		at := w.dbNow()
+		rec.Recovered = w.settle(at, rec.Healed, f.name)
+		if rec.Stopped != "" {
+			// The continued replica finds its claims lost as its writes
+			// come back matching nothing; give it a moment.
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				rec.LostClaims, rec.LostClaimsKnown = w.replicas[rec.Stopped].metric(t, "queuebox_lost_claims_total")
+				if rec.LostClaims > 0 {
+					break
+				}
+			}
+		}
+		t.Logf("%-70s recovered in %s %s", f.name, rec.Recovered.Round(10*time.Millisecond), rec.Note)
+	}
+
+	// The producers go on until enough rows are written, then stop.
+	deadline := time.Now().Add(10 * time.Minute)
+	for w.prod.count() < s.minRows && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.prod.halt()
+	prodStopped = true
+	w.settle(w.dbNow(), time.Now(), "the end of the run")
+
+	// Every replica drains on SIGTERM and exits 0.
+	for name, r := range w.replicas {
+		r.signal(t, syscall.SIGTERM)
+		select {
+		case <-r.done:
+			if r.err != nil {
+				t.Errorf("%s exited with %v after SIGTERM:\n%s", name, r.err, tail(r.logs.String(), 3000))
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s did not exit within 30 s of SIGTERM", name)
+		}
+	}
+	stopConsuming()
+	consumed()
+	// What reached the brokers must all be read before the verdict.
+	if len(s.brokers) > 0 {
+		w.waitConsumed()
+	}
+
+	rows := w.prod.committed()
+	v := judge(rows, w.finalStates(), w.ledger.snapshot(), w.faults)
+	report := w.report(v)
+	t.Log("\n" + report)
+	if p := os.Getenv("QUEUEBOX_FAULTS_REPORT"); p != "" {
+		if err := os.WriteFile(p, []byte(report), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	if v.failed() {
+		t.Errorf("the ledger breaks a promise:\n%s", v.problems())
+	}
+	w.prod.mu.Lock()
+	failures := w.prod.failures
+	w.prod.mu.Unlock()
+	if len(failures) > 0 {
+		t.Errorf("%d producer transactions failed:\n%s", len(failures), strings.Join(failures[:min(10, len(failures))], "\n"))
+	}
+	if len(rows) < s.minRows {
+		t.Errorf("%d rows committed, want at least %d", len(rows), s.minRows)
+	}
+	// A replica that hung past its lease had its late outcomes refused:
+	// every duplicate of a row it had sent proves one such write.
+	for i, f := range w.faults {
+		if f.Stopped != "" && v.Dups[i] > 0 && (!f.LostClaimsKnown || f.LostClaims == 0) {
+			t.Errorf("%s: %d duplicates, but the stopped replica counted no lost claim (known %v)", f.Name, v.Dups[i], f.LostClaimsKnown)
+		}
+	}
+}
+
+// waitConsumed polls the brokers until every row routed to one has been
+// read (or a minute passed: the verdict then names what is missing).
+func (w *world) waitConsumed() {
+	want := map[string]map[string]bool{}
+	for _, r := range w.prod.committed() {
+		if r.Dest == "http" {
+			continue
+		}
+		if want[r.Dest] == nil {
+			want[r.Dest] = map[string]bool{}
+		}
+		want[r.Dest][r.ID] = true
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		w.poll()
+		got := map[string]map[string]bool{}
+		for _, d := range w.ledger.snapshot() {
+			if got[d.Dest] == nil {
+				got[d.Dest] = map[string]bool{}
+			}
+			got[d.Dest][d.ID] = true
+		}
+		missing := 0
+		for dest, ids := range want {
+			for id := range ids {
+				if !got[dest][id] {
+					missing++
+				}
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// report is the table of docs/reliability.md: one line per fault.
+func (w *world) report(v *verdict) string {
+	var b strings.Builder
+	dests := make([]string, 0, len(v.PerDest))
+	for d := range v.PerDest {
+		dests = append(dests, d)
+	}
+	sort.Strings(dests)
+	var per []string
+	for _, d := range dests {
+		per = append(per, fmt.Sprintf("%s %d", d, v.PerDest[d]))
+	}
+	lostTotal, disorderTotal, dupTotal := len(v.Lost), len(v.Disorder), 0
+	w.prod.mu.Lock()
+	txs, failed := w.prod.txs, len(w.prod.failures)
+	w.prod.mu.Unlock()
+	for _, n := range v.Dups {
+		dupTotal += n
+	}
+	fmt.Fprintf(&b, "%d rows (%s), %d deliveries, %d replicas; lost %d, out of order %d, not delivered at the end %d, stale sends %d, duplicates %d (unexplained %d), producer transactions %d (failed %d)\n\n",
+		v.Rows, strings.Join(per, ", "), v.Requests, w.s.replicas, lostTotal, disorderTotal, len(v.Stuck), len(v.Stale), dupTotal, len(v.Unexplained), txs, failed)
+	b.WriteString("| fault | rows written | lost | out of order | duplicates | time to recover |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	line := func(name string, phase int, rec time.Duration) {
+		r := "-"
+		if rec > 0 {
+			r = fmt.Sprintf("%.1f s", rec.Seconds())
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s |\n", name, v.PhaseRows[phase], v.PhaseLost[phase], v.PhaseDisorder[phase], v.Dups[phase], r)
+	}
+	line("(start-up, before any fault)", -1, 0)
+	for i, f := range w.faults {
+		name := f.Name
+		if f.Note != "" {
+			name += " (" + f.Note + ")"
+		}
+		if f.Stopped != "" && f.LostClaimsKnown {
+			name += fmt.Sprintf(" (the stopped replica counted %.0f lost claims)", f.LostClaims)
+		}
+		line(name, i, f.Recovered)
+	}
+	b.WriteString("\nDuplicates per fault, by who sent the first accepted copy and who sent it again:\n")
+	for i, f := range w.faults {
+		if len(v.DupPairs[i]) == 0 {
+			continue
+		}
+		var pairs []string
+		for p, n := range v.DupPairs[i] {
+			pairs = append(pairs, fmt.Sprintf("%s: %d", p, n))
+		}
+		sort.Strings(pairs)
+		fmt.Fprintf(&b, "- %s: %s\n", f.Name, strings.Join(pairs, ", "))
+	}
+	return b.String()
+}
