@@ -24,19 +24,19 @@ func (o outcome) String() string {
 
 // delivery is one attempt to deliver a row, as its destination saw it.
 type delivery struct {
-	Dest     string // http, rabbit, kafka, nats
-	ID       string
-	Key      string
-	Seq      int64
-	Attempt  int
-	Replica  string // X-Replica: which replica sent it (HTTP)
-	Request  int    // the receiver's request number (HTTP), or the position in the broker's log
-	N        int    // the ledger's event number of its arrival
-	DoneN    int    // the ledger's event number of its answer
-	Arrived  time.Time
-	Done     time.Time
-	Outcome  outcome
-	Status   int
+	Dest    string // http, rabbit, kafka, nats
+	ID      string
+	Key     string
+	Seq     int64
+	Attempt int
+	Replica string // X-Replica: which replica sent it (HTTP)
+	Request int    // the receiver's request number (HTTP), or the position in the broker's log
+	N       int    // the ledger's event number of its arrival
+	DoneN   int    // the ledger's event number of its answer
+	Arrived time.Time
+	Done    time.Time
+	Outcome outcome
+	Status  int
 	// FirstByte is when the first byte of the request reached the
 	// receiver: a replica stopped in the middle of writing a request
 	// finishes it after it continues, and the request then arrives late
