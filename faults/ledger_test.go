@@ -263,7 +263,7 @@ func judge(rows []row, final map[string]finalState, ds []delivery, faults []*fau
 			if v.DupPairs[phase] == nil {
 				v.DupPairs[phase] = map[string]int{}
 			}
-			v.DupPairs[phase][first.Replica+" then "+d.Replica]++
+			v.DupPairs[phase][sender(first)+" then "+sender(d)]++
 			if phase < 0 || !faults[phase].Dups {
 				v.Unexplained = append(v.Unexplained, fmt.Sprintf("%s accepted row %s again (request %d from %q, attempt %d) in phase %s; first accepted at request %d from %q",
 					d.Dest, d.ID, d.Request, d.Replica, d.Attempt, phaseName(faults, phase), first.Request, first.Replica))
@@ -374,6 +374,15 @@ func firstAccept(list []*delivery) *delivery {
 		}
 	}
 	return first
+}
+
+// sender names who sent a delivery: the replica over HTTP; a broker's
+// consumer cannot tell.
+func sender(d *delivery) string {
+	if d.Replica == "" {
+		return d.Dest
+	}
+	return d.Replica
 }
 
 func phaseName(faults []*faultRecord, phase int) string {

@@ -24,7 +24,8 @@ type fault struct {
 	inject func(w *world, f *faultRecord) (heal func())
 }
 
-// faults is the schedule, in order. Replicas are r1, r2 and r3.
+// faults is the schedule, in order. Replicas start as r1, r2 and r3; one
+// started in place of a killed or stopped one gets the next number.
 var faults = []fault{
 	{name: "none (baseline)", hold: 2 * time.Second, inject: func(*world, *faultRecord) func() { return func() {} }},
 	{name: "SIGKILL of a replica mid-delivery", dups: true, inject: func(w *world, f *faultRecord) func() {
@@ -32,7 +33,7 @@ var faults = []fault{
 		w.waitInFlight("r1")
 		r.signal(w.t, syscall.SIGKILL)
 		<-r.done
-		return func() { w.start("r1") }
+		return func() { w.start(w.nextName()) }
 	}},
 	{name: "SIGSTOP of a replica for twice its lease, then SIGCONT", dups: true, inject: func(w *world, f *faultRecord) func() {
 		r := w.replicas["r2"]
@@ -134,7 +135,7 @@ var faults = []fault{
 		if r.err != nil || !strings.Contains(r.logs.String(), `"msg":"stopped"`) {
 			w.t.Errorf("r3 after SIGTERM: exit %v; its log:\n%s", r.err, tail(r.logs.String(), 3000))
 		}
-		return func() { w.start("r3") }
+		return func() { w.start(w.nextName()) }
 	}},
 }
 
@@ -156,7 +157,7 @@ func TestFaults(t *testing.T) {
 	s := settings{replicas: 3, keys: 150, rate: 80, producers: 4, minRows: 2000, leaseMs: 3000, timeoutMs: 1000,
 		slow: 2500 * time.Millisecond, settleLimit: 90 * time.Second}
 	if os.Getenv("QUEUEBOX_FAULTS") == "full" {
-		s.full, s.keys, s.rate, s.minRows = true, 400, 150, 20000
+		s.full, s.keys, s.rate, s.minRows = true, 400, 220, 20000
 		s.brokers = []string{"rabbit", "kafka", "nats"}
 	}
 	w := newWorld(t, s)
@@ -218,6 +219,11 @@ func TestFaults(t *testing.T) {
 
 	// Every replica drains on SIGTERM and exits 0.
 	for name, r := range w.replicas {
+		select {
+		case <-r.done:
+			continue // killed or stopped by a fault
+		default:
+		}
 		r.signal(t, syscall.SIGTERM)
 		select {
 		case <-r.done:

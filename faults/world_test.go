@@ -69,6 +69,7 @@ type world struct {
 	stream *testnats.Stream
 
 	replicas map[string]*replica
+	started  int // replicas started so far
 	prod     *producers
 	faults   []*faultRecord
 }
@@ -228,9 +229,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// start starts replica name (again, after it was killed or stopped).
+// nextName names the next replica: r1, r2, ...
+func (w *world) nextName() string { return fmt.Sprintf("r%d", w.started+1) }
+
+// start starts replica name.
 func (w *world) start(name string) *replica {
 	w.t.Helper()
+	w.started++
 	f, _ := os.OpenFile(filepath.Join(w.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	r := &replica{name: name, logs: &syncBuffer{f: f}, done: make(chan struct{})}
 	r.cmd = exec.Command(binary(w.t), "run", "--config", w.config(name))
