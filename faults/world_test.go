@@ -256,6 +256,9 @@ func (w *world) start(name string) *replica {
 		<-r.done
 	})
 	w.replicas[name] = r
+	// Started means listening: a SIGTERM before the binary has set up its
+	// signal handling would kill it by the signal's default action.
+	r.adminAddr(w.t)
 	return r
 }
 
