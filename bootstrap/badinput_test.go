@@ -1,0 +1,223 @@
+package bootstrap
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// The catalogue of bad configuration: each kind of mistake a user can make
+// in the file, one test each. Every mistake must come back as a problem
+// that names the key (and its line when the file has one), the reason, and
+// what to write instead; never a panic, never a stack trace, never a file
+// that loads and fails later.
+
+// badBase is a valid file the cases change.
+const badBase = `database:
+  url: postgres://queuebox@localhost:5432/app
+destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
+routes:
+  - { topicPattern: "#", destination: hook }
+`
+
+type badCase struct {
+	name string
+	// yaml is the whole file; when it starts with "+", it is appended to
+	// badBase; "@" adds it to badBase's destinations; "~old~new~" replaces
+	// old by new in badBase.
+	yaml string
+	env  map[string]string
+	// key and reason are what one problem must say; line, when not 0, is
+	// where.
+	key, reason string
+	line        int
+}
+
+func (c badCase) file() string {
+	switch {
+	case strings.HasPrefix(c.yaml, "+"):
+		return badBase + c.yaml[1:]
+	case strings.HasPrefix(c.yaml, "@"):
+		return strings.Replace(badBase, "destinations:\n", "destinations:\n"+c.yaml[1:], 1)
+	case strings.HasPrefix(c.yaml, "~"):
+		parts := strings.SplitN(c.yaml[1:], "~", 3)
+		if !strings.Contains(badBase, parts[0]) {
+			panic("the case " + c.name + " replaces text the base does not hold: " + parts[0])
+		}
+		return strings.Replace(badBase, parts[0], parts[1], 1)
+	}
+	return c.yaml
+}
+
+func runBad(t *testing.T, cases []badCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("q.yaml", []byte(c.file()), env(c.env))
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("the file loaded (%v); want a problem %s: %s\nfile:\n%s", err, c.key, c.reason, c.file())
+			}
+			ps := ce.Problems
+			if !hasProblem(ps, c.key, c.reason, c.line) {
+				t.Fatalf("no problem %s (line %d) saying %q; got:\n%v\nfile:\n%s", c.key, c.line, c.reason, ps, c.file())
+			}
+			for _, p := range ps {
+				if strings.Contains(p.Reason, "goroutine ") || strings.Contains(p.Reason, "panic") || strings.Contains(p.Reason, "reflect.") {
+					t.Errorf("a problem that shows the program's insides: %v", p)
+				}
+			}
+		})
+	}
+}
+
+func TestBadFile(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "not YAML", yaml: "database: [url: x\n", key: "(file)", reason: "did not find expected"},
+		{name: "a tab for indentation", yaml: "database:\n\turl: x\n", key: "(file)", reason: "tab"},
+		{name: "a list at the top", yaml: "- a\n- b\n", key: "(top level)", reason: "expected a mapping of keys, got a list"},
+		{name: "a scalar at the top", yaml: "hello\n", key: "(top level)", reason: "expected a mapping of keys"},
+		{name: "an empty file", yaml: "", key: "database.url", reason: "is required"},
+		{name: "an unknown top-level key with a suggestion", yaml: "+destination: {}\n", key: "destination", reason: "unknown key (did you mean destinations?)"},
+		{name: "a misspelt nested key", yaml: "+outbox: { claimTimeOutMs: 5000 }\n", key: "outbox.claimTimeOutMs", reason: "did you mean claimTimeoutMs?"},
+		{name: "a key written in snake_case", yaml: "+outbox: { batch_size: 10 }\n", key: "outbox.batch_size", reason: "unknown key"},
+		{name: "a mapping where a value belongs", yaml: "+log: { level: { name: debug } }\n", key: "log.level", reason: "expected a single value, got a mapping"},
+		{name: "a list where a mapping belongs", yaml: "+outbox: [1, 2]\n", key: "outbox", reason: "expected a mapping of keys, got a list"},
+		{name: "a value where a list belongs", yaml: "~routes:\n  - { topicPattern: \"#\", destination: hook }~routes: hook~", key: "routes", reason: "expected a list"},
+		{name: "a key given twice", yaml: "+outbox:\n  batchSize: 10\n  maxInFlight: 20\n  batchSize: 500\n", key: "outbox.batchSize", reason: "twice"},
+	})
+}
+
+func TestBadValues(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "text for a number", yaml: "+outbox: { batchSize: lots }\n", key: "outbox.batchSize", reason: `expected a whole number, got "lots"`, line: 7},
+		{name: "a fraction for a whole number", yaml: "+outbox: { batchSize: 2.5 }\n", key: "outbox.batchSize", reason: "expected a whole number"},
+		{name: "a number below its range", yaml: "+outbox: { claimTimeoutMs: 10 }\n", key: "outbox.claimTimeoutMs", reason: "out of range; use a value from 1000"},
+		{name: "a number above its range", yaml: "+outbox: { maxAttempts: 5000 }\n", key: "outbox.maxAttempts", reason: "out of range"},
+		{name: "a negative size", yaml: "+database: { maxConnections: -1 }\n", key: "database.maxConnections", reason: "out of range"},
+		{name: "text for a boolean", yaml: "+inbox: { relay: { enabled: maybe } }\n", key: "inbox.relay.enabled", reason: "expected true or false"},
+		{name: "a number too large for any integer", yaml: "+outbox: { batchSize: 99999999999999999999999 }\n", key: "outbox.batchSize", reason: "expected a whole number"},
+		{name: "a duration without a unit", yaml: "+outbox: { retention: { delivered: 7 } }\n", key: "outbox.retention.delivered", reason: "is not a duration"},
+		{name: "a negative duration", yaml: "+outbox: { retention: { dead: -5h } }\n", key: "outbox.retention.dead", reason: "is negative"},
+		{name: "a backoff whose maximum is below its start", yaml: "+outbox: { backoff: { initialMs: 5000, maxMs: 100 } }\n", key: "outbox.backoff.maxMs", reason: "below outbox.backoff.initialMs"},
+		{name: "a backoff multiplier below one", yaml: "+outbox: { backoff: { multiplier: 0.5 } }\n", key: "outbox.backoff.multiplier", reason: "out of range"},
+		{name: "a jitter above one", yaml: "+outbox: { backoff: { jitter: 2 } }\n", key: "outbox.backoff.jitter", reason: "out of range"},
+		{name: "an unknown log level", yaml: "+log: { level: verbose }\n", key: "log.level", reason: "use debug, info, warn or error"},
+		{name: "an unknown log format", yaml: "+log: { format: xml }\n", key: "log.format", reason: "use json or text"},
+		{name: "an unknown dialect", yaml: "+database: { dialect: mysql }\n", key: "database.dialect", reason: "use postgresql or sqlserver"},
+		{name: "an unset environment variable", yaml: "+admin: { token: \"${ADMIN_TOKEN}\" }\n", key: "admin.token", reason: "ADMIN_TOKEN is not set; set it, or give a default as ${ADMIN_TOKEN:-value}"},
+		{name: "an environment variable that does not fit a number", yaml: "+outbox: { batchSize: \"${BATCH}\" }\n", env: map[string]string{"BATCH": "many"}, key: "outbox.batchSize", reason: `expected a whole number, got "many"`},
+	})
+}
+
+func TestBadDatabase(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "no URL", yaml: "~  url: postgres://queuebox@localhost:5432/app\n~~", key: "database.url", reason: "is required: the URL of the database"},
+		{name: "a URL without a scheme", yaml: "~postgres://queuebox@localhost:5432/app~localhost:5432/app~", key: "database.url", reason: "(expected postgres://)"},
+		{name: "a URL that is not a URL", yaml: "~postgres://queuebox@localhost:5432/app~\"postgres://%zz\"~", key: "database.url", reason: "is not a URL; write it like postgres://user:password@host:5432/app"},
+		{name: "a URL of another database", yaml: "~postgres://queuebox@localhost:5432/app~mysql://queuebox@localhost/app~", key: "database.url", reason: "does not fit database.dialect postgresql"},
+		{name: "a SQL Server URL with the PostgreSQL dialect", yaml: "~postgres://queuebox@localhost:5432/app~sqlserver://sa@localhost:1433?database=app~", key: "database.url", reason: "expected postgres://"},
+		{name: "a table name that is not an identifier", yaml: "+database: { outboxTableName: \"my outbox\" }\n", key: "database.outboxTableName", reason: "not a valid identifier"},
+		{name: "a table name too long for its indexes", yaml: "+database: { outboxTableName: " + strings.Repeat("t", 50) + " }\n", key: "database.outboxTableName", reason: "the limit is"},
+		{name: "the same name for both tables", yaml: "+database: { outboxTableName: events, inboxTableName: EVENTS }\n", key: "database.inboxTableName", reason: "also the outbox table's name"},
+		{name: "an empty table name", yaml: "+database: { outboxTableName: \"\" }\n", key: "database.outboxTableName", reason: "must not be empty"},
+		{name: "a mapping of a column that does not exist", yaml: "+database: { columnMapping: { outbox: { body: data } } }\n", key: "database.columnMapping.outbox.body", reason: "is not a column of the table; the columns are id, topic"},
+		{name: "two columns mapped to one name", yaml: "+database: { columnMapping: { outbox: { key: topic } } }\n", key: "database.columnMapping.outbox", reason: "all map to \"topic\""},
+		{name: "an inbox column mapped to nothing", yaml: "+database: { columnMapping: { inbox: { source: \"\" } } }\n", key: "database.columnMapping.inbox.source", reason: "must not be empty"},
+		{name: "a schema that is not an identifier", yaml: "+database: { schema: \"app-data\" }\n", key: "database.schema", reason: "not a valid identifier"},
+	})
+}
+
+func TestBadDestinations(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "no type", yaml: "~{ type: http, url~{ url~", key: "destinations.hook.type", reason: "is not a destination type; use one of http, rabbitmq, kafka, nats, null"},
+		{name: "an unknown type", yaml: "~type: http~type: webhook~", key: "destinations.hook.type", reason: `"webhook" is not a destination type`},
+		{name: "an empty destination", yaml: "@  other:\n", key: "destinations.other", reason: "is empty; give it a type"},
+		{name: "an HTTP destination without a URL", yaml: "~, url: \"https://hooks.example.com/{{ topic }}\"~~", key: "destinations.hook.url", reason: "is required"},
+		{name: "an HTTP URL that is not http", yaml: "~https://hooks.example.com/{{ topic }}~ftp://h/x~", key: "destinations.hook.url", reason: "is not an http:// or https:// URL with a host"},
+		{name: "an HTTP URL without a host", yaml: "~https://hooks.example.com/{{ topic }}~https:///x~", key: "destinations.hook.url", reason: "with a host"},
+		{name: "an unknown placeholder", yaml: "~{{ topic }}~{{ subject }}~", key: "destinations.hook.url", reason: "unknown placeholder {{ subject }}; the names are topic, key, aggregateType, id and headers.NAME"},
+		{name: "an unclosed placeholder", yaml: "~{{ topic }}~{{ topic~", key: "destinations.hook.url", reason: "unclosed placeholder"},
+		{name: "a method HTTP destinations do not use", yaml: "~type: http,~type: http, method: GET,~", key: "destinations.hook.method", reason: "use POST, PUT or PATCH"},
+		{name: "a success status as non-retryable", yaml: "~type: http,~type: http, nonRetryableStatus: [200],~", key: "destinations.hook.nonRetryableStatus[0]", reason: "is a success status"},
+		{name: "a status that is not HTTP", yaml: "~type: http,~type: http, nonRetryableStatus: [999],~", key: "destinations.hook.nonRetryableStatus[0]", reason: "is not an HTTP status"},
+		{name: "a signing secret without its prefix", yaml: "~type: http,~type: http, signingSecret: c2VjcmV0c2VjcmV0c2VjcmV0,~", key: "destinations.hook.signingSecret", reason: "does not start with whsec_"},
+		{name: "a signing secret too short", yaml: "~type: http,~type: http, signingSecret: whsec_c2hvcnQ=,~", key: "destinations.hook.signingSecret", reason: "16"},
+		{name: "a key of another type", yaml: "~type: http,~type: http, exchange: events,~", key: "destinations.hook.exchange", reason: "is not a key of a http destination (it belongs to rabbitmq)"},
+		{name: "tls.enabled on HTTP", yaml: "~type: http,~type: http, tls: { enabled: true },~", key: "destinations.hook.tls.enabled", reason: "the https:// scheme turns TLS on"},
+		{name: "a header name with a space", yaml: "~type: http,~type: http, headers: { \"X Token\": a },~", key: "destinations.hook.headers", reason: "not a valid header name"},
+		{name: "a header name HTTP cannot send", yaml: "~type: http,~type: http, headers: { \"X-Token(1)\": a },~", key: "destinations.hook.headers", reason: "X-Token(1)"},
+		{name: "a header value with a control character", yaml: "~type: http,~type: http, headers: { X-Token: \"a\\u0001b\" },~", key: "destinations.hook.headers", reason: "X-Token"},
+		{name: "RabbitMQ without an exchange", yaml: "@  mq: { type: rabbitmq, url: \"amqp://guest:guest@localhost:5672/\" }\n", key: "destinations.mq", reason: "needs exchange (a template) or exchangeFrom: aggregate_type"},
+		{name: "RabbitMQ with both exchange keys", yaml: "@  mq: { type: rabbitmq, url: \"amqp://h/\", exchange: x, exchangeFrom: aggregate_type }\n", key: "destinations.mq.exchangeFrom", reason: "cannot be combined with exchange"},
+		{name: "RabbitMQ with an unsupported exchangeFrom", yaml: "@  mq: { type: rabbitmq, url: \"amqp://h/\", exchangeFrom: topic }\n", key: "destinations.mq.exchangeFrom", reason: "the only value is aggregate_type"},
+		{name: "RabbitMQ with an HTTP URL", yaml: "@  mq: { type: rabbitmq, url: \"http://h/\", exchange: x }\n", key: "destinations.mq.url", reason: "amqp://user:password@host:5672/vhost"},
+		{name: "a broker URL's password is not shown", yaml: "@  mq: { type: rabbitmq, url: \"http://u:hunter22@h/\", exchange: x }\n", key: "destinations.mq.url", reason: "xxxxx"},
+		{name: "Kafka without brokers", yaml: "@  k: { type: kafka, topic: t }\n", key: "destinations.k.brokers", reason: "is required: a list of host:port"},
+		{name: "a Kafka broker without a port", yaml: "@  k: { type: kafka, brokers: [kafka-1], topic: t }\n", key: "destinations.k.brokers[0]", reason: "is not host:port"},
+		{name: "Kafka without a topic", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"] }\n", key: "destinations.k.topic", reason: "is required"},
+		{name: "Kafka with unknown acks", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, acks: some }\n", key: "destinations.k.acks", reason: "use all or one"},
+		{name: "Kafka with an unknown compression", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, compression: brotli }\n", key: "destinations.k.compression", reason: "use none, gzip, snappy, lz4 or zstd"},
+		{name: "Kafka with an unknown partitioner", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, partitioner: random }\n", key: "destinations.k.partitioner", reason: "use murmur2 or fnv1a"},
+		{name: "Kafka with an unknown SASL mechanism", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, sasl: { mechanism: GSSAPI } }\n", key: "destinations.k.sasl.mechanism", reason: "use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+		{name: "Kafka with a CA but no TLS", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, tls: { caFile: ca.pem } }\n", key: "destinations.k.tls.caFile", reason: "set tls.enabled: true"},
+		{name: "NATS without a subject", yaml: "@  n: { type: nats, url: \"nats://h:4222\" }\n", key: "destinations.n.subject", reason: "is required"},
+		{name: "NATS with a URL of another kind", yaml: "@  n: { type: nats, url: \"amqp://h:4222\", subject: s }\n", key: "destinations.n.url", reason: "nats://host:4222"},
+		{name: "NATS with a bad placeholder in the subject", yaml: "@  n: { type: nats, url: \"nats://h:4222\", subject: \"a.{{ nope }}\" }\n", key: "destinations.n.subject", reason: "unknown placeholder"},
+	})
+}
+
+func TestBadRoutes(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "no routes", yaml: "~routes:\n  - { topicPattern: \"#\", destination: hook }\n~~", key: "routes", reason: "no route is configured"},
+		{name: "a route without a pattern", yaml: "~topicPattern: \"#\", ~~", key: "routes[0].topicPattern", reason: "is required (# matches every topic)"},
+		{name: "a route without a destination", yaml: "~, destination: hook~~", key: "routes[0].destination", reason: "is required: the name of a destination"},
+		{name: "a route to a destination that does not exist", yaml: "~destination: hook }~destination: hooks }~", key: "routes[0].destination", reason: `"hooks" is not a defined destination; the defined ones are hook`},
+		{name: "a wildcard mixed with text", yaml: "~\"#\"~\"order.cre*\"~", key: "routes[0].topicPattern", reason: "mixes a wildcard with text"},
+		{name: "an empty segment", yaml: "~\"#\"~\"order..created\"~", key: "routes[0].topicPattern", reason: "has an empty segment"},
+		{name: "a transform that does not parse", yaml: "~destination: hook }~destination: hook, transform: \"{a: \" }~", key: "routes[0].transform", reason: "does not parse"},
+		{name: "a transform with an unknown variable", yaml: "~destination: hook }~destination: hook, transform: \"{a: $row}\" }~", key: "routes[0].transform", reason: "the variables are $attempt"},
+		{name: "a route that is not a mapping", yaml: "~- { topicPattern: \"#\", destination: hook }~- hook~", key: "routes[0]", reason: "expected a mapping of keys"},
+	})
+}
+
+func TestBadAdminAndInbox(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "a listen address without a port", yaml: "+admin: { listen: localhost }\n", key: "admin.listen", reason: "is not host:port"},
+		{name: "listening beyond loopback without a token", yaml: "+admin: { listen: \"0.0.0.0:8080\" }\n", key: "admin.listen", reason: "admin.token is empty; set admin.token"},
+		{name: "an inbox source of an unknown type", yaml: "+inbox: { sources: { s: { type: smtp, topic: t } } }\n", key: "inbox.sources.s.type", reason: "use http, rabbitmq, kafka or nats"},
+		{name: "an inbox source without a topic", yaml: "+inbox: { sources: { s: { type: http } } }\n", key: "inbox.sources.s.topic", reason: "is required"},
+		{name: "an inbox key of another source type", yaml: "+inbox: { sources: { s: { type: http, topic: t, queue: q } } }\n", key: "inbox.sources.s.queue", reason: "is not a key of a http source"},
+		{name: "an inbox source with a bad template", yaml: "+inbox: { sources: { s: { type: http, topic: \"in.{{ what }}\" } } }\n", key: "inbox.sources.s.topic", reason: "unknown placeholder"},
+	})
+}
+
+// A password written in database.url itself is redacted by `config check`;
+// the printed file must load back and print the same, as it does for a
+// password from the environment.
+func TestConfigCheckOutputWithALiteralPasswordLoadsBack(t *testing.T) {
+	cfg := strings.Replace(badBase, "postgres://queuebox@", "postgres://queuebox:pw-literal-1@", 1)
+	l, err := Parse("q.yaml", []byte(cfg), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gen := 2; gen <= 3; gen++ {
+		l, err = Parse("printed.yaml", out, env(nil))
+		if err != nil {
+			t.Fatalf("generation %d of config check's output does not load: %v\n%s", gen, err, out)
+		}
+		again, err := l.Effective()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(again) != string(out) {
+			t.Fatalf("generation %d prints differently:\n%s\n---\n%s", gen, out, again)
+		}
+		out = again
+	}
+}
