@@ -8,7 +8,7 @@ LDFLAGS  := -X github.com/queuebox/queuebox/bootstrap.Version=$(VERSION) -X gith
 TESTFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build run test test-short lint bench microbench clean
+.PHONY: help build run test test-short test-faults fuzz lint bench microbench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,14 @@ run: build ## start the local default: throwaway PostgreSQL, relay, receiver, sa
 
 test: lint ## install and start what the tests need, then run every test
 	scripts/test.sh -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+
+test-faults: ## the whole fault-injection suite (replicas, PostgreSQL, brokers, network faults); its table in faults-report.md
+	QUEUEBOX_FAULTS=full QUEUEBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md scripts/test.sh -count=1 -timeout 40m -run 'TestFaults|TestVerdict' -v $(TESTFLAGS) ./faults/...
+
+# FUZZTIME is how long each fuzz test runs: `make fuzz FUZZTIME=10m` hunts longer.
+FUZZTIME ?= 10s
+fuzz: ## every fuzz test for FUZZTIME each (default 10s); crashers are kept in testdata/fuzz
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 test-short: ## the tests without the slow ones, no race detector
 	scripts/test.sh -short $(TESTFLAGS) ./...
