@@ -330,16 +330,16 @@ func (w *world) report(v *verdict) string {
 	}
 	fmt.Fprintf(&b, "%d rows (%s), %d deliveries, %d replicas; lost %d, out of order %d, not delivered at the end %d, stale sends %d, duplicates %d (unexplained %d), producer transactions %d (failed %d)\n\n",
 		v.Rows, strings.Join(per, ", "), v.Requests, w.s.replicas, lostTotal, disorderTotal, len(v.Stuck), len(v.Stale), dupTotal, len(v.Unexplained), txs, failed)
-	b.WriteString("| fault | rows written | lost | out of order | duplicates | time to recover |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: |\n")
-	line := func(name string, phase int, rec time.Duration) {
-		r := "-"
-		if rec > 0 {
-			r = fmt.Sprintf("%.1f s", rec.Seconds())
+	b.WriteString("| fault | lasted | rows written | lost | out of order | duplicates | time to recover |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	line := func(name string, phase int, lasted, rec time.Duration) {
+		r, l := "-", "-"
+		if phase >= 0 {
+			r, l = fmt.Sprintf("%.1f s", rec.Seconds()), fmt.Sprintf("%.1f s", lasted.Seconds())
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s |\n", name, v.PhaseRows[phase], v.PhaseLost[phase], v.PhaseDisorder[phase], v.Dups[phase], r)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s |\n", name, l, v.PhaseRows[phase], v.PhaseLost[phase], v.PhaseDisorder[phase], v.Dups[phase], r)
 	}
-	line("(start-up, before any fault)", -1, 0)
+	line("(start-up, before any fault)", -1, 0, 0)
 	for i, f := range w.faults {
 		name := f.Name
 		if f.Note != "" {
@@ -348,7 +348,7 @@ func (w *world) report(v *verdict) string {
 		if f.Stopped != "" && f.LostClaimsKnown {
 			name += fmt.Sprintf(" (the stopped replica counted %.0f lost claims)", f.LostClaims)
 		}
-		line(name, i, f.Recovered)
+		line(name, i, f.Healed.Sub(f.Start), f.Recovered)
 	}
 	b.WriteString("\nDuplicates per fault, by who sent the first accepted copy and who sent it again:\n")
 	for i, f := range w.faults {
