@@ -114,6 +114,10 @@ type row struct {
 	Seq         int64
 	Dest        string
 	CommittedAt time.Time
+	// Inbox: the row came in through the inbox's HTTP source, as message N
+	// of its aggregate (its key); its sequence is known once relayed.
+	Inbox bool
+	N     int
 }
 
 // finalState is a row's state in the database at the end of the run.
@@ -121,6 +125,7 @@ type finalState struct {
 	State     string
 	Attempt   int
 	LastError string
+	Seq       int64
 }
 
 // faultRecord is one fault as the suite injected it.

@@ -29,14 +29,14 @@ type fault struct {
 var faults = []fault{
 	{name: "none (baseline)", hold: 2 * time.Second, inject: func(*world, *faultRecord) func() { return func() {} }},
 	{name: "SIGKILL of a replica mid-delivery", dups: true, inject: func(w *world, f *faultRecord) func() {
-		r := w.replicas["r1"]
+		r := w.replica("r1")
 		w.waitInFlight("r1")
 		r.signal(w.t, syscall.SIGKILL)
 		<-r.done
 		return func() { w.start(w.nextName()) }
 	}},
 	{name: "SIGSTOP of a replica for twice its lease, then SIGCONT", dups: true, inject: func(w *world, f *faultRecord) func() {
-		r := w.replicas["r2"]
+		r := w.replica("r2")
 		w.waitInFlight("r2")
 		f.Stopped = "r2"
 		r.signal(w.t, syscall.SIGSTOP)
@@ -124,7 +124,7 @@ var faults = []fault{
 		return func() { w.nats.Start(w.t) }
 	}},
 	{name: "SIGTERM of a replica under load (drain)", inject: func(w *world, f *faultRecord) func() {
-		r := w.replicas["r3"]
+		r := w.replica("r3")
 		w.waitInFlight("r3")
 		r.signal(w.t, syscall.SIGTERM)
 		select {
@@ -168,6 +168,7 @@ func TestFaults(t *testing.T) {
 		w.start(fmt.Sprintf("r%d", i+1))
 	}
 	w.prod.start()
+	w.prod.startInbox(2, 40, s.rate/10)
 	prodStopped := false
 	defer func() {
 		if !prodStopped {
@@ -199,7 +200,7 @@ func TestFaults(t *testing.T) {
 			// The continued replica finds its claims lost as its writes
 			// come back matching nothing; give it a moment.
 			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-				rec.LostClaims, rec.LostClaimsKnown = w.replicas[rec.Stopped].metric(t, "queuebox_lost_claims_total")
+				rec.LostClaims, rec.LostClaimsKnown = w.replica(rec.Stopped).metric("queuebox_lost_claims_total")
 				if rec.LostClaims > 0 {
 					break
 				}
@@ -218,7 +219,7 @@ func TestFaults(t *testing.T) {
 	w.settle(w.dbNow(), time.Now(), "the end of the run")
 
 	// Every replica drains on SIGTERM and exits 0.
-	for name, r := range w.replicas {
+	for _, r := range w.all() {
 		select {
 		case <-r.done:
 			continue // killed or stopped by a fault
@@ -228,10 +229,10 @@ func TestFaults(t *testing.T) {
 		select {
 		case <-r.done:
 			if r.err != nil {
-				t.Errorf("%s exited with %v after SIGTERM:\n%s", name, r.err, tail(r.logs.String(), 3000))
+				t.Errorf("%s exited with %v after SIGTERM:\n%s", r.name, r.err, tail(r.logs.String(), 3000))
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("%s did not exit within 30 s of SIGTERM", name)
+			t.Errorf("%s did not exit within 30 s of SIGTERM", r.name)
 		}
 	}
 	stopConsuming()
@@ -242,7 +243,24 @@ func TestFaults(t *testing.T) {
 	}
 
 	rows := w.prod.committed()
-	v := judge(rows, w.finalStates(), w.ledger.snapshot(), w.faults)
+	final := w.finalStates()
+	// An inbox message's sequence is drawn when the relay makes its outbox
+	// row; the inbox promises receive order per aggregate, and each
+	// aggregate's messages were sent one after another.
+	lastSeq := map[string]row{}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].N < rows[j].N })
+	for i := range rows {
+		if !rows[i].Inbox {
+			continue
+		}
+		rows[i].Seq = final[rows[i].ID].Seq
+		if prev, ok := lastSeq[rows[i].Key]; ok && rows[i].Seq != 0 && rows[i].Seq < prev.Seq {
+			t.Errorf("inbox aggregate %s: message %d was sent after message %d but relayed before it (sequence %d < %d)",
+				rows[i].Key, rows[i].N, prev.N, rows[i].Seq, prev.Seq)
+		}
+		lastSeq[rows[i].Key] = rows[i]
+	}
+	v := judge(rows, final, w.ledger.snapshot(), w.faults)
 	report := w.report(v)
 	t.Log("\n" + report)
 	if p := os.Getenv("QUEUEBOX_FAULTS_REPORT"); p != "" {
@@ -323,13 +341,13 @@ func (w *world) report(v *verdict) string {
 	}
 	lostTotal, disorderTotal, dupTotal := len(v.Lost), len(v.Disorder), 0
 	w.prod.mu.Lock()
-	txs, failed := w.prod.txs, len(w.prod.failures)
+	txs, failed, inboxed := w.prod.txs, len(w.prod.failures), w.prod.inbox
 	w.prod.mu.Unlock()
 	for _, n := range v.Dups {
 		dupTotal += n
 	}
-	fmt.Fprintf(&b, "%d rows (%s), %d deliveries, %d replicas; lost %d, out of order %d, not delivered at the end %d, stale sends %d, duplicates %d (unexplained %d), producer transactions %d (failed %d)\n\n",
-		v.Rows, strings.Join(per, ", "), v.Requests, w.s.replicas, lostTotal, disorderTotal, len(v.Stuck), len(v.Stale), dupTotal, len(v.Unexplained), txs, failed)
+	fmt.Fprintf(&b, "%d rows (%s; %d of them came in through the inbox's HTTP source), %d deliveries, %d replicas; lost %d, out of order %d, not delivered at the end %d, stale sends %d, duplicates %d (unexplained %d), producer transactions and inbox messages %d (failed %d)\n\n",
+		v.Rows, strings.Join(per, ", "), inboxed, v.Requests, w.s.replicas, lostTotal, disorderTotal, len(v.Stuck), len(v.Stale), dupTotal, len(v.Unexplained), txs+inboxed, failed)
 	b.WriteString("| fault | lasted | rows written | lost | out of order | duplicates | time to recover |\n")
 	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	line := func(name string, phase int, lasted, rec time.Duration) {

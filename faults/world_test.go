@@ -68,6 +68,7 @@ type world struct {
 	nats   *testnats.Server
 	stream *testnats.Stream
 
+	mu       sync.Mutex // guards replicas: the inbox senders read it
 	replicas map[string]*replica
 	started  int // replicas started so far
 	prod     *producers
@@ -178,6 +179,11 @@ destinations:
 		routes += "  - { topicPattern: \"nats.#\", destination: nats }\n"
 	}
 	b.WriteString(routes)
+	b.WriteString(`inbox:
+  relay: { maxAttempts: 1000 }
+  sources:
+    faults: { type: http, token: inbox-token-1, topic: "http.inbox.{{ headers.X-Event }}", aggregateId: "{{ headers.X-Aggregate }}" }
+`)
 	b.WriteString("admin: { listen: \"127.0.0.1:0\" }\nlog: { format: json, level: info }\n")
 	p := filepath.Join(w.dir, name+".yaml")
 	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
@@ -202,6 +208,7 @@ func (w *world) dests() []string {
 // replica is one `queuebox run` process.
 type replica struct {
 	name string
+	addr string // the admin listener, once it listens
 	cmd  *exec.Cmd
 	logs *syncBuffer
 	done chan struct{}
@@ -255,11 +262,44 @@ func (w *world) start(name string) *replica {
 		_ = r.cmd.Process.Kill()
 		<-r.done
 	})
-	w.replicas[name] = r
 	// Started means listening: a SIGTERM before the binary has set up its
 	// signal handling would kill it by the signal's default action.
-	r.adminAddr(w.t)
+	r.addr = r.adminAddr(w.t)
+	w.mu.Lock()
+	w.replicas[name] = r
+	w.mu.Unlock()
 	return r
+}
+
+// replica returns a replica by name.
+func (w *world) replica(name string) *replica {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.replicas[name]
+}
+
+// all returns every replica started so far.
+func (w *world) all() []*replica {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*replica, 0, len(w.replicas))
+	for _, r := range w.replicas {
+		out = append(out, r)
+	}
+	return out
+}
+
+// liveAddrs are the admin listeners of the replicas that have not exited.
+func (w *world) liveAddrs() []string {
+	var out []string
+	for _, r := range w.all() {
+		select {
+		case <-r.done:
+		default:
+			out = append(out, r.addr)
+		}
+	}
+	return out
 }
 
 func (r *replica) signal(t *testing.T, sig syscall.Signal) {
@@ -289,8 +329,8 @@ func (r *replica) adminAddr(t *testing.T) string {
 }
 
 // metric reads one unlabelled metric of the replica.
-func (r *replica) metric(t *testing.T, name string) (float64, bool) {
-	res, err := http.Get("http://" + r.adminAddr(t) + "/metrics")
+func (r *replica) metric(name string) (float64, bool) {
+	res, err := http.Get("http://" + r.addr + "/metrics")
 	if err != nil {
 		return 0, false
 	}
@@ -319,6 +359,7 @@ type producers struct {
 	rows     []row
 	failures []string
 	txs      int
+	inbox    int // messages the inbox took
 }
 
 func newProducers(w *world) *producers {
@@ -443,6 +484,81 @@ func (p *producers) transaction(rng *rand.Rand, producer, n int) {
 	}
 }
 
+// startInbox starts senders that post to the inbox's HTTP source of a
+// live replica, as a webhook sender would: each sender owns some
+// aggregates and sends their messages one after another, each again (same
+// X-Message-Id) until a replica answers 202 or 200; a message no replica
+// took within a minute is a failure.
+func (p *producers) startInbox(senders, aggregates int, rate float64) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	every := time.Duration(float64(time.Second) * float64(senders) / rate)
+	for i := range senders {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i)+100, uint64(time.Now().UnixNano())))
+			next := map[int]int{}
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-p.stop:
+					return
+				case <-tick.C:
+				}
+				a := i + senders*rng.IntN(max(1, aggregates/senders))
+				next[a]++
+				p.sendInbox(client, rng, fmt.Sprintf("a%03d", a), next[a], fmt.Sprintf("m-%d-%d-%d", i, a, next[a]))
+			}
+		}()
+	}
+}
+
+func (p *producers) sendInbox(client *http.Client, rng *rand.Rand, aggregate string, n int, msgID string) {
+	body := fmt.Sprintf(`{"aggregate":%q,"n":%d}`, aggregate, n)
+	deadline := time.Now().Add(time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		addrs := p.w.liveAddrs()
+		if len(addrs) == 0 {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addrs[rng.IntN(len(addrs))]+"/inbox/faults", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer inbox-token-1")
+		req.Header.Set("X-Message-Id", msgID)
+		req.Header.Set("X-Aggregate", aggregate)
+		req.Header.Set("X-Event", "created")
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusAccepted && res.StatusCode != http.StatusOK {
+			last = fmt.Sprintf("%d %s", res.StatusCode, b)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var a struct{ ID string }
+		if err := json.Unmarshal(b, &a); err != nil || a.ID == "" {
+			last = fmt.Sprintf("%d %s", res.StatusCode, b)
+			continue
+		}
+		p.mu.Lock()
+		p.rows = append(p.rows, row{ID: a.ID, Key: aggregate, Dest: "http", CommittedAt: time.Now(), Inbox: true, N: n})
+		p.inbox++
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Lock()
+	p.failures = append(p.failures, fmt.Sprintf("inbox message %s (aggregate %s) was not taken within a minute: %s", msgID, aggregate, last))
+	p.mu.Unlock()
+}
+
 // pause stops new transactions and waits for those running to end.
 func (p *producers) pause()  { p.gate.Lock() }
 func (p *producers) resume() { p.gate.Unlock() }
@@ -555,10 +671,12 @@ func (w *world) dbNow() time.Time {
 }
 
 // undelivered counts rows created at or before at that are not delivered
-// yet; -1 when the database does not answer.
+// yet, and inbox messages received by then and not yet relayed; -1 when
+// the database does not answer.
 func (w *world) undelivered(at time.Time) int {
 	var n int
-	if err := w.check.QueryRow(w.ctx, `SELECT count(*) FROM public.outbox WHERE created_at <= $1 AND state <> 'delivered'`, at).Scan(&n); err != nil {
+	if err := w.check.QueryRow(w.ctx, `SELECT (SELECT count(*) FROM public.outbox WHERE created_at <= $1 AND state <> 'delivered')
+		+ (SELECT count(*) FROM public.inbox WHERE received_at <= $1 AND state = 'received')`, at).Scan(&n); err != nil {
 		return -1
 	}
 	return n
@@ -604,7 +722,7 @@ func (w *world) stuckRows() string {
 
 // finalStates reads every row's state.
 func (w *world) finalStates() map[string]finalState {
-	rows, err := w.check.Query(w.ctx, `SELECT id::text, state, attempt, coalesce(last_error, '') FROM public.outbox`)
+	rows, err := w.check.Query(w.ctx, `SELECT id::text, state, attempt, coalesce(last_error, ''), sequence FROM public.outbox`)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -613,7 +731,7 @@ func (w *world) finalStates() map[string]finalState {
 	for rows.Next() {
 		var id string
 		var st finalState
-		if err := rows.Scan(&id, &st.State, &st.Attempt, &st.LastError); err != nil {
+		if err := rows.Scan(&id, &st.State, &st.Attempt, &st.LastError, &st.Seq); err != nil {
 			w.t.Fatal(err)
 		}
 		out[id] = st
