@@ -242,7 +242,9 @@ func judge(rows []row, final map[string]finalState, ds []delivery, faults []*fau
 	// Order, per key, in sequence order.
 	keys := map[string][]row{}
 	for _, r := range rows {
-		if r.Key != "" {
+		// A row without a sequence (an inbox message that never reached
+		// the outbox) is reported missing; it has no place in an order.
+		if r.Key != "" && r.Seq != 0 {
 			keys[r.Key] = append(keys[r.Key], r)
 		}
 	}
@@ -316,7 +318,8 @@ func judge(rows []row, final map[string]finalState, ds []delivery, faults []*fau
 // row of its key was accepted.
 func (v *verdict) checkHTTPKey(key string, rs []row, byID map[string][]*delivery, faults []*faultRecord) {
 	var prev *delivery // the latest first acceptance of an earlier row
-	var prevRow row
+	var prevRow row    // the row just before
+	var prevSeq int64  // the sequence of the row prev accepted
 	for _, r := range rs {
 		list := byID[r.ID]
 		if len(list) == 0 {
@@ -332,11 +335,11 @@ func (v *verdict) checkHTTPKey(key string, rs []row, byID map[string][]*delivery
 			v.disorder(faults, first, fmt.Sprintf("key %s: sequence %d sent (request %d from %q) although sequence %d was never accepted", key, r.Seq, first.Request, first.Replica, prevRow.Seq))
 		} else if prev != nil && first.N < prev.DoneN {
 			v.disorder(faults, first, fmt.Sprintf("key %s: sequence %d sent (request %d from %q) before sequence %d was accepted (request %d from %q)",
-				key, r.Seq, first.Request, first.Replica, prevRow.Seq, prev.Request, prev.Replica))
+				key, r.Seq, first.Request, first.Replica, prevSeq, prev.Request, prev.Replica))
 		}
 		if a := firstAccept(list); a != nil {
 			if prev == nil || a.DoneN > prev.DoneN {
-				prev = a
+				prev, prevSeq = a, r.Seq
 			}
 		} else {
 			prev = nil

@@ -270,6 +270,11 @@ func TestFaults(t *testing.T) {
 	}
 	if v.failed() {
 		t.Errorf("the ledger breaks a promise:\n%s", v.problems())
+		for _, r := range rows {
+			if _, ok := final[r.ID]; !ok && r.Inbox {
+				t.Logf("inbox message %d of %s (%s): %s", r.N, r.Key, r.ID, w.inboxRow(r.ID))
+			}
+		}
 	}
 	w.prod.mu.Lock()
 	failures := w.prod.failures

@@ -143,8 +143,11 @@ func (w *world) toxic(p *toxiproxy.Proxy, name, typ, stream string, attrs map[st
 // replica, and the database through the other proxy.
 func (w *world) config(name string) string {
 	var b strings.Builder
+	// synchronous_commit on, PostgreSQL's default, which the test cluster
+	// turns off: the inbox answers 202 once its insert committed, and a
+	// commit that is not durable yet is lost when the server is killed.
 	fmt.Fprintf(&b, `database:
-  url: postgres://postgres@%s/postgres?sslmode=disable
+  url: postgres://postgres@%s/postgres?sslmode=disable&synchronous_commit=on
   maxConnections: 6
 outbox:
   claimTimeoutMs: %d
@@ -740,6 +743,17 @@ func (w *world) finalStates() map[string]finalState {
 		w.t.Fatal(rows.Err())
 	}
 	return out
+}
+
+// inboxRow describes the inbox row of an id, for a failure's report.
+func (w *world) inboxRow(id string) string {
+	var msgID, state string
+	var seq int64
+	err := w.check.QueryRow(w.ctx, `SELECT message_id, state, sequence FROM public.inbox WHERE id = $1`, id).Scan(&msgID, &state, &seq)
+	if err != nil {
+		return "no inbox row: " + err.Error()
+	}
+	return fmt.Sprintf("inbox row of message %s, %s, sequence %d", msgID, state, seq)
 }
 
 // terminate ends the replicas' database sessions from the server's side.
