@@ -24,7 +24,7 @@ routes:
 type badCase struct {
 	name string
 	// yaml is the whole file; when it starts with "+", it is appended to
-	// badBase; "@" adds it to badBase's destinations; "~old~new~" replaces
+	// badBase (but "+database: {...}" joins badBase's database mapping); "@" adds it to badBase's destinations; "~old~new~" replaces
 	// old by new in badBase.
 	yaml string
 	env  map[string]string
@@ -36,6 +36,11 @@ type badCase struct {
 
 func (c badCase) file() string {
 	switch {
+	case strings.HasPrefix(c.yaml, "+database: {"):
+		// The database mapping is given once (a key given twice is a
+		// mistake of its own): the case's keys join badBase's url.
+		return strings.Replace(badBase, "database:\n  url: postgres://queuebox@localhost:5432/app\n",
+			"database: { url: postgres://queuebox@localhost:5432/app, "+strings.TrimPrefix(c.yaml, "+database: {"), 1)
 	case strings.HasPrefix(c.yaml, "+"):
 		return badBase + c.yaml[1:]
 	case strings.HasPrefix(c.yaml, "@"):

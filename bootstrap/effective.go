@@ -134,10 +134,13 @@ func (p *printer) str(path, s string) *yaml.Node {
 	if raw, ok := p.raw[path]; ok && p.secrets.Redact(s) != s {
 		s = raw
 	}
+	s = p.secrets.Redact(s)
 	if isURL {
+		// Last, so that a password already printed as %5BREDACTED%5D
+		// (and redacted above as a secret) prints the same again.
 		s = redactURLPassword(s)
 	}
-	return scalar(p.secrets.Redact(s))
+	return scalar(s)
 }
 
 // redactURLPassword replaces the password of a URL with [REDACTED],

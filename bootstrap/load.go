@@ -82,7 +82,7 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 	d := newDecoder(env, secrets)
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &Error{File: name, Problems: []Problem{{Key: "(file)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+		return nil, &Error{File: name, Problems: []Problem{yamlProblem(err, data)}}
 	}
 	// QUEUEBOX_DATABASE_URL replaces database.url whole: the file's value
 	// is not read, so a variable it uses need not be set.
@@ -202,9 +202,13 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		fields := fieldsOf(v.Type())
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
 			key := join(path, k.Value)
+			if d.twice(seen, k, key) {
+				continue
+			}
 			d.lines[key] = k.Line
 			f, ok := fields[k.Value]
 			if !ok {
@@ -226,9 +230,13 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		if v.IsNil() {
 			v.Set(reflect.MakeMap(v.Type()))
 		}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
 			key := join(path, k.Value)
+			if d.twice(seen, k, key) {
+				continue
+			}
 			d.lines[key] = k.Line
 			ev := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, ev, key)
@@ -297,9 +305,41 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 			node.Tag, node.Style = "", 0 // re-resolve the type of the substituted text
 		}
 	}
+	switch v.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		// YAML would truncate 2.5 to 2; a whole-number key refuses it.
+		if node.ShortTag() == "!!float" {
+			d.add(path, n.Line, "expected a whole number, got %q", node.Value)
+			return
+		}
+	}
 	if err := node.Decode(v.Addr().Interface()); err != nil {
 		d.add(path, n.Line, "%s", scalarError(err, v, node.Value))
 	}
+}
+
+// twice reports a key given a second time in one mapping. YAML parsers
+// differ on which one wins, so neither does: the file is refused.
+func (d *decoder) twice(seen map[string]int, k *yaml.Node, key string) bool {
+	if first, ok := seen[k.Value]; ok {
+		d.add(key, k.Line, "is given twice (first on line %d); keep one", first)
+		return true
+	}
+	seen[k.Value] = k.Line
+	return false
+}
+
+// yamlProblem turns the YAML parser's error into a problem, naming the
+// most common cause in words: a tab in the indentation.
+func yamlProblem(err error, data []byte) Problem {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	for i, line := range strings.Split(string(data), "\n") {
+		indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+		if strings.Contains(indent, "\t") && strings.TrimSpace(line) != "" {
+			return Problem{Key: "(file)", Line: i + 1, Reason: fmt.Sprintf("line %d is indented with a tab; YAML indents with spaces only (%s)", i+1, msg)}
+		}
+	}
+	return Problem{Key: "(file)", Reason: msg}
 }
 
 func scalarError(err error, v reflect.Value, got string) string {

@@ -295,12 +295,38 @@ func (v *validator) httpDestination(key string, d *DestinationConfig, cd *Compil
 	if v.d.present[key+".tls.enabled"] {
 		v.add(key+".tls.enabled", "tls.enabled does not apply to http destinations: the https:// scheme turns TLS on; remove it")
 	}
+	names := make([]string, 0, len(d.Headers))
 	for name := range d.Headers {
-		if name == "" || strings.ContainsAny(name, " :\r\n") {
-			v.add(key+".headers", "%q is not a valid header name", name)
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !isHeaderToken(name) {
+			v.add(key+".headers", "%q is not a valid header name: HTTP allows letters, digits and !#$%%&'*+-.^_`|~ only (X-Api-Key, for example)", name)
+		} else if i := strings.IndexFunc(d.Headers[name], isHeaderControl); i >= 0 {
+			v.add(key+".headers", "the value of %s holds the control character %U at byte %d, which HTTP cannot send; remove it", name, []rune(d.Headers[name][i:])[0], i)
 		}
 	}
 }
+
+// isHeaderToken reports whether s is an HTTP token (RFC 9110 5.6.2), the
+// only characters a header name may hold.
+func isHeaderToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// isHeaderControl reports a character a header value cannot hold: the C0
+// controls except tab, and DEL.
+func isHeaderControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }
 
 var placeholderProbe = regexp.MustCompile(`\{\{[^{}]*\}\}`)
 

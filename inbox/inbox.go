@@ -304,7 +304,12 @@ func CheckJSON(b []byte) error {
 	switch t := bytes.TrimSpace(b); t[0] {
 	case '{', '[':
 	case '"':
-		return reject("the body is a JSON string; send a JSON object or array (if it holds JSON text, send that text itself)")
+		var s string
+		_ = json.Unmarshal(t, &s)
+		if inner := strings.TrimSpace(s); len(inner) > 0 && (inner[0] == '{' || inner[0] == '[') && json.Valid([]byte(inner)) {
+			return reject("the body is a JSON string that holds JSON text: the JSON was encoded twice; send the object itself")
+		}
+		return reject("the body is a JSON string; send a JSON object or array")
 	default:
 		return reject("the body is a JSON %s; send a JSON object or array", jsonKind(t[0]))
 	}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -74,9 +76,15 @@ func runCmd() *cobra.Command {
 		Use:   "run",
 		Short: "Run the relay: claim, deliver, renew, retain",
 		RunE: func(*cobra.Command, []string) error {
+			// The signals are caught from the first moment: a SIGTERM while
+			// the configuration loads must stop the relay cleanly (exit 0),
+			// not kill it by the signal's default action.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				log := bootstrap.NewLogger(l, bootstrap.Stderr)
-				return bootstrap.Run(ctx, l, d, log, bootstrap.RunOptions{Migrate: migrate})
+				return bootstrap.Run(ctx, l, d, log, bootstrap.RunOptions{Migrate: migrate, Signals: sigs})
 			})
 		},
 	}

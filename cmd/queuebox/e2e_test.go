@@ -649,3 +649,36 @@ routes: [ { topicPattern: "#", destination: n } ]
 		t.Fatalf("status names a committed transaction:\n%s", out)
 	}
 }
+
+// A SIGTERM that arrives while the relay is still starting (loading its
+// configuration, opening the pool, migrating) stops it cleanly with exit 0,
+// as an orchestrator expects of a rollout that is cancelled at once.
+func TestSIGTERMWhileStartingExitsZero(t *testing.T) {
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+destinations: { hook: { type: http, url: "http://127.0.0.1:9/hook" } }
+routes: [ { topicPattern: "#", destination: hook } ]
+admin: { listen: "127.0.0.1:0" }
+`, dbURL))
+	for _, after := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond} {
+		relay := exec.Command(binary(t), "run", "--migrate", "--config", cfg)
+		var logs bytes.Buffer
+		relay.Stderr = &logs
+		if err := relay.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(after)
+		_ = relay.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- relay.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("SIGTERM %v after start: %v (want exit 0); its log:\n%s", after, err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = relay.Process.Kill()
+			t.Fatalf("SIGTERM %v after start: still running 30 s later; its log:\n%s", after, logs.String())
+		}
+	}
+}

@@ -107,6 +107,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The owner file keeps the folder from RemoveStale while this process
+	// lives, even when its server is stopped on purpose (a restart test).
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	cred, err := credential(dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -284,6 +290,11 @@ func freePort() (int, error) {
 func RemoveStale(prefix string) {
 	dirs, _ := filepath.Glob(filepath.Join("/tmp", prefix+"*"))
 	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "owner")); err == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 && syscall.Kill(pid, 0) == nil {
+				continue // its test process still runs
+			}
+		}
 		pidFile := filepath.Join(d, "data", "postmaster.pid")
 		b, err := os.ReadFile(pidFile)
 		if err != nil {
