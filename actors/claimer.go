@@ -27,9 +27,11 @@ type (
 		rows      []dialects.Row
 		err       error
 		requested int
-		lease     *lease
-		kind      claimKind
-		took      time.Duration
+		// run is the run length the claim asked for (headPolicy).
+		run   int
+		lease *lease
+		kind  claimKind
+		took  time.Duration
 		// probe is the probe read right before the claim (gated claims).
 		probe *dialects.Probe
 	}
@@ -109,6 +111,7 @@ func newClaimer(c claimer) *claimer {
 	c.keys = map[string]*keyEntry{}
 	c.gated = true
 	c.choice.keyed = 0.5
+	c.heads = newHeadPolicy()
 	c.held = heldBack{writers: c.dialect.OutboxWriters,
 		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
 		flowing: "keyed rows flow again: the transactions they waited for have ended"}
@@ -203,7 +206,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.free -= limit
 	c.claiming++
 	l := &lease{token: uuid.New()}
-	heads := c.heads.next(limit)
+	heads, run := c.heads.next(limit)
 	kind := c.choice.pick()
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
@@ -216,7 +219,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	}
 	c.sawAtClaim, c.settledAtClaim = c.wm.LastSeen(), c.wm.Settled()
 	go func() {
-		res := &claimResult{requested: limit, lease: l, kind: kind}
+		res := &claimResult{requested: limit, run: run, lease: l, kind: kind}
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm != nil {
@@ -315,7 +318,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.ready.Store(true)
 	n := len(m.rows)
 	c.obs.Claimed(n, m.took)
-	c.heads.observe(m.rows, m.requested)
+	c.heads.observe(m.rows, m.requested, m.run)
 	if n > 0 {
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))

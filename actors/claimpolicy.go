@@ -73,19 +73,33 @@ func (c *claimChoice) observe(rows []dialects.Row) {
 // heads. The policy follows the runs claims actually return: a claim whose
 // runs came back nearly as long as it asked doubles run (up to maxRun); one
 // whose runs came back shorter sets run to the length they had.
+//
+// It starts at maxRun: on deep keys the first claims then take whole runs
+// rather than one row of each of many keys (which would leave every key
+// busy with a short run, and replicas taking turns on the same keys); on
+// shallow keys or unkeyed rows the first claim comes back short and the
+// next one asks for many heads.
 type headPolicy struct {
 	run int
 }
 
 const maxRun = 128
 
-func (h *headPolicy) next(limit int) int {
-	return max(1, limit/max(h.run, 1))
+func newHeadPolicy() headPolicy { return headPolicy{run: maxRun} }
+
+// next returns the heads for a claim of limit rows, and the run it aims for
+// (which observe needs back: claims overlap, and each is judged by what it
+// asked).
+func (h *headPolicy) next(limit int) (heads, run int) {
+	run = max(h.run, 1)
+	return max(1, limit/run), run
 }
 
-func (h *headPolicy) observe(rows []dialects.Row, requested int) {
-	if h.run < 1 {
-		h.run = 1
+// observe learns from the rows of a claim that aimed for runs of asked.
+// A claim that returned nothing teaches nothing: every key was busy.
+func (h *headPolicy) observe(rows []dialects.Row, requested, asked int) {
+	if len(rows) == 0 {
+		return
 	}
 	keyed, keys := 0, 0
 	for i := range rows {
@@ -100,8 +114,10 @@ func (h *headPolicy) observe(rows []dialects.Row, requested int) {
 	switch {
 	case keyed*2 <= len(rows) || keys == 0:
 		h.run = 1
-	case keyed >= keys*h.run*9/10:
-		h.run = min(h.run*2, maxRun, max(requested, 1))
+	case keyed >= keys*asked*9/10:
+		// As long as asked: longer may fit. Another claim may have raised
+		// run meanwhile; it is not lowered for that.
+		h.run = max(h.run, min(asked*2, maxRun, max(requested, 1)))
 	default:
 		h.run = max(keyed/keys, 1)
 	}
