@@ -1,0 +1,68 @@
+package actors
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// runs returns keys runs of n rows each, sorted by key as claims return them.
+func runs(keys, n int) []dialects.Row {
+	var out []dialects.Row
+	for k := range keys {
+		for i := range n {
+			out = append(out, dialects.Row{Key: fmt.Sprintf("k%04d", k), Sequence: int64(i)})
+		}
+	}
+	return out
+}
+
+// On deep keys the first claim already asks for long runs.
+func TestHeadPolicyStartsWithLongRuns(t *testing.T) {
+	h := newHeadPolicy()
+	if heads, run := h.next(500); run != maxRun || heads != 500/maxRun {
+		t.Fatalf("first claim: %d heads for runs of %d; want runs of %d", heads, run, maxRun)
+	}
+}
+
+// Two claims in flight at once: the one that asked for shorter runs and got
+// them must not pull the run back down below what the other raised it to.
+func TestHeadPolicyOverlappingClaimsDoNotShrinkTheRun(t *testing.T) {
+	h := headPolicy{run: 8}
+	_, askedA := h.next(500) // claim A asks for runs of 8
+	_, askedB := h.next(500) // claim B too, while A runs
+	h.observe(runs(62, 8), 500, askedA)
+	if h.run != 16 {
+		t.Fatalf("after A's full runs: run %d, want 16", h.run)
+	}
+	h.observe(runs(62, 8), 500, askedB) // B's runs were as long as B asked
+	if h.run != 16 {
+		t.Fatalf("after B's full runs of the old length: run %d, want 16 (a claim is judged by what it asked)", h.run)
+	}
+}
+
+// A claim that came back empty (every key busy) leaves the run alone; runs
+// shorter than asked set it to their length; unkeyed rows set it to one.
+func TestHeadPolicyLearnsFromWhatClaimsReturn(t *testing.T) {
+	h := headPolicy{run: 64}
+	h.observe(nil, 500, 64)
+	if h.run != 64 {
+		t.Fatalf("an empty claim changed the run to %d", h.run)
+	}
+	h.observe(runs(7, 10), 500, 64)
+	if h.run != 10 {
+		t.Fatalf("runs of 10 when 64 were asked: run %d, want 10", h.run)
+	}
+	h.observe(make([]dialects.Row, 300), 500, 10)
+	if h.run != 1 {
+		t.Fatalf("unkeyed rows: run %d, want 1", h.run)
+	}
+	for range 10 {
+		_, asked := h.next(500)
+		h.observe(runs(500/asked, asked), 500, asked)
+	}
+	if h.run != maxRun {
+		t.Fatalf("full runs every time: run %d, want it to grow to %d", h.run, maxRun)
+	}
+}
