@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -60,7 +61,9 @@ type Snapshot struct {
 
 // Sampler reads the outbox table on an interval for the page, /api/stats
 // and the row gauges, so that any number of viewers costs the database
-// nothing more.
+// nothing more. It counts only while someone reads what it counts (the page,
+// the API, a /metrics scrape): a replica nobody watches costs the database
+// no count at all, however many replicas run.
 type Sampler struct {
 	d       dialects.Dialect
 	m       *Metrics
@@ -69,6 +72,12 @@ type Sampler struct {
 	min     time.Duration
 	fast    time.Duration
 	kick    chan struct{}
+
+	// demanded is when a reader last asked (unix ns); counted is closed
+	// once the first count has been tried.
+	demanded    atomic.Int64
+	counted     chan struct{}
+	countedOnce sync.Once
 
 	mu      sync.Mutex
 	snap    Snapshot
@@ -80,7 +89,7 @@ func newSampler(d dialects.Dialect, m *Metrics, routeOf RouteOf, log *slog.Logge
 		minInterval = DefaultCountInterval
 	}
 	return &Sampler{d: d, m: m, routeOf: routeOf, log: log, min: minInterval, fast: min(FastInterval, minInterval),
-		kick: make(chan struct{}, 1), snap: Snapshot{Rows: zeroRows(), Topics: map[string]map[string]int64{},
+		kick: make(chan struct{}, 1), counted: make(chan struct{}), snap: Snapshot{Rows: zeroRows(), Topics: map[string]map[string]int64{},
 			Dead: DeadGroups{Window: DeadGroupWindow, Groups: []DeadGroup{}}, Blocked: []dialects.BlockedKey{}, Writers: []Writer{}}}
 }
 
@@ -94,9 +103,35 @@ func zeroRows() map[string]int64 {
 
 // Kick asks for a count now (after a replay, so that the page shows it).
 func (s *Sampler) Kick() {
+	s.demanded.Store(time.Now().UnixNano())
 	select {
 	case s.kick <- struct{}{}:
 	default:
+	}
+}
+
+// FirstCountWait bounds how long a reader waits for the first count of a
+// replica nobody has watched before.
+const FirstCountWait = 3 * time.Second
+
+// Demand tells the sampler that a reader wants the counts: it counts now if
+// its last count is older than its interval (the reader gets the values at
+// hand), and the first reader waits for the first count (at most
+// FirstCountWait), so that it does not read zeros.
+func (s *Sampler) Demand(ctx context.Context) {
+	s.demanded.Store(time.Now().UnixNano())
+	s.mu.Lock()
+	stale := s.snap.CountedAt.IsZero() || time.Since(s.snap.CountedAt) > s.snap.CountInterval
+	s.mu.Unlock()
+	if stale {
+		s.Kick()
+	}
+	t := time.NewTimer(FirstCountWait)
+	defer t.Stop()
+	select {
+	case <-s.counted:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
@@ -110,15 +145,24 @@ func (s *Sampler) Snapshot() Snapshot {
 // Run samples until ctx ends.
 func (s *Sampler) Run(ctx context.Context) {
 	var nextCount time.Time
+	var lastCount int64 // unix ns; 0 before the first count
 	for ctx.Err() == nil {
 		// The cheap reads first: a count comes with a pending summary at
 		// least as new.
 		s.cheap(ctx)
-		if !time.Now().Before(nextCount) {
+		// A count is due by the interval, and wanted if a reader asked
+		// since the last one.
+		wanted := s.demanded.Load() > lastCount
+		if wanted && !time.Now().Before(nextCount) {
+			lastCount = time.Now().UnixNano()
 			interval := s.count(ctx)
 			nextCount = time.Now().Add(interval)
+			s.countedOnce.Do(func() { close(s.counted) })
 		}
-		wait := min(s.fast, time.Until(nextCount))
+		wait := s.fast
+		if wanted {
+			wait = min(wait, time.Until(nextCount))
+		}
 		t := time.NewTimer(max(wait, 0))
 		select {
 		case <-ctx.Done():

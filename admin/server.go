@@ -104,7 +104,11 @@ func (s *Server) routes() {
 		fmt.Fprintln(w, "ok")
 	})
 	m.Handle("GET /readyz", s.auth(http.HandlerFunc(s.readyz)))
-	m.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.o.Metrics.Registry(), promhttp.HandlerOpts{ErrorLog: slogPrinter{s.o.Log}})))
+	metrics := promhttp.HandlerFor(s.o.Metrics.Registry(), promhttp.HandlerOpts{ErrorLog: slogPrinter{s.o.Log}})
+	m.Handle("GET /metrics", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.sampler.Demand(r.Context())
+		metrics.ServeHTTP(w, r)
+	})))
 	m.Handle("GET /api/stats", s.auth(http.HandlerFunc(s.stats)))
 	m.Handle("GET /api/rows", s.auth(http.HandlerFunc(s.rows)))
 	m.Handle("POST /api/replay", s.auth(http.HandlerFunc(s.replay)))
@@ -326,6 +330,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	if !s.noParams(w, r) {
 		return
 	}
+	s.sampler.Demand(r.Context())
 	snap := s.sampler.Snapshot()
 	v := StatsView{Version: s.o.Version, Rows: map[string]int64{}, OtherStates: map[string]int64{},
 		CountSeconds: snap.CountTook.Seconds(), CountEverySeconds: snap.CountInterval.Seconds(),
@@ -503,6 +508,7 @@ func (s *Server) deadGroups(w http.ResponseWriter, r *http.Request) {
 	if !s.noParams(w, r) {
 		return
 	}
+	s.sampler.Demand(r.Context())
 	snap := s.sampler.Snapshot()
 	v := DeadGroupsView{DeadGroups: snap.Dead}
 	if !snap.CountedAt.IsZero() {
@@ -540,6 +546,7 @@ func (s *Server) blockedKeys(w http.ResponseWriter, r *http.Request) {
 	if !s.noParams(w, r) {
 		return
 	}
+	s.sampler.Demand(r.Context())
 	snap := s.sampler.Snapshot()
 	v := BlockedKeysView{Scanned: BlockedKeysScan, BehindCap: dialects.BehindCap, Keys: []BlockedKeyView{}}
 	if !snap.CountedAt.IsZero() {

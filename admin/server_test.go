@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,5 +470,44 @@ func TestCursorRoundTrip(t *testing.T) {
 		if _, err := DecodeCursor(bad); err == nil {
 			t.Errorf("DecodeCursor(%q) accepted", bad)
 		}
+	}
+}
+
+// countingDialect counts the whole-table counts the sampler makes.
+type countingDialect struct {
+	dialects.Dialect
+	n atomic.Int64
+}
+
+func (c *countingDialect) OutboxCountByTopic(ctx context.Context) ([]dialects.TopicCount, error) {
+	c.n.Add(1)
+	return c.Dialect.OutboxCountByTopic(ctx)
+}
+
+// A replica whose admin listener nobody reads never counts the table (with
+// many replicas, each would pay a full scan on its interval); the first
+// scrape waits for a count and gets real figures, and counting stops again
+// when the scrapes stop.
+func TestTheTableIsCountedOnlyWhileSomeoneReads(t *testing.T) {
+	t.Parallel()
+	d := &countingDialect{Dialect: outbox(t)}
+	_, hs := server(t, d, "")
+	time.Sleep(400 * time.Millisecond) // eight count intervals
+	if n := d.n.Load(); n != 0 {
+		t.Fatalf("%d counts with nobody reading", n)
+	}
+	a := call(t, hs, "GET", "/metrics", "")
+	expect(t, a, 200, `queuebox_rows{state="dead"} 3`, `queuebox_rows{state="pending"} 1`)
+	for range 10 {
+		call(t, hs, "GET", "/metrics", "")
+		time.Sleep(60 * time.Millisecond)
+	}
+	read := d.n.Load()
+	if read < 3 {
+		t.Fatalf("%d counts while /metrics was scraped every 60 ms with a 50 ms interval; want several", read)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if n := d.n.Load(); n > read+1 {
+		t.Fatalf("%d counts after the reads stopped (%d before)", n, read)
 	}
 }
