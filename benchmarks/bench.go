@@ -103,6 +103,8 @@ func Scenarios() []Scenario {
 		{"backlog", "drain a backlog ten times as deep, 1,000 keys", runBacklog},
 		{"replicas", "one relay process against three", runReplicas},
 		{"mailbox", "drain over 1,000 keys with every mailbox at 1, 16, 256, 4096 and unbounded", runMailbox},
+		{"batch", "drain over 1,000 keys with claims of 100, 500 and 2,000 rows", runBatch},
+		{"in-flight", "drain over 1,000 keys with 1,000, 10,000 and 50,000 rows in flight at most", runInFlight},
 		{"http", "drain to the built-in HTTP receiver, unkeyed and over 1,000 keys", runHTTP},
 		{"inbox-http", "messages accepted per second by an HTTP inbox source, 8 clients", runInboxHTTP},
 	}
@@ -153,7 +155,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 		for _, s := range slices.Clone(selected) {
 			switch s.Name {
-			case "drain-keys", "hot-keys", "one-key", "mailbox":
+			case "drain-keys", "hot-keys", "one-key", "mailbox", "batch", "in-flight":
 				need("drain")
 				need("raw")
 			case "drain":
@@ -233,7 +235,7 @@ func ratios(rs []Result) {
 	for i := range rs {
 		r := &rs[i]
 		switch r.Scenario {
-		case "drain", "drain-keys", "hot-keys", "one-key", "mailbox":
+		case "drain", "drain-keys", "hot-keys", "one-key", "mailbox", "batch", "in-flight":
 			if raw != nil && raw.RowsPerSec > 0 {
 				r.RatioToRaw = ptr(r.RowsPerSec / raw.RowsPerSec)
 			}

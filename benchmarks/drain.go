@@ -112,6 +112,40 @@ func runMailbox(ctx context.Context, e *env) ([]Result, error) {
 	return out, nil
 }
 
+// runBatch drains over 1,000 keys with claims of 100, 500 (the default) and
+// 2,000 rows.
+func runBatch(ctx context.Context, e *env) ([]Result, error) {
+	var out []Result
+	for _, size := range []int{100, 500, 2000} {
+		r, err := e.drain(ctx, "batch", e.o.Rows, 1000, func(c *bootstrap.Config) {
+			c.Outbox.BatchSize = size
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.Variant = fmt.Sprintf("batchSize=%d", size)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// runInFlight drains over 1,000 keys with at most 1,000, 10,000 (the
+// default) and 50,000 rows in flight.
+func runInFlight(ctx context.Context, e *env) ([]Result, error) {
+	var out []Result
+	for _, n := range []int{1000, 10000, 50000} {
+		r, err := e.drain(ctx, "in-flight", e.o.Rows, 1000, func(c *bootstrap.Config) {
+			c.Outbox.MaxInFlight = n
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.Variant = fmt.Sprintf("maxInFlight=%d", n)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // runHTTP drains to a local HTTP receiver that accepts every request at
 // once: the cost of real requests, without a slow receiver.
 func runHTTP(ctx context.Context, e *env) ([]Result, error) {
