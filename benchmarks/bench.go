@@ -195,7 +195,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	ratios(results)
 	printTable(o.Out, results, e.conditions())
 	if e.plan != "" {
-		fmt.Fprintf(o.Out, "\nThe claim's plan on the backlog table (%d rows, run and rolled back):\n%s\n", 10*o.Rows, e.plan)
+		fmt.Fprintf(o.Out, "\nThe claims' plans on the backlog table (%d rows, 1,000 keys; each run and rolled back):\n%s\n", 10*o.Rows, e.plan)
 	}
 	if o.JSON != "" {
 		b, err := json.MarshalIndent(results, "", "  ")

@@ -269,29 +269,38 @@ func mailboxes(c *bootstrap.Config) string {
 	return "default"
 }
 
-// explainClaim records the claim's plan on the seeded table, run and rolled
-// back, for the table's notes.
+// explainClaim records the plans of both claims on the seeded table, each
+// run and rolled back, for the table's notes: by key (what the engine runs
+// on a keyed backlog) and in schedule order.
 func (e *env) explainClaim(ctx context.Context, d *postgres.Dialect) {
 	q, err := postgres.Queries(d.Names())
 	if err != nil {
 		return
 	}
+	batch := bootstrap.Defaults().Outbox.BatchSize
+	var out []string
+	for _, c := range []struct{ name, sql string }{{"by key", q.OutboxClaimByKey}, {"in schedule order", q.OutboxClaim}} {
+		plan, err := explain(ctx, d, c.sql, batch, int64(30000), uuid.New(), batch/128, int64(1<<62), []int64{}, []int64{}, "")
+		if err != nil {
+			plan = "EXPLAIN failed: " + err.Error()
+		}
+		out = append(out, "-- "+c.name+":\n"+plan)
+	}
+	e.plan = strings.Join(out, "\n\n")
+}
+
+// explain runs a statement under EXPLAIN ANALYZE in a transaction it rolls
+// back, and returns the plan.
+func explain(ctx context.Context, d *postgres.Dialect, sql string, args ...any) (string, error) {
 	tx, err := d.Pool().Begin(ctx)
 	if err != nil {
-		return
+		return "", err
 	}
 	defer tx.Rollback(ctx)
-	batch := bootstrap.Defaults().Outbox.BatchSize
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+q.OutboxClaim,
-		batch, int64(30000), uuid.New(), batch, int64(1<<62), []int64{}, []int64{}, "")
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+sql, args...)
 	if err != nil {
-		e.plan = "EXPLAIN failed: " + err.Error()
-		return
+		return "", err
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		e.plan = "EXPLAIN failed: " + err.Error()
-		return
-	}
-	e.plan = strings.Join(lines, "\n")
+	return strings.Join(lines, "\n"), err
 }
