@@ -114,18 +114,29 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	total := keys * perKey
+	// Polled with one probe of the partial index the claim reads: a count
+	// of the delivered rows every 100 ms would scan a growing range and take
+	// a share of the database from the drain it times.
 	for {
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM public.outbox WHERE state = 'delivered'").Scan(&n); err != nil {
+		var open bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM public.outbox WHERE state IN ('pending', 'processing'))").Scan(&open); err != nil {
 			b.Fatal(err)
 		}
-		if n == total {
+		if !open {
 			break
 		}
 		if time.Since(start) > 15*time.Minute {
-			b.Fatalf("%d of %d delivered after 15 minutes:\n%s", n, total, stderr.String())
+			b.Fatalf("rows still open after 15 minutes:\n%s", stderr.String())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
-	return float64(total) / time.Since(start).Seconds()
+	rate := float64(total) / time.Since(start).Seconds()
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM public.outbox WHERE state = 'delivered'").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	if n != total {
+		b.Fatalf("%d of %d rows delivered (the others went dead):\n%s", n, total, stderr.String())
+	}
+	return rate
 }
