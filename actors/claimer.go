@@ -102,6 +102,11 @@ type claimer struct {
 	// that sees more claims again.
 	sawAtClaim, settledAtClaim int64
 	held                       heldBack
+	// pace is the clock of probeTick: idle (see idleAfter) once nothing
+	// has arrived, settled or been claimed for a while and no row is in
+	// flight. lastNews is when something last did.
+	pace     *pace
+	lastNews time.Time
 }
 
 // newClaimer takes a claimer with its collaborators filled in and sets its
@@ -125,6 +130,7 @@ func (c *claimer) threshold() int {
 func (c *claimer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		c.lastNews = time.Now()
 		c.maybeClaim(ctx)
 	case *claimTick:
 		c.maybeClaim(ctx)
@@ -252,6 +258,7 @@ func (c *claimer) probe(ctx actor.Context) {
 	}
 	c.probing = true
 	root, self, dialect, bg := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg
+	c.stats.Probes.Add(1)
 	go func() {
 		qctx, cancel := context.WithTimeout(bg, time.Second)
 		p, err := dialect.OutboxProbe(qctx)
@@ -270,8 +277,16 @@ func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 	c.wm.Observe(m.probe, now)
 	c.held.check(ctx, c.bg, &c.wm, c.log, now)
 	if c.wm.LastSeen() > c.sawAtClaim || c.wm.Settled() > c.settledAtClaim {
+		c.lastNews = now
 		c.maybeClaim(ctx)
 	}
+	c.repace(now)
+}
+
+// repace sets the probe clock: idle once nothing happened for idleAfter
+// and no row is in flight (outcomes make the next rows of their keys heads).
+func (c *claimer) repace(now time.Time) {
+	c.pace.set(c.free == c.maxInFlight && now.Sub(c.lastNews) > idleAfter)
 }
 
 // gateFailed handles a probe the database refused for good: without the
@@ -320,6 +335,8 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.obs.Claimed(n, m.took)
 	c.heads.observe(m.rows, m.requested, m.run)
 	if n > 0 {
+		c.lastNews = time.Now()
+		c.pace.set(false)
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
 		c.dispatch(ctx, m.rows, m.lease)

@@ -19,8 +19,9 @@ type Stats struct {
 	InFlight                                                atomic.Int64
 	// KeyActors is how many key actors are alive.
 	KeyActors atomic.Int64
-	// ClaimStatements and CompleteStatements count round trips.
-	ClaimStatements, CompleteStatements atomic.Int64
+	// ClaimStatements and CompleteStatements count round trips; Probes the
+	// probes of an idle claimer (a claim probes too, uncounted).
+	ClaimStatements, CompleteStatements, Probes atomic.Int64
 	// ClaimTime and CompleteTime add up the statements' durations.
 	ClaimTime, CompleteTime atomic.Int64
 	// Claims counts the claims of each kind (plain, windowed, by key): how

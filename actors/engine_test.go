@@ -467,3 +467,34 @@ func TestStopDrains(t *testing.T) {
 		t.Fatalf("the observer heard %d rows released; the engine released %d (and must have released some)", rec.released, n)
 	}
 }
+
+// An idle replica probes every idleProbe (25 ms) instead of every probe
+// interval (2 ms) once nothing has happened for a second; a row that
+// arrives then is delivered within that, and the probes speed up again.
+func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	e := h.start()
+	probesIn := func(d time.Duration) int64 {
+		p0 := e.Stats.Probes.Load()
+		time.Sleep(d)
+		return e.Stats.Probes.Load() - p0
+	}
+	time.Sleep(1500 * time.Millisecond) // idle for longer than a second
+	if n := probesIn(time.Second); n > 60 || n == 0 {
+		t.Fatalf("an idle replica probed %d times in a second; want about 40 (every 25 ms)", n)
+	}
+	h.insert(rows(1, 1, 0, func(int) int { return 0 }))
+	at := time.Now()
+	for recv.Delivered() == 0 {
+		if time.Since(at) > 2*time.Second {
+			t.Fatal("a row that arrived at an idle replica was not delivered within 2 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := probesIn(400 * time.Millisecond); n < 60 {
+		t.Fatalf("after a row arrived the replica probed %d times in 400 ms; want about 200 (every 2 ms)", n)
+	}
+}

@@ -74,19 +74,13 @@ type inboxRelay struct {
 	failures          int
 	retryAt           time.Time
 	held              heldBack
+	// pace is the clock of relayTick: idle (see idleAfter) once the inbox
+	// has not moved for a while.
+	pace *pace
 	// lastMove is when a probe last saw the inbox sequence move or a relay
 	// moved rows; lastProbe when the last probe ran (see idleProbe).
 	lastMove, lastProbe time.Time
 }
-
-// An inbox that has not moved for idleAfter is probed every idleProbe
-// rather than at every tick: many replicas never receive a message, and a
-// probe every 2 ms would double what an idle replica costs the database.
-// The first message after a quiet spell waits up to idleProbe longer.
-const (
-	idleAfter = time.Second
-	idleProbe = 25 * time.Millisecond
-)
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
 	r.gated = true
@@ -114,6 +108,7 @@ func (r *inboxRelay) Receive(ctx actor.Context) {
 // run starts one probe-and-relay in a goroutine unless one runs already.
 func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	now := time.Now()
+	r.repace(now)
 	if r.busy || now.Before(r.retryAt) {
 		return
 	}
@@ -159,9 +154,16 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	}()
 }
 
+// repace sets the relay's clock: idle once the inbox has not moved for
+// idleAfter and no batch asks to go on.
+func (r *inboxRelay) repace(now time.Time) {
+	r.pace.set(!r.again && now.Sub(r.lastMove) > idleAfter)
+}
+
 func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	r.busy = false
 	now := time.Now()
+	defer func() { r.repace(now) }()
 	if m.probe != nil {
 		if m.probe.Last > r.wm.LastSeen() {
 			r.lastMove = now

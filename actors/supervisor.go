@@ -92,12 +92,14 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)
 	})
+	probePace := newPace(o.ProbeInterval)
 	claimerPID := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
 		return newClaimer(claimer{
 			dialect: o.Dialect, batchSize: o.BatchSize, maxInFlight: o.MaxInFlight, leaseLength: o.Lease,
 			pool: poolPID, leaseKeeper: leaseKeeperPID,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
+			pace: probePace,
 		})
 	})
 	if err != nil {
@@ -115,19 +117,20 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	// The clocks: ticks only ever send, so no mailbox waits on them.
 	root := c.ActorSystem().Root
 	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
-	s.bg.every(o.ProbeInterval, func() { root.Send(claimerPID, &probeTick{}) })
+	s.bg.everyPaced(probePace, func() { root.Send(claimerPID, &probeTick{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
 	if o.Inbox.Enabled {
 		// The inbox relay sends only to itself and wakes the claimer; its
 		// mailbox holds ticks, which it handles at once.
+		relayPace := newPace(o.ProbeInterval)
 		relayPID := spawn("inbox-relay", actor.Unbounded(), func() actor.Actor {
 			return newInboxRelay(inboxRelay{dialect: o.Dialect, batchSize: o.Inbox.BatchSize, maxAttempts: o.Inbox.MaxAttempts,
-				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log})
+				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log, pace: relayPace})
 		})
 		if err != nil {
 			return &children{err: err}
 		}
-		s.bg.every(o.ProbeInterval, func() { root.Send(relayPID, &relayTick{}) })
+		s.bg.everyPaced(relayPace, func() { root.Send(relayPID, &relayTick{}) })
 		s.bg.every(o.PollInterval, func() { root.Send(relayPID, &relayPoll{}) })
 	}
 	return kids
