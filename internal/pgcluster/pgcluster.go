@@ -285,13 +285,19 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// alive tells whether a process runs: EPERM means it does, as another user.
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
 // RemoveStale removes folders of earlier clusters with this prefix whose
 // server is no longer running (a parent that was killed could not clean up).
 func RemoveStale(prefix string) {
 	dirs, _ := filepath.Glob(filepath.Join("/tmp", prefix+"*"))
 	for _, d := range dirs {
 		if b, err := os.ReadFile(filepath.Join(d, "owner")); err == nil {
-			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 && syscall.Kill(pid, 0) == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 && alive(pid) {
 				continue // its test process still runs
 			}
 		}
@@ -305,7 +311,7 @@ func RemoveStale(prefix string) {
 			continue
 		}
 		pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-		if pid > 0 && syscall.Kill(pid, 0) == nil {
+		if pid > 0 && alive(pid) {
 			continue
 		}
 		_ = os.RemoveAll(d)
