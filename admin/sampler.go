@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -71,11 +72,21 @@ type Sampler struct {
 	log     *slog.Logger
 	min     time.Duration
 	fast    time.Duration
-	kick    chan struct{}
+	wake    chan struct{} // wakes Run for a count (Kick, Demand)
 
-	// demanded is when a reader last asked (unix ns); counted is closed
-	// once the first count has been tried.
-	demanded    atomic.Int64
+	// The schedule runs on the monotonic clock, as durations since start,
+	// so that a step of the wall clock neither stops nor hurries counting;
+	// wall gives the snapshot's times.
+	start time.Time
+	wall  func() time.Time
+
+	// demanded counts the reads that asked for the counts (Run counts when
+	// it has grown since the last count began); forced is set by Kick; due
+	// is when (since start, in ns) the next count may begin, MaxInt64 while
+	// one runs. counted is closed once the first count has been tried.
+	demanded    atomic.Uint64
+	forced      atomic.Bool
+	due         atomic.Int64
 	counted     chan struct{}
 	countedOnce sync.Once
 
@@ -89,7 +100,7 @@ func newSampler(d dialects.Dialect, m *Metrics, routeOf RouteOf, log *slog.Logge
 		minInterval = DefaultCountInterval
 	}
 	return &Sampler{d: d, m: m, routeOf: routeOf, log: log, min: minInterval, fast: min(FastInterval, minInterval),
-		kick: make(chan struct{}, 1), counted: make(chan struct{}), snap: Snapshot{Rows: zeroRows(), Topics: map[string]map[string]int64{},
+		wake: make(chan struct{}, 1), start: time.Now(), wall: time.Now, counted: make(chan struct{}), snap: Snapshot{Rows: zeroRows(), Topics: map[string]map[string]int64{},
 			Dead: DeadGroups{Window: DeadGroupWindow, Groups: []DeadGroup{}}, Blocked: []dialects.BlockedKey{}, Writers: []Writer{}}}
 }
 
@@ -101,30 +112,38 @@ func zeroRows() map[string]int64 {
 	return rows
 }
 
-// Kick asks for a count now (after a replay, so that the page shows it).
+// Kick asks for a count now, whatever the interval (after a replay, so
+// that the page shows it): if a count is running, another follows it.
 func (s *Sampler) Kick() {
-	s.demanded.Store(time.Now().UnixNano())
+	s.demanded.Add(1)
+	s.forced.Store(true)
+	s.wakeRun()
+}
+
+func (s *Sampler) wakeRun() {
 	select {
-	case s.kick <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
+
+// since reads the monotonic clock of the schedule.
+func (s *Sampler) since() time.Duration { return time.Since(s.start) }
 
 // FirstCountWait bounds how long a reader waits for the first count of a
 // replica nobody has watched before.
 const FirstCountWait = 3 * time.Second
 
 // Demand tells the sampler that a reader wants the counts: it counts now if
-// its last count is older than its interval (the reader gets the values at
-// hand), and the first reader waits for the first count (at most
+// its last attempt began more than its interval ago (the minimum interval
+// after a failed one), and otherwise when the interval ends; a count that is
+// running serves the reads that arrive meanwhile. The reader gets the values
+// at hand; the first reader waits for the first count (at most
 // FirstCountWait), so that it does not read zeros.
 func (s *Sampler) Demand(ctx context.Context) {
-	s.demanded.Store(time.Now().UnixNano())
-	s.mu.Lock()
-	stale := s.snap.CountedAt.IsZero() || time.Since(s.snap.CountedAt) > s.snap.CountInterval
-	s.mu.Unlock()
-	if stale {
-		s.Kick()
+	s.demanded.Add(1)
+	if s.since() >= time.Duration(s.due.Load()) {
+		s.wakeRun()
 	}
 	t := time.NewTimer(FirstCountWait)
 	defer t.Stop()
@@ -144,34 +163,44 @@ func (s *Sampler) Snapshot() Snapshot {
 
 // Run samples until ctx ends.
 func (s *Sampler) Run(ctx context.Context) {
-	var nextCount time.Time
-	var lastCount int64 // unix ns; 0 before the first count
+	// Times on the schedule's monotonic clock (since s.start).
+	var nextCount, nextCheap time.Duration
+	var served uint64 // the demands the last count began after
 	for ctx.Err() == nil {
+		// A count is wanted if a reader asked since the last one began,
+		// and due once its interval has passed; Kick forces one.
+		forced := s.forced.Swap(false)
+		wanted := forced || s.demanded.Load() > served
+		count := forced || wanted && s.since() >= nextCount
 		// The cheap reads first: a count comes with a pending summary at
 		// least as new.
-		s.cheap(ctx)
-		// A count is due by the interval, and wanted if a reader asked
-		// since the last one.
-		wanted := s.demanded.Load() > lastCount
-		if wanted && !time.Now().Before(nextCount) {
-			lastCount = time.Now().UnixNano()
-			interval := s.count(ctx)
-			nextCount = time.Now().Add(interval)
+		if count || s.since() >= nextCheap {
+			s.cheap(ctx)
+			nextCheap = s.since() + s.fast
+		}
+		if count {
+			// The reads that arrive while it runs are served by it: they
+			// neither wake Run nor count as wanting the next one.
+			s.due.Store(math.MaxInt64)
+			interval := s.count(ctx) // the minimum interval after a failure
+			served = s.demanded.Load()
+			nextCount = s.since() + interval
+			s.due.Store(int64(nextCount))
 			s.countedOnce.Do(func() { close(s.counted) })
+			wanted = false
 		}
-		wait := s.fast
+		wait := nextCheap
 		if wanted {
-			wait = min(wait, time.Until(nextCount))
+			wait = min(wait, nextCount)
 		}
-		t := time.NewTimer(max(wait, 0))
+		t := time.NewTimer(max(wait-s.since(), 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
-		case <-s.kick:
+		case <-s.wake:
 			t.Stop()
-			nextCount = time.Time{}
 		}
 	}
 }
@@ -210,7 +239,7 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 	}
 	s.m.setRows(rows, took)
 	s.mu.Lock()
-	s.snap.CountedAt, s.snap.CountTook, s.snap.CountInterval = time.Now(), took, interval
+	s.snap.CountedAt, s.snap.CountTook, s.snap.CountInterval = s.wall(), took, interval
 	s.snap.Rows, s.snap.Topics, s.snap.Dead, s.snap.Blocked = rows, topics, dead, blocked
 	s.mu.Unlock()
 	s.worked()
@@ -227,7 +256,7 @@ func (s *Sampler) cheap(ctx context.Context) {
 	s.m.setOldestDue(p.OldestDue)
 	writers, werr := heldBackBy(ctx, s.d)
 	s.mu.Lock()
-	s.snap.PendingAt, s.snap.Pending = time.Now(), p
+	s.snap.PendingAt, s.snap.Pending = s.wall(), p
 	s.snap.Writers, s.snap.WritersErr = writers, ""
 	if werr != nil {
 		s.snap.WritersErr = werr.Error()
@@ -241,7 +270,7 @@ func (s *Sampler) failed(ctx context.Context, what string, err error) {
 		return
 	}
 	s.mu.Lock()
-	s.snap.Err, s.snap.ErrAt = what+": "+err.Error(), time.Now()
+	s.snap.Err, s.snap.ErrAt = what+": "+err.Error(), s.wall()
 	first := !s.failing
 	s.failing = true
 	s.mu.Unlock()

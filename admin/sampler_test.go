@@ -1,0 +1,178 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// fakeCounts is a database for the sampler's schedule: it counts the count
+// attempts, can hold a count until released, and can fail. (The counts
+// themselves against PostgreSQL are tested in server_test.go.)
+type fakeCounts struct {
+	dialects.Dialect // nil: only what the sampler calls is implemented
+
+	counts  atomic.Int64
+	fail    atomic.Bool
+	hold    atomic.Bool   // a count started while set waits for release
+	release chan struct{} // closed (or sent on) to end a held count
+}
+
+var errDown = errors.New("connection refused")
+
+func (f *fakeCounts) OutboxPending(context.Context) (dialects.PendingSummary, error) {
+	if f.fail.Load() {
+		return dialects.PendingSummary{}, errDown
+	}
+	return dialects.PendingSummary{}, nil
+}
+
+func (f *fakeCounts) OutboxWriters(context.Context) ([]dialects.Writer, error) { return nil, nil }
+
+func (f *fakeCounts) OutboxCountByTopic(ctx context.Context) ([]dialects.TopicCount, error) {
+	f.counts.Add(1)
+	if f.hold.Load() {
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+		}
+	}
+	if f.fail.Load() {
+		return nil, errDown
+	}
+	return []dialects.TopicCount{{Topic: "t", State: dialects.Pending, Rows: 1}}, nil
+}
+
+func (f *fakeCounts) OutboxDeadGroups(context.Context, int) ([]dialects.DeadGroup, error) {
+	return nil, nil
+}
+
+func (f *fakeCounts) OutboxBlockedKeys(context.Context, dialects.BlockedKeysParams) ([]dialects.BlockedKey, error) {
+	return nil, nil
+}
+
+// runSampler runs a sampler over f until the test ends.
+func runSampler(t *testing.T, f *fakeCounts, minInterval time.Duration) *Sampler {
+	t.Helper()
+	s := newSampler(f, NewMetrics(nil), nil, slog.New(slog.DiscardHandler), minInterval)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// Reads that arrive while a count runs are served by that count: the admin
+// page fetches three endpoints at once, and each used to start a count of
+// its own right after the running one.
+func TestReadsDuringACountAreServedByIt(t *testing.T) {
+	t.Parallel()
+	f := &fakeCounts{release: make(chan struct{})}
+	s := runSampler(t, f, 20*time.Millisecond)
+	ctx := context.Background()
+	s.Demand(ctx) // the first count
+	if n := f.counts.Load(); n != 1 {
+		t.Fatalf("%d counts after the first read, want 1", n)
+	}
+	time.Sleep(60 * time.Millisecond) // the count is older than its interval
+	f.hold.Store(true)
+	s.Demand(ctx) // starts the second count, which is held
+	deadline := time.Now().Add(5 * time.Second)
+	for f.counts.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("a read of a stale count started no count")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for range 2 { // two more reads 40 ms apart while it runs
+		time.Sleep(40 * time.Millisecond)
+		s.Demand(ctx)
+	}
+	f.hold.Store(false)
+	close(f.release)
+	time.Sleep(300 * time.Millisecond) // well under the interval that follows a count of 80 ms
+	if n := f.counts.Load(); n != 2 {
+		t.Fatalf("%d counts, want 2: the reads during the second count started another", n)
+	}
+}
+
+// While counting fails (the database is down), reads start at most one
+// attempt per minimum interval, not one each; the first read does not wait
+// for a count that cannot succeed; and the attempts stop with the reads.
+func TestFailingCountsBackOff(t *testing.T) {
+	t.Parallel()
+	const minInterval = 200 * time.Millisecond
+	f := &fakeCounts{}
+	f.fail.Store(true)
+	s := runSampler(t, f, minInterval)
+	ctx := context.Background()
+	start := time.Now()
+	s.Demand(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the first read waited %v for a count that failed", took)
+	}
+	var wg sync.WaitGroup
+	for range 20 { // 20 reads in a second, as the page and a scrape make
+		time.Sleep(50 * time.Millisecond)
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Demand(ctx) }()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	n := f.counts.Load()
+	if most := 2 + int64(elapsed/minInterval); n > most {
+		t.Fatalf("%d count attempts in %v of reads with a minimum interval of %v; want at most %d", n, elapsed, minInterval, most)
+	}
+	if n < 3 {
+		t.Fatalf("%d count attempts in %v of reads; it should keep trying while read", n, elapsed)
+	}
+	if s.Snapshot().Err == "" {
+		t.Error("the snapshot does not say that counting fails")
+	}
+	time.Sleep(3 * minInterval)
+	if m := f.counts.Load(); m > n+1 {
+		t.Fatalf("%d count attempts after the reads stopped (%d before)", m, n)
+	}
+}
+
+// The schedule does not follow the wall clock: after the clock steps back
+// an hour, a read of a stale count still starts the next one at once.
+func TestAWallClockStepBackDoesNotStopCounting(t *testing.T) {
+	t.Parallel()
+	f := &fakeCounts{}
+	s := newSampler(f, NewMetrics(nil), nil, slog.New(slog.DiscardHandler), 20*time.Millisecond)
+	var back atomic.Int64 // how far the wall clock has stepped back
+	s.wall = func() time.Time { return time.Now().Add(-time.Duration(back.Load())).Round(0) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	s.Demand(ctx)
+	if n := f.counts.Load(); n != 1 {
+		t.Fatalf("%d counts after the first read, want 1", n)
+	}
+	back.Store(int64(time.Hour))
+	time.Sleep(60 * time.Millisecond)
+	s.Demand(ctx)
+	deadline := time.Now().Add(500 * time.Millisecond) // under FastInterval: the read woke it
+	for f.counts.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no count after the wall clock stepped back")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Since(s.Snapshot().CountedAt) < 59*time.Minute {
+		if time.Now().After(deadline) {
+			t.Fatalf("the snapshot's time does not follow the wall clock: %v", s.Snapshot().CountedAt)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
