@@ -32,6 +32,8 @@ type badCase struct {
 	// where.
 	key, reason string
 	line        int
+	// not, when set, is text that no problem may say.
+	not string
 }
 
 func (c badCase) file() string {
@@ -69,6 +71,9 @@ func runBad(t *testing.T, cases []badCase) {
 				t.Fatalf("no problem %s (line %d) saying %q; got:\n%v\nfile:\n%s", c.key, c.line, c.reason, ps, c.file())
 			}
 			for _, p := range ps {
+				if c.not != "" && strings.Contains(p.String(), c.not) {
+					t.Errorf("a problem that says %q: %v", c.not, p)
+				}
 				if strings.Contains(p.Reason, "goroutine ") || strings.Contains(p.Reason, "panic") || strings.Contains(p.Reason, "reflect.") {
 					t.Errorf("a problem that shows the program's insides: %v", p)
 				}
@@ -81,6 +86,14 @@ func TestBadFile(t *testing.T) {
 	runBad(t, []badCase{
 		{name: "not YAML", yaml: "database: [url: x\n", key: "(file)", reason: "did not find expected"},
 		{name: "a tab for indentation", yaml: "database:\n\turl: x\n", key: "(file)", reason: "tab"},
+		{name: "a tab indenting a list item", yaml: "+routes2:\n  - a\n\t- b\n", key: "(file)", reason: "line 9 is indented with a tab; YAML indents with spaces only", line: 9},
+		{name: "a tab indenting a line of a block of text", yaml: "+notes: |\n  first\n\tsecond\n", key: "(file)", reason: "line 9 is indented with a tab", line: 9},
+		// A tab after a block's indentation is text, and one on a quoted
+		// string's next line is allowed: the parser's own complaint is
+		// the problem, not the tab.
+		{name: "a tab inside a block of text, then an unclosed list", yaml: "+notes: |\n  first\n  \tsecond\nmore: [1, 2\n", key: "(file)", reason: "did not find expected", not: "tab"},
+		{name: "a tab inside a quoted string, then an unclosed list", yaml: "+notes: \"first\n\tsecond\"\nmore: [1, 2\n", key: "(file)", reason: "did not find expected", not: "tab"},
+		{name: "a character that cannot start a value, after a tab in a list", yaml: "+more: [1,\n\t@2]\n", key: "(file)", reason: "found character that cannot start any token", not: "indented with a tab"},
 		{name: "a list at the top", yaml: "- a\n- b\n", key: "(top level)", reason: "expected a mapping of keys, got a list"},
 		{name: "a scalar at the top", yaml: "hello\n", key: "(top level)", reason: "expected a mapping of keys"},
 		{name: "an empty file", yaml: "", key: "database.url", reason: "is required"},
@@ -98,6 +111,12 @@ func TestBadValues(t *testing.T) {
 	runBad(t, []badCase{
 		{name: "text for a number", yaml: "+outbox: { batchSize: lots }\n", key: "outbox.batchSize", reason: `expected a whole number, got "lots"`, line: 7},
 		{name: "a fraction for a whole number", yaml: "+outbox: { batchSize: 2.5 }\n", key: "outbox.batchSize", reason: "expected a whole number"},
+		{name: "a fraction says what to write", yaml: "+outbox: { batchSize: 2.5 }\n", key: "outbox.batchSize", reason: `expected a whole number, got "2.5", which has a fraction; write 2 or 3`},
+		{name: "a fraction with an exponent", yaml: "+outbox: { batchSize: 1.5e-1 }\n", key: "outbox.batchSize", reason: "which has a fraction; write 0 or 1"},
+		{name: "an exponent beyond the key's range", yaml: "+outbox: { batchSize: 1e5 }\n", key: "outbox.batchSize", reason: "100000 is out of range; use a value from 1 to 10000"},
+		{name: "an exponent beyond any integer", yaml: "+outbox: { batchSize: 1e30 }\n", key: "outbox.batchSize", reason: `expected a whole number, got "1e30", which is too large`},
+		{name: "infinity for a whole number", yaml: "+outbox: { batchSize: .inf }\n", key: "outbox.batchSize", reason: `expected a whole number, got ".inf"`},
+		{name: "a fraction for a duration", yaml: "+outbox: { retention: { delivered: 7.5 } }\n", key: "outbox.retention.delivered", reason: "is not a duration"},
 		{name: "a number below its range", yaml: "+outbox: { claimTimeoutMs: 10 }\n", key: "outbox.claimTimeoutMs", reason: "out of range; use a value from 1000"},
 		{name: "a number above its range", yaml: "+outbox: { maxAttempts: 5000 }\n", key: "outbox.maxAttempts", reason: "out of range"},
 		{name: "a negative size", yaml: "+database: { maxConnections: -1 }\n", key: "database.maxConnections", reason: "out of range"},
@@ -114,6 +133,31 @@ func TestBadValues(t *testing.T) {
 		{name: "an unset environment variable", yaml: "+admin: { token: \"${ADMIN_TOKEN}\" }\n", key: "admin.token", reason: "ADMIN_TOKEN is not set; set it, or give a default as ${ADMIN_TOKEN:-value}"},
 		{name: "an environment variable that does not fit a number", yaml: "+outbox: { batchSize: \"${BATCH}\" }\n", env: map[string]string{"BATCH": "many"}, key: "outbox.batchSize", reason: `expected a whole number, got "many"`},
 	})
+}
+
+// A whole number written with an exponent or a decimal point is that
+// number: 1e3 is 1000, as JSON Schema's integer also takes it.
+func TestWholeNumberInAnotherForm(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		env  map[string]string
+		want int
+	}{
+		{yaml: "1e3", want: 1000},
+		{yaml: "1.5e3", want: 1500},
+		{yaml: "1000.0", want: 1000},
+		{yaml: "+2E2", want: 200},
+		{yaml: "\"${BATCH}\"", env: map[string]string{"BATCH": "2e3"}, want: 2000},
+	} {
+		l, err := Parse("q.yaml", []byte(badBase+"outbox: { batchSize: "+c.yaml+" }\n"), env(c.env))
+		if err != nil {
+			t.Errorf("batchSize: %s: %v", c.yaml, err)
+			continue
+		}
+		if l.Outbox.BatchSize != c.want {
+			t.Errorf("batchSize: %s is %d, want %d", c.yaml, l.Outbox.BatchSize, c.want)
+		}
+	}
 }
 
 func TestBadDatabase(t *testing.T) {
@@ -153,6 +197,11 @@ func TestBadDestinations(t *testing.T) {
 		{name: "tls.enabled on HTTP", yaml: "~type: http,~type: http, tls: { enabled: true },~", key: "destinations.hook.tls.enabled", reason: "the https:// scheme turns TLS on"},
 		{name: "a header name with a space", yaml: "~type: http,~type: http, headers: { \"X Token\": a },~", key: "destinations.hook.headers", reason: "not a valid header name"},
 		{name: "a header name HTTP cannot send", yaml: "~type: http,~type: http, headers: { \"X-Token(1)\": a },~", key: "destinations.hook.headers", reason: "X-Token(1)"},
+		{name: "two header names that differ in case", yaml: "~type: http,~type: http, headers: { X-Key: a, x-key: b },~", key: "destinations.hook.headers.x-key", reason: `"X-Key" and "x-key" name one header`},
+		{name: "two header names that differ in case say what to do", yaml: "~type: http,~type: http, headers: { X-KEY: a, x-key: b },~", key: "destinations.hook.headers.x-key", reason: "keep one"},
+		{name: "a header name in three spellings", yaml: "~type: http,~type: http, headers: { x-key: a, X-Key: b, X-KEY: c },~", key: "destinations.hook.headers.x-key", reason: `"X-KEY", "X-Key" and "x-key" name one header`},
+		{name: "a header name again in another case, lines apart", yaml: "@  h2:\n    type: http\n    url: https://h/x\n    headers:\n      X-Key: a\n      x-key: b\n", key: "destinations.h2.headers.x-key", reason: `"X-Key" and "x-key" name one header`, line: 9},
+		{name: "a header name again in another case, in the other order", yaml: "@  h2:\n    type: http\n    url: https://h/x\n    headers:\n      x-key: a\n      X-Key: b\n", key: "destinations.h2.headers.X-Key", reason: `"x-key" and "X-Key" name one header`, line: 9},
 		{name: "a header value with a control character", yaml: "~type: http,~type: http, headers: { X-Token: \"a\\u0001b\" },~", key: "destinations.hook.headers", reason: "X-Token"},
 		{name: "RabbitMQ without an exchange", yaml: "@  mq: { type: rabbitmq, url: \"amqp://guest:guest@localhost:5672/\" }\n", key: "destinations.mq", reason: "needs exchange (a template) or exchangeFrom: aggregate_type"},
 		{name: "RabbitMQ with both exchange keys", yaml: "@  mq: { type: rabbitmq, url: \"amqp://h/\", exchange: x, exchangeFrom: aggregate_type }\n", key: "destinations.mq.exchangeFrom", reason: "cannot be combined with exchange"},

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
@@ -307,15 +308,35 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 	}
 	switch v.Kind() {
 	case reflect.Int, reflect.Int64, reflect.Int32:
-		// YAML would truncate 2.5 to 2; a whole-number key refuses it.
-		if node.ShortTag() == "!!float" {
-			d.add(path, n.Line, "expected a whole number, got %q", node.Value)
+		if node.ShortTag() == "!!float" && !reflect.PointerTo(v.Type()).Implements(textUnmarshaler) {
+			d.wholeFloat(&node, v, path, n.Line)
 			return
 		}
 	}
 	if err := node.Decode(v.Addr().Interface()); err != nil {
 		d.add(path, n.Line, "%s", scalarError(err, v, node.Value))
 	}
+}
+
+// wholeFloat reads a number written with a decimal point or an exponent
+// into a whole-number key. YAML would truncate 2.5 to 2: a fraction is
+// refused. A whole value (1e3, 1000.0) is that number, as JSON Schema's
+// integer takes it too.
+func (d *decoder) wholeFloat(node *yaml.Node, v reflect.Value, path string, line int) {
+	var f float64
+	if err := node.Decode(&f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		d.add(path, line, "expected a whole number, got %q", node.Value)
+		return
+	}
+	if f != math.Trunc(f) {
+		d.add(path, line, "expected a whole number, got %q, which has a fraction; write %s or %s", node.Value, fmtNum(math.Floor(f)), fmtNum(math.Ceil(f)))
+		return
+	}
+	if f >= math.MaxInt64 || f < math.MinInt64 || v.OverflowInt(int64(f)) {
+		d.add(path, line, "expected a whole number, got %q, which is too large for one", node.Value)
+		return
+	}
+	v.SetInt(int64(f))
 }
 
 // twice reports a key given a second time in one mapping. YAML parsers
@@ -330,16 +351,48 @@ func (d *decoder) twice(seen map[string]int, k *yaml.Node, key string) bool {
 }
 
 // yamlProblem turns the YAML parser's error into a problem, naming the
-// most common cause in words: a tab in the indentation.
+// most common cause in words: a tab in the indentation. A tab is blamed
+// only when the parser complained of one (or of a character that cannot
+// start a token) and the tab caused it: the parser's "line N" is where the
+// enclosing value starts, not always the tab's line, so the line is the
+// shortest start of the file that fails the same way, and replacing that
+// line's tabs by spaces must make that failure go away. Otherwise the
+// parser's own message is the problem.
 func yamlProblem(err error, data []byte) Problem {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	for i, line := range strings.Split(string(data), "\n") {
+	cause, ok := tabCause(msg)
+	if !ok {
+		return Problem{Key: "(file)", Reason: msg}
+	}
+	same := func(text string) bool {
+		var n yaml.Node
+		e := yaml.Unmarshal([]byte(text), &n)
+		return e != nil && e.Error() == err.Error()
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	k := sort.Search(len(lines), func(i int) bool { return same(strings.Join(lines[:i+1], "")) })
+	if k < len(lines) {
+		line := lines[k]
 		indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
-		if strings.Contains(indent, "\t") && strings.TrimSpace(line) != "" {
-			return Problem{Key: "(file)", Line: i + 1, Reason: fmt.Sprintf("line %d is indented with a tab; YAML indents with spaces only (%s)", i+1, msg)}
+		fixed := strings.ReplaceAll(indent, "\t", "  ") + line[len(indent):]
+		if strings.Contains(indent, "\t") && !same(strings.Join(lines[:k], "")+fixed) {
+			return Problem{Key: "(file)", Line: k + 1, Reason: fmt.Sprintf("line %d is indented with a tab; YAML indents with spaces only: replace the tab with spaces (%s)", k+1, cause)}
 		}
 	}
 	return Problem{Key: "(file)", Reason: msg}
+}
+
+// tabCause returns the parser's message without its "line N: " and
+// whether a tab in the indentation can cause it.
+func tabCause(msg string) (string, bool) {
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if i := strings.Index(rest, ": "); i > 0 {
+			msg = rest[i+2:]
+		}
+	}
+	return msg, oneOf(msg, "found character that cannot start any token",
+		"found a tab character that violates indentation",
+		"found a tab character where an indentation space is expected")
 }
 
 func scalarError(err error, v reflect.Value, got string) string {

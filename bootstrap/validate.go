@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/textproto"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -306,6 +307,36 @@ func (v *validator) httpDestination(key string, d *DestinationConfig, cd *Compil
 		} else if i := strings.IndexFunc(d.Headers[name], isHeaderControl); i >= 0 {
 			v.add(key+".headers", "the value of %s holds the control character %U at byte %d, which HTTP cannot send; remove it", name, []rune(d.Headers[name][i:])[0], i)
 		}
+	}
+	v.headerCase(key+".headers", names)
+}
+
+// headerCase refuses header names that differ only in case, as a key given
+// twice: HTTP takes them as one header, and the sink sets them from a map,
+// so which value would be sent varies from message to message.
+func (v *validator) headerCase(key string, names []string) {
+	spellings := map[string][]string{}
+	var canonical []string
+	for _, name := range names {
+		c := textproto.CanonicalMIMEHeaderKey(name)
+		if spellings[c] == nil {
+			canonical = append(canonical, c)
+		}
+		spellings[c] = append(spellings[c], name)
+	}
+	for _, c := range canonical {
+		group := spellings[c]
+		if len(group) < 2 {
+			continue
+		}
+		// In the order of the file; the problem is on the last one.
+		sort.SliceStable(group, func(i, j int) bool { return v.d.lines[key+"."+group[i]] < v.d.lines[key+"."+group[j]] })
+		quoted := make([]string, len(group))
+		for i, g := range group {
+			quoted[i] = fmt.Sprintf("%q", g)
+		}
+		list := strings.Join(quoted[:len(quoted)-1], ", ") + " and " + quoted[len(quoted)-1]
+		v.add(key+"."+group[len(group)-1], "%s name one header: HTTP ignores the case of header names, and which of the values would be sent varies; keep one", list)
 	}
 }
 
