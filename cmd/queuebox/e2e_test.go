@@ -660,6 +660,39 @@ destinations: { hook: { type: http, url: "http://127.0.0.1:9/hook" } }
 routes: [ { topicPattern: "#", destination: hook } ]
 admin: { listen: "127.0.0.1:0" }
 `, dbURL))
+	// Deterministically while the configuration is being read: the file is
+	// a FIFO, so reading it blocks until the test writes it, after the
+	// signal.
+	fifo := filepath.Join(t.TempDir(), "queuebox.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := exec.Command(binary(t), "run", "--migrate", "--config", fifo)
+	var logs bytes.Buffer
+	relay.Stderr = &logs
+	if err := relay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // long enough to block on the FIFO
+	_ = relay.Process.Signal(syscall.SIGTERM)
+	time.Sleep(100 * time.Millisecond)
+	// Without a blocking open: a relay that died of the signal has let go
+	// of the FIFO, and the open fails (ENXIO) instead of waiting forever.
+	w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		werr := relay.Wait()
+		t.Fatalf("SIGTERM while the configuration was read: the relay ended (%v; want it to finish starting and exit 0); its log:\n%s", werr, logs.String())
+	}
+	_, _ = w.Write(text)
+	_ = w.Close()
+	if err := relay.Wait(); err != nil {
+		t.Fatalf("SIGTERM while the configuration was read: %v (want exit 0); its log:\n%s", err, logs.String())
+	}
+	// And at moments around the start.
 	for _, after := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond} {
 		relay := exec.Command(binary(t), "run", "--migrate", "--config", cfg)
 		var logs bytes.Buffer
