@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/queuebox/queuebox/sinks"
 )
@@ -14,8 +15,11 @@ import (
 type sinkHandle struct {
 	name string
 	cur  atomic.Pointer[sinkBox]
-	// down is set while the destination's deliveries fail (for the log).
-	down atomic.Bool
+	// down is set while the destination's deliveries fail (for the log);
+	// okBegan and failBegan are when (since clockStart) the latest Publish
+	// that succeeded, and that failed, began.
+	down               atomic.Bool
+	okBegan, failBegan atomic.Int64
 }
 
 type sinkBox struct{ s sinks.Sink }
@@ -41,8 +45,12 @@ func (h *sinkHandle) maxBatch() int {
 // noteHealth logs a destination's change between working and failing: one
 // line when deliveries start failing, one when they succeed again. A failure
 // that is the row's own fault (a permanent error) says nothing about the
-// destination, and neither does a cancelled delivery.
-func (h *sinkHandle) noteHealth(errs []error, log *slog.Logger) {
+// destination, and neither does a cancelled delivery. Publishes overlap, so
+// each outcome is judged by when its Publish began: a failure of a Publish
+// that began before one that succeeded is old news (it was sent while the
+// destination was still down), and so is a success that began before a
+// failure.
+func (h *sinkHandle) noteHealth(errs []error, began time.Duration, log *slog.Logger) {
 	var failure error
 	ok := false
 	for _, err := range errs {
@@ -55,13 +63,37 @@ func (h *sinkHandle) noteHealth(errs []error, log *slog.Logger) {
 		}
 	}
 	if failure != nil && !ok {
+		storeMax(&h.failBegan, began)
+		if began < time.Duration(h.okBegan.Load()) {
+			return
+		}
 		if h.down.CompareAndSwap(false, true) {
 			log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
 		}
-	} else if ok && h.down.CompareAndSwap(true, false) {
-		log.Info("destination delivering again", "destination", h.name)
+	} else if ok {
+		storeMax(&h.okBegan, began)
+		if began < time.Duration(h.failBegan.Load()) {
+			return
+		}
+		if h.down.CompareAndSwap(true, false) {
+			log.Info("destination delivering again", "destination", h.name)
+		}
 	}
 }
+
+// storeMax raises v to d.
+func storeMax(v *atomic.Int64, d time.Duration) {
+	for {
+		cur := v.Load()
+		if int64(d) <= cur || v.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
+
+// clockStart is the origin of the Publish times that noteHealth compares
+// (monotonic).
+var clockStart = time.Now()
 
 // closeSinks closes every sink that was built.
 func closeSinks(handles map[string]*sinkHandle) {
