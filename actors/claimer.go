@@ -253,6 +253,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 // settled since the last claim. A claim probes by itself, so a probe while
 // one runs would learn nothing new.
 func (c *claimer) probe(ctx actor.Context) {
+	c.repace(time.Now())
 	if c.probing || c.claiming > 0 || c.draining || !c.gated || time.Now().Before(c.retryAt) {
 		return
 	}

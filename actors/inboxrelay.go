@@ -78,8 +78,8 @@ type inboxRelay struct {
 	// has not moved for a while.
 	pace *pace
 	// lastMove is when a probe last saw the inbox sequence move or a relay
-	// moved rows; lastProbe when the last probe ran (see idleProbe).
-	lastMove, lastProbe time.Time
+	// moved rows.
+	lastMove time.Time
 }
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
@@ -112,10 +112,7 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	if r.busy || now.Before(r.retryAt) {
 		return
 	}
-	if !force && !r.again && now.Sub(r.lastMove) > idleAfter && now.Sub(r.lastProbe) < idleProbe {
-		return
-	}
-	r.busy, r.lastProbe = true, now
+	r.busy = true
 	force = force || r.again
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
