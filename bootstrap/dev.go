@@ -99,7 +99,11 @@ Insert a row the way your application would:
 	}
 	err = Run(ctx, l, d, log, RunOptions{Migrate: true, Started: started, AdminListening: func(u string) { adminURL = u }})
 	stopSamples()
-	fmt.Fprintf(out, "The receiver got %d deliveries.\n", received.Load())
+	if n := received.Load(); n == 1 {
+		fmt.Fprintln(out, "The receiver got 1 delivery.")
+	} else {
+		fmt.Fprintf(out, "The receiver got %d deliveries.\n", n)
+	}
 	return err
 }
 
