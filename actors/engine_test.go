@@ -1,14 +1,14 @@
 package actors_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testlog"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
@@ -54,24 +54,7 @@ type harness struct {
 	t    testing.TB
 	d    *postgres.Dialect
 	opts actors.Options
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testlog.Buffer
 }
 
 func newHarness(t testing.TB) *harness {
@@ -87,7 +70,7 @@ func newHarness(t testing.TB) *harness {
 	if _, err := migrations.Up(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	return &harness{t: t, d: d, logs: logs, opts: actors.Options{
 		Dialect: d, BatchSize: 100, MaxInFlight: 1000, Lease: 10 * time.Second, PollInterval: 50 * time.Millisecond,
 		ProbeInterval: 2 * time.Millisecond,

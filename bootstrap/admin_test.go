@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testlog"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -31,7 +33,7 @@ type relay struct {
 	sigs  chan os.Signal
 	done  chan error
 	url   string // the admin page, "http://127.0.0.1:port/"
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	token string
 }
 
@@ -51,7 +53,7 @@ func startRelay(t *testing.T, cfg *Config, wrap func(dialects.Dialect) dialects.
 	if wrap != nil {
 		dd = wrap(d)
 	}
-	r := &relay{sigs: make(chan os.Signal, 2), done: make(chan error, 1), logs: &syncBuffer{}, token: cfg.Admin.Token}
+	r := &relay{sigs: make(chan os.Signal, 2), done: make(chan error, 1), logs: &testlog.Buffer{}, token: cfg.Admin.Token}
 	listening := make(chan string, 1)
 	go func() {
 		r.done <- Run(context.Background(), l, dd, slog.New(slog.NewTextHandler(r.logs, nil)), RunOptions{

@@ -97,6 +97,11 @@ type InboxSourceConfig struct {
 	GroupID            string   `yaml:"groupId" kinds:"kafka"`
 	Stream             string   `yaml:"stream" kinds:"nats"`
 	Durable            string   `yaml:"durable" kinds:"nats"`
+
+	// SASL and TLS of a Kafka source are a Kafka destination's keys,
+	// checked and built the same way.
+	SASL SASLConfig `yaml:"sasl" kinds:"kafka"`
+	TLS  TLSConfig  `yaml:"tls" kinds:"kafka"`
 }
 
 type HTTPConfig struct {
@@ -159,8 +164,9 @@ type DestinationConfig struct {
 	CredentialsFile string `yaml:"credentialsFile" kinds:"nats"`
 }
 
-// TLSConfig is the TLS of a connection. enabled is for Kafka only: for HTTP
-// the https:// scheme turns TLS on.
+// TLSConfig is the TLS of a connection (an HTTP or Kafka destination, a
+// Kafka inbox source). enabled is for Kafka only: for HTTP the https://
+// scheme turns TLS on.
 type TLSConfig struct {
 	Enabled            bool   `yaml:"enabled" kinds:"kafka"`
 	CAFile             string `yaml:"caFile"`

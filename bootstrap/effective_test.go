@@ -134,3 +134,64 @@ admin: { token: literal-admin-3 }
 		t.Errorf("does not load back: %v\n%s", err, text)
 	}
 }
+
+// A Kafka source's SASL password is a secret: config check prints the
+// ${VAR} it came from, or [REDACTED] when it is written in the file, and
+// the output loads back.
+func TestEffectiveConfigurationRedactsKafkaSourcePassword(t *testing.T) {
+	cfg := `
+database: { url: "postgres://app@db:5432/app" }
+destinations: { d: { type: "null" } }
+routes: [ { topicPattern: "#", destination: d } ]
+inbox:
+  sources:
+    from-env:
+      type: kafka
+      brokers: ["k:9092"]
+      kafkaTopic: orders
+      groupId: g
+      topic: "orders.in"
+      sasl: { mechanism: SCRAM-SHA-512, username: relay, password: "${KAFKA_IN_PASSWORD}" }
+      tls: { enabled: true, insecureSkipVerify: true }
+    literal:
+      type: kafka
+      brokers: ["k:9092"]
+      kafkaTopic: orders
+      groupId: g
+      topic: "orders.in"
+      sasl: { mechanism: PLAIN, username: relay, password: literal-kafka-pw-1 }
+`
+	vars := map[string]string{"KAFKA_IN_PASSWORD": "env-kafka-pw-2"}
+	l, err := Parse("q.yaml", []byte(cfg), env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Inbox.Sources["from-env"]; s.SASL.Password != "env-kafka-pw-2" || !s.TLS.Enabled {
+		t.Fatalf("the source's sasl and tls: %+v %+v", s.SASL, s.TLS)
+	}
+	out, err := l.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(out)
+	for _, secret := range []string{"literal-kafka-pw-1", "env-kafka-pw-2"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the output shows %s:\n%s", secret, text)
+		}
+		if strings.Contains(l.Secrets.Redact("login "+secret+" refused"), secret) {
+			t.Errorf("%s is not redacted from logs", secret)
+		}
+	}
+	for _, want := range []string{"password: ${KAFKA_IN_PASSWORD}", "password: '[REDACTED]'", "mechanism: SCRAM-SHA-512", "username: relay", "insecureSkipVerify: true"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the output lacks %q:\n%s", want, text)
+		}
+	}
+	back, err := Parse("printed.yaml", out, env(vars))
+	if err != nil {
+		t.Fatalf("does not load back: %v\n%s", err, text)
+	}
+	if s := back.Inbox.Sources["from-env"]; s.SASL.Password != "env-kafka-pw-2" {
+		t.Errorf("loaded back, the password is %q", s.SASL.Password)
+	}
+}

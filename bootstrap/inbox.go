@@ -20,6 +20,7 @@ import (
 	inboxnats "github.com/queuebox/queuebox/inbox/nats"
 	inboxrabbit "github.com/queuebox/queuebox/inbox/rabbitmq"
 	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
 )
 
 // SourceTypes are the inbox source kinds.
@@ -97,6 +98,7 @@ func (v *validator) inbox(c *Config) {
 			}
 			v.required(key+".kafkaTopic", s.KafkaTopic)
 			v.required(key+".groupId", s.GroupID)
+			v.kafkaSecurity(key, s.SASL, s.TLS)
 		case "nats":
 			v.required(key+".url", s.URL)
 			for _, u := range strings.Split(s.URL, ",") {
@@ -186,7 +188,8 @@ func InboxConsumers(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *sl
 		case "rabbitmq":
 			c, err = inboxrabbit.New(inboxrabbit.Config{Mapping: m, Storer: storer, URL: s.URL, Queue: s.Queue, Log: log})
 		case "kafka":
-			c, err = inboxkafka.New(inboxkafka.Config{Mapping: m, Storer: storer, Brokers: s.Brokers, Topic: s.KafkaTopic, GroupID: s.GroupID, Log: log})
+			c, err = inboxkafka.New(inboxkafka.Config{Mapping: m, Storer: storer, Brokers: s.Brokers, Topic: s.KafkaTopic, GroupID: s.GroupID,
+				SASL: kafkaSASL(s.SASL), TLS: kafkaTLS(s.TLS), Log: log})
 		case "nats":
 			c, err = inboxnats.New(inboxnats.Config{Mapping: m, Storer: storer, URL: s.URL, Stream: s.Stream, Durable: s.Durable, Log: log})
 		default:
@@ -200,9 +203,15 @@ func InboxConsumers(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *sl
 	return out, nil
 }
 
-// sourceError reports a source's refusal of its settings under its key.
+// sourceError reports a source's refusal of its settings under its key (and
+// the setting's, for the Kafka source's sasl and tls).
 func sourceError(l *Loaded, name string, err error) error {
-	return &Error{File: l.File, Problems: []Problem{{Key: "inbox.sources." + name, Reason: err.Error()}}}
+	key, reason := "inbox.sources."+name, err.Error()
+	var ce *sinks.ConfigError
+	if errors.As(err, &ce) {
+		key, reason = key+"."+ce.Key, ce.Err.Error()
+	}
+	return &Error{File: l.File, Problems: []Problem{{Key: key, Reason: reason}}}
 }
 
 // startConsumers starts every broker source; they connect in the

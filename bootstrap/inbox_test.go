@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,14 +13,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testlog"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
 	"github.com/queuebox/queuebox/internal/testrabbit"
 	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/migrations"
 )
 
 // Inbox sources are checked by type, with the key and the reason.
@@ -155,12 +163,8 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	d, err := OpenDialect(ctx, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	logs := &syncBuffer{}
+	d := openDialect(t, l)
+	logs := &testlog.Buffer{}
 	sigs, started, done := make(chan os.Signal, 2), make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- Run(ctx, l, d, slog.New(slog.NewTextHandler(logs, nil)), RunOptions{Migrate: true, Signals: sigs,
@@ -301,4 +305,106 @@ func TestRunServesHTTPSources(t *testing.T) {
 			t.Errorf("queuebox_inbox_received_total{source=web,outcome=%s} = %v, want %v", outcome, v, want)
 		}
 	}
+}
+
+// What only the Kafka source can check (a CA file it must read) is
+// reported under the source's key, before anything runs.
+func TestKafkaSourceRefusalsNameTheKey(t *testing.T) {
+	l, err := Parse("q.yaml", []byte(`database: { url: postgres://localhost/app }
+routes: [{ topicPattern: "#", destination: d }]
+destinations: { d: { type: "null" } }
+inbox:
+  sources:
+    events: { type: kafka, brokers: ["k:9092"], kafkaTopic: in, groupId: g, topic: t, tls: { enabled: true, caFile: /nonexistent/ca.pem } }
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = InboxConsumers(l, nil, nil, slog.New(slog.DiscardHandler))
+	var e *Error
+	if !errors.As(err, &e) || len(e.Problems) != 1 || e.Problems[0].Key != "inbox.sources.events.tls.caFile" {
+		t.Fatalf("%v", err)
+	}
+}
+
+// A Kafka source configured with sasl (the password from the environment)
+// against a cluster that requires it: the wiring hands the credentials to
+// the consumer, which stores what the topic carries.
+func TestKafkaSourceWithSASLStores(t *testing.T) {
+	t.Parallel()
+	kafka := testkafka.New(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "inbox-user", "inbox-pw-1"))
+	topic := testkafka.Unique("qbt-boot-sasl")
+	if err := kafka.Fake(t).CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`database: { url: %q }
+routes: [{ topicPattern: "#", destination: d }]
+destinations: { d: { type: "null" } }
+inbox:
+  relay: { enabled: false }
+  sources:
+    events:
+      type: kafka
+      brokers: [%q]
+      kafkaTopic: %s
+      groupId: %s-group
+      topic: orders.in
+      sasl: { mechanism: SCRAM-SHA-256, username: inbox-user, password: "${KAFKA_IN_PASSWORD}" }
+`, testdb.Database(t), kafka.Brokers[0], topic, topic)
+	l, err := Parse("q.yaml", []byte(cfg), env(map[string]string{"KAFKA_IN_PASSWORD": "inbox-pw-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d := openDialect(t, l)
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := InboxConsumers(l, d, nil, slog.New(slog.DiscardHandler))
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("consumers %v: %v", cs, err)
+	}
+	if err := cs[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs[0].Stop(ctx) }()
+
+	w := &kafkago.Writer{Addr: kafkago.TCP(kafka.Brokers...), Topic: topic, BatchTimeout: time.Millisecond,
+		Transport: &kafkago.Transport{SASL: mustSCRAM(t, "inbox-user", "inbox-pw-1")}}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, kafkago.Message{Value: []byte(`{"n":1}`), Headers: []kafkago.Header{{Key: "X-Message-Id", Value: []byte("s1")}}},
+		kafkago.Message{Value: []byte(`{"n":2}`), Headers: []kafkago.Header{{Key: "X-Message-Id", Value: []byte("s2")}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both records stored", time.Minute, func() bool {
+		st, err := d.InboxStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, c := range st.Rows {
+			n += c
+		}
+		return n == 2
+	})
+}
+
+func mustSCRAM(t *testing.T, user, pass string) sasl.Mechanism {
+	t.Helper()
+	m, err := scram.Mechanism(scram.SHA256, user, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// openDialect opens l's database for a test and closes it at the end.
+func openDialect(t *testing.T, l *Loaded) dialects.Dialect {
+	t.Helper()
+	d, err := OpenDialect(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
 }

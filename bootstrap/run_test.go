@@ -1,17 +1,17 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testlog"
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
@@ -20,24 +20,6 @@ import (
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/migrations"
 )
-
-// syncBuffer is a log destination that the test reads while Run writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
@@ -66,7 +48,7 @@ func (c countedPings) Ping(ctx context.Context) error {
 
 // startRun runs Run against dbURL in the background with signals the test
 // sends, logging to the returned buffer.
-func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *syncBuffer, started chan struct{}, done chan runResult, pings *atomic.Int64) {
+func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *testlog.Buffer, started chan struct{}, done chan runResult, pings *atomic.Int64) {
 	t.Helper()
 	cfg := Defaults()
 	cfg.Database.URL = dbURL
@@ -85,7 +67,7 @@ func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *s
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	logs = &syncBuffer{}
+	logs = &testlog.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	sigs, started, done, pings = make(chan os.Signal, 2), make(chan struct{}), make(chan runResult, 1), &atomic.Int64{}
 	go func() {

@@ -119,6 +119,7 @@ func collectSecrets(c *Config, s *Secrets) {
 	for _, src := range c.Inbox.Sources {
 		s.Add(src.Token)
 		s.Add(src.SigningSecret)
+		s.Add(src.SASL.Password)
 		s.AddURLPassword(src.URL)
 	}
 }

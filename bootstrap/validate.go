@@ -188,9 +188,7 @@ func (v *validator) destinations(c *Config) {
 					v.add(fmt.Sprintf("%s.brokers[%d]", key, i), "%q is not host:port (for example kafka-1:9092)", b)
 				}
 			}
-			if d.TLS.CAFile != "" && !d.TLS.Enabled {
-				v.add(key+".tls.caFile", "is set but tls.enabled is false; set tls.enabled: true to use TLS")
-			}
+			v.kafkaSecurity(key, d.SASL, d.TLS)
 			v.required(key+".topic", d.Topic)
 			cd.Topic = v.template(key+".topic", d.Topic)
 			if !oneOf(d.Acks, "all", "one") {
@@ -202,9 +200,6 @@ func (v *validator) destinations(c *Config) {
 			if !oneOf(d.Partitioner, "murmur2", "fnv1a") {
 				v.add(key+".partitioner", "%q: use murmur2 or fnv1a", d.Partitioner)
 			}
-			if !oneOf(d.SASL.Mechanism, "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") {
-				v.add(key+".sasl.mechanism", "%q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, or leave it empty", d.SASL.Mechanism)
-			}
 		case "nats":
 			v.required(key+".url", d.URL)
 			for _, u := range strings.Split(d.URL, ",") {
@@ -212,6 +207,27 @@ func (v *validator) destinations(c *Config) {
 			}
 			v.required(key+".subject", d.Subject)
 			cd.Subject = v.template(key+".subject", d.Subject)
+		}
+	}
+}
+
+// kafkaSecurity checks the sasl and tls keys of a Kafka destination or
+// Kafka inbox source (key is the destination's or the source's).
+func (v *validator) kafkaSecurity(key string, s SASLConfig, t TLSConfig) {
+	if t.CAFile != "" && !t.Enabled {
+		v.add(key+".tls.caFile", "is set but tls.enabled is false; set tls.enabled: true to use TLS")
+	}
+	switch {
+	case !oneOf(s.Mechanism, "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+		v.add(key+".sasl.mechanism", "%q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, or leave it empty", s.Mechanism)
+	case s.Mechanism == "" && (s.Username != "" || s.Password != ""):
+		v.add(key+".sasl.mechanism", "is required with sasl.username and sasl.password: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	case s.Mechanism != "":
+		if strings.TrimSpace(s.Username) == "" {
+			v.add(key+".sasl.username", "is required with sasl.mechanism %s", s.Mechanism)
+		}
+		if s.Password == "" {
+			v.add(key+".sasl.password", "is required with sasl.mechanism %s (keep it in an environment variable: \"${KAFKA_PASSWORD}\")", s.Mechanism)
 		}
 	}
 }

@@ -79,8 +79,7 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 			cd := l.Compiled.Destinations[name]
 			cfg := kafkasink.Config{
 				Brokers: d.Brokers, Topic: cd.Topic, Acks: d.Acks, Compression: d.Compression, Partitioner: d.Partitioner,
-				SASL: kafkasink.SASL{Mechanism: d.SASL.Mechanism, Username: d.SASL.Username, Password: d.SASL.Password},
-				TLS:  kafkasink.TLS{Enabled: d.TLS.Enabled, CAFile: d.TLS.CAFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify},
+				SASL: kafkaSASL(d.SASL), TLS: kafkaTLS(d.TLS),
 			}
 			probe, err := kafkasink.New(cfg) // no connection yet: checks only
 			if err != nil {
@@ -107,6 +106,16 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 		}
 	}
 	return out, nil
+}
+
+// kafkaSASL and kafkaTLS map the sasl and tls keys of a Kafka destination
+// or Kafka inbox source onto sinks/kafka, which builds them for both.
+func kafkaSASL(s SASLConfig) kafkasink.SASL {
+	return kafkasink.SASL{Mechanism: s.Mechanism, Username: s.Username, Password: s.Password}
+}
+
+func kafkaTLS(t TLSConfig) kafkasink.TLS {
+	return kafkasink.TLS{Enabled: t.Enabled, CAFile: t.CAFile, InsecureSkipVerify: t.InsecureSkipVerify}
 }
 
 // destinationError reports a sink's refusal of its configuration under the

@@ -18,7 +18,11 @@
 //
 // A new group starts at the oldest record of each partition. kafka-go
 // reconnects by itself; broker errors are logged (the first at once, then
-// at most one a minute).
+// at most one a minute), a refused SASL login among them.
+//
+// SASL and TLS are the Kafka destination's (sinks/kafka): the same
+// settings, built by the same code (kafkasink.Mechanism, kafkasink.TLSConfig)
+// and refused with the same messages.
 package kafka
 
 import (
@@ -36,6 +40,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
+	kafkasink "github.com/queuebox/queuebox/sinks/kafka"
 )
 
 // Config is one Kafka source.
@@ -47,7 +52,10 @@ type Config struct {
 	GroupID string
 	// MaxBatch is how many records one transaction stores (default 100).
 	MaxBatch int
-	Log      *slog.Logger
+	// SASL (an empty mechanism is none) and TLS, as a Kafka destination's.
+	SASL kafkasink.SASL
+	TLS  kafkasink.TLS
+	Log  *slog.Logger
 
 	// afterStore, when set (tests), runs after a batch committed in the
 	// database and before its offsets are committed; an error ends the
@@ -59,8 +67,9 @@ type Config struct {
 
 // Consumer is one group member.
 type Consumer struct {
-	cfg  Config
-	loop inbox.Loop
+	cfg    Config
+	dialer *kafkago.Dialer
+	loop   inbox.Loop
 }
 
 var _ inbox.Consumer = (*Consumer)(nil)
@@ -90,7 +99,16 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{cfg: cfg}, nil
+	// kafka-go's DefaultDialer, with the authentication and encryption.
+	dialer := &kafkago.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: "queuebox"}
+	var err error
+	if dialer.SASLMechanism, err = kafkasink.Mechanism(cfg.SASL); err != nil {
+		return nil, err
+	}
+	if dialer.TLS, err = kafkasink.TLSConfig(cfg.TLS); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, dialer: dialer}, nil
 }
 
 // Source is the source's name.
@@ -110,7 +128,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 	log := c.cfg.Log.With("source", c.Source(), "topic", c.cfg.Topic, "group", c.cfg.GroupID)
 	errs := &throttled{log: log}
 	rc := kafkago.ReaderConfig{
-		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.Topic,
+		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.Topic, Dialer: c.dialer,
 		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
 		CommitInterval: 0, // synchronous commits: the commit is the acknowledgement
 		StartOffset:    kafkago.FirstOffset,

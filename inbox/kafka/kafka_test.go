@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testlog"
+
 	"github.com/jackc/pgx/v5"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -18,6 +24,7 @@ import (
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
 	"github.com/queuebox/queuebox/migrations"
+	kafkasink "github.com/queuebox/queuebox/sinks/kafka"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -98,8 +105,14 @@ func consumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, grou
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Mapping: m, Storer: inbox.NewStorer("orders", d, obs, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
+	return started(t, Config{Mapping: m, Storer: inbox.NewStorer("orders", d, obs, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
 		MaxBatch: 10, afterStore: hook, sessionTimeout: 6 * time.Second})
+}
+
+// started starts a consumer, stopped when the test ends.
+func started(t *testing.T, cfg Config) *Consumer {
+	t.Helper()
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +163,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // and the topic's end offsets summed.
 func committed(t *testing.T, cl *testkafka.Cluster, topic, group string, partitions int) (int64, int64) {
 	t.Helper()
+	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...)}, topic, group, partitions)
+}
+
+func offsets(t *testing.T, client *kafkago.Client, topic, group string, partitions int) (int64, int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client := &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...)}
 	ps := make([]int, partitions)
 	var ends []kafkago.OffsetRequest
 	for i := range ps {
@@ -292,4 +309,135 @@ func TestReadsAcrossARestart(t *testing.T) {
 	cl.Start(t)
 	produce(t, cl, topic, record{key: "o", id: "after", typ: "created", n: 2})
 	waitFor(t, "the record sent after the restart", func() bool { return len(rows(t, d)) == 2 })
+}
+
+// A cluster that requires SASL: with the right credentials (PLAIN and both
+// SCRAMs, built by the Kafka destination's code) the source joins its group
+// and stores; with a wrong password it stores nothing, commits nothing and
+// logs the refused login.
+func TestSASL(t *testing.T) {
+	t.Parallel()
+	cl := testkafka.New(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "plain-user", "p1"),
+		kfake.Superuser("SCRAM-SHA-256", "scram256", "p2"), kfake.Superuser("SCRAM-SHA-512", "scram512", "p3"))
+	admin := cl.Fake(t)
+	for _, creds := range []kafkasink.SASL{
+		{Mechanism: "PLAIN", Username: "plain-user", Password: "p1"},
+		{Mechanism: "SCRAM-SHA-256", Username: "scram256", Password: "p2"},
+		{Mechanism: "SCRAM-SHA-512", Username: "scram512", Password: "p3"},
+	} {
+		t.Run(creds.Mechanism, func(t *testing.T) {
+			t.Parallel()
+			topic := testkafka.Unique("qbt-in-sasl")
+			if err := admin.CreateTopic(topic, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			produceAs(t, cl, creds, topic, record{key: "o-1", id: "m1", typ: "created", n: 1}, record{key: "o-2", id: "m2", typ: "paid", n: 2})
+
+			// A wrong password: nothing stored, the refusal logged.
+			wrong := creds
+			wrong.Password = "wrong-password"
+			bad, badLog := migrated(t), &testlog.Buffer{}
+			badGroup := testkafka.Unique("qbt-group")
+			c := saslConsumer(t, bad, cl, topic, badGroup, wrong, badLog)
+			waitFor(t, "the refused login in the log", func() bool { return strings.Contains(badLog.String(), "SASL Authentication failed") })
+			if err := c.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if r := rows(t, bad); len(r) != 0 {
+				t.Errorf("with a wrong password the source stored %+v", r)
+			}
+			if !strings.Contains(badLog.String(), "the Kafka source met an error") {
+				t.Errorf("the log does not say the source failed:\n%s", badLog.String())
+			}
+			if strings.Contains(badLog.String(), "wrong-password") {
+				t.Errorf("the log shows the password:\n%s", badLog.String())
+			}
+
+			// The right credentials: stored and committed.
+			good := migrated(t)
+			group := testkafka.Unique("qbt-group")
+			saslConsumer(t, good, cl, topic, group, creds, nil)
+			waitFor(t, "both records", func() bool { return len(rows(t, good)) == 2 })
+			waitFor(t, "the offsets committed", func() bool {
+				got, end := committedAs(t, cl, creds, topic, group)
+				return got == end && end == 2
+			})
+			if got, _ := committedAs(t, cl, creds, topic, badGroup); got != 0 {
+				t.Errorf("the member with a wrong password committed offset %d", got)
+			}
+		})
+	}
+}
+
+func saslConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, logs *testlog.Buffer) *Consumer {
+	t.Helper()
+	tp, _ := inbox.ParseTemplate("orders.{{ headers.type }}")
+	m, err := inbox.NewMapping("orders", tp, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if logs != nil {
+		log = slog.New(slog.NewTextHandler(logs, nil))
+	}
+	return started(t, Config{Mapping: m, Storer: inbox.NewStorer("orders", d, nil, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
+		SASL: creds, Log: log, sessionTimeout: 6 * time.Second})
+}
+
+// produceAs writes records to a cluster that requires SASL.
+func produceAs(t *testing.T, cl *testkafka.Cluster, creds kafkasink.SASL, topic string, recs ...record) {
+	t.Helper()
+	mech, err := kafkasink.Mechanism(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &kafkago.Writer{Addr: kafkago.TCP(cl.Brokers...), Topic: topic, BatchTimeout: time.Millisecond, RequiredAcks: kafkago.RequireAll,
+		Transport: &kafkago.Transport{SASL: mech}}
+	defer w.Close()
+	msgs := make([]kafkago.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = kafkago.Message{Key: []byte(r.key), Value: fmt.Appendf(nil, `{"n":%d}`, r.n),
+			Headers: []kafkago.Header{{Key: "type", Value: []byte(r.typ)}, {Key: "X-Message-Id", Value: []byte(r.id)}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// committedAs returns a group's committed offset and the end offset of a
+// one-partition topic, on a cluster that requires SASL.
+func committedAs(t *testing.T, cl *testkafka.Cluster, creds kafkasink.SASL, topic, group string) (int64, int64) {
+	t.Helper()
+	mech, err := kafkasink.Mechanism(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: &kafkago.Transport{SASL: mech}}, topic, group, 1)
+}
+
+// The sasl and tls settings are refused as a Kafka destination refuses
+// them, naming the key.
+func TestNewRejectsBadSecurity(t *testing.T) {
+	tp, _ := inbox.ParseTemplate("orders")
+	m, err := inbox.NewMapping("s", tp, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Config{Mapping: m, Storer: inbox.NewStorer("s", nil, nil, nil), Brokers: []string{"h:1"}, Topic: "t", GroupID: "g"}
+	for _, tc := range []struct {
+		change func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.SASL = kafkasink.SASL{Mechanism: "GSSAPI"} }, "sasl.mechanism"},
+		{func(c *Config) { c.TLS = kafkasink.TLS{CAFile: "x.pem"} }, "tls.enabled"},
+		{func(c *Config) { c.TLS = kafkasink.TLS{Enabled: true, CAFile: filepath.Join(t.TempDir(), "none.pem")} }, "tls.caFile"},
+	} {
+		cfg := base
+		tc.change(&cfg)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error about %s", cfg, err, tc.want)
+		}
+	}
 }

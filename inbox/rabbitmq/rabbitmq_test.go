@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testlog"
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -348,10 +349,10 @@ func TestReconnects(t *testing.T) {
 	d := migrated(t)
 	q := testrabbit.Unique("qbt-late")
 	// The queue does not exist yet: the consumer waits for it.
-	logs := &lines{}
+	logs := &testlog.Buffer{}
 	topic, _ := inbox.ParseTemplate("billing.{{ headers.type }}")
 	m, _ := inbox.NewMapping("billing", topic, nil, nil)
-	c, err := New(Config{Mapping: m, Storer: inbox.NewStorer("billing", d, nil, nil), URL: node.URL, Queue: q, Log: logs.logger()})
+	c, err := New(Config{Mapping: m, Storer: inbox.NewStorer("billing", d, nil, nil), URL: node.URL, Queue: q, Log: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,23 +379,3 @@ func TestReconnects(t *testing.T) {
 		t.Errorf("no log line says the consumer came back:\n%s", logs.String())
 	}
 }
-
-// lines collects log lines.
-type lines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }

@@ -163,17 +163,21 @@ func New(cfg Config) (*Sink, error) {
 		ClientID:    "queuebox",
 	}
 	var err error
-	if tr.SASL, err = mechanism(cfg.SASL); err != nil {
+	if tr.SASL, err = Mechanism(cfg.SASL); err != nil {
 		return nil, err
 	}
-	if tr.TLS, err = tlsConfig(cfg.TLS); err != nil {
+	if tr.TLS, err = TLSConfig(cfg.TLS); err != nil {
 		return nil, err
 	}
 	w.Transport = tr
 	return &Sink{cfg: cfg, w: w, brokers: strings.Join(cfg.Brokers, ",")}, nil
 }
 
-func mechanism(s SASL) (sasl.Mechanism, error) {
+// Mechanism builds the SASL mechanism of s; nil for none. The Kafka
+// destination and the Kafka inbox source (inbox/kafka) share it, so that
+// both accept the same settings and refuse them with the same messages: a
+// refusal is a *sinks.ConfigError whose Key is sasl or sasl.mechanism.
+func Mechanism(s SASL) (sasl.Mechanism, error) {
 	switch s.Mechanism {
 	case "":
 		return nil, nil
@@ -194,7 +198,10 @@ func mechanism(s SASL) (sasl.Mechanism, error) {
 	}
 }
 
-func tlsConfig(t TLS) (*tls.Config, error) {
+// TLSConfig builds the TLS configuration of t; nil when TLS is off. Shared
+// with the Kafka inbox source as Mechanism is; a refusal is a
+// *sinks.ConfigError whose Key is tls.caFile.
+func TLSConfig(t TLS) (*tls.Config, error) {
 	if !t.Enabled {
 		if t.CAFile != "" {
 			return nil, sinks.Configf("tls.caFile", "is set but tls.enabled is false; set tls.enabled: true")
