@@ -211,6 +211,22 @@ admin: { listen: "127.0.0.1:0" }
 	<-reps[0].done
 	killedAt := len(recv.Requests())
 	recv.WaitDelivered(t, total, 2*time.Minute)
+	// The receiver can hold every row before the database does: rows the
+	// killed replica delivered but could not record stay processing until
+	// their leases pass, and are then sent again (duplicates). Wait for the
+	// database to record every row delivered.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		st, err := d.OutboxStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Rows[dialects.Delivered] == int64(total) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the receiver had every row, the database holds %v", st.Rows)
+		}
+	}
 
 	dups := recv.CheckOrder(t)
 	// Duplicates: only rows the killed replica had claimed (at most its
@@ -652,66 +668,77 @@ routes: [ { topicPattern: "#", destination: n } ]
 
 // A SIGTERM that arrives while the relay is still starting (loading its
 // configuration, opening the pool, migrating) stops it cleanly with exit 0,
-// as an orchestrator expects of a rollout that is cancelled at once.
+// as an orchestrator expects of a rollout that is cancelled at once. The
+// configuration file is a FIFO, so the test knows when the relay is reading
+// it (and has its signal handling in place: a signal before the program's
+// first instructions kills any process, whatever it does).
 func TestSIGTERMWhileStartingExitsZero(t *testing.T) {
 	dbURL := testdb.Database(t)
-	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+	text := fmt.Sprintf(`database: { url: %q }
 destinations: { hook: { type: http, url: "http://127.0.0.1:9/hook" } }
 routes: [ { topicPattern: "#", destination: hook } ]
 admin: { listen: "127.0.0.1:0" }
-`, dbURL))
-	// Deterministically while the configuration is being read: the file is
-	// a FIFO, so reading it blocks until the test writes it, after the
-	// signal.
-	fifo := filepath.Join(t.TempDir(), "queuebox.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	text, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay := exec.Command(binary(t), "run", "--migrate", "--config", fifo)
-	var logs bytes.Buffer
-	relay.Stderr = &logs
-	if err := relay.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // long enough to block on the FIFO
-	_ = relay.Process.Signal(syscall.SIGTERM)
-	time.Sleep(100 * time.Millisecond)
-	// Without a blocking open: a relay that died of the signal has let go
-	// of the FIFO, and the open fails (ENXIO) instead of waiting forever.
-	w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		werr := relay.Wait()
-		t.Fatalf("SIGTERM while the configuration was read: the relay ended (%v; want it to finish starting and exit 0); its log:\n%s", werr, logs.String())
-	}
-	_, _ = w.Write(text)
-	_ = w.Close()
-	if err := relay.Wait(); err != nil {
-		t.Fatalf("SIGTERM while the configuration was read: %v (want exit 0); its log:\n%s", err, logs.String())
-	}
-	// And at moments around the start.
-	for _, after := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond} {
-		relay := exec.Command(binary(t), "run", "--migrate", "--config", cfg)
-		var logs bytes.Buffer
-		relay.Stderr = &logs
+`, dbURL)
+	// start starts a relay on a FIFO and returns once it is reading it,
+	// with the FIFO's write end.
+	start := func(name string) (*exec.Cmd, *bytes.Buffer, chan error, *os.File) {
+		fifo := filepath.Join(t.TempDir(), "queuebox.yaml")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		relay := exec.Command(binary(t), "run", "--migrate", "--config", fifo)
+		logs := &bytes.Buffer{}
+		relay.Stderr = logs
 		if err := relay.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(after)
-		_ = relay.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
 		go func() { done <- relay.Wait() }()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			// A non-blocking open succeeds once the relay has opened the
+			// FIFO for reading; until then it fails with ENXIO.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				return relay, logs, done, w
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("%s: the relay ended before reading its configuration: %v\n%s", name, err, logs.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				_ = relay.Process.Kill()
+				t.Fatalf("%s: the relay did not read its configuration within 30 s", name)
+			}
+		}
+	}
+	wait := func(name string, relay *exec.Cmd, logs *bytes.Buffer, done chan error) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatalf("SIGTERM %v after start: %v (want exit 0); its log:\n%s", after, err, logs.String())
+				t.Fatalf("%s: %v (want exit 0); its log:\n%s", name, err, logs.String())
 			}
 		case <-time.After(30 * time.Second):
 			_ = relay.Process.Kill()
-			t.Fatalf("SIGTERM %v after start: still running 30 s later; its log:\n%s", after, logs.String())
+			t.Fatalf("%s: still running 30 s later; its log:\n%s", name, logs.String())
 		}
+	}
+
+	// While the configuration is being read.
+	relay, logs, done, w := start("SIGTERM while reading the configuration")
+	_ = relay.Process.Signal(syscall.SIGTERM)
+	time.Sleep(100 * time.Millisecond)
+	_, _ = w.WriteString(text)
+	_ = w.Close()
+	wait("SIGTERM while reading the configuration", relay, logs, done)
+
+	// At moments after it: opening the pool, migrating, starting.
+	for _, after := range []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond} {
+		name := fmt.Sprintf("SIGTERM %v after the configuration was read", after)
+		relay, logs, done, w := start(name)
+		_, _ = w.WriteString(text)
+		_ = w.Close()
+		time.Sleep(after)
+		_ = relay.Process.Signal(syscall.SIGTERM)
+		wait(name, relay, logs, done)
 	}
 }
