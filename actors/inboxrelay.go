@@ -84,6 +84,7 @@ type inboxRelay struct {
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
 	r.gated = true
+	r.lastMove = time.Now() // idle only after a quiet second, as the claimer
 	r.held = heldBack{writers: r.dialect.InboxWriters,
 		waiting: "inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back",
 		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended"}

@@ -56,23 +56,29 @@ func (b *background) every(d time.Duration, tick func()) {
 type pace struct {
 	base, idle time.Duration
 	now        atomic.Int64
+	// woken cuts short an idle wait when the clock speeds up.
+	woken chan struct{}
 }
 
 func newPace(base time.Duration) *pace {
-	p := &pace{base: base, idle: max(base, idleProbe)}
+	p := &pace{base: base, idle: max(base, idleProbe), woken: make(chan struct{}, 1)}
 	p.now.Store(int64(base))
 	return p
 }
 
-// set makes the clock tick at the idle interval or at the base one.
+// set makes the clock tick at the idle interval or at the base one; leaving
+// the idle interval restarts the wait that runs at the base one.
 func (p *pace) set(idle bool) {
 	if p == nil {
 		return
 	}
 	if idle {
 		p.now.Store(int64(p.idle))
-	} else {
-		p.now.Store(int64(p.base))
+	} else if p.now.Swap(int64(p.base)) != int64(p.base) {
+		select {
+		case p.woken <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -100,6 +106,8 @@ func (b *background) everyPaced(p *pace, tick func()) {
 				return
 			case <-t.C:
 				tick()
+				t.Reset(time.Duration(p.now.Load()))
+			case <-p.woken:
 				t.Reset(time.Duration(p.now.Load()))
 			}
 		}

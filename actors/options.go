@@ -39,8 +39,9 @@ type Options struct {
 	MaxInFlight  int
 	Lease        time.Duration
 	PollInterval time.Duration
-	// ProbeInterval is how often an idle claimer asks the database whether
-	// rows arrived (OutboxProbe).
+	// ProbeInterval is how often a claimer that is not claiming asks the
+	// database whether rows arrived (OutboxProbe); once idle for a second,
+	// every idleProbe (loops.go).
 	ProbeInterval time.Duration
 	Backoff       Backoff
 	Retention     Retention

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +16,14 @@ import (
 type sinkHandle struct {
 	name string
 	cur  atomic.Pointer[sinkBox]
-	// down is set while the destination's deliveries fail (for the log);
-	// okBegan and failBegan are when (since clockStart) the latest Publish
-	// that succeeded, and that failed, began.
-	down               atomic.Bool
-	okBegan, failBegan atomic.Int64
+	// health: down is set while the destination's deliveries fail (for the
+	// log); okBegan and failBegan are when (since clockStart) the latest
+	// Publish that succeeded, and that failed, began.
+	health struct {
+		sync.Mutex
+		down               bool
+		okBegan, failBegan time.Duration
+	}
 }
 
 type sinkBox struct{ s sinks.Sink }
@@ -62,33 +66,27 @@ func (h *sinkHandle) noteHealth(errs []error, began time.Duration, log *slog.Log
 			failure = err
 		}
 	}
+	if failure == nil && !ok {
+		return
+	}
+	hs := &h.health
+	hs.Lock()
+	defer hs.Unlock()
 	if failure != nil && !ok {
-		storeMax(&h.failBegan, began)
-		if began < time.Duration(h.okBegan.Load()) {
+		hs.failBegan = max(hs.failBegan, began)
+		if began < hs.okBegan || hs.down {
 			return
 		}
-		if h.down.CompareAndSwap(false, true) {
-			log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
-		}
-	} else if ok {
-		storeMax(&h.okBegan, began)
-		if began < time.Duration(h.failBegan.Load()) {
-			return
-		}
-		if h.down.CompareAndSwap(true, false) {
-			log.Info("destination delivering again", "destination", h.name)
-		}
+		hs.down = true
+		log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
+		return
 	}
-}
-
-// storeMax raises v to d.
-func storeMax(v *atomic.Int64, d time.Duration) {
-	for {
-		cur := v.Load()
-		if int64(d) <= cur || v.CompareAndSwap(cur, int64(d)) {
-			return
-		}
+	hs.okBegan = max(hs.okBegan, began)
+	if began < hs.failBegan || !hs.down {
+		return
 	}
+	hs.down = false
+	log.Info("destination delivering again", "destination", h.name)
 }
 
 // clockStart is the origin of the Publish times that noteHealth compares

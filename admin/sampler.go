@@ -135,8 +135,8 @@ func (s *Sampler) since() time.Duration { return time.Since(s.start) }
 const FirstCountWait = 3 * time.Second
 
 // Demand tells the sampler that a reader wants the counts: it counts now if
-// its last attempt began more than its interval ago (the minimum interval
-// after a failed one), and otherwise when the interval ends; a count that is
+// its interval has passed since the last attempt ended (the minimum
+// interval after a failed one), and otherwise when the interval ends; a count that is
 // running serves the reads that arrive meanwhile. The reader gets the values
 // at hand; the first reader waits for the first count (at most
 // FirstCountWait), so that it does not read zeros.

@@ -122,7 +122,9 @@ func (e *env) seed(ctx context.Context, d *postgres.Dialect, h *harness, rows, k
 	if _, err := d.Pool().Exec(ctx, h.Analyze); err != nil {
 		return err
 	}
-	// Every timed phase starts right after a checkpoint: the full-page
+	// Every seeded phase (the raw loop, the drains, replicas; not latency,
+	// producer or inbox-http, which seed nothing) starts right after a
+	// checkpoint: the full-page
 	// images that follow one, and the checkpoint's own writes, then fall
 	// alike in every phase instead of in whichever phase one happens to
 	// start in. Skipped where the role may not checkpoint.
