@@ -7,43 +7,25 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/inboxtest"
+
 	"github.com/queuebox/queuebox/internal/testlog"
 
-	"github.com/jackc/pgx/v5"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
-	"github.com/queuebox/queuebox/migrations"
 	kafkasink "github.com/queuebox/queuebox/sinks/kafka"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-func migrated(t *testing.T) *postgres.Dialect {
-	t.Helper()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	if _, err := migrations.Up(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // record is a record to produce: key, value and the X-Message-Id header
 // ("" for none).
@@ -77,26 +59,6 @@ func produce(t *testing.T, c *testkafka.Cluster, topic string, recs ...record) {
 	}
 }
 
-type counter struct {
-	mu sync.Mutex
-	n  map[inbox.Outcome]int
-}
-
-func (c *counter) InboxReceived(_ string, o inbox.Outcome) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[inbox.Outcome]int{}
-	}
-	c.n[o]++
-}
-
-func (c *counter) get(o inbox.Outcome) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[o]
-}
-
 func consumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, obs inbox.Observer, hook func() error) *Consumer {
 	t.Helper()
 	tp, _ := inbox.ParseTemplate("orders.{{ headers.type }}")
@@ -121,42 +83,6 @@ func started(t *testing.T, cfg Config) *Consumer {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
-}
-
-type row struct {
-	MessageID, Topic string
-	AggregateID      *string
-	N                int
-}
-
-func rows(t *testing.T, d *postgres.Dialect) []row {
-	t.Helper()
-	tbl := pgx.Identifier{d.Names().Schema, "inbox"}.Sanitize()
-	rs, err := d.Pool().Query(context.Background(), `SELECT message_id, topic, aggregate_id, COALESCE((payload->>'n')::int, -1) FROM `+tbl+` ORDER BY sequence`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		err := r.Scan(&x.MessageID, &x.Topic, &x.AggregateID, &x.N)
-		return x, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("waited 90 s for %s", what)
 }
 
 // committed returns the group's committed offset summed over partitions,
@@ -200,7 +126,7 @@ func offsets(t *testing.T, client *kafkago.Client, topic, group string, partitio
 func TestStoresOnceAndCommits(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.New(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 3)
 	produce(t, cl, topic,
@@ -209,15 +135,15 @@ func TestStoresOnceAndCommits(t *testing.T) {
 		record{key: "o-1", id: "m1", typ: "created", n: 1}, // the producer retried
 		record{key: "o-3", typ: "created", n: 3},           // no id: topic/partition/offset
 	)
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	c := consumer(t, d, cl, topic, group, obs, nil)
-	waitFor(t, "three rows and a duplicate", func() bool { return len(rows(t, d)) == 3 && obs.get(inbox.Duplicate) == 1 })
-	waitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 3); return got == end && end == 4 })
+	inboxtest.WaitFor(t, "three rows and a duplicate", func() bool { return len(inboxtest.Rows(t, d)) == 3 && obs.Get(inbox.Duplicate) == 1 })
+	inboxtest.WaitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 3); return got == end && end == 4 })
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]row{}
-	for _, r := range rows(t, d) {
+	byID := map[string]inboxtest.Row{}
+	for _, r := range inboxtest.Rows(t, d) {
 		byID[r.MessageID] = r
 	}
 	if r := byID["m1"]; r.Topic != "orders.created" || r.AggregateID == nil || *r.AggregateID != "o-1" {
@@ -240,7 +166,7 @@ func TestStoresOnceAndCommits(t *testing.T) {
 func TestCrashBetweenInsertAndCommit(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.New(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 1)
 	const n = 40
@@ -254,21 +180,21 @@ func TestCrashBetweenInsertAndCommit(t *testing.T) {
 		crashed.Store(true)
 		return errors.New("crash")
 	})
-	waitFor(t, "the first member to store a batch and die", crashed.Load)
-	stored := len(rows(t, d))
+	inboxtest.WaitFor(t, "the first member to store a batch and die", crashed.Load)
+	stored := len(inboxtest.Rows(t, d))
 	if stored == 0 || stored > 10 {
 		t.Fatalf("the first member stored %d rows, want one batch", stored)
 	}
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	consumer(t, d, cl, topic, group, obs, nil)
-	waitFor(t, "every record", func() bool { return len(rows(t, d)) == n })
-	waitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end })
-	if obs.get(inbox.Duplicate) != stored || obs.get(inbox.Stored) != n-stored {
-		t.Fatalf("the second member counted %v; want %d duplicates and %d stored", obs.n, stored, n-stored)
+	inboxtest.WaitFor(t, "every record", func() bool { return len(inboxtest.Rows(t, d)) == n })
+	inboxtest.WaitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end })
+	if obs.Get(inbox.Duplicate) != stored || obs.Get(inbox.Stored) != n-stored {
+		t.Fatalf("the second member counted %v; want %d duplicates and %d stored", obs, stored, n-stored)
 	}
 	// Receive order per key is the partition's order.
 	last := map[string]int{}
-	for _, r := range rows(t, d) {
+	for _, r := range inboxtest.Rows(t, d) {
 		if l, ok := last[*r.AggregateID]; ok && r.N < l {
 			t.Errorf("key %s: record %d stored after %d", *r.AggregateID, r.N, l)
 		}
@@ -281,16 +207,16 @@ func TestCrashBetweenInsertAndCommit(t *testing.T) {
 func TestRefusedRecordsAreSkipped(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.New(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 1)
 	produce(t, cl, topic, record{key: "o", id: "bad", typ: "x", value: "not json"}, record{key: "o", id: "no-type", typ: ""},
 		record{key: "o", id: "ok", typ: "created", n: 1})
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	consumer(t, d, cl, topic, group, obs, nil)
-	waitFor(t, "the good record", func() bool { return len(rows(t, d)) == 1 && obs.get(inbox.Rejected) == 2 })
-	waitFor(t, "the offsets committed past the refused records", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end && end == 3 })
-	if r := rows(t, d); r[0].MessageID != "ok" {
+	inboxtest.WaitFor(t, "the good record", func() bool { return len(inboxtest.Rows(t, d)) == 1 && obs.Get(inbox.Rejected) == 2 })
+	inboxtest.WaitFor(t, "the offsets committed past the refused records", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end && end == 3 })
+	if r := inboxtest.Rows(t, d); r[0].MessageID != "ok" {
 		t.Fatalf("rows %+v", r)
 	}
 }
@@ -299,16 +225,16 @@ func TestRefusedRecordsAreSkipped(t *testing.T) {
 func TestReadsAcrossARestart(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.NewRestartable(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 1)
 	produce(t, cl, topic, record{key: "o", id: "before", typ: "created", n: 1})
 	consumer(t, d, cl, topic, group, nil, nil)
-	waitFor(t, "the first record", func() bool { return len(rows(t, d)) == 1 })
+	inboxtest.WaitFor(t, "the first record", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
 	cl.Stop(t)
 	cl.Start(t)
 	produce(t, cl, topic, record{key: "o", id: "after", typ: "created", n: 2})
-	waitFor(t, "the record sent after the restart", func() bool { return len(rows(t, d)) == 2 })
+	inboxtest.WaitFor(t, "the record sent after the restart", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
 }
 
 // A cluster that requires SASL: with the right credentials (PLAIN and both
@@ -336,14 +262,14 @@ func TestSASL(t *testing.T) {
 			// A wrong password: nothing stored, the refusal logged.
 			wrong := creds
 			wrong.Password = "wrong-password"
-			bad, badLog := migrated(t), &testlog.Buffer{}
+			bad, badLog := inboxtest.Migrated(t), &testlog.Buffer{}
 			badGroup := testkafka.Unique("qbt-group")
 			c := saslConsumer(t, bad, cl, topic, badGroup, wrong, badLog)
-			waitFor(t, "the refused login in the log", func() bool { return strings.Contains(badLog.String(), "SASL Authentication failed") })
+			inboxtest.WaitFor(t, "the refused login in the log", func() bool { return strings.Contains(badLog.String(), "SASL Authentication failed") })
 			if err := c.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if r := rows(t, bad); len(r) != 0 {
+			if r := inboxtest.Rows(t, bad); len(r) != 0 {
 				t.Errorf("with a wrong password the source stored %+v", r)
 			}
 			if !strings.Contains(badLog.String(), "the Kafka source met an error") {
@@ -354,11 +280,11 @@ func TestSASL(t *testing.T) {
 			}
 
 			// The right credentials: stored and committed.
-			good := migrated(t)
+			good := inboxtest.Migrated(t)
 			group := testkafka.Unique("qbt-group")
 			saslConsumer(t, good, cl, topic, group, creds, nil)
-			waitFor(t, "both records", func() bool { return len(rows(t, good)) == 2 })
-			waitFor(t, "the offsets committed", func() bool {
+			inboxtest.WaitFor(t, "both records", func() bool { return len(inboxtest.Rows(t, good)) == 2 })
+			inboxtest.WaitFor(t, "the offsets committed", func() bool {
 				got, end := committedAs(t, cl, creds, topic, group)
 				return got == end && end == 2
 			})

@@ -4,40 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/queuebox/queuebox/internal/inboxtest"
+
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testnats"
-	"github.com/queuebox/queuebox/migrations"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-func migrated(t *testing.T) *postgres.Dialect {
-	t.Helper()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	if _, err := migrations.Up(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 type event struct {
 	id, typ, order string
@@ -74,26 +56,6 @@ func publish(t *testing.T, s *testnats.Server, subject string, evs ...event) {
 	}
 }
 
-type counter struct {
-	mu sync.Mutex
-	n  map[inbox.Outcome]int
-}
-
-func (c *counter) InboxReceived(_ string, o inbox.Outcome) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[inbox.Outcome]int{}
-	}
-	c.n[o]++
-}
-
-func (c *counter) get(o inbox.Outcome) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[o]
-}
-
 func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durable string, obs inbox.Observer, hook func() error) *Consumer {
 	t.Helper()
 	tp, _ := inbox.ParseTemplate("orders.{{ headers.Event-Type }}")
@@ -112,42 +74,6 @@ func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durabl
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
-}
-
-type row struct {
-	MessageID, Topic string
-	AggregateID      *string
-	N                int
-}
-
-func rows(t *testing.T, d *postgres.Dialect) []row {
-	t.Helper()
-	tbl := pgx.Identifier{d.Names().Schema, "inbox"}.Sanitize()
-	rs, err := d.Pool().Query(context.Background(), `SELECT message_id, topic, aggregate_id, COALESCE((payload->>'n')::int, -1) FROM `+tbl+` ORDER BY sequence`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		err := r.Scan(&x.MessageID, &x.Topic, &x.AggregateID, &x.N)
-		return x, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("waited a minute for %s", what)
 }
 
 // pending is how many messages the durable has not had acknowledged
@@ -177,7 +103,7 @@ func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
 func TestStoresOnceAndAcknowledges(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
@@ -186,13 +112,13 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 	// message without an id, and one more has an id of its own.
 	publish(t, s, subject, event{id: "m1", typ: "created", order: "o-1", n: 1}, event{typ: "paid", order: "o-1", n: 2},
 		event{id: "m3", typ: "created", order: "o-2", n: 3})
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	c := consumer(t, d, s, stream, "qb-inbox", obs, nil)
-	waitFor(t, "three rows", func() bool { return len(rows(t, d)) == 3 })
+	inboxtest.WaitFor(t, "three rows", func() bool { return len(inboxtest.Rows(t, d)) == 3 })
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := rows(t, d)
+	got := inboxtest.Rows(t, d)
 	if got[0].MessageID != "m1" || got[0].Topic != "orders.created" || *got[0].AggregateID != "o-1" ||
 		got[1].MessageID != stream+"/2" || got[1].Topic != "orders.paid" {
 		t.Fatalf("rows %+v", got)
@@ -200,8 +126,8 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 	if p := pending(t, s, stream, "qb-inbox"); p != 0 {
 		t.Fatalf("%d messages not acknowledged after a drain", p)
 	}
-	if obs.get(inbox.Stored) != 3 {
-		t.Errorf("counted %v", obs.n)
+	if obs.Get(inbox.Stored) != 3 {
+		t.Errorf("counted %v", obs)
 	}
 }
 
@@ -211,7 +137,7 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 func TestCrashBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
@@ -226,20 +152,20 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 		crashed.Store(true)
 		return errors.New("crash")
 	})
-	waitFor(t, "the first consumer to store a batch and die", crashed.Load)
-	stored := len(rows(t, d))
+	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
+	stored := len(inboxtest.Rows(t, d))
 	if stored == 0 || stored > 10 {
 		t.Fatalf("the first consumer stored %d rows, want one batch", stored)
 	}
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	consumer(t, d, s, stream, "qb-inbox", obs, nil)
-	waitFor(t, "every message, and the batch again", func() bool { return len(rows(t, d)) == n && obs.get(inbox.Duplicate) >= stored })
-	waitFor(t, "every message acknowledged", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
-	if got := len(rows(t, d)); got != n {
+	inboxtest.WaitFor(t, "every message, and the batch again", func() bool { return len(inboxtest.Rows(t, d)) == n && obs.Get(inbox.Duplicate) >= stored })
+	inboxtest.WaitFor(t, "every message acknowledged", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
+	if got := len(inboxtest.Rows(t, d)); got != n {
 		t.Fatalf("%d rows for %d messages", got, n)
 	}
-	if obs.get(inbox.Stored) != n-stored {
-		t.Fatalf("the second consumer counted %v; want %d stored", obs.n, n-stored)
+	if obs.Get(inbox.Stored) != n-stored {
+		t.Fatalf("the second consumer counted %v; want %d stored", obs, n-stored)
 	}
 }
 
@@ -248,17 +174,17 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 func TestRefusedMessagesAreTerminated(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
 	publish(t, s, subject, event{id: "bad", typ: "x", order: "o", body: "nope"}, event{id: "no-type", order: "o", n: 1},
 		event{id: "ok", typ: "created", order: "o", n: 2})
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	consumer(t, d, s, stream, "qb-inbox", obs, nil)
-	waitFor(t, "the good message and two refusals", func() bool { return len(rows(t, d)) == 1 && obs.get(inbox.Rejected) == 2 })
-	waitFor(t, "nothing left to deliver", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
-	if r := rows(t, d); r[0].MessageID != "ok" {
+	inboxtest.WaitFor(t, "the good message and two refusals", func() bool { return len(inboxtest.Rows(t, d)) == 1 && obs.Get(inbox.Rejected) == 2 })
+	inboxtest.WaitFor(t, "nothing left to deliver", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
+	if r := inboxtest.Rows(t, d); r[0].MessageID != "ok" {
 		t.Fatalf("rows %+v", r)
 	}
 }
@@ -268,18 +194,18 @@ func TestRefusedMessagesAreTerminated(t *testing.T) {
 func TestReconnects(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
 	consumer(t, d, s, stream, "qb-inbox", nil, nil)
 	publish(t, s, subject, event{id: "a", typ: "created", order: "o", n: 1})
-	waitFor(t, "the first message", func() bool { return len(rows(t, d)) == 1 })
+	inboxtest.WaitFor(t, "the first message", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
 	s.Disconnect(t, "queuebox inbox orders")
 	publish(t, s, subject, event{id: "b", typ: "created", order: "o", n: 2})
-	waitFor(t, "the message sent after the disconnect", func() bool { return len(rows(t, d)) == 2 })
+	inboxtest.WaitFor(t, "the message sent after the disconnect", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
 	s.Stop(t)
 	s.Start(t)
 	publish(t, s, subject, event{id: "c", typ: "created", order: "o", n: 3})
-	waitFor(t, "the message sent after the restart", func() bool { return len(rows(t, d)) == 3 })
+	inboxtest.WaitFor(t, "the message sent after the restart", func() bool { return len(inboxtest.Rows(t, d)) == 3 })
 }

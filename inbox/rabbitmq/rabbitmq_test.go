@@ -6,22 +6,19 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/queuebox/queuebox/internal/inboxtest"
 
 	"github.com/queuebox/queuebox/internal/testlog"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testrabbit"
-	"github.com/queuebox/queuebox/migrations"
 )
 
 func TestMain(m *testing.M) {
@@ -33,22 +30,6 @@ func TestMain(m *testing.M) {
 type runner struct{ m *testing.M }
 
 func (r runner) Run() int { return testrabbit.Run(r.m) }
-
-func migrated(t *testing.T) *postgres.Dialect {
-	t.Helper()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	if _, err := migrations.Up(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // queue declares a durable queue of its own on the server at url (with
 // args), deleted when the test ends.
@@ -129,26 +110,6 @@ func event(id, typ, invoice string, n int) amqp.Publishing {
 		Headers: amqp.Table{"invoice-id": invoice, "attempt": int32(n)}, Body: []byte(fmt.Sprintf(`{"n":%d}`, n))}
 }
 
-type counter struct {
-	mu sync.Mutex
-	n  map[inbox.Outcome]int
-}
-
-func (c *counter) InboxReceived(_ string, o inbox.Outcome) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[inbox.Outcome]int{}
-	}
-	c.n[o]++
-}
-
-func (c *counter) get(o inbox.Outcome) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[o]
-}
-
 func consumer(t *testing.T, d dialects.Inbox, url, q string, obs inbox.Observer, hook func() error) *Consumer {
 	t.Helper()
 	topic, _ := inbox.ParseTemplate("billing.{{ headers.type }}")
@@ -168,58 +129,21 @@ func consumer(t *testing.T, d dialects.Inbox, url, q string, obs inbox.Observer,
 	return c
 }
 
-type row struct {
-	MessageID, Topic string
-	AggregateID      *string
-	Headers          map[string]string
-	N                int
-}
-
-func rows(t *testing.T, d *postgres.Dialect) []row {
-	t.Helper()
-	tbl := pgx.Identifier{d.Names().Schema, "inbox"}.Sanitize()
-	rs, err := d.Pool().Query(context.Background(), `SELECT message_id, topic, aggregate_id, headers, (payload->>'n')::int FROM `+tbl+` ORDER BY sequence`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		err := r.Scan(&x.MessageID, &x.Topic, &x.AggregateID, &x.Headers, &x.N)
-		return x, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("waited a minute for %s", what)
-}
-
 // Messages are stored once per message_id with the templates' topic and
 // aggregate; every one is acknowledged, duplicates too.
 func TestStoresOnceAndAcknowledges(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	q := queue(t, url, nil)
 	publish(t, url, q, event("m1", "paid", "inv-1", 1), event("m2", "sent", "inv-2", 2), event("m1", "paid", "inv-1", 1), event("m3", "paid", "inv-1", 3))
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	c := consumer(t, d, url, q, obs, nil)
-	waitFor(t, "three rows", func() bool { return len(rows(t, d)) == 3 && obs.get(inbox.Duplicate) == 1 })
+	inboxtest.WaitFor(t, "three rows", func() bool { return len(inboxtest.Rows(t, d)) == 3 && obs.Get(inbox.Duplicate) == 1 })
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := rows(t, d)
+	got := inboxtest.Rows(t, d)
 	if got[0].MessageID != "m1" || got[0].Topic != "billing.paid" || *got[0].AggregateID != "inv-1" || got[0].Headers["attempt"] != "1" ||
 		got[1].Topic != "billing.sent" || got[2].MessageID != "m3" {
 		t.Fatalf("rows %+v", got)
@@ -227,8 +151,8 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 	if n := ready(t, url, q); n != 0 {
 		t.Fatalf("%d messages back in the queue after a drain; every one should be acknowledged", n)
 	}
-	if obs.get(inbox.Stored) != 3 {
-		t.Errorf("counted %v", obs.n)
+	if obs.Get(inbox.Stored) != 3 {
+		t.Errorf("counted %v", obs)
 	}
 }
 
@@ -238,7 +162,7 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 func TestCrashBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	q := queue(t, url, nil)
 	const n = 40
 	var msgs []amqp.Publishing
@@ -247,27 +171,27 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 	}
 	publish(t, url, q, msgs...)
 	var crashed atomic.Bool
-	first := &counter{}
+	first := &inboxtest.Counter{}
 	consumer(t, d, url, q, first, func() error {
 		crashed.Store(true)
 		return errors.New("crash")
 	})
-	waitFor(t, "the first consumer to store a batch and die", crashed.Load)
-	stored := len(rows(t, d))
+	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
+	stored := len(inboxtest.Rows(t, d))
 	if stored == 0 || stored > 7 {
 		t.Fatalf("the first consumer stored %d rows before dying, want one batch", stored)
 	}
-	second := &counter{}
+	second := &inboxtest.Counter{}
 	c := consumer(t, d, url, q, second, nil)
-	waitFor(t, "every message", func() bool { return len(rows(t, d)) == n })
+	inboxtest.WaitFor(t, "every message", func() bool { return len(inboxtest.Rows(t, d)) == n })
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := rows(t, d); len(got) != n {
+	if got := inboxtest.Rows(t, d); len(got) != n {
 		t.Fatalf("%d rows for %d messages", len(got), n)
 	}
-	if second.get(inbox.Duplicate) != stored || second.get(inbox.Stored) != n-stored {
-		t.Fatalf("the second consumer counted %v; want %d duplicates (the redelivered batch) and %d stored", second.n, stored, n-stored)
+	if second.Get(inbox.Duplicate) != stored || second.Get(inbox.Stored) != n-stored {
+		t.Fatalf("the second consumer counted %v; want %d duplicates (the redelivered batch) and %d stored", second, stored, n-stored)
 	}
 	if r := ready(t, url, q); r != 0 {
 		t.Fatalf("%d messages left in the queue", r)
@@ -280,7 +204,7 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 func TestRefusedMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	dead := queue(t, url, nil)
 	q := queue(t, url, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
 	notJSON := event("bad-1", "paid", "inv-1", 0)
@@ -294,14 +218,14 @@ func TestRefusedMessagesAreDeadLettered(t *testing.T) {
 	nul := event("ok-2", "paid", "inv-1", 2)
 	nul.Headers["note"] = "a\x00b"
 	publish(t, url, q, notJSON, noType, event("ok", "paid", "inv-1", 1), refused, nul)
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	consumer(t, d, url, q, obs, nil)
-	waitFor(t, "two good messages and three dead-lettered", func() bool { return len(rows(t, d)) == 2 && ready(t, url, dead) == 3 })
-	if got := rows(t, d); got[0].MessageID != "ok" || got[1].MessageID != "ok-2" || got[1].Headers["note"] != "ab" {
+	inboxtest.WaitFor(t, "two good messages and three dead-lettered", func() bool { return len(inboxtest.Rows(t, d)) == 2 && ready(t, url, dead) == 3 })
+	if got := inboxtest.Rows(t, d); got[0].MessageID != "ok" || got[1].MessageID != "ok-2" || got[1].Headers["note"] != "ab" {
 		t.Fatalf("rows %+v", got)
 	}
-	if obs.get(inbox.Rejected) != 3 {
-		t.Fatalf("counted %v, want 3 rejected", obs.n)
+	if obs.Get(inbox.Rejected) != 3 {
+		t.Fatalf("counted %v, want 3 rejected", obs)
 	}
 }
 
@@ -310,7 +234,7 @@ func TestRefusedMessagesAreDeadLettered(t *testing.T) {
 func TestStopDrains(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	q := queue(t, url, nil)
 	const n = 400
 	var msgs []amqp.Publishing
@@ -319,20 +243,20 @@ func TestStopDrains(t *testing.T) {
 	}
 	publish(t, url, q, msgs...)
 	c := consumer(t, d, url, q, nil, nil)
-	waitFor(t, "a first batch", func() bool { return len(rows(t, d)) > 0 })
+	inboxtest.WaitFor(t, "a first batch", func() bool { return len(inboxtest.Rows(t, d)) > 0 })
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	stored := len(rows(t, d))
+	stored := len(inboxtest.Rows(t, d))
 	if left := ready(t, url, q); stored+left != n {
 		t.Fatalf("%d stored and %d left in the queue for %d messages", stored, left, n)
 	}
 	// The rest is taken by the next consumer, without a duplicate.
-	obs := &counter{}
+	obs := &inboxtest.Counter{}
 	consumer(t, d, url, q, obs, nil)
-	waitFor(t, "every message", func() bool { return len(rows(t, d)) == n })
-	if obs.get(inbox.Duplicate) != 0 {
-		t.Fatalf("%d duplicates after a clean drain", obs.get(inbox.Duplicate))
+	inboxtest.WaitFor(t, "every message", func() bool { return len(inboxtest.Rows(t, d)) == n })
+	if obs.Get(inbox.Duplicate) != 0 {
+		t.Fatalf("%d duplicates after a clean drain", obs.Get(inbox.Duplicate))
 	}
 }
 
@@ -346,7 +270,7 @@ func TestReconnects(t *testing.T) {
 		t.Skip("closes connections on a private node of the local installation")
 	}
 	node := testrabbit.Private(t)
-	d := migrated(t)
+	d := inboxtest.Migrated(t)
 	q := testrabbit.Unique("qbt-late")
 	// The queue does not exist yet: the consumer waits for it.
 	logs := &testlog.Buffer{}
@@ -360,7 +284,7 @@ func TestReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop(context.Background())
-	waitFor(t, "a log line about the missing queue", func() bool { return strings.Contains(logs.String(), "does not exist") })
+	inboxtest.WaitFor(t, "a log line about the missing queue", func() bool { return strings.Contains(logs.String(), "does not exist") })
 	conn, err := amqp.Dial(node.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -371,10 +295,10 @@ func TestReconnects(t *testing.T) {
 	}
 	conn.Close()
 	publish(t, node.URL, q, event("a", "paid", "i", 1))
-	waitFor(t, "the first message", func() bool { return len(rows(t, d)) == 1 })
+	inboxtest.WaitFor(t, "the first message", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
 	node.CloseConnections(t)
 	publish(t, node.URL, q, event("b", "paid", "i", 2))
-	waitFor(t, "the message sent after the connection was closed", func() bool { return len(rows(t, d)) == 2 })
+	inboxtest.WaitFor(t, "the message sent after the connection was closed", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
 	if !strings.Contains(logs.String(), "consuming again") {
 		t.Errorf("no log line says the consumer came back:\n%s", logs.String())
 	}

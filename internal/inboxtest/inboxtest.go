@@ -1,0 +1,106 @@
+// Package inboxtest holds what the tests of the inbox's broker sources
+// share: a migrated schema of their own, the stored rows, an observer that
+// counts outcomes, and a bounded wait.
+package inboxtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+// Migrated opens a schema of the test's own, with QueueBox's tables.
+func Migrated(t *testing.T) *postgres.Dialect {
+	t.Helper()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if _, err := migrations.Up(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Row is a stored inbox row; N is the payload's "n" (-1 without one).
+type Row struct {
+	MessageID, Topic string
+	AggregateID      *string
+	Headers          map[string]string
+	N                int
+}
+
+// Rows returns the inbox rows in receive order.
+func Rows(t *testing.T, d *postgres.Dialect) []Row {
+	t.Helper()
+	tbl := pgx.Identifier{d.Names().Schema, "inbox"}.Sanitize()
+	rs, err := d.Pool().Query(context.Background(), `SELECT message_id, topic, aggregate_id, headers, COALESCE((payload->>'n')::int, -1) FROM `+tbl+` ORDER BY sequence`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (Row, error) {
+		var x Row
+		err := r.Scan(&x.MessageID, &x.Topic, &x.AggregateID, &x.Headers, &x.N)
+		return x, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Counter is an inbox.Observer that counts outcomes.
+type Counter struct {
+	mu sync.Mutex
+	n  map[inbox.Outcome]int
+}
+
+func (c *Counter) InboxReceived(_ string, o inbox.Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[inbox.Outcome]int{}
+	}
+	c.n[o]++
+}
+
+// Get returns how many messages had outcome o.
+func (c *Counter) Get(o inbox.Outcome) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[o]
+}
+
+// String shows the counts, for failure messages.
+func (c *Counter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprint(c.n)
+}
+
+// WaitFor waits up to 90 s for cond.
+func WaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("waited 90 s for %s", what)
+}
