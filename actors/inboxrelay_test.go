@@ -152,37 +152,18 @@ func TestInboxRelayKeepsReceiveOrderWithTwoReplicas(t *testing.T) {
 }
 
 // storeInbox is one source transaction: 1 to 4 inbox rows over random
-// aggregates (one in five unkeyed), pauses between them, and one time in
-// three an update of a shared row in the middle.
+// aggregates (one in five unkeyed), as businessTx runs them.
 func storeInbox(ctx context.Context, h *harness, inbox, biz string, rnd *rand.Rand, prefix string, aggregates int) (int, error) {
-	tx, err := h.d.Pool().Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-	n := 1 + rnd.IntN(4)
-	lockAt := -1
-	if rnd.IntN(3) == 0 {
-		lockAt = rnd.IntN(n)
-	}
-	for i := range n {
-		if i == lockAt {
-			if _, err := tx.Exec(ctx, `UPDATE `+biz+` SET balance = balance + 1 WHERE id = $1`, 1+rnd.IntN(3)); err != nil {
-				return 0, err
-			}
-		}
+	return businessTx(ctx, h, biz, rnd, 1+rnd.IntN(4), func(tx pgx.Tx, i int) error {
 		var agg *string
 		if rnd.IntN(5) > 0 {
 			a := fmt.Sprintf("agg-%d", rnd.IntN(aggregates))
 			agg = &a
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+inbox+` (source, message_id, topic, aggregate_id, payload)
-			VALUES ('web', $1, 'in.event', $2, '{}')`, fmt.Sprintf("%s-%d", prefix, i), agg); err != nil {
-			return 0, err
-		}
-		time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
-	}
-	return n, tx.Commit(ctx)
+		_, err := tx.Exec(ctx, `INSERT INTO `+inbox+` (source, message_id, topic, aggregate_id, payload)
+			VALUES ('web', $1, 'in.event', $2, '{}')`, fmt.Sprintf("%s-%d", prefix, i), agg)
+		return err
+	})
 }
 
 // With the relay off, inbox rows stay received and no outbox row appears.

@@ -69,15 +69,24 @@ func TestConcurrentProducersKeepKeyOrder(t *testing.T) {
 }
 
 // produce runs one application transaction: 2 to 5 rows over random keys in
-// random order, a pause between inserts, and, one time in three, an update
-// of a shared business row in the middle.
+// random order (see businessTx).
 func produce(ctx context.Context, h *harness, tbl, biz string, rnd *rand.Rand, keys int) (int, error) {
+	return businessTx(ctx, h, biz, rnd, 2+rnd.IntN(4), func(tx pgx.Tx, _ int) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', $1, '{}')`, fmt.Sprintf("k%d", rnd.IntN(keys)))
+		return err
+	})
+}
+
+// businessTx runs one application transaction of n inserts, a pause of 0
+// to 2 ms after each and, one time in three, an update of a shared
+// business row of biz (ids 1 to 3) before one of them: transactions wait on
+// each other's business-row locks as real ones do.
+func businessTx(ctx context.Context, h *harness, biz string, rnd *rand.Rand, n int, insert func(tx pgx.Tx, i int) error) (int, error) {
 	tx, err := h.d.Pool().Begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(ctx)
-	n := 2 + rnd.IntN(4)
 	lockAt := -1
 	if rnd.IntN(3) == 0 {
 		lockAt = rnd.IntN(n)
@@ -88,8 +97,7 @@ func produce(ctx context.Context, h *harness, tbl, biz string, rnd *rand.Rand, k
 				return 0, err
 			}
 		}
-		key := fmt.Sprintf("k%d", rnd.IntN(keys))
-		if _, err := tx.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', $1, '{}')`, key); err != nil {
+		if err := insert(tx, i); err != nil {
 			return 0, err
 		}
 		time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testbin"
+
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -197,7 +199,7 @@ destinations:
 
 func (w *world) run(args ...string) {
 	w.t.Helper()
-	out, err := exec.Command(binary(w.t), args...).CombinedOutput()
+	out, err := exec.Command(testbin.Path(w.t), args...).CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("queuebox %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -248,7 +250,7 @@ func (w *world) start(name string) *replica {
 	w.started++
 	f, _ := os.OpenFile(filepath.Join(w.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	r := &replica{name: name, logs: &syncBuffer{f: f}, done: make(chan struct{})}
-	r.cmd = exec.Command(binary(w.t), "run", "--config", w.config(name))
+	r.cmd = exec.Command(testbin.Path(w.t), "run", "--config", w.config(name))
 	r.cmd.Stderr, r.cmd.Stdout = r.logs, r.logs
 	if err := r.cmd.Start(); err != nil {
 		w.t.Fatal(err)

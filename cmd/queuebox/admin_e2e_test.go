@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testbin"
+
 	"github.com/chromedp/chromedp"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -40,7 +42,7 @@ type relayProcess struct {
 // which names the address it picked.
 func startRelay(t *testing.T, args ...string) *relayProcess {
 	t.Helper()
-	r := &relayProcess{cmd: exec.Command(binary(t), append([]string{"run"}, args...)...), page: make(chan string, 1), ended: make(chan error, 1)}
+	r := &relayProcess{cmd: exec.Command(testbin.Path(t), append([]string{"run"}, args...)...), page: make(chan string, 1), ended: make(chan error, 1)}
 	stderr, err := r.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -10,11 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/queuebox/queuebox/internal/testbin"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,37 +32,8 @@ type removeBinary struct{ m *testing.M }
 
 func (r removeBinary) Run() int {
 	code := r.m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	testbin.Remove()
 	return code
-}
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds the real queuebox once per test run.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "queuebox-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "queuebox")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
 }
 
 func writeConfig(t *testing.T, body string) string {
@@ -75,7 +47,7 @@ func writeConfig(t *testing.T, body string) string {
 
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary(t), args...)
+	cmd := exec.Command(testbin.Path(t), args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -194,7 +166,7 @@ admin: { listen: "127.0.0.1:0" }
 		done   chan error
 	}
 	start := func() *replica {
-		r := &replica{cmd: exec.Command(binary(t), "run", "--config", cfg), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+		r := &replica{cmd: exec.Command(testbin.Path(t), "run", "--config", cfg), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 		r.cmd.Stderr = r.stderr
 		if err := r.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -266,7 +238,7 @@ func TestDevModeDeliversAndCleansUp(t *testing.T) {
 		t.Skip("starts its own PostgreSQL")
 	}
 	t.Parallel()
-	cmd := exec.Command(binary(t), "dev", "--rate", "20")
+	cmd := exec.Command(testbin.Path(t), "dev", "--rate", "20")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -394,7 +366,7 @@ admin: { listen: "127.0.0.1:0" }
 		t.Fatal(err)
 	}
 	// Run the relay until the rows are settled, then stop it.
-	relay := exec.Command(binary(t), "run", "--config", cfg)
+	relay := exec.Command(testbin.Path(t), "run", "--config", cfg)
 	if err := relay.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +450,7 @@ admin: { listen: "127.0.0.1:0" }
 	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{{Topic: "x", Payload: []byte(`{}`), MaxAttempts: &zero}}); err != nil {
 		t.Fatal(err)
 	}
-	relay := exec.Command(binary(t), "run", "--config", cfg)
+	relay := exec.Command(testbin.Path(t), "run", "--config", cfg)
 	var logs bytes.Buffer
 	relay.Stderr = &logs
 	if err := relay.Start(); err != nil {
@@ -589,7 +561,7 @@ func TestQuickStartStepThree(t *testing.T) {
 	cmd := exec.Command("bash", "-e", "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
-		"PATH="+filepath.Dir(binary(t))+":"+os.Getenv("PATH"),
+		"PATH="+filepath.Dir(testbin.Path(t))+":"+os.Getenv("PATH"),
 		"QUEUEBOX_DATABASE_URL="+testdb.Database(t),
 		"ORDERS_URL="+recv.URL,
 		"ORDERS_TOKEN=try-me",
@@ -686,7 +658,7 @@ admin: { listen: "127.0.0.1:0" }
 		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		relay := exec.Command(binary(t), "run", "--migrate", "--config", fifo)
+		relay := exec.Command(testbin.Path(t), "run", "--migrate", "--config", fifo)
 		logs := &bytes.Buffer{}
 		relay.Stderr = logs
 		if err := relay.Start(); err != nil {

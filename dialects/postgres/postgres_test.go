@@ -250,12 +250,20 @@ func TestGateWaitsForATransactionBlockedOnARowLock(t *testing.T) {
 // transaction was not yet visible as running.
 func TestTransactionIDComesBeforeTheSequenceValue(t *testing.T) {
 	t.Parallel()
+	idBeforeSequence(t, "outbox", `(topic, key, payload) VALUES ('t', 'k', '{}')`)
+}
+
+// idBeforeSequence checks the statement trigger of table: an INSERT of
+// values, on a fresh connection, has its transaction id assigned and no
+// value of table's sequence drawn when a later statement trigger fires.
+func idBeforeSequence(t *testing.T, table, values string) {
+	t.Helper()
 	d := open(t, 0)
 	ctx := context.Background()
 	schema := d.Names().Schema
-	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
+	tbl := pgx.Identifier{schema, table}.Sanitize()
 	fn := pgx.Identifier{schema, "zz_check"}.Sanitize()
-	seq := pgx.Identifier{schema, "outbox_sequence_seq"}.Sanitize()
+	seq := pgx.Identifier{schema, table + "_sequence_seq"}.Sanitize()
 	if _, err := d.Pool().Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
 		DECLARE drawn boolean := true;
 		BEGIN
@@ -274,7 +282,7 @@ func TestTransactionIDComesBeforeTheSequenceValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', 'k', '{}')`)
+	_, err = conn.Exec(ctx, `INSERT INTO `+tbl+` `+values)
 	if err == nil || !strings.Contains(err.Error(), "xid=t drawn=f") {
 		t.Fatalf("at statement start: %v; want the transaction id assigned and no sequence value drawn", err)
 	}

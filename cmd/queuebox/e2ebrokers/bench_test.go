@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testbin"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -82,7 +84,7 @@ admin: { listen: "127.0.0.1:0" }
 `, dbURL, destination)), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	if out, err := exec.Command(binary(b), "migrate", "up", "--config", cfg).CombinedOutput(); err != nil {
+	if out, err := exec.Command(testbin.Path(b), "migrate", "up", "--config", cfg).CombinedOutput(); err != nil {
 		b.Fatalf("migrate: %v\n%s", err, out)
 	}
 	d, err := postgres.Open(ctx, postgres.Options{URL: dbURL, Names: dialects.DefaultNames()})
@@ -105,7 +107,7 @@ admin: { listen: "127.0.0.1:0" }
 		b.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	cmd := exec.Command(binary(b), "run", "--config", cfg)
+	cmd := exec.Command(testbin.Path(b), "run", "--config", cfg)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testbin"
+
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -34,39 +36,13 @@ type runner func() int
 
 func (r runner) Run() int {
 	code := r()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testbin.Remove()
 	return code
-}
-
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binary builds the real queuebox once per test run.
-func binary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "queuebox-bin-"); buildErr != nil {
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "queuebox"), "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "queuebox")
 }
 
 func run(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(binary(t), args...).CombinedOutput()
+	out, err := exec.Command(testbin.Path(t), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("queuebox %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -212,7 +188,7 @@ admin: { listen: "127.0.0.1:0" }
 
 	var stderr bytes.Buffer
 	var mu sync.Mutex
-	cmd := exec.Command(binary(t), "run", "--config", cfg)
+	cmd := exec.Command(testbin.Path(t), "run", "--config", cfg)
 	cmd.Stderr = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return stderr.Write(p) })
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
