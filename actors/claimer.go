@@ -287,7 +287,9 @@ func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 // repace sets the probe clock: idle once nothing happened for idleAfter
 // and no row is in flight (outcomes make the next rows of their keys heads).
 func (c *claimer) repace(now time.Time) {
-	c.pace.set(c.free == c.maxInFlight && now.Sub(c.lastNews) > idleAfter)
+	idle := c.free == c.maxInFlight && now.Sub(c.lastNews) > idleAfter
+	c.pace.set(idle)
+	c.stats.Idle.Store(idle)
 }
 
 // gateFailed handles a probe the database refused for good: without the
@@ -338,6 +340,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	if n > 0 {
 		c.lastNews = time.Now()
 		c.pace.set(false)
+		c.stats.Idle.Store(false)
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
 		c.dispatch(ctx, m.rows, m.lease)

@@ -22,6 +22,9 @@ type Stats struct {
 	// ClaimStatements and CompleteStatements count round trips; Probes the
 	// probes of an idle claimer (a claim probes too, uncounted).
 	ClaimStatements, CompleteStatements, Probes atomic.Int64
+	// Idle says the claimer probes at the idle pace: nothing arrived,
+	// settled or was claimed for a while, and no row is in flight.
+	Idle atomic.Bool
 	// ClaimTime and CompleteTime add up the statements' durations.
 	ClaimTime, CompleteTime atomic.Int64
 	// Claims counts the claims of each kind (plain, windowed, by key): how
