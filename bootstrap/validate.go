@@ -217,6 +217,9 @@ func (v *validator) kafkaSecurity(key string, s SASLConfig, t TLSConfig) {
 	if t.CAFile != "" && !t.Enabled {
 		v.add(key+".tls.caFile", "is set but tls.enabled is false; set tls.enabled: true to use TLS")
 	}
+	if t.InsecureSkipVerify && !t.Enabled {
+		v.add(key+".tls.insecureSkipVerify", "is set but tls.enabled is false, so it would be ignored; set tls.enabled: true to use TLS, or remove it")
+	}
 	switch {
 	case !oneOf(s.Mechanism, "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
 		v.add(key+".sasl.mechanism", "%q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, or leave it empty", s.Mechanism)
@@ -291,6 +294,8 @@ func (v *validator) httpDestination(key string, d *DestinationConfig, cd *Compil
 		probe := placeholderProbe.ReplaceAllString(d.URL, "x")
 		if u, err := url.Parse(probe); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			v.add(key+".url", "%q is not an http:// or https:// URL with a host", d.URL)
+		} else if u.Scheme == "http" && (d.TLS.CAFile != "" || d.TLS.InsecureSkipVerify) {
+			v.add(key+".tls", "applies to https:// URLs only, and url is http://, so it would be ignored: use https:// or remove tls")
 		}
 	}
 	if !oneOf(d.Method, "POST", "PUT", "PATCH") {
