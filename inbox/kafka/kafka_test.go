@@ -38,7 +38,7 @@ type record struct {
 func produce(t *testing.T, c *testkafka.Cluster, topic string, recs ...record) {
 	t.Helper()
 	w := &kafkago.Writer{Addr: kafkago.TCP(c.Brokers...), Topic: topic, Balancer: &kafkago.Hash{}, BatchTimeout: time.Millisecond,
-		RequiredAcks: kafkago.RequireAll}
+		RequiredAcks: kafkago.RequireAll, Transport: c.Transport()}
 	defer w.Close()
 	msgs := make([]kafkago.Message, len(recs))
 	for i, r := range recs {
@@ -89,7 +89,7 @@ func started(t *testing.T, cfg Config) *Consumer {
 // and the topic's end offsets summed.
 func committed(t *testing.T, cl *testkafka.Cluster, topic, group string, partitions int) (int64, int64) {
 	t.Helper()
-	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...)}, topic, group, partitions)
+	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: cl.Transport()}, topic, group, partitions)
 }
 
 func offsets(t *testing.T, client *kafkago.Client, topic, group string, partitions int) (int64, int64) {
@@ -297,6 +297,13 @@ func TestSASL(t *testing.T) {
 
 func saslConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, logs *testlog.Buffer) *Consumer {
 	t.Helper()
+	return securedConsumer(t, d, cl, topic, group, creds, kafkasink.TLS{}, logs)
+}
+
+// securedConsumer starts a source with the given sasl and tls settings;
+// logs, when set, receives its log.
+func securedConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, tlsCfg kafkasink.TLS, logs *testlog.Buffer) *Consumer {
+	t.Helper()
 	tp, _ := inbox.ParseTemplate("orders.{{ headers.type }}")
 	m, err := inbox.NewMapping("orders", tp, nil, nil)
 	if err != nil {
@@ -307,7 +314,7 @@ func saslConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, 
 		log = slog.New(slog.NewTextHandler(logs, nil))
 	}
 	return started(t, Config{Mapping: m, Storer: inbox.NewStorer("orders", d, nil, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
-		SASL: creds, Log: log, sessionTimeout: 6 * time.Second})
+		SASL: creds, TLS: tlsCfg, Log: log, sessionTimeout: 6 * time.Second})
 }
 
 // produceAs writes records to a cluster that requires SASL.
@@ -341,6 +348,97 @@ func committedAs(t *testing.T, cl *testkafka.Cluster, creds kafkasink.SASL, topi
 		t.Fatal(err)
 	}
 	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: &kafkago.Transport{SASL: mech}}, topic, group, 1)
+}
+
+// within waits up to limit for cond.
+func within(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopWithin stops c, which must not take more than five seconds.
+func stopWithin(t *testing.T, c *Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// storesOver checks that a source with the given settings, on a secured
+// cluster, stores the records produced to topic and commits their offsets.
+func storesOver(t *testing.T, cl *testkafka.Cluster, topic string, creds kafkasink.SASL, tlsCfg kafkasink.TLS) {
+	t.Helper()
+	d := inboxtest.Migrated(t)
+	group := testkafka.Unique("qbt-group")
+	securedConsumer(t, d, cl, topic, group, creds, tlsCfg, nil)
+	within(t, 15*time.Second, "both records in the inbox", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
+	within(t, 15*time.Second, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end && end == 2 })
+	rows := inboxtest.Rows(t, d)
+	if rows[0].MessageID != "m1" || rows[0].Topic != "orders.created" || rows[0].N != 1 ||
+		rows[1].MessageID != "m2" || rows[1].Topic != "orders.paid" || rows[1].N != 2 {
+		t.Errorf("stored %+v, want m1 (orders.created, n 1) then m2 (orders.paid, n 2)", rows)
+	}
+}
+
+// TLS with the cluster's CA in tls.caFile: the source joins its group over
+// TLS and stores. With a CA that did not sign the brokers' certificate it
+// stores nothing, commits nothing and logs the refused certificate.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	ca := testkafka.NewCA(t)
+	cl := testkafka.NewSecure(t, testkafka.Security{CA: ca})
+	topic := testkafka.Unique("qbt-in-tls")
+	cl.CreateTopic(t, topic, 1)
+	produce(t, cl, topic, record{key: "o-1", id: "m1", typ: "created", n: 1}, record{key: "o-2", id: "m2", typ: "paid", n: 2})
+
+	t.Run("caFile", func(t *testing.T) {
+		t.Parallel()
+		storesOver(t, cl, topic, kafkasink.SASL{}, kafkasink.TLS{Enabled: true, CAFile: ca.File})
+	})
+	t.Run("wrong CA", func(t *testing.T) {
+		t.Parallel()
+		other := testkafka.NewCA(t)
+		d, logs := inboxtest.Migrated(t), &testlog.Buffer{}
+		group := testkafka.Unique("qbt-group")
+		c := securedConsumer(t, d, cl, topic, group, kafkasink.SASL{}, kafkasink.TLS{Enabled: true, CAFile: other.File}, logs)
+		within(t, 15*time.Second, "the refused certificate in the log", func() bool {
+			return strings.Contains(logs.String(), "certificate signed by unknown authority")
+		})
+		stopWithin(t, c)
+		if r := inboxtest.Rows(t, d); len(r) != 0 {
+			t.Errorf("with the wrong CA the source stored %+v", r)
+		}
+		if got, _ := committed(t, cl, topic, group, 1); got != 0 {
+			t.Errorf("with the wrong CA the source committed offset %d", got)
+		}
+	})
+}
+
+// TLS and SASL together: a SCRAM login inside a connection verified with
+// tls.caFile.
+func TestTLSWithSASL(t *testing.T) {
+	t.Parallel()
+	ca := testkafka.NewCA(t)
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			u := testkafka.User{Mechanism: mech, Username: "inbox-user", Password: "s3cret"}
+			cl := testkafka.NewSecure(t, testkafka.Security{CA: ca, Users: []testkafka.User{u}})
+			topic := testkafka.Unique("qbt-in-tls-sasl")
+			cl.CreateTopic(t, topic, 1)
+			produce(t, cl, topic, record{key: "o-1", id: "m1", typ: "created", n: 1}, record{key: "o-2", id: "m2", typ: "paid", n: 2})
+			storesOver(t, cl, topic, kafkasink.SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password},
+				kafkasink.TLS{Enabled: true, CAFile: ca.File})
+		})
+	}
 }
 
 // The sasl and tls settings are refused as a Kafka destination refuses

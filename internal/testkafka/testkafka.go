@@ -1,7 +1,8 @@
 // Package testkafka gives tests a Kafka cluster that speaks the real wire
 // protocol: franz-go's kfake, in-process, on loopback ports, started in
 // milliseconds. $QUEUEBOX_TEST_KAFKA_BROKERS (host:port,host:port) points
-// the same tests at an external cluster instead.
+// the same tests at an external cluster instead, except the tests of TLS
+// and SASL (NewSecure), whose cluster's security is theirs to set.
 //
 // kfake keeps one copy of each partition: it does not replicate, so a test
 // with acks=all proves that the sink asks for it, not what replication
@@ -32,6 +33,9 @@ type Cluster struct {
 	fake  *kfake.Cluster
 	opts  []kfake.Opt
 	ports []int
+	// transport, set for a secured cluster (NewSecure), is how the
+	// helpers below connect to it.
+	transport *kafkago.Transport
 }
 
 // New starts a cluster of three brokers for the test (or attaches to the
@@ -133,7 +137,7 @@ func (c *Cluster) CreateTopic(t testing.TB, topic string, partitions int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := &kafkago.Client{Addr: kafkago.TCP(c.Brokers...)}
+	cl := &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Transport: c.Transport()}
 	res, err := cl.CreateTopics(ctx, &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
 	if err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
@@ -186,7 +190,7 @@ func (c *Cluster) NewReader(topic string, partitions int) *Reader {
 func (r *Reader) Poll() []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cl := &kafkago.Client{Addr: kafkago.TCP(r.c.Brokers...), Timeout: 5 * time.Second}
+	cl := &kafkago.Client{Addr: kafkago.TCP(r.c.Brokers...), Timeout: 5 * time.Second, Transport: r.c.Transport()}
 	for p := range r.partitions {
 		for {
 			n, err := r.fetch(cl, p)

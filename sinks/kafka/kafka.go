@@ -33,6 +33,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -285,6 +286,15 @@ func (s *Sink) produceError(topic string, err error) error {
 	var ke kafkago.Error
 	if errors.As(err, &ke) {
 		return fmt.Errorf("kafka %s: topic %q: %s (%s)", s.brokers, topic, ke.Title(), ke.Description())
+	}
+	if s.cfg.SASL.Mechanism != "" && errors.Is(err, io.ErrUnexpectedEOF) {
+		// A broker may refuse a SASL login by closing the connection
+		// instead of answering with an error code. kafka-go's transport
+		// then reports a bare "unexpected EOF" (it means to turn that
+		// case into SASLAuthenticationFailed, but its check looks for
+		// io.EOF, which its decoder has already turned into
+		// io.ErrUnexpectedEOF), so say what it most likely is.
+		return fmt.Errorf("kafka %s: topic %q: %w: the broker closed the connection, as a broker does when it refuses the SASL login; check sasl.mechanism, sasl.username and sasl.password", s.brokers, topic, err)
 	}
 	return fmt.Errorf("kafka %s: topic %q: %w", s.brokers, topic, err)
 }

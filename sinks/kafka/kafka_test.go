@@ -1,19 +1,14 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
+	"errors"
 	"hash/fnv"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -350,84 +345,184 @@ func TestTemplatedTopicAndBadValues(t *testing.T) {
 	}
 }
 
-// SASL PLAIN and SCRAM against a cluster that requires them; a wrong
-// password fails (and is retried: credentials can be fixed).
-func TestSASL(t *testing.T) {
-	t.Parallel()
-	c := testkafka.New(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "plain-user", "p1"),
-		kfake.Superuser("SCRAM-SHA-256", "scram256", "p2"), kfake.Superuser("SCRAM-SHA-512", "scram512", "p3"))
-	topic := testkafka.Unique("qbt-sasl")
-	if err := c.Fake(t).CreateTopic(topic, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []SASL{
-		{"PLAIN", "plain-user", "p1"}, {"SCRAM-SHA-256", "scram256", "p2"}, {"SCRAM-SHA-512", "scram512", "p3"},
-	} {
-		s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: tc, Timeout: 5 * time.Second})
-		if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err != nil {
-			t.Errorf("%s: %v", tc.Mechanism, err)
+// publishOne publishes m alone and returns its outcome.
+func publishOne(s *Sink, m sinks.Message) error {
+	return s.Publish(context.Background(), []sinks.Message{m})[0]
+}
+
+// readBack waits up to five seconds for the record of message m and
+// checks that its key and value are m's.
+func readBack(t *testing.T, r *testkafka.Reader, m sinks.Message) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, rec := range r.Poll() {
+			if rec.Headers["X-Message-Id"] != m.ID {
+				continue
+			}
+			if string(rec.Key) != m.Key || !bytes.Equal(rec.Value, m.Body) {
+				t.Fatalf("message %s read back with key %q and value %q, want %q and %q", m.ID, rec.Key, rec.Value, m.Key, m.Body)
+			}
+			return
 		}
-		tc.Password = "wrong"
-		bad := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: tc, Timeout: 5 * time.Second})
-		if err := bad.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err == nil || sinks.IsPermanent(err) {
-			t.Errorf("%s with a wrong password: %v", tc.Mechanism, err)
+		if time.Now().After(deadline) {
+			t.Fatalf("message %s was not read back within 5 s", m.ID)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// notWritten checks that none of msgs reached the topic.
+func notWritten(t *testing.T, r *testkafka.Reader, msgs ...sinks.Message) {
+	t.Helper()
+	for _, rec := range r.Poll() {
+		for _, m := range msgs {
+			if rec.Headers["X-Message-Id"] == m.ID {
+				t.Errorf("message %s reached the topic although its publish failed", m.ID)
+			}
 		}
 	}
 }
 
-// TLS with the cluster's CA from tls.caFile; without it, the certificate
-// is not trusted.
+// failsEach publishes msgs and checks that each of them is reported
+// failed, on its own (well before the sink's timeout), with an error that
+// can be retried and that contains one of want. It returns the errors.
+func failsEach(t *testing.T, s *Sink, msgs []sinks.Message, want ...string) []error {
+	t.Helper()
+	start := time.Now()
+	errs := s.Publish(context.Background(), msgs)
+	took := time.Since(start)
+	if len(errs) != len(msgs) {
+		t.Fatalf("%d outcomes for %d messages", len(errs), len(msgs))
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			t.Errorf("message %d was reported delivered", i)
+		case sinks.IsPermanent(err):
+			t.Errorf("message %d: a permanent failure (%v); the setting can be fixed, so it must be retried", i, err)
+		case !slices.ContainsFunc(want, func(w string) bool { return strings.Contains(err.Error(), w) }):
+			t.Errorf("message %d: %v, want an error that says one of %q", i, err, want)
+		}
+	}
+	if took >= s.cfg.Timeout {
+		t.Errorf("the publish took %s, the whole timeout: the failure was not seen for what it is (%v)", took, errs[0])
+	}
+	t.Logf("reported: %v", errs[0])
+	return errs
+}
+
+// TLS against brokers whose certificate was signed by a CA made in the
+// test: tls.caFile with that CA delivers, with another CA or the system's
+// roots the certificate is refused, insecureSkipVerify delivers without a
+// CA file.
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	certPEM, keyPEM := selfSigned(t)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := testkafka.New(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	ca := testkafka.NewCA(t)
+	c := testkafka.NewSecure(t, testkafka.Security{CA: ca})
 	topic := testkafka.Unique("qbt-tls")
-	if err := c.Fake(t).CreateTopic(topic, 1, nil); err != nil {
-		t.Fatal(err)
+	c.CreateTopic(t, topic, 1)
+	r := c.NewReader(topic, 1)
+	sink := func(t *testing.T, tc TLS) *Sink {
+		return newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: tc, Timeout: 5 * time.Second})
 	}
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, certPEM, 0o600); err != nil {
-		t.Fatal(err)
+
+	t.Run("caFile", func(t *testing.T) {
+		m := sinktest.Message(&sinktest.Target{}, "cust-tls", 1)
+		if err := publishOne(sink(t, TLS{Enabled: true, CAFile: ca.File}), m); err != nil {
+			t.Fatal(err)
+		}
+		readBack(t, r, m)
+	})
+	t.Run("insecureSkipVerify", func(t *testing.T) {
+		m := sinktest.Message(&sinktest.Target{}, "cust-insecure", 2)
+		if err := publishOne(sink(t, TLS{Enabled: true, InsecureSkipVerify: true}), m); err != nil {
+			t.Fatal(err)
+		}
+		readBack(t, r, m)
+	})
+	t.Run("wrong CA", func(t *testing.T) {
+		other := testkafka.NewCA(t)
+		msgs := []sinks.Message{sinktest.Message(&sinktest.Target{}, "cust-wrong", 3), sinktest.Message(&sinktest.Target{}, "cust-wrong", 4)}
+		for i, err := range failsEach(t, sink(t, TLS{Enabled: true, CAFile: other.File}), msgs, "certificate signed by unknown authority") {
+			var ve *tls.CertificateVerificationError
+			if !errors.As(err, &ve) {
+				t.Errorf("message %d: %v is not a certificate verification error", i, err)
+			}
+		}
+		notWritten(t, r, msgs...)
+	})
+	t.Run("system roots", func(t *testing.T) {
+		m := sinktest.Message(&sinktest.Target{}, "cust-roots", 5)
+		failsEach(t, sink(t, TLS{Enabled: true}), []sinks.Message{m}, "certificate")
+		notWritten(t, r, m)
+	})
+	t.Run("missing caFile", func(t *testing.T) {
+		_, err := New(Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true, CAFile: filepath.Join(t.TempDir(), "none.pem")}})
+		var ce *sinks.ConfigError
+		if !errors.As(err, &ce) || ce.Key != "tls.caFile" {
+			t.Errorf("a missing CA file: %v, want a configuration error on tls.caFile", err)
+		}
+	})
+}
+
+// SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 against brokers that require
+// a login: the right password delivers; a wrong one is reported as a
+// refused login for each message, retryable (credentials can be fixed),
+// without the password, and well within the timeout.
+func TestSASL(t *testing.T) {
+	t.Parallel()
+	users := []testkafka.User{
+		{Mechanism: "PLAIN", Username: "plain-user", Password: "p1"},
+		{Mechanism: "SCRAM-SHA-256", Username: "scram256", Password: "p2"},
+		{Mechanism: "SCRAM-SHA-512", Username: "scram512", Password: "p3"},
 	}
-	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true, CAFile: ca}, Timeout: 5 * time.Second})
-	if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err != nil {
-		t.Fatal(err)
-	}
-	untrusted := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true}, Timeout: 5 * time.Second})
-	if err := untrusted.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 1)})[0]; err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("without the CA: %v", err)
-	}
-	if _, err := New(Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true, CAFile: filepath.Join(t.TempDir(), "none.pem")}}); err == nil || !strings.Contains(err.Error(), "tls.caFile") {
-		t.Errorf("a missing CA file: %v", err)
+	c := testkafka.NewSecure(t, testkafka.Security{Users: users})
+	topic := testkafka.Unique("qbt-sasl")
+	c.CreateTopic(t, topic, 1)
+	r := c.NewReader(topic, 1)
+	for _, u := range users {
+		t.Run(u.Mechanism, func(t *testing.T) {
+			creds := SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password}
+			m := sinktest.Message(&sinktest.Target{}, "cust-"+u.Username, 1)
+			s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: creds, Timeout: 5 * time.Second})
+			if err := publishOne(s, m); err != nil {
+				t.Fatal(err)
+			}
+			readBack(t, r, m)
+
+			creds.Password = "wrong-password"
+			bad := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: creds, Timeout: 5 * time.Second})
+			msgs := []sinks.Message{sinktest.Message(&sinktest.Target{}, "cust-bad", 2), sinktest.Message(&sinktest.Target{}, "cust-bad", 3)}
+			// A broker answers a refused login with SASL_AUTHENTICATION_FAILED
+			// or by closing the connection (kfake does the latter); the sink
+			// names the login either way.
+			for _, err := range failsEach(t, bad, msgs, "SASL Authentication Failed", "refuses the SASL login") {
+				if err != nil && strings.Contains(err.Error(), creds.Password) {
+					t.Errorf("the error shows the password: %v", err)
+				}
+			}
+			notWritten(t, r, msgs...)
+		})
 	}
 }
 
-func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+// TLS and SASL together: a SCRAM login inside a connection verified with
+// tls.caFile.
+func TestTLSWithSASL(t *testing.T) {
+	t.Parallel()
+	ca := testkafka.NewCA(t)
+	u := testkafka.User{Mechanism: "SCRAM-SHA-512", Username: "both", Password: "secret"}
+	c := testkafka.NewSecure(t, testkafka.Security{CA: ca, Users: []testkafka.User{u}})
+	topic := testkafka.Unique("qbt-tls-sasl")
+	c.CreateTopic(t, topic, 1)
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), Timeout: 5 * time.Second,
+		TLS: TLS{Enabled: true, CAFile: ca.File}, SASL: SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password}})
+	m := sinktest.Message(&sinktest.Target{}, "cust-both", 1)
+	if err := publishOne(s, m); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	readBack(t, c.NewReader(topic, 1), m)
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
