@@ -23,7 +23,8 @@ type Stats struct {
 	// probes of an idle claimer (a claim probes too, uncounted).
 	ClaimStatements, CompleteStatements, Probes atomic.Int64
 	// Idle says the claimer probes at the idle pace: nothing arrived,
-	// settled or was claimed for a while, and no row is in flight.
+	// settled or was claimed for a while, and no row is in flight (nor
+	// claim running: its rows would be in flight).
 	Idle atomic.Bool
 	// ClaimTime and CompleteTime add up the statements' durations.
 	ClaimTime, CompleteTime atomic.Int64

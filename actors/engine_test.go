@@ -453,7 +453,8 @@ func TestStopDrains(t *testing.T) {
 
 // An idle replica probes every idleProbe (25 ms) instead of every probe
 // interval (2 ms) once nothing has happened for a second; a row that
-// arrives then is delivered within that, and the probes speed up again.
+// arrives then is delivered within that, and the claim that found it
+// leaves the idle pace.
 func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -466,9 +467,12 @@ func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
 		time.Sleep(d)
 		return e.Stats.Probes.Load() - p0
 	}
-	time.Sleep(1500 * time.Millisecond) // idle for longer than a second
-	if !e.Stats.Idle.Load() {
-		t.Fatal("a replica with nothing to do for 1.5 s is not at the idle pace")
+	// Idle after a second with nothing to do; a loaded machine may take a
+	// little longer to run the tick that notices.
+	for at := time.Now(); !e.Stats.Idle.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Since(at) > 5*time.Second {
+			t.Fatal("a replica with nothing to do for 5 s is not at the idle pace")
+		}
 	}
 	// A loaded machine only lowers the count (each probe is a round trip).
 	if n := probesIn(time.Second); n > 60 || n == 0 {

@@ -194,8 +194,6 @@ func TestBadDestinations(t *testing.T) {
 		{name: "a signing secret without its prefix", yaml: "~type: http,~type: http, signingSecret: c2VjcmV0c2VjcmV0c2VjcmV0,~", key: "destinations.hook.signingSecret", reason: "does not start with whsec_"},
 		{name: "a signing secret too short", yaml: "~type: http,~type: http, signingSecret: whsec_c2hvcnQ=,~", key: "destinations.hook.signingSecret", reason: "16"},
 		{name: "a key of another type", yaml: "~type: http,~type: http, exchange: events,~", key: "destinations.hook.exchange", reason: "is not a key of a http destination (it belongs to rabbitmq)"},
-		{name: "a CA for a plain http URL", yaml: "~https://hooks.example.com/{{ topic }}\"~http://hooks.example.com/x\", tls: { caFile: ca.pem }~", key: "destinations.hook.tls", reason: "applies to https:// URLs only"},
-		{name: "skipping verification on a plain http URL", yaml: "~https://hooks.example.com/{{ topic }}\"~http://hooks.example.com/x\", tls: { insecureSkipVerify: true }~", key: "destinations.hook.tls", reason: "use https:// or remove tls"},
 		{name: "tls.enabled on HTTP", yaml: "~type: http,~type: http, tls: { enabled: true },~", key: "destinations.hook.tls.enabled", reason: "the https:// scheme turns TLS on"},
 		{name: "a header name with a space", yaml: "~type: http,~type: http, headers: { \"X Token\": a },~", key: "destinations.hook.headers", reason: "not a valid header name"},
 		{name: "a header name HTTP cannot send", yaml: "~type: http,~type: http, headers: { \"X-Token(1)\": a },~", key: "destinations.hook.headers", reason: "X-Token(1)"},

@@ -215,7 +215,7 @@ func (v *validator) destinations(c *Config) {
 // Kafka inbox source (key is the destination's or the source's).
 func (v *validator) kafkaSecurity(key string, s SASLConfig, t TLSConfig) {
 	if t.CAFile != "" && !t.Enabled {
-		v.add(key+".tls.caFile", "is set but tls.enabled is false; set tls.enabled: true to use TLS")
+		v.add(key+".tls.caFile", "is set but tls.enabled is false, so it would be ignored; set tls.enabled: true to use TLS, or remove it")
 	}
 	if t.InsecureSkipVerify && !t.Enabled {
 		v.add(key+".tls.insecureSkipVerify", "is set but tls.enabled is false, so it would be ignored; set tls.enabled: true to use TLS, or remove it")
@@ -294,8 +294,6 @@ func (v *validator) httpDestination(key string, d *DestinationConfig, cd *Compil
 		probe := placeholderProbe.ReplaceAllString(d.URL, "x")
 		if u, err := url.Parse(probe); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			v.add(key+".url", "%q is not an http:// or https:// URL with a host", d.URL)
-		} else if u.Scheme == "http" && (d.TLS.CAFile != "" || d.TLS.InsecureSkipVerify) {
-			v.add(key+".tls", "applies to https:// URLs only, and url is http://, so it would be ignored: use https:// or remove tls")
 		}
 	}
 	if !oneOf(d.Method, "POST", "PUT", "PATCH") {

@@ -14,8 +14,8 @@ import (
 
 // BenchmarkClaimComplete drains a backlog with the two hot statements: claim
 // n rows, then mark them delivered, by one loop or two overlapping loops.
-// Rows per second is the figure to compare with the raw baseline of
-// spec/architecture.md.
+// Rows per second is the figure to compare with the raw baseline
+// (`queuebox bench --scenarios raw`, docs/performance.md).
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, batch := range []int{1, 100, 1000} {
 		for _, loops := range []int{1, 2} {

@@ -177,6 +177,7 @@ type Reader struct {
 	mu         sync.Mutex
 	next       []int64
 	got        []Record
+	err        error // of the last Poll's last fetch
 }
 
 // NewReader reads topic, which has the given number of partitions.
@@ -191,9 +192,13 @@ func (r *Reader) Poll() []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cl := &kafkago.Client{Addr: kafkago.TCP(r.c.Brokers...), Timeout: 5 * time.Second, Transport: r.c.Transport()}
+	r.err = nil
 	for p := range r.partitions {
 		for {
 			n, err := r.fetch(cl, p)
+			if err != nil {
+				r.err = err
+			}
 			if err != nil || n == 0 {
 				break
 			}
@@ -202,6 +207,14 @@ func (r *Reader) Poll() []Record {
 	out := append([]Record(nil), r.got...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
 	return out
+}
+
+// Err is the error of the last Poll, if a fetch failed: a Poll that
+// found nothing proves nothing then.
+func (r *Reader) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 func (r *Reader) fetch(cl *kafkago.Client, p int) (int, error) {

@@ -38,6 +38,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -95,6 +96,9 @@ type Sink struct {
 	cfg     Config
 	w       *kafkago.Writer
 	brokers string // for errors
+	// produced: a produce succeeded, so the login and the transport work
+	// (a connection closed later is not blamed on them).
+	produced atomic.Bool
 }
 
 // New builds the writer; it connects on first use.
@@ -259,6 +263,7 @@ func (s *Sink) write(ctx context.Context, records []kafkago.Message, errs []erro
 	}
 	err := s.w.WriteMessages(ctx, records...)
 	if err == nil {
+		s.produced.Store(true)
 		return -1
 	}
 	var we kafkago.WriteErrors
@@ -287,14 +292,16 @@ func (s *Sink) produceError(topic string, err error) error {
 	if errors.As(err, &ke) {
 		return fmt.Errorf("kafka %s: topic %q: %s (%s)", s.brokers, topic, ke.Title(), ke.Description())
 	}
-	if s.cfg.SASL.Mechanism != "" && errors.Is(err, io.ErrUnexpectedEOF) {
+	if s.cfg.SASL.Mechanism != "" && !s.produced.Load() && errors.Is(err, io.ErrUnexpectedEOF) {
 		// A broker may refuse a SASL login by closing the connection
-		// instead of answering with an error code. kafka-go's transport
-		// then reports a bare "unexpected EOF" (it means to turn that
-		// case into SASLAuthenticationFailed, but its check looks for
-		// io.EOF, which its decoder has already turned into
-		// io.ErrUnexpectedEOF), so say what it most likely is.
-		return fmt.Errorf("kafka %s: topic %q: %w: the broker closed the connection, as a broker does when it refuses the SASL login; check sasl.mechanism, sasl.username and sasl.password", s.brokers, topic, err)
+		// instead of answering with an error code, and a broker that
+		// expects TLS closes a connection that does not speak it.
+		// kafka-go's transport then reports a bare "unexpected EOF" (it
+		// means to turn the first case into SASLAuthenticationFailed, but
+		// its check looks for io.EOF, which its decoder has already turned
+		// into io.ErrUnexpectedEOF), so say what it most likely is, as long
+		// as no produce has succeeded.
+		return fmt.Errorf("kafka %s: topic %q: %w: the broker closed the connection, as a broker does when it refuses the SASL login or expects TLS; check sasl.mechanism, sasl.username, sasl.password and tls.enabled", s.brokers, topic, err)
 	}
 	return fmt.Errorf("kafka %s: topic %q: %w", s.brokers, topic, err)
 }

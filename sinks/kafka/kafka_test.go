@@ -375,7 +375,11 @@ func readBack(t *testing.T, r *testkafka.Reader, m sinks.Message) {
 // notWritten checks that none of msgs reached the topic.
 func notWritten(t *testing.T, r *testkafka.Reader, msgs ...sinks.Message) {
 	t.Helper()
-	for _, rec := range r.Poll() {
+	recs := r.Poll()
+	if err := r.Err(); err != nil {
+		t.Fatalf("reading the topic back failed, so its contents are unknown: %v", err)
+	}
+	for _, rec := range recs {
 		for _, m := range msgs {
 			if rec.Headers["X-Message-Id"] == m.ID {
 				t.Errorf("message %s reached the topic although its publish failed", m.ID)
@@ -523,6 +527,19 @@ func TestTLSWithSASL(t *testing.T) {
 		t.Fatal(err)
 	}
 	readBack(t, c.NewReader(topic, 1), m)
+}
+
+// SASL with the right password against brokers that expect TLS, with
+// tls.enabled forgotten: the broker closes the plain connection, and the
+// error points at tls.enabled as well as at the login.
+func TestSASLWithoutTheTLSTheBrokersExpect(t *testing.T) {
+	t.Parallel()
+	ca := testkafka.NewCA(t)
+	u := testkafka.User{Mechanism: "SCRAM-SHA-256", Username: "tlsonly", Password: "secret"}
+	c := testkafka.NewSecure(t, testkafka.Security{CA: ca, Users: []testkafka.User{u}})
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, testkafka.Unique("qbt-notls")), Timeout: 5 * time.Second,
+		SASL: SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password}})
+	failsEach(t, s, []sinks.Message{sinktest.Message(&sinktest.Target{}, "cust-notls", 1)}, "tls.enabled")
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
