@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testdb"
 )
 
 // More of the catalogue of bad requests to an HTTP source (the first part
@@ -14,7 +16,7 @@ import (
 
 func TestHTTPBadInputCatalogue(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	now := time.Unix(1_800_000_000, 0)
 	s := server(t, d, &counts{}, func() time.Time { return now })
 	body := `{"event":"x"}`
@@ -84,7 +86,7 @@ func TestHTTPBadInputCatalogue(t *testing.T) {
 // as it refuses a body that is not JSON, in the outbox's words.
 func TestHTTPRefusesAPayloadTheOutboxCannotDeliver(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	s := server(t, d, &counts{}, nil)
 	for _, c := range []struct{ name, body, reason string }{
 		{"a number", `42`, "object or array"},

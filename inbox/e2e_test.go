@@ -15,6 +15,7 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
@@ -84,7 +85,7 @@ func settled(t *testing.T, d *postgres.Dialect, want int64) {
 // the destination in receive order per aggregate.
 func TestHTTPToDestination(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	recv := testrecv.New(t, nil)
 	engine(t, d, recv.URL+"/{{ topic }}")
 	s := server(t, d, nil, nil)
@@ -146,7 +147,7 @@ func TestHTTPToDestination(t *testing.T) {
 // is a duplicate (X-Message-Id is the row id).
 func TestHTTPAcceptsQueueBoxSignatures(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	s := server(t, d, nil, nil)
 	key, _ := base64.StdEncoding.DecodeString(webhookKey)
 	addr, _ := routing.ParseTemplate(s.URL + "/inbox/hooks")

@@ -22,28 +22,10 @@ import (
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
-	"github.com/queuebox/queuebox/migrations"
 	"github.com/queuebox/queuebox/routing"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-// migrated opens a dialect on a fresh, migrated schema.
-func migrated(t testing.TB) *postgres.Dialect {
-	t.Helper()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	if _, err := migrations.Up(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 func tpl(t testing.TB, s string) *routing.Template {
 	t.Helper()
@@ -190,7 +172,7 @@ func with(h map[string]string, k, v string) map[string]string {
 // without the credentials.
 func TestHTTPStoresOnce(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	obs := &counts{}
 	s := server(t, d, obs, nil)
 	url := s.URL + "/inbox/payments"
@@ -226,7 +208,7 @@ func TestHTTPStoresOnce(t *testing.T) {
 // else a new UUID (every such request is a new message).
 func TestHTTPMessageID(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	s := server(t, d, nil, nil)
 	url := s.URL + "/inbox/open"
 	post(t, url, `{}`, map[string]string{"X-Message-Id": "a", "Idempotency-Key": "b", "Webhook-Id": "c", "X-Order": "o1"})
@@ -253,7 +235,7 @@ func sign(id, ts, body string) string {
 // Bad input gets its status and a reason, and stores nothing.
 func TestHTTPBadInput(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	obs := &counts{}
 	now := time.Unix(1_800_000_000, 0)
 	s := server(t, d, obs, func() time.Time { return now })
@@ -337,7 +319,7 @@ func TestHTTPBadInput(t *testing.T) {
 // every answer for it names the same row.
 func TestHTTPConcurrentRepeats(t *testing.T) {
 	t.Parallel()
-	d := migrated(t)
+	d := testdb.Migrated(t, 20)
 	s := server(t, d, nil, nil)
 	const clients, messages = 8, 40
 	ids := make([]map[string]string, clients)

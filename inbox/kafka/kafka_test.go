@@ -126,7 +126,7 @@ func offsets(t *testing.T, client *kafkago.Client, topic, group string, partitio
 func TestStoresOnceAndCommits(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.New(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 3)
 	produce(t, cl, topic,
@@ -166,7 +166,7 @@ func TestStoresOnceAndCommits(t *testing.T) {
 func TestCrashBetweenInsertAndCommit(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.New(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 1)
 	const n = 40
@@ -207,7 +207,7 @@ func TestCrashBetweenInsertAndCommit(t *testing.T) {
 func TestRefusedRecordsAreSkipped(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.New(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 1)
 	produce(t, cl, topic, record{key: "o", id: "bad", typ: "x", value: "not json"}, record{key: "o", id: "no-type", typ: ""},
@@ -225,7 +225,7 @@ func TestRefusedRecordsAreSkipped(t *testing.T) {
 func TestReadsAcrossARestart(t *testing.T) {
 	t.Parallel()
 	cl := testkafka.NewRestartable(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
 	cl.CreateTopic(t, topic, 1)
 	produce(t, cl, topic, record{key: "o", id: "before", typ: "created", n: 1})
@@ -262,7 +262,7 @@ func TestSASL(t *testing.T) {
 			// A wrong password: nothing stored, the refusal logged.
 			wrong := creds
 			wrong.Password = "wrong-password"
-			bad, badLog := inboxtest.Migrated(t), &testlog.Buffer{}
+			bad, badLog := testdb.Migrated(t, 10), &testlog.Buffer{}
 			badGroup := testkafka.Unique("qbt-group")
 			c := saslConsumer(t, bad, cl, topic, badGroup, wrong, badLog)
 			inboxtest.WaitFor(t, "the refused login in the log", func() bool { return strings.Contains(badLog.String(), "SASL Authentication failed") })
@@ -280,7 +280,7 @@ func TestSASL(t *testing.T) {
 			}
 
 			// The right credentials: stored and committed.
-			good := inboxtest.Migrated(t)
+			good := testdb.Migrated(t, 10)
 			group := testkafka.Unique("qbt-group")
 			saslConsumer(t, good, cl, topic, group, creds, nil)
 			inboxtest.WaitFor(t, "both records", func() bool { return len(inboxtest.Rows(t, good)) == 2 })
@@ -376,7 +376,7 @@ func stopWithin(t *testing.T, c *Consumer) {
 // cluster, stores the records produced to topic and commits their offsets.
 func storesOver(t *testing.T, cl *testkafka.Cluster, topic string, creds kafkasink.SASL, tlsCfg kafkasink.TLS) {
 	t.Helper()
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	group := testkafka.Unique("qbt-group")
 	securedConsumer(t, d, cl, topic, group, creds, tlsCfg, nil)
 	within(t, 15*time.Second, "both records in the inbox", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
@@ -406,7 +406,7 @@ func TestTLS(t *testing.T) {
 	t.Run("wrong CA", func(t *testing.T) {
 		t.Parallel()
 		other := testkafka.NewCA(t)
-		d, logs := inboxtest.Migrated(t), &testlog.Buffer{}
+		d, logs := testdb.Migrated(t, 10), &testlog.Buffer{}
 		group := testkafka.Unique("qbt-group")
 		c := securedConsumer(t, d, cl, topic, group, kafkasink.SASL{}, kafkasink.TLS{Enabled: true, CAFile: other.File}, logs)
 		within(t, 15*time.Second, "the refused certificate in the log", func() bool {

@@ -103,7 +103,7 @@ func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
 func TestStoresOnceAndAcknowledges(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
@@ -137,7 +137,7 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 func TestCrashBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
@@ -174,7 +174,7 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 func TestRefusedMessagesAreTerminated(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
@@ -194,7 +194,7 @@ func TestRefusedMessagesAreTerminated(t *testing.T) {
 func TestReconnects(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)

@@ -134,7 +134,7 @@ func consumer(t *testing.T, d dialects.Inbox, url, q string, obs inbox.Observer,
 func TestStoresOnceAndAcknowledges(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	q := queue(t, url, nil)
 	publish(t, url, q, event("m1", "paid", "inv-1", 1), event("m2", "sent", "inv-2", 2), event("m1", "paid", "inv-1", 1), event("m3", "paid", "inv-1", 3))
 	obs := &inboxtest.Counter{}
@@ -162,7 +162,7 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 func TestCrashBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	q := queue(t, url, nil)
 	const n = 40
 	var msgs []amqp.Publishing
@@ -204,7 +204,7 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 func TestRefusedMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	dead := queue(t, url, nil)
 	q := queue(t, url, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
 	notJSON := event("bad-1", "paid", "inv-1", 0)
@@ -234,7 +234,7 @@ func TestRefusedMessagesAreDeadLettered(t *testing.T) {
 func TestStopDrains(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	q := queue(t, url, nil)
 	const n = 400
 	var msgs []amqp.Publishing
@@ -270,7 +270,7 @@ func TestReconnects(t *testing.T) {
 		t.Skip("closes connections on a private node of the local installation")
 	}
 	node := testrabbit.Private(t)
-	d := inboxtest.Migrated(t)
+	d := testdb.Migrated(t, 10)
 	q := testrabbit.Unique("qbt-late")
 	// The queue does not exist yet: the consumer waits for it.
 	logs := &testlog.Buffer{}

@@ -1,6 +1,6 @@
 // Package inboxtest holds what the tests of the inbox's broker sources
-// share: a migrated schema of their own, the stored rows, an observer that
-// counts outcomes, and a bounded wait.
+// share: the stored rows, an observer that counts outcomes, and a bounded
+// wait.
 package inboxtest
 
 import (
@@ -12,29 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
-	"github.com/queuebox/queuebox/internal/testdb"
-	"github.com/queuebox/queuebox/migrations"
 )
-
-// Migrated opens a schema of the test's own, with QueueBox's tables.
-func Migrated(t *testing.T) *postgres.Dialect {
-	t.Helper()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	if _, err := migrations.Up(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // Row is a stored inbox row; N is the payload's "n" (-1 without one).
 type Row struct {

@@ -20,7 +20,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/pgcluster"
+	"github.com/queuebox/queuebox/migrations"
 )
 
 var (
@@ -133,4 +136,23 @@ func Database(t testing.TB) string {
 	u, _ := url.Parse(base)
 	u.Path = "/" + name
 	return u.String()
+}
+
+// Migrated opens QueueBox's PostgreSQL dialect, with at most maxConns
+// connections, on a schema of the test's own (Schema) that the migrations
+// have made; it is closed when the test ends.
+func Migrated(t testing.TB, maxConns int) *postgres.Dialect {
+	t.Helper()
+	schema, url := Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: maxConns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	if _, err := migrations.Up(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
