@@ -35,20 +35,10 @@ func (b *background) run(loop func()) {
 	}()
 }
 
-// every calls tick every d until b.ctx ends.
+// every calls tick every d until b.ctx ends (the wait starts when a tick
+// returns): a paced clock whose pace never changes.
 func (b *background) every(d time.Duration, tick func()) {
-	b.run(func() {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-b.ctx.Done():
-				return
-			case <-t.C:
-				tick()
-			}
-		}
-	})
+	b.everyPaced(newPace(d), tick)
 }
 
 // pace is the interval of a paced clock (everyPaced), which the actor it
