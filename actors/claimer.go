@@ -32,8 +32,10 @@ type (
 		lease *lease
 		kind  claimKind
 		took  time.Duration
-		// probe is the probe read right before the claim (gated claims).
-		probe *dialects.Probe
+		// probe is the probe read right before the claim (gated claims);
+		// seen and settled are what the claim's watermark knew from it.
+		probe         *dialects.Probe
+		seen, settled int64
 	}
 	// credit returns room for n rows: their outcomes are written.
 	credit struct{ n int }
@@ -57,7 +59,7 @@ type keyEntry struct {
 // unordered pool. It never blocks on the database: the claim runs in a
 // goroutine that sends the result back.
 type claimer struct {
-	dialect     dialects.Dialect
+	dialect     dialects.Engine
 	batchSize   int
 	maxInFlight int
 	leaseLength time.Duration
@@ -130,7 +132,10 @@ func (c *claimer) threshold() int {
 func (c *claimer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		c.lastNews = time.Now()
+		// lastNews stays zero: a replica starts at the idle pace and
+		// speeds up when its first claim finds rows, so starting one
+		// beside busy replicas, or on an empty table, costs no burst of
+		// probes.
 		c.maybeClaim(ctx)
 	case *claimTick:
 		c.maybeClaim(ctx)
@@ -237,6 +242,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 			}
 			wm.Observe(p, time.Now())
 			params.Gate, res.probe = wm.Gate(), &p
+			res.seen, res.settled = wm.LastSeen(), wm.Settled()
 		}
 		sentAt := time.Now()
 		stats.ClaimStatements.Add(1)
@@ -310,6 +316,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		now := time.Now()
 		c.wm.Observe(*m.probe, now)
 		c.held.check(ctx, c.bg, &c.wm, c.log, now)
+		// The claim took what its own probe showed: a later probe that
+		// shows the same is no news.
+		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	}
 	if m.err != nil && c.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
 		c.gateFailed(m.err)

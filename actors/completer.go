@@ -38,7 +38,7 @@ const secondFlushAt = 64
 // claims, so the completer never sends to an actor that could be waiting on
 // it.
 type completer struct {
-	dialect dialects.Dialect
+	dialect dialects.Engine
 	// claimer gets the credit back; leaseKeeper forgets the claims.
 	claimer, leaseKeeper *actor.PID
 	// bg ends when the engine stops: the flushes then give up after a few

@@ -84,7 +84,8 @@ type inboxRelay struct {
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
 	r.gated = true
-	r.lastMove = time.Now() // idle only after a quiet second, as the claimer
+	// lastMove stays zero: the relay starts at the idle pace, like the
+	// claimer, and speeds up once the inbox moves.
 	r.held = heldBack{writers: r.dialect.InboxWriters,
 		waiting: "inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back",
 		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended"}
