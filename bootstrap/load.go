@@ -3,7 +3,7 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
-	"math"
+	"math/big"
 	"os"
 	"reflect"
 	"regexp"
@@ -321,22 +321,28 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 // wholeFloat reads a number written with a decimal point or an exponent
 // into a whole-number key. YAML would truncate 2.5 to 2: a fraction is
 // refused. A whole value (1e3, 1000.0) is that number, as JSON Schema's
-// integer takes it too.
+// integer takes it too. The text is read exactly, not as a float64, which
+// would round 500.0000000000000001 to 500 and 9007199254740993.0 to its
+// even neighbour.
 func (d *decoder) wholeFloat(node *yaml.Node, v reflect.Value, path string, line int) {
-	var f float64
-	if err := node.Decode(&f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+	r, exact := new(big.Rat).SetString(strings.ReplaceAll(node.Value, "_", ""))
+	if !exact {
+		// .inf, .nan and the like: no number at all.
 		d.add(path, line, "expected a whole number, got %q", node.Value)
 		return
 	}
-	if f != math.Trunc(f) {
-		d.add(path, line, "expected a whole number, got %q, which has a fraction; write %s or %s", node.Value, fmtNum(math.Floor(f)), fmtNum(math.Ceil(f)))
+	if !r.IsInt() {
+		lo := new(big.Int).Div(r.Num(), r.Denom()) // Euclidean: rounds down
+		hi := new(big.Int).Add(lo, big.NewInt(1))
+		d.add(path, line, "expected a whole number, got %q, which has a fraction; write %s or %s", node.Value, lo, hi)
 		return
 	}
-	if f >= math.MaxInt64 || f < math.MinInt64 || v.OverflowInt(int64(f)) {
+	n := r.Num()
+	if !n.IsInt64() || v.OverflowInt(n.Int64()) {
 		d.add(path, line, "expected a whole number, got %q, which is too large for one", node.Value)
 		return
 	}
-	v.SetInt(int64(f))
+	v.SetInt(n.Int64())
 }
 
 // twice reports a key given a second time in one mapping. YAML parsers
