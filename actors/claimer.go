@@ -316,9 +316,6 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		now := time.Now()
 		c.wm.Observe(*m.probe, now)
 		c.held.check(ctx, c.bg, &c.wm, c.log, now)
-		// The claim took what its own probe showed: a later probe that
-		// shows the same is no news.
-		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	}
 	if m.err != nil && c.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
 		c.gateFailed(m.err)
@@ -343,6 +340,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	}
 	c.failures = 0
 	c.ready.Store(true)
+	// The claim took what its own probe showed: a later probe that shows
+	// the same is no news. (A claim that failed took nothing: its probe
+	// stays news, so that the next probe claims again.)
+	c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	n := len(m.rows)
 	c.obs.Claimed(n, m.took)
 	c.heads.observe(m.rows, m.requested, m.run)
