@@ -323,6 +323,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		return
 	}
 	if m.err != nil {
+		// It took nothing: what led to it is news to the next probe, which
+		// claims again once the backoff below has passed.
+		c.sawAtClaim, c.settledAtClaim = -1, -1
 		c.failures++
 		// Back off: 100ms, 200ms, ... up to 5s, so a database outage is
 		// not hammered; the tick resumes claiming.
@@ -341,8 +344,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.failures = 0
 	c.ready.Store(true)
 	// The claim took what its own probe showed: a later probe that shows
-	// the same is no news. (A claim that failed took nothing: its probe
-	// stays news, so that the next probe claims again.)
+	// the same is no news.
 	c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	n := len(m.rows)
 	c.obs.Claimed(n, m.took)

@@ -2,9 +2,11 @@ package actors_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -498,5 +500,51 @@ func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
 	}
 	if n := probesIn(400 * time.Millisecond); n == 0 {
 		t.Fatal("the replica stopped probing after it delivered a row")
+	}
+}
+
+// failingClaims fails the next claim statement once armed, as a connection
+// reset between the claim's probe and its statement would; everything else
+// is the real database.
+type failingClaims struct {
+	dialects.Dialect
+	armed atomic.Bool
+}
+
+func (f *failingClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+	if f.armed.CompareAndSwap(true, false) {
+		return nil, errors.New("connection reset by peer (injected)")
+	}
+	return f.Dialect.OutboxClaim(ctx, p)
+}
+
+// A claim that fails after its probe saw a new row takes nothing: the next
+// probe still finds the row news and claims it, within the claim's backoff
+// rather than at the next poll.
+func TestARowSeenByAFailedClaimIsClaimedAtTheNextProbe(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	h.opts.PollInterval = 10 * time.Second // only a probe can find the row in time
+	f := &failingClaims{Dialect: h.d}
+	h.opts.Dialect = f
+	e := h.start()
+	for at := time.Now(); !e.Stats.Idle.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Since(at) > 5*time.Second {
+			t.Fatal("the replica did not settle at the idle pace")
+		}
+	}
+	f.armed.Store(true)
+	h.insert(rows(1, 1, 0, func(int) int { return 0 }))
+	at := time.Now()
+	for recv.Delivered() == 0 {
+		if time.Since(at) > 3*time.Second {
+			t.Fatalf("the row was not delivered within 3 s of a failed claim (claim failed: %v); the poll is 10 s away", !f.armed.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if f.armed.Load() {
+		t.Fatal("no claim failed: the test injected nothing")
 	}
 }
