@@ -56,7 +56,8 @@ type Result struct {
 	BatchSize int    `json:"batch_size"`
 	Mailbox   string `json:"mailbox"`
 	// RowsPerSec is the throughput: drained, inserted or delivered rows per
-	// second, or transactions per second for the producer scenario.
+	// second (the producer scenario's rows inserted per second; its note
+	// gives the transactions).
 	RowsPerSec float64 `json:"rows_per_sec"`
 	// RatioToRaw is a drain's rate against the raw loop of the same run.
 	RatioToRaw *float64 `json:"ratio_to_raw,omitempty"`
@@ -68,8 +69,12 @@ type Result struct {
 	P50 *float64 `json:"p50_ms,omitempty"`
 	P95 *float64 `json:"p95_ms,omitempty"`
 	P99 *float64 `json:"p99_ms,omitempty"`
-	// PeakRSSMB is the relay process's peak resident memory.
-	PeakRSSMB float64 `json:"peak_rss_mb"`
+	// PeakRSSMB is the most memory the relay held during the scenario: the
+	// bench process's for the drains it runs in process (the engine and
+	// the bench's own bookkeeping; garbage of earlier scenarios is
+	// collected and returned first), the largest replica's for replicas.
+	// Zero where nothing relays (producer).
+	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
 	// DBCPUShare is the database's share of the CPU time that the database
 	// and the relay used (only for a throwaway cluster on this machine).
 	DBCPUShare *float64 `json:"db_cpu_share,omitempty"`
@@ -110,18 +115,28 @@ func Scenarios() []Scenario {
 	}
 }
 
-// Run runs the selected scenarios and prints the table.
+// Run runs the selected scenarios and prints the table. When a scenario
+// fails or ctx ends, the scenarios that finished are still printed (and
+// written to Options.JSON) before the error is returned.
 func Run(ctx context.Context, o Options) ([]Result, error) {
-	if o.Rows <= 0 {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--rows", o.Rows}, {"--payload-bytes", o.PayloadBytes}, {"--seconds", o.Seconds}, {"--rate", o.Rate}} {
+		if f.v < 0 {
+			return nil, &UsageError{fmt.Sprintf("%s: %d is negative; give a positive number, or leave the flag out for its default", f.name, f.v)}
+		}
+	}
+	if o.Rows == 0 {
 		o.Rows = 100000
 	}
-	if o.PayloadBytes <= 0 {
+	if o.PayloadBytes == 0 {
 		o.PayloadBytes = 200
 	}
-	if o.Seconds <= 0 {
+	if o.Seconds == 0 {
 		o.Seconds = 10
 	}
-	if o.Rate <= 0 {
+	if o.Rate == 0 {
 		o.Rate = 1000
 	}
 	if o.Out == nil {
@@ -130,83 +145,150 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if o.Progress == nil {
 		o.Progress = os.Stderr
 	}
-	all := Scenarios()
-	selected := all
-	if len(o.Scenarios) > 0 {
-		selected = nil
-		for _, name := range o.Scenarios {
-			i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
-			if i < 0 {
-				names := make([]string, len(all))
-				for j, s := range all {
-					names[j] = s.Name
-				}
-				return nil, &UsageError{fmt.Sprintf("--scenarios: %q is not a scenario; the scenarios are %s", name, strings.Join(names, ", "))}
-			}
-			selected = append(selected, all[i])
-		}
-		// The ratios need the raw loop and the 100,000-row drain of the same
-		// run: add them when a scenario that compares against them runs.
-		need := func(name string) {
-			if !slices.ContainsFunc(selected, func(s Scenario) bool { return s.Name == name }) {
-				i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
-				selected = append([]Scenario{all[i]}, selected...)
-			}
-		}
-		for _, s := range slices.Clone(selected) {
-			switch s.Name {
-			case "drain-keys", "hot-keys", "one-key", "mailbox", "batch", "in-flight":
-				need("drain")
-				need("raw")
-			case "drain":
-				need("raw")
-			case "backlog":
-				need("drain-keys")
-				need("raw")
-			}
-		}
-		slices.SortStableFunc(selected, func(a, b Scenario) int {
-			return slices.IndexFunc(all, func(s Scenario) bool { return s.Name == a.Name }) -
-				slices.IndexFunc(all, func(s Scenario) bool { return s.Name == b.Name })
-		})
+	selected, err := selectScenarios(o.Scenarios)
+	if err != nil {
+		return nil, err
 	}
+	// The JSON file is made before anything runs, so that a path that
+	// cannot be written costs no run.
+	var jsonFile *os.File
+	if o.JSON != "" {
+		if jsonFile, err = os.OpenFile(o.JSON, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644); err != nil {
+			return nil, &UsageError{fmt.Sprintf("--json %s: %v; give a file in a folder that exists", o.JSON, unwrapPath(err))}
+		}
+		defer jsonFile.Close()
+	}
+	if slices.ContainsFunc(selected, func(s Scenario) bool { return s.Name == "producer" }) {
+		if _, err := pgbenchPath(); err != nil {
+			return nil, err
+		}
+	}
+	results, runErr := runSelected(ctx, o, selected)
+	if jsonFile != nil {
+		if len(results) == 0 {
+			_ = jsonFile.Close()
+			_ = os.Remove(o.JSON)
+		} else if err := writeJSON(jsonFile, results); err != nil && runErr == nil {
+			runErr = fmt.Errorf("--json %s: %w", o.JSON, err)
+		}
+	}
+	if runErr != nil {
+		return results, runErr
+	}
+	return results, ctx.Err()
+}
+
+// runSelected starts the database, runs the scenarios and prints the table
+// of those that finished.
+func runSelected(ctx context.Context, o Options, selected []Scenario) (results []Result, err error) {
 	e, err := newEnv(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
 	bar := progressbar.NewOptions(len(selected),
-		progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(30),
+		progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(20),
 		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false),
 		progressbar.OptionSetDescription("starting"), progressbar.OptionClearOnFinish())
-	var results []Result
+	defer func() {
+		_ = bar.Finish()
+		if len(results) > 0 {
+			ratios(results)
+			printTable(o.Out, results, e.conditions())
+			if e.plan != "" {
+				fmt.Fprintf(o.Out, "\nThe claims' plans on the backlog table (%d rows, 1,000 keys; each run and rolled back):\n%s\n", 10*o.Rows, e.plan)
+			}
+		}
+	}()
 	for _, s := range selected {
 		bar.Describe(fmt.Sprintf("%-10s %s", s.Name, s.What))
 		rs, err := e.profiled(s.Name, func() ([]Result, error) { return s.run(ctx, e) })
+		e.dropSchemas()
 		if err != nil {
-			_ = bar.Finish()
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
 			return results, fmt.Errorf("scenario %s: %w", s.Name, err)
 		}
 		e.record(rs)
 		results = append(results, rs...)
 		_ = bar.Add(1)
 	}
-	_ = bar.Finish()
-	ratios(results)
-	printTable(o.Out, results, e.conditions())
-	if e.plan != "" {
-		fmt.Fprintf(o.Out, "\nThe claims' plans on the backlog table (%d rows, 1,000 keys; each run and rolled back):\n%s\n", 10*o.Rows, e.plan)
+	return results, nil
+}
+
+// selectScenarios resolves --scenarios (empty: all), once each, in the
+// order of Scenarios, adding what the ratios compare against.
+func selectScenarios(names []string) ([]Scenario, error) {
+	all := Scenarios()
+	if names == nil {
+		return all, nil
 	}
-	if o.JSON != "" {
-		b, err := json.MarshalIndent(results, "", "  ")
-		if err != nil {
-			return results, err
+	list := make([]string, len(all))
+	for j, s := range all {
+		list[j] = s.Name
+	}
+	if len(names) == 0 {
+		return nil, &UsageError{"--scenarios is empty; name at least one of " + strings.Join(list, ", ") + ", or leave the flag out to run them all"}
+	}
+	var selected []Scenario
+	has := func(name string) bool {
+		return slices.ContainsFunc(selected, func(s Scenario) bool { return s.Name == name })
+	}
+	for _, name := range names {
+		i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
+		if i < 0 {
+			return nil, &UsageError{fmt.Sprintf("--scenarios: %q is not a scenario; the scenarios are %s", name, strings.Join(list, ", "))}
 		}
-		if err := os.WriteFile(o.JSON, append(b, '\n'), 0o644); err != nil {
-			return results, fmt.Errorf("--json: %w", err)
+		if !has(name) {
+			selected = append(selected, all[i])
 		}
 	}
-	return results, ctx.Err()
+	// The ratios need the raw loop and the 100,000-row drain of the same
+	// run: add them when a scenario that compares against them runs.
+	need := func(name string) {
+		if !has(name) {
+			i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
+			selected = append([]Scenario{all[i]}, selected...)
+		}
+	}
+	for _, s := range slices.Clone(selected) {
+		switch s.Name {
+		case "drain-keys", "hot-keys", "one-key", "mailbox", "batch", "in-flight":
+			need("drain")
+			need("raw")
+		case "drain":
+			need("raw")
+		case "backlog":
+			need("drain-keys")
+			need("raw")
+		}
+	}
+	slices.SortStableFunc(selected, func(a, b Scenario) int {
+		return slices.IndexFunc(all, func(s Scenario) bool { return s.Name == a.Name }) -
+			slices.IndexFunc(all, func(s Scenario) bool { return s.Name == b.Name })
+	})
+	return selected, nil
+}
+
+func writeJSON(f *os.File, results []Result) error {
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// unwrapPath drops the path an *os.PathError repeats.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // UsageError is a bad option (exit 2).
@@ -271,7 +353,11 @@ func printTable(w io.Writer, rs []Result, conditions string) {
 	_ = tw.Flush()
 	for _, r := range rs {
 		if r.Note != "" {
-			fmt.Fprintf(w, "%s %s: %s\n", r.Scenario, r.Variant, r.Note)
+			name := r.Scenario
+			if r.Variant != "" {
+				name += " " + r.Variant
+			}
+			fmt.Fprintf(w, "%s: %s\n", name, r.Note)
 		}
 	}
 }

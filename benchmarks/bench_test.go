@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -101,5 +104,95 @@ func TestBenchLeavesNothingBehind(t *testing.T) {
 	}
 	if !strings.Contains(table.String(), "durable settings") {
 		t.Errorf("the table does not say the cluster was durable:\n%s", table.String())
+	}
+}
+
+// Bad input is refused before any cluster starts or scenario runs, with
+// the flag it came from and what to do.
+func TestBadInputIsRefusedFirst(t *testing.T) {
+	dbURL := testdb.Database(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	role := fmt.Sprintf("qb_bench_nocreate_%d", time.Now().UnixNano()%1e9)
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP ROLE "+role) })
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	missing := filepath.Join(t.TempDir(), "no-such-folder", "bench.json")
+	for _, c := range []struct {
+		name  string
+		o     benchmarks.Options
+		usage bool
+		want  []string
+	}{
+		{"a negative row count", benchmarks.Options{Rows: -5}, true, []string{"--rows: -5 is negative"}},
+		{"an empty scenario list", benchmarks.Options{Scenarios: []string{}}, true, []string{"--scenarios is empty", "drain-keys"}},
+		{"a JSON file in a folder that does not exist", benchmarks.Options{Scenarios: []string{"raw"}, JSON: missing, DatabaseURL: dbURL}, true, []string{"--json " + missing, "no such file or directory", "a folder that exists"}},
+		{"a URL that is not one", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: "postgres://[::1"}, true, []string{"--database-url is not a PostgreSQL URL"}},
+		{"no server at the URL", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=5"}, false, []string{"--database-url: no PostgreSQL server answered at 127.0.0.1:1", "leave --database-url out"}},
+		{"a database that does not exist", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: strings.Replace(dbURL, u.Path, "/qb_no_such_database", 1)}, false, []string{"refused the connection", `database "qb_no_such_database" does not exist`, "database name in the URL"}},
+		{"a role that may not create schemas", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: u.String()}, false, []string{"the role " + role + " may not create schemas", "GRANT CREATE ON DATABASE"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var table, progress bytes.Buffer
+			c.o.Out, c.o.Progress = &table, &progress
+			_, err := benchmarks.Run(ctx, c.o)
+			if err == nil || benchmarks.IsUsage(err) != c.usage {
+				t.Fatalf("err = %v (usage error: %v), want usage error %v", err, benchmarks.IsUsage(err), c.usage)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error %q does not say %q", err, w)
+				}
+			}
+			if table.Len() > 0 || strings.Contains(progress.String(), "throwaway") {
+				t.Errorf("something ran: table %q, progress %q", table.String(), progress.String())
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !os.IsNotExist(err) {
+		t.Errorf("the missing folder was made: %v", err)
+	}
+}
+
+// A replica that ends during the drain fails the scenario at once with its
+// last output, and the scenarios that finished before are still printed and
+// written.
+func TestAReplicaThatEndsIsReportedAndTheRestKept(t *testing.T) {
+	dbURL := testdb.Database(t)
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "queuebox")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'the schema is not current (from the fake replica)' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "bench.json")
+	var table, progress bytes.Buffer
+	start := time.Now()
+	results, err := benchmarks.Run(context.Background(), benchmarks.Options{
+		DatabaseURL: dbURL, Scenarios: []string{"raw", "replicas"}, Rows: 500, Binary: fake,
+		JSON: out, Out: &table, Progress: &progress,
+	})
+	if err == nil || !strings.Contains(err.Error(), "a replica (queuebox run) ended during the drain") ||
+		!strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "from the fake replica") {
+		t.Fatalf("err = %v", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the failure took %v to notice", took)
+	}
+	if len(results) != 1 || results[0].Scenario != "raw" || !strings.Contains(table.String(), "2 loops") {
+		t.Fatalf("results %+v, table:\n%s", results, table.String())
+	}
+	var fromFile []map[string]any
+	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &fromFile) != nil || len(fromFile) != 1 {
+		t.Fatalf("--json after a failure: %v %s", err, b)
 	}
 }

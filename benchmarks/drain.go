@@ -167,7 +167,10 @@ func runHTTP(ctx context.Context, e *env) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.Variant = "receiver in this process"
+		r.Variant = "unkeyed, receiver in this process"
+		if keys > 0 {
+			r.Variant = fmt.Sprintf("%d keys, receiver in this process", keys)
+		}
 		out = append(out, r)
 	}
 	return out, nil

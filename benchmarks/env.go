@@ -3,18 +3,23 @@ package benchmarks
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/pgcluster"
@@ -38,8 +43,10 @@ type env struct {
 	cluster *pgcluster.Cluster
 	log     *slog.Logger
 	n       int
-	// schemas made by this run, dropped at the end (a server the user gave
-	// keeps nothing of the run).
+	// run tells this run's schemas from another's on a shared server.
+	run string
+	// schemas made by the running scenario, dropped when it ends (a
+	// server the user gave keeps nothing of the run).
 	schemas []*postgres.Dialect
 	results []Result
 	payload []byte
@@ -48,8 +55,13 @@ type env struct {
 }
 
 func newEnv(ctx context.Context, o Options) (*env, error) {
-	e := &env{o: o, url: o.DatabaseURL, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if e.url == "" {
+	e := &env{o: o, url: o.DatabaseURL, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		run: fmt.Sprintf("%04x", rand.Uint32()&0xffff)}
+	if e.url != "" {
+		if err := checkServer(ctx, e.url); err != nil {
+			return nil, err
+		}
+	} else {
 		fmt.Fprintln(o.Progress, "Starting a throwaway PostgreSQL cluster (durable settings) ...")
 		c, err := pgcluster.Start(ctx, pgcluster.Options{Prefix: "queuebox-bench-"})
 		if err != nil {
@@ -61,6 +73,57 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	return e, nil
 }
 
+// checkServer connects to the server the user gave, before anything runs,
+// and says in the terms of the bench's own flag what is wrong: no server,
+// a refused login, or a role that may not create the scenarios' schemas.
+func checkServer(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return &UsageError{fmt.Sprintf("--database-url is not a PostgreSQL URL (%v); write postgres://user:password@host:5432/database", redactedParseError(err))}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return fmt.Errorf("--database-url: the server at %s:%d refused the connection: %s (SQLSTATE %s); check the user, the password and the database name in the URL",
+				cfg.Host, cfg.Port, pgErr.Message, pgErr.Code)
+		}
+		lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+		last := strings.TrimSpace(lines[len(lines)-1])
+		if _, after, ok := strings.Cut(last, "dial error: "); ok {
+			last = after
+		}
+		return fmt.Errorf("--database-url: no PostgreSQL server answered at %s:%d (%s); start it, check the host and the port, or leave --database-url out to use a throwaway cluster",
+			cfg.Host, cfg.Port, last)
+	}
+	defer conn.Close(context.Background())
+	var user, db string
+	var create bool
+	if err := conn.QueryRow(cctx, "SELECT current_user, current_database(), has_database_privilege(current_database(), 'CREATE')").Scan(&user, &db, &create); err != nil {
+		return fmt.Errorf("--database-url: %w", err)
+	}
+	if !create {
+		return fmt.Errorf("--database-url: the role %s may not create schemas in the database %s, and every scenario makes one (dropped when it ends); GRANT CREATE ON DATABASE %s TO %s, or use another role",
+			user, db, pgx.Identifier{db}.Sanitize(), pgx.Identifier{user}.Sanitize())
+	}
+	return nil
+}
+
+// redactedParseError is pgx's parse error without the URL it quotes, which
+// may hold a password.
+func redactedParseError(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return "cannot parse it"
+}
+
 // payload is a JSON object of about n bytes.
 func payload(n int) []byte {
 	base := `{"orderId":"11111111-1111-1111-1111-111111111111","amount":99.99,"currency":"EUR","note":""}`
@@ -69,6 +132,17 @@ func payload(n int) []byte {
 }
 
 func (e *env) close() {
+	e.dropSchemas()
+	if e.cluster != nil {
+		e.cluster.Stop()
+	}
+}
+
+// dropSchemas drops the running scenario's schemas (on a server the user
+// gave; a throwaway cluster goes as a whole) and closes their pools, so
+// that a scenario's tables, the million rows of backlog included, do not
+// outlive it.
+func (e *env) dropSchemas() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, d := range e.schemas {
@@ -80,9 +154,7 @@ func (e *env) close() {
 		}
 		d.Close()
 	}
-	if e.cluster != nil {
-		e.cluster.Stop()
-	}
+	e.schemas = nil
 }
 
 func (e *env) harness(names dialects.Names) (*harness, error) {
@@ -97,7 +169,7 @@ func (e *env) harness(names dialects.Names) (*harness, error) {
 func (e *env) fresh(ctx context.Context, name string) (*postgres.Dialect, *harness, error) {
 	e.n++
 	names := dialects.DefaultNames()
-	names.Schema = fmt.Sprintf("qb_bench_%d_%s", e.n, strings.ReplaceAll(name, "-", "_"))
+	names.Schema = fmt.Sprintf("qb_bench_%s_%d_%s", e.run, e.n, strings.ReplaceAll(name, "-", "_"))
 	d, err := postgres.Open(ctx, postgres.Options{URL: e.url, Names: names, MaxConnections: 20})
 	if err != nil {
 		return nil, nil, err
@@ -188,6 +260,9 @@ type meter struct {
 }
 
 func (e *env) meter() *meter {
+	// What earlier scenarios left on the heap is collected and returned
+	// first, so that the peak is this scenario's.
+	debug.FreeOSMemory()
 	resetPeakRSS()
 	return &meter{e: e, start: time.Now(), selfCPU: selfCPU(), dbCPU: e.dbCPU()}
 }
@@ -213,13 +288,15 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// dbCPU adds up the CPU time of the server and every process it started.
+// dbCPU adds up the CPU time of the server and every process it started,
+// those that ended (backends of closed connections, autovacuum workers)
+// included: the server counts them when it reaps them.
 func (e *env) dbCPU() time.Duration {
 	if e.cluster == nil || e.cluster.PID() == 0 {
 		return 0
 	}
 	root := e.cluster.PID()
-	total := procCPU(root)
+	total := procCPU(root) + reapedCPU(root)
 	entries, _ := os.ReadDir("/proc")
 	for _, en := range entries {
 		pid, err := strconv.Atoi(en.Name())
@@ -266,6 +343,18 @@ func procCPU(pid int) time.Duration {
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// reapedCPU is the CPU time of pid's children that ended and were waited
+// for.
+func reapedCPU(pid int) time.Duration {
+	f := procStat(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[13], 10, 64)
+	st, _ := strconv.ParseInt(f[14], 10, 64)
 	return time.Duration(ut+st) * time.Second / clockTicks
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,13 +51,9 @@ const producerClients = 8
 // order gives both sides the same mean position in time, so that a steady
 // drift falls on both evenly instead of on whichever ran second.
 func runProducer(ctx context.Context, e *env) ([]Result, error) {
-	bin, err := pgcluster.BinDir()
+	pgbench, err := pgbenchPath()
 	if err != nil {
 		return nil, err
-	}
-	pgbench := filepath.Join(bin, "pgbench")
-	if _, err := os.Stat(pgbench); err != nil {
-		return nil, fmt.Errorf("pgbench is not in %s: it comes with the PostgreSQL server package", bin)
 	}
 	dir, err := os.MkdirTemp("", "queuebox-bench-pgbench-")
 	if err != nil {
@@ -123,6 +120,8 @@ func runProducer(ctx context.Context, e *env) ([]Result, error) {
 	return out, nil
 }
 
+// keysOf is the keys a workload writes over; 100 rows per statement write
+// distinct keys, as many as rows (0 in the table: not a fixed set).
 func keysOf(w workload) int {
 	switch w.rowsPerTx {
 	case 1:
@@ -138,11 +137,31 @@ var (
 	failedRE = regexp.MustCompile(`number of failed transactions: ([0-9]+)`)
 )
 
+// pgbenchPath finds pgbench beside the server's binaries; Run checks it
+// before any scenario when producer is selected.
+func pgbenchPath() (string, error) {
+	bin, err := pgcluster.BinDir()
+	if err != nil {
+		return "", err
+	}
+	pgbench := filepath.Join(bin, "pgbench")
+	if _, err := os.Stat(pgbench); err != nil {
+		return "", fmt.Errorf("the producer scenario needs pgbench, which is not in %s: it comes with the PostgreSQL server package (or leave producer out of --scenarios)", bin)
+	}
+	return pgbench, nil
+}
+
 // pgbenchRun runs one script and returns its transactions per second and
 // failed transactions (deadlocks and serialisation failures are counted,
 // not retried).
 func pgbenchRun(ctx context.Context, pgbench, url, file string, seconds int) (float64, int64, error) {
+	// The password goes in the environment, not on a command line that
+	// every user of the machine can read.
+	url, password := withoutPassword(url)
 	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", strconv.Itoa(producerClients), "-j", "2", "-T", strconv.Itoa(seconds), "-f", file, url)
+	if password != "" {
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+password)
+	}
 	var outb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &outb, &outb
 	if err := cmd.Run(); err != nil {
@@ -158,4 +177,19 @@ func pgbenchRun(ctx context.Context, pgbench, url, file string, seconds int) (fl
 		failed, _ = strconv.ParseInt(f[1], 10, 64)
 	}
 	return t, failed, nil
+}
+
+// withoutPassword takes the password out of a postgres:// URL; other forms
+// are returned as they are.
+func withoutPassword(raw string) (string, string) {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw, ""
+	}
+	password, ok := u.User.Password()
+	if !ok {
+		return raw, ""
+	}
+	u.User = neturl.User(u.User.Username())
+	return u.String(), password
 }

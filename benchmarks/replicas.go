@@ -3,12 +3,14 @@ package benchmarks
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -70,7 +72,9 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 	}
 	cfg := e.config(d)
 	text, err := yaml.Marshal(map[string]any{
-		"database":     map[string]any{"url": cfg.Database.URL, "schema": cfg.Database.Schema},
+		// The URL, which may hold a password, goes in the replicas'
+		// environment, not in a file that a killed bench leaves behind.
+		"database":     map[string]any{"schema": cfg.Database.Schema},
 		"destinations": map[string]any{"bench": map[string]any{"type": "null"}},
 		"routes":       []any{map[string]any{"topicPattern": "#", "destination": "bench"}},
 		"admin":        map[string]any{"listen": "127.0.0.1:0"},
@@ -89,27 +93,40 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 		return Result{}, err
 	}
 	m := e.meter()
-	var procs []*exec.Cmd
+	procs := make([]*replicaProc, 0, n)
+	exited := make(chan *replicaProc, n)
 	stopAll := func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 		for _, p := range procs {
-			_ = p.Wait()
+			<-p.done
 		}
 	}
 	for range n {
-		cmd := exec.CommandContext(ctx, bin, "run", "--config", file)
-		cmd.Stdout, cmd.Stderr = e.o.Progress, e.o.Progress
-		if err := cmd.Start(); err != nil {
+		p, err := startReplica(ctx, bin, file, cfg.Database.URL, exited)
+		if err != nil {
 			stopAll()
 			return Result{}, err
 		}
-		procs = append(procs, cmd)
+		procs = append(procs, p)
 	}
 	deadline := time.Now().Add(30 * time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		case p := <-exited:
+			// A replica that ends before the backlog does would leave the
+			// others to drain it, or nobody: say so rather than wait.
+			err = fmt.Errorf("a replica (queuebox run) ended during the drain: %v; its last output: %s", p.err, p.output.tail())
+			break wait
+		case <-tick.C:
+		}
 		if more, err2 := anyOpen(ctx, d, h); err2 != nil || !more {
 			err = err2
 			break
@@ -117,12 +134,16 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 	}
 	elapsed := since(m.start)
 	open, _ := countOpen(ctx, d, h)
-	r := Result{Scenario: "replicas", Variant: fmt.Sprintf("%d processes", n), Rows: rows, Keys: 1000, Replicas: n,
+	variant := fmt.Sprintf("%d processes", n)
+	if n == 1 {
+		variant = "1 process"
+	}
+	r := Result{Scenario: "replicas", Variant: variant, Rows: rows, Keys: 1000, Replicas: n,
 		BatchSize: cfg.Outbox.BatchSize, Mailbox: mailboxes(cfg), Failed: max(open, 0)}
 	var cpu time.Duration
 	for _, p := range procs {
-		r.PeakRSSMB = max(r.PeakRSSMB, peakRSSMB(p.Process.Pid))
-		cpu += procCPU(p.Process.Pid)
+		r.PeakRSSMB = max(r.PeakRSSMB, peakRSSMB(p.cmd.Process.Pid))
+		cpu += procCPU(p.cmd.Process.Pid)
 	}
 	r.RelayCPU = cpu.Seconds()
 	if e.cluster != nil {
@@ -139,4 +160,66 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 		return r, err
 	}
 	return r, nil
+}
+
+// replicaProc is one `queuebox run` of the replicas scenario.
+type replicaProc struct {
+	cmd    *exec.Cmd
+	output *tailBuffer
+	err    error
+	done   chan struct{}
+}
+
+// startReplica starts `bin run --config file` against the database at url.
+// The child gets none of the QUEUEBOX_ variables of the bench's
+// environment (the user's QUEUEBOX_DATABASE_URL would point it at another
+// database than the one seeded), dies with the bench even on SIGKILL, and
+// keeps its output for the error that names it; its end is sent to
+// exited.
+func startReplica(ctx context.Context, bin, file, url string, exited chan<- *replicaProc) (*replicaProc, error) {
+	p := &replicaProc{output: &tailBuffer{max: 4096}, done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, bin, "run", "--config", file)
+	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	p.cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "QUEUEBOX_") }),
+		"QUEUEBOX_DATABASE_URL="+url)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s run: %w", bin, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		if p.err == nil {
+			p.err = errors.New("it exited with status 0")
+		}
+		close(p.done)
+		exited <- p
+	}()
+	return p, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = t.b[over:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) tail() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(string(t.b))
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
