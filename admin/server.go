@@ -288,6 +288,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	if err := s.o.Dialect.Ping(ctx); err != nil {
+		if errors.Is(err, dialects.ErrLoginRefused) {
+			notReady(err.Error() + "; check the user, the password and the database name in database.url")
+			return
+		}
 		notReady("the database does not answer: " + err.Error())
 		return
 	}

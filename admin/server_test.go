@@ -152,6 +152,20 @@ func TestHealthAndReadiness(t *testing.T) {
 	t.Cleanup(gone.Close)
 	_, hs3 := server(t, gone, "")
 	expect(t, call(t, hs3, "GET", "/readyz", ""), 503, "not ready: the database does not answer", "could not reach the database")
+
+	// A server that refuses the login says so, and what to check.
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/qb_no_such_database"
+	refused, err := postgres.Open(context.Background(), postgres.Options{URL: u.String(), Names: dialects.DefaultNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(refused.Close)
+	_, hs4 := server(t, refused, "")
+	expect(t, call(t, hs4, "GET", "/readyz", ""), 503, "not ready: the database server refused the login", `database "qb_no_such_database" does not exist`, "check the user, the password and the database name")
 }
 
 func TestStatsDeadGroupsAndBlockedKeys(t *testing.T) {

@@ -454,6 +454,23 @@ var ErrNoTable = errors.New("the outbox table does not exist")
 // ErrUnreachable means the database did not accept a connection.
 var ErrUnreachable = errors.New("could not reach the database")
 
+// ErrLoginRefused means a server answered but refused the connection: the
+// user, the password or the database name is wrong, or the user may not
+// connect. An error that is ErrLoginRefused is also ErrUnreachable: the
+// engine waits and retries alike, and only the message differs.
+var ErrLoginRefused = errors.New("the database server refused the login")
+
+// LoginRefused wraps the server's reason for refusing a login.
+func LoginRefused(reason string) error { return &loginRefused{reason} }
+
+type loginRefused struct{ reason string }
+
+func (e *loginRefused) Error() string { return ErrLoginRefused.Error() + ": " + e.reason }
+
+func (e *loginRefused) Is(target error) bool {
+	return target == ErrLoginRefused || target == ErrUnreachable
+}
+
 // ErrNotSupported is returned by methods that a dialect cannot offer.
 var ErrNotSupported = errors.New("not supported by this database")
 

@@ -21,6 +21,8 @@ func main() {
 	switch {
 	case errors.Is(err, dialects.ErrNoTable):
 		msg += "; run `queuebox migrate up` (with the same --config) to create it, or check database.schema and database.outboxTableName"
+	case errors.Is(err, dialects.ErrLoginRefused):
+		msg += " (check the user, the password and the database name in database.url, or QUEUEBOX_DATABASE_URL)"
 	case errors.Is(err, dialects.ErrUnreachable):
 		msg += " (check database.url, or QUEUEBOX_DATABASE_URL, and that the server runs)"
 	}

@@ -399,6 +399,10 @@ func mapError(err error) error {
 		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, pgErr.Message)
 	}
 	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && errors.As(err, &pgErr) {
+		// The server answered: a wrong user, password or database.
+		return dialects.LoginRefused(fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code))
+	}
 	if errors.As(err, &ce) {
 		lines := strings.Split(strings.TrimSpace(ce.Error()), "\n")
 		return fmt.Errorf("%w: %s", dialects.ErrUnreachable, strings.TrimSpace(lines[len(lines)-1]))

@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -448,5 +450,28 @@ func TestClaimsByKeyTakeTurns(t *testing.T) {
 	}
 	if strings.Join(order, "") != "abcabc" {
 		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c)", order)
+	}
+}
+
+// A server that answers and refuses the login (here: a database that does
+// not exist) is ErrLoginRefused with the server's reason, and still
+// ErrUnreachable, which the engine waits out like any outage.
+func TestARefusedLoginSaysWhy(t *testing.T) {
+	_, dbURL := testdb.Schema(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/qb_no_such_database"
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: u.String(), Names: dialects.DefaultNames()})
+	if err == nil {
+		defer d.Close()
+		err = d.Ping(context.Background())
+	}
+	if !errors.Is(err, dialects.ErrLoginRefused) || !errors.Is(err, dialects.ErrUnreachable) {
+		t.Fatalf("err = %v, want ErrLoginRefused and ErrUnreachable", err)
+	}
+	if !strings.Contains(err.Error(), `database "qb_no_such_database" does not exist`) || !strings.Contains(err.Error(), "refused the login") {
+		t.Errorf("the error does not say why: %v", err)
 	}
 }

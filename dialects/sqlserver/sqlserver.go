@@ -96,8 +96,9 @@ func (d *Dialect) Close()                         { _ = d.db.Close() }
 func (d *Dialect) Ping(ctx context.Context) error { return MapError(d.db.PingContext(ctx)) }
 
 // MapError maps native errors that a user can act on to the seam's own:
-// "Invalid object name" (error 208) to dialects.ErrNoTable, a connection
-// that could not be opened to dialects.ErrUnreachable.
+// "Invalid object name" (error 208) to dialects.ErrNoTable, a refused
+// login (18456, 4060) to dialects.ErrLoginRefused, a connection that could
+// not be opened to dialects.ErrUnreachable.
 func MapError(err error) error {
 	if err == nil {
 		return nil
@@ -109,6 +110,8 @@ func MapError(err error) error {
 			return fmt.Errorf("%w (%s)", dialects.ErrNoTable, me.Message)
 		case 297, 300: // The user does not have permission / VIEW SERVER STATE permission was denied
 			return fmt.Errorf("%w (%s)", dialects.ErrNotPermitted, me.Message)
+		case 18456, 4060: // Login failed / Cannot open database requested by the login
+			return dialects.LoginRefused(fmt.Sprintf("%s (error %d)", me.Message, me.Number))
 		}
 	}
 	var op *net.OpError
