@@ -232,6 +232,12 @@ func TestErrorMapping(t *testing.T) {
 	if err := sqlserver.MapError(denied); !errors.Is(err, dialects.ErrNotPermitted) {
 		t.Errorf("error 300: %v, want ErrNotPermitted", err)
 	}
+	for _, n := range []int32{18456, 4060} {
+		refused := mssql.Error{Number: n, Message: "Login failed for user 'relay'."}
+		if err := sqlserver.MapError(refused); !errors.Is(err, dialects.ErrLoginRefused) || !errors.Is(err, dialects.ErrUnreachable) || !strings.Contains(err.Error(), "Login failed for user 'relay'") {
+			t.Errorf("error %d: %v, want ErrLoginRefused (and ErrUnreachable) with the server's reason", n, err)
+		}
+	}
 	other := mssql.Error{Number: 2627, Message: "Violation of PRIMARY KEY constraint"}
 	if err := sqlserver.MapError(other); errors.Is(err, dialects.ErrNoTable) || errors.Is(err, dialects.ErrUnreachable) {
 		t.Errorf("a key violation was mapped: %v", err)
