@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // Options configure a run of the benchmark suite.
@@ -186,10 +187,17 @@ func runSelected(ctx context.Context, o Options, selected []Scenario) (results [
 		return nil, err
 	}
 	defer e.close()
+	// A bar on a terminal (short enough for 80 columns); a line per
+	// scenario elsewhere, so that a log holds no redrawn bars.
+	tty := false
+	if f, ok := o.Progress.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
 	bar := progressbar.NewOptions(len(selected),
 		progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(20),
 		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false),
-		progressbar.OptionSetDescription("starting"), progressbar.OptionClearOnFinish())
+		progressbar.OptionSetDescription("starting"), progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetVisibility(tty))
 	defer func() {
 		_ = bar.Finish()
 		if len(results) > 0 {
@@ -201,7 +209,10 @@ func runSelected(ctx context.Context, o Options, selected []Scenario) (results [
 		}
 	}()
 	for _, s := range selected {
-		bar.Describe(fmt.Sprintf("%-10s %s", s.Name, s.What))
+		bar.Describe(fmt.Sprintf("%-10s", s.Name))
+		if !tty {
+			fmt.Fprintf(o.Progress, "bench: %s (%s) ...\n", s.Name, s.What)
+		}
 		rs, err := e.profiled(s.Name, func() ([]Result, error) { return s.run(ctx, e) })
 		e.dropSchemas()
 		if err != nil {
