@@ -75,7 +75,7 @@ type Result struct {
 	// the bench's own bookkeeping; garbage of earlier scenarios is
 	// collected and returned first), the largest replica's for replicas.
 	// Zero where nothing relays (producer).
-	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
+	PeakRSSMB float64 `json:"peak_rss_mb"`
 	// DBCPUShare is the database's share of the CPU time that the database
 	// and the relay used (only for a throwaway cluster on this machine).
 	DBCPUShare *float64 `json:"db_cpu_share,omitempty"`
