@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -32,14 +33,86 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "queuebox.yaml", "the configuration file")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &usageError{fmt.Errorf("%v (see `%s --help`)", err, c.CommandPath())}
+		return &usageError{fmt.Errorf("%v (see `%s --help`)", flagError(c, err), c.CommandPath())}
 	})
 	root.AddCommand(runCmd(), devCmd(), migrateCmd(), configCmd(), statusCmd(), replayCmd(), deadCmd(), versionCmd(), benchCmd())
+	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
 	}
+	groups(root)
+	// Commands that read no configuration file refuse --config rather
+	// than ignore it.
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if why, ok := noConfig[c.Name()]; ok && c.Flags().Changed("config") {
+			return &usageError{fmt.Errorf("--config: `%s` reads no configuration file: %s", c.CommandPath(), why)}
+		}
+		return nil
+	}
 	return root
 }
+
+// noConfig names the commands that read no configuration file, and what
+// they use instead.
+var noConfig = map[string]string{
+	"dev":        "it runs a built-in one against its own throwaway database; run your own with `queuebox run --config FILE`",
+	"bench":      "it uses --database-url, or a throwaway cluster",
+	"version":    "it only prints the version",
+	"completion": "it only prints a shell completion script",
+}
+
+// groups makes every command that only holds subcommands (the root, config,
+// dead, completion) refuse a word that is none of them, as a usage error
+// with suggestions (exit 2), instead of printing its help and exiting 0.
+func groups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		groups(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if c.SuggestionsMinimumDistance <= 0 {
+			c.SuggestionsMinimumDistance = 2
+		}
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+		}
+		return &usageError{fmt.Errorf("%s; see `%s --help`", msg, c.CommandPath())}
+	}
+}
+
+// flagError rewrites pflag's "invalid argument" errors, which quote Go's
+// parser ("strconv.ParseFloat: parsing ..."), in the flag's own terms.
+func flagError(c *cobra.Command, err error) error {
+	m := invalidFlagRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(m[2], "-"), "-")
+	if i := strings.LastIndex(name, "--"); i >= 0 { // "-r, --rate"
+		name = name[i+2:]
+	}
+	f := c.Flags().Lookup(name)
+	if f == nil {
+		return err
+	}
+	want := map[string]string{
+		"int": "a whole number", "int64": "a whole number", "uint": "a whole number",
+		"float64": "a number", "bool": "true or false", "duration": "a duration such as 30s or 5m",
+	}[f.Value.Type()]
+	if want == "" {
+		return err
+	}
+	return fmt.Errorf("--%s: %q is not %s", name, m[1], want)
+}
+
+var invalidFlagRE = regexp.MustCompile(`^invalid argument "(.*)" for "([^"]+)" flag`)
 
 func wrapArgs(a cobra.PositionalArgs) cobra.PositionalArgs {
 	if a == nil {
@@ -98,6 +171,9 @@ func devCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Start a throwaway PostgreSQL, the relay, a receiver that prints what it gets, and sample traffic",
 		RunE: func(*cobra.Command, []string) error {
+			if rate < 0 {
+				return &usageError{fmt.Errorf("--rate: %v is negative; give the sample rows per second, or 0 for none", rate)}
+			}
 			return bootstrap.Dev(context.Background(), bootstrap.DevOptions{Rate: rate, Out: os.Stdout})
 		},
 	}
@@ -295,9 +371,12 @@ func replayCmd() *cobra.Command {
 					return err
 				}
 				if dryRun {
-					fmt.Printf("%d rows would be replayed (dry run: nothing changed).\n", n)
+					fmt.Printf("%s would be replayed (dry run: nothing changed).\n", rowsText(n))
 				} else {
-					fmt.Printf("%d rows replayed.\n", n)
+					fmt.Printf("%s replayed.\n", rowsText(n))
+				}
+				if n == 0 {
+					fmt.Println("No row matched: replay takes dead rows (or delivered ones, with --state delivered) and never a pending or processing one; `queuebox dead list` shows the dead rows.")
 				}
 				return nil
 			})
@@ -359,4 +438,12 @@ func versionCmd() *cobra.Command {
 			fmt.Printf("queuebox %s\ncommit %s\n%s %s/%s\n", bootstrap.Version, bootstrap.Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},
 	}
+}
+
+// rowsText is "1 row" or "n rows".
+func rowsText(n int) string {
+	if n == 1 {
+		return "1 row"
+	}
+	return fmt.Sprintf("%d rows", n)
 }

@@ -104,6 +104,39 @@ routes:
 	}
 }
 
+// Mistyped commands and flag values are usage errors (exit 2) that say
+// what was meant, and a command that reads no configuration file refuses
+// --config instead of ignoring it.
+func TestUsageErrorsExitTwoAndSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"statsu"}, `unknown command "statsu" for "queuebox" (did you mean status?)`},
+		{[]string{"config", "chek"}, `unknown command "chek" for "queuebox config" (did you mean check?)`},
+		{[]string{"dead", "lst"}, `unknown command "lst" for "queuebox dead" (did you mean list?)`},
+		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "queuebox completion"`},
+		{[]string{"dev", "--rate", "abc"}, `--rate: "abc" is not a number`},
+		{[]string{"dev", "--rate", "-1"}, "--rate: -1 is negative"},
+		{[]string{"dead", "list", "--limit", "many"}, `--limit: "many" is not a whole number`},
+		{[]string{"dev", "--config", "mine.yaml"}, "--config: `queuebox dev` reads no configuration file"},
+		{[]string{"bench", "--config", "mine.yaml"}, "it uses --database-url"},
+	} {
+		_, stderr, code := run(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("queuebox %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+		if strings.Contains(stderr, "strconv.") {
+			t.Errorf("queuebox %s quotes Go's parser: %s", strings.Join(c.args, " "), stderr)
+		}
+	}
+	// A group alone still prints its help.
+	if out, stderr, code := run(t, "config"); code != 0 || !strings.Contains(out, "check") {
+		t.Errorf("queuebox config: exit %d, %s%s", code, out, stderr)
+	}
+}
+
 // Replicas of the real binary share one database; one is killed with
 // SIGKILL mid-run. At the receiver nothing is lost, every key stays in
 // order, and the only duplicates are rows that were in flight at the kill,
