@@ -296,16 +296,20 @@ func alive(pid int) bool {
 func RemoveStale(prefix string) {
 	dirs, _ := filepath.Glob(filepath.Join("/tmp", prefix+"*"))
 	for _, d := range dirs {
+		ownerEnded := false
 		if b, err := os.ReadFile(filepath.Join(d, "owner")); err == nil {
 			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 && alive(pid) {
-				continue // its test process still runs
+				continue // its process still runs
 			}
+			ownerEnded = true
 		}
 		pidFile := filepath.Join(d, "data", "postmaster.pid")
 		b, err := os.ReadFile(pidFile)
 		if err != nil {
-			// No pid file: initdb never finished or the server stopped.
-			if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			// No pid file: the server stopped (it died with its owner,
+			// which ended) or initdb never finished; a folder without an
+			// owner may be one that another process is just making.
+			if fi, err := os.Stat(d); err == nil && (ownerEnded || time.Since(fi.ModTime()) > time.Hour) {
 				_ = os.RemoveAll(d)
 			}
 			continue
