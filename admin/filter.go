@@ -170,7 +170,7 @@ func (t FilterText) Filter(src Source, p Purpose, now time.Time) (dialects.Filte
 	if out.Since != nil && out.Until != nil && !out.Until.After(*out.Since) {
 		return out, &InputError{Input: src.name(inUntil), Value: t.Until,
 			Reason: fmt.Sprintf("is not after %s %q, so no row can match", src.name(inSince), t.Since),
-			Fix:    fmt.Sprintf("give %s a later time than %s", src.name(inUntil), src.name(inSince))}
+			Fix:    untilFix(src, t)}
 	}
 	out.ErrorContains = t.ErrorContains
 	if p.needsSelection && len(out.IDs) == 0 && len(out.States) == 0 && out.TopicMatch == nil && out.Key == nil &&
@@ -345,3 +345,16 @@ const replayExample = `send an object such as {"states": ["dead"], "topic": "ord
 
 var replayFields = map[string]bool{"ids": true, "states": true, "topic": true, "key": true, "since": true,
 	"until": true, "errorContains": true, "dryRun": true}
+
+// untilFix says how to order --since and --until; where both are durations
+// it reminds that a duration counts back from now, so the longer one comes
+// first.
+func untilFix(src Source, t FilterText) string {
+	fix := fmt.Sprintf("give %s a later time than %s", src.name(inUntil), src.name(inSince))
+	_, e1 := time.ParseDuration(t.Since)
+	_, e2 := time.ParseDuration(t.Until)
+	if e1 == nil && e2 == nil {
+		fix += fmt.Sprintf(" (a duration counts back from now: %s %s %s %s)", src.name(inSince), t.Until, src.name(inUntil), t.Since)
+	}
+	return fix
+}

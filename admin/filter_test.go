@@ -34,7 +34,9 @@ func TestFilterMistakesNameTheInputInEverySource(t *testing.T) {
 		{"bad pattern", FilterText{Topic: "order.*x"}, [3]string{"--topic", "topic", "topic"},
 			[]string{"mixes a wildcard", "order.#"}},
 		{"empty range", FilterText{Since: "1h", Until: "2h"}, [3]string{`--until "2h": is not after --since "1h"`, `until "2h": is not after since "1h"`, `until "2h": is not after since "1h"`},
-			[]string{"no row can match"}},
+			[]string{"no row can match", "a duration counts back from now", "since 2h", "until 1h"}},
+		{"empty range of times", FilterText{Since: "2025-02-01T00:00:00Z", Until: "2025-01-01T00:00:00Z"}, [3]string{"--until", "until", "until"},
+			[]string{"no row can match", "a later time than"}},
 		{"nothing selected", FilterText{}, [3]string{"give --id", "give id", "give ids"},
 			[]string{"say which rows"}},
 	}
