@@ -2,8 +2,11 @@ package bootstrap
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The catalogue of bad configuration: each kind of mistake a user can make
@@ -182,7 +185,7 @@ func TestBadDatabase(t *testing.T) {
 
 func TestBadDestinations(t *testing.T) {
 	runBad(t, []badCase{
-		{name: "no type", yaml: "~{ type: http, url~{ url~", key: "destinations.hook.type", reason: "is not a destination type; use one of http, rabbitmq, kafka, nats, null"},
+		{name: "no type", yaml: "~{ type: http, url~{ url~", key: "destinations.hook.type", reason: "is required; use one of http, rabbitmq, kafka, nats, null", not: `""`},
 		{name: "an unknown type", yaml: "~type: http~type: webhook~", key: "destinations.hook.type", reason: `"webhook" is not a destination type`},
 		{name: "an empty destination", yaml: "@  other:\n", key: "destinations.other", reason: "is empty; give it a type"},
 		{name: "an HTTP destination without a URL", yaml: "~, url: \"https://hooks.example.com/{{ topic }}\"~~", key: "destinations.hook.url", reason: "is required"},
@@ -296,5 +299,112 @@ func TestConfigCheckOutputWithALiteralPasswordLoadsBack(t *testing.T) {
 			t.Fatalf("generation %d prints differently:\n%s\n---\n%s", gen, out, again)
 		}
 		out = again
+	}
+}
+
+// QUEUEBOX_DATABASE_URL replaces database.url whole: a bad value is the
+// variable's fault, not the file's line, and the problem says so.
+func TestBadDatabaseURLFromTheEnvironment(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "a variable that is not a URL", yaml: badBase, env: map[string]string{"QUEUEBOX_DATABASE_URL": "garbage"},
+			key: "database.url (from QUEUEBOX_DATABASE_URL)", reason: "is not a URL; set QUEUEBOX_DATABASE_URL to one like postgres://user:password@host:5432/app or sqlserver://user:password@host:1433?database=app, or unset it to use database.url from the file (line 2)", not: "database.url (line"},
+		{name: "a variable with the URL of another database", yaml: badBase, env: map[string]string{"QUEUEBOX_DATABASE_URL": "mysql://app@db/app"},
+			key: "database.url (from QUEUEBOX_DATABASE_URL)", reason: "starts with mysql://, which does not fit database.dialect postgresql (expected postgres://); fix QUEUEBOX_DATABASE_URL, or unset it to use database.url from the file (line 2)", not: "database.url (line"},
+		{name: "a variable of blanks", yaml: badBase, env: map[string]string{"QUEUEBOX_DATABASE_URL": "  "},
+			key: "database.url (from QUEUEBOX_DATABASE_URL)", reason: "holds only blanks; set QUEUEBOX_DATABASE_URL to the URL of the database, or unset it to use database.url from the file (line 2)"},
+		{name: "a bad variable and no database.url in the file", yaml: "~  url: postgres://queuebox@localhost:5432/app\n~~", env: map[string]string{"QUEUEBOX_DATABASE_URL": "garbage"},
+			key: "database.url (from QUEUEBOX_DATABASE_URL)", reason: "or unset it and set database.url in the file"},
+	})
+	// The problem has no line: the file's line is not where the value came from.
+	_, err := Parse("q.yaml", []byte(badBase), env(map[string]string{"QUEUEBOX_DATABASE_URL": "garbage"}))
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 1 || ce.Problems[0].Line != 0 {
+		t.Fatalf("want one problem without a line: %v", err)
+	}
+	// Without the variable, the file's value is blamed on its line, as before.
+	runBad(t, []badCase{
+		{name: "a file value that is not a URL", yaml: "~postgres://queuebox@localhost:5432/app~garbage~", key: "database.url", reason: "is not a URL; write it like postgres://", line: 2, not: "QUEUEBOX_DATABASE_URL"},
+	})
+}
+
+// A number or a boolean in quotes is text, and refused: the problem says
+// that the quotes are why, and to drop them.
+func TestBadQuotedScalars(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "a quoted whole number", yaml: "+outbox: { batchSize: \"10\" }\n", key: "outbox.batchSize", reason: `expected a whole number, got the quoted text "10"; write it without quotes`, line: 7},
+		{name: "a single-quoted whole number", yaml: "+outbox: { batchSize: '10' }\n", key: "outbox.batchSize", reason: `expected a whole number, got the quoted text "10"; write it without quotes`},
+		{name: "a quoted whole number with an exponent", yaml: "+outbox: { batchSize: \"1e3\" }\n", key: "outbox.batchSize", reason: `got the quoted text "1e3"; write it without quotes`},
+		{name: "a quoted boolean", yaml: "+inbox: { relay: { enabled: \"false\" } }\n", key: "inbox.relay.enabled", reason: `expected true or false, got the quoted text "false"; write it without quotes`},
+		{name: "a quoted optional boolean", yaml: "@  mq: { type: rabbitmq, url: \"amqp://h/\", exchange: x, mandatory: \"true\" }\n", key: "destinations.mq.mandatory", reason: `expected true or false, got the quoted text "true"; write it without quotes`},
+		{name: "a quoted number", yaml: "+outbox: { backoff: { multiplier: \"1.5\" } }\n", key: "outbox.backoff.multiplier", reason: `expected a number, got the quoted text "1.5"; write it without quotes`},
+		{name: "a quoted number in a list", yaml: "~type: http,~type: http, nonRetryableStatus: [\"400\"],~", key: "destinations.hook.nonRetryableStatus[0]", reason: `expected a whole number, got the quoted text "400"; write it without quotes`},
+		{name: "a number tagged as text", yaml: "+outbox: { batchSize: !!str 10 }\n", key: "outbox.batchSize", reason: `expected a whole number, got "10", which the !!str tag makes text; remove the tag`},
+		{name: "quoted substitutions that make a number", yaml: "+outbox: { batchSize: \"${A:-1}${B:-2}\" }\n", key: "outbox.batchSize", reason: `expected a whole number, got the quoted text "12" (from "${A:-1}${B:-2}"); write it without quotes`},
+		// Quotes or not, text is not a number: no advice about quotes.
+		{name: "quoted text for a number", yaml: "+outbox: { batchSize: \"lots\" }\n", key: "outbox.batchSize", reason: `expected a whole number, got "lots"`, not: "quote"},
+		{name: "a quoted fraction for a whole number", yaml: "+outbox: { batchSize: \"2.5\" }\n", key: "outbox.batchSize", reason: `expected a whole number, got "2.5"`, not: "quote"},
+		{name: "quoted text for a boolean", yaml: "+inbox: { relay: { enabled: \"maybe\" } }\n", key: "inbox.relay.enabled", reason: `expected true or false, got "maybe"`, not: "quote"},
+	})
+	// A quoted duration is text, which is what a duration is: it loads.
+	l, err := Parse("q.yaml", []byte(badBase+"outbox: { retention: { delivered: \"24h\", dead: '0' } }\n"), env(nil))
+	if err != nil || l.Outbox.Retention.Delivered != Duration(24*time.Hour) || l.Outbox.Retention.Dead != 0 {
+		t.Fatalf("quoted durations: %v", err)
+	}
+	// A quoted single substitution is re-typed and loads, as documented.
+	l, err = Parse("q.yaml", []byte(badBase+"outbox: { batchSize: \"${BATCH}\" }\ninbox: { relay: { enabled: \"${RELAY}\" } }\n"), env(map[string]string{"BATCH": "10", "RELAY": "false"}))
+	if err != nil || l.Outbox.BatchSize != 10 || l.Inbox.Relay.Enabled {
+		t.Fatalf("quoted substitutions: %v", err)
+	}
+}
+
+// A destination or source without its type says that the type is
+// required and lists the types, with no "" in the message; unknown keys
+// list the keys of the destination's type only, and never a retired key.
+func TestBadTypeAndKeyLists(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "a misspelt type key", yaml: "~{ type: http, url~{ typ: http, url~", key: "destinations.hook.typ", reason: "unknown key (did you mean type?)", line: 4},
+		{name: "a misspelt type key, the type", yaml: "~{ type: http, url~{ typ: http, url~", key: "destinations.hook.type", reason: "is required; use one of http, rabbitmq, kafka, nats, null", line: 4, not: `""`},
+		{name: "an empty type", yaml: "~type: http~type: \"\"~", key: "destinations.hook.type", reason: "is required; use one of http, rabbitmq, kafka, nats, null", not: `""`},
+		{name: "a source without a type", yaml: "+inbox: { sources: { s: { topic: t } } }\n", key: "inbox.sources.s.type", reason: "is required; use one of http, rabbitmq, kafka, nats", not: `""`},
+		{name: "an unknown key of an HTTP destination", yaml: "~type: http,~type: http, timeout: 5,~", key: "destinations.hook.timeout",
+			reason: "unknown key (did you mean timeoutMs?); the keys here are headers, maxConnections, method, nonRetryableStatus, signingSecret, timeoutMs, tls, type, url"},
+		{name: "an unknown key of a Kafka destination", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, compresion: gzip }\n", key: "destinations.k.compresion",
+			reason: "unknown key (did you mean compression?); the keys here are acks, brokers, compression, partitioner, sasl, tls, topic, type"},
+		{name: "an unknown key under an HTTP destination's tls", yaml: "~type: http,~type: http, tls: { ca: x },~", key: "destinations.hook.tls.ca",
+			reason: "unknown key; the keys here are caFile, insecureSkipVerify"},
+		{name: "an unknown key of a null destination", yaml: "@  nothing: { type: \"null\", tpye: y }\n", key: "destinations.nothing.tpye", reason: "the keys here are type"},
+		{name: "an unknown key of a destination without a type lists them all", yaml: "~{ type: http, url~{ typ: http, url~", key: "destinations.hook.typ", reason: "the keys here are acks, brokers, compression"},
+		{name: "an unknown key of an HTTP source", yaml: "+inbox: { sources: { s: { type: http, topic: t, tokn: x } } }\n", key: "inbox.sources.s.tokn",
+			reason: "unknown key (did you mean token?); the keys here are aggregateId, aggregateType, maxBodyBytes, signatureTolerance, signingSecret, token, topic, type"},
+		{name: "an unknown outbox key leaves the retired notify out", yaml: "+outbox: { notfy: true }\n", key: "outbox.notfy",
+			reason: "unknown key; the keys here are backoff, batchSize, claimTimeoutMs, maxAttempts, maxInFlight, pollIntervalMs, probeIntervalMs, retention", not: "notify"},
+	})
+}
+
+// --config naming a folder is a mistake in the command line, reported as
+// a configuration problem (exit code 2), like a file that does not exist.
+func TestConfigIsAFolder(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Load(dir)
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 1 {
+		t.Fatalf("want one configuration problem, got %v", err)
+	}
+	want := "--config: " + dir + " is a folder, not a file; pass --config FILE, the configuration file itself (docs/configuration.md shows one)"
+	if got := ce.Problems[0].String(); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	// A folder that holds queuebox.yaml: the problem names that file.
+	file := filepath.Join(dir, "queuebox.yaml")
+	if err := os.WriteFile(file, []byte(badBase), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(dir)
+	if !errors.As(err, &ce) || len(ce.Problems) != 1 || ce.Problems[0].Key != "--config" ||
+		!strings.Contains(ce.Problems[0].Reason, "is a folder, not a file; pass --config "+file) {
+		t.Errorf("a folder with queuebox.yaml in it: %v", err)
+	}
+	if _, err := Load(file); err != nil {
+		t.Errorf("the file itself: %v", err)
 	}
 }

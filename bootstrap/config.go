@@ -46,8 +46,8 @@ type OutboxConfig struct {
 	PollIntervalMs  int `yaml:"pollIntervalMs" min:"1" max:"3600000"`
 	ProbeIntervalMs int `yaml:"probeIntervalMs" min:"1" max:"60000"`
 	// Notify is no longer used (wake-ups probe instead); a file that sets
-	// it loads with a warning.
-	Notify    *bool           `yaml:"notify,omitempty"`
+	// it loads with a warning. Retired: not offered for an unknown key.
+	Notify    *bool           `yaml:"notify,omitempty" retired:"true"`
 	Backoff   BackoffConfig   `yaml:"backoff"`
 	Retention RetentionConfig `yaml:"retention"`
 }

@@ -213,7 +213,7 @@ log:
 	}
 	// A quoted value that is more than one substitution stays text.
 	ps := problems(t, minimal+"outbox: { batchSize: \"${A:-1}${B:-2}\" }\n")
-	if !hasProblem(ps, "outbox.batchSize", `expected a whole number, got "12"`, 0) {
+	if !hasProblem(ps, "outbox.batchSize", `expected a whole number, got the quoted text "12"`, 0) {
 		t.Errorf("%v", ps)
 	}
 }

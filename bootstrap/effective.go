@@ -21,10 +21,12 @@ import (
 //   - A value that came from environment variables and holds a secret is
 //     printed as written ("Bearer ${ORDERS_TOKEN}"): that names where the
 //     secret comes from without showing it, and loads back.
+//   - A key replaced whole by an environment variable (database.url by
+//     QUEUEBOX_DATABASE_URL) is printed as that variable's ${NAME}.
 //   - Any other secret is printed as [REDACTED]; the password of a URL as
 //     %5BREDACTED%5D, so that the URL is still a URL.
 func (l *Loaded) Effective() ([]byte, error) {
-	p := &printer{secrets: l.Secrets, raw: l.raw}
+	p := &printer{secrets: l.Secrets, raw: l.raw, fromEnv: l.fromEnv}
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{p.node(reflect.ValueOf(l.Config).Elem(), "", "", false)}}
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
@@ -41,6 +43,7 @@ func (l *Loaded) Effective() ([]byte, error) {
 type printer struct {
 	secrets *Secrets
 	raw     map[string]string
+	fromEnv map[string]string
 }
 
 var textMarshaler = reflect.TypeOf((*encoding.TextMarshaler)(nil)).Elem()
@@ -130,6 +133,12 @@ func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag:
 
 // str prints a text value without its secrets.
 func (p *printer) str(path, s string) *yaml.Node {
+	if name, ok := p.fromEnv[path]; ok {
+		// A key the environment replaced whole (QUEUEBOX_DATABASE_URL):
+		// its reference loads back to the same value with the variable
+		// set, where a redacted copy would load with a made-up password.
+		return scalar("${" + name + "}")
+	}
 	isURL := path == "database.url" || strings.HasSuffix(path, ".url")
 	if raw, ok := p.raw[path]; ok && p.secrets.Redact(s) != s {
 		s = raw

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -193,5 +194,53 @@ inbox:
 	}
 	if s := back.Inbox.Sources["from-env"]; s.SASL.Password != "env-kafka-pw-2" {
 		t.Errorf("loaded back, the password is %q", s.SASL.Password)
+	}
+}
+
+// database.url taken from QUEUEBOX_DATABASE_URL is printed as that
+// variable's reference: the printout loads back to the same URL when the
+// variable is set, and without it says so instead of carrying a
+// [REDACTED] password.
+func TestEffectiveDatabaseURLFromTheEnvironment(t *testing.T) {
+	vars := map[string]string{"QUEUEBOX_DATABASE_URL": "postgres://app:env-db-pw-1@db:5432/app"}
+	for _, file := range []string{
+		`database: { url: "postgres://other@file-host:5432/other" }`,
+		`database: { url: "postgres://app:${DB_PASSWORD}@db:5432/app" }`, // not read, so DB_PASSWORD need not be set
+		`database: { maxConnections: 5 }`,
+	} {
+		cfg := file + "\ndestinations: { d: { type: \"null\" } }\nroutes: [ { topicPattern: \"#\", destination: d } ]\n"
+		l, err := Parse("q.yaml", []byte(cfg), env(vars))
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		out, err := l.Effective()
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(out)
+		if !strings.Contains(text, "url: ${QUEUEBOX_DATABASE_URL}\n") || strings.Contains(text, "REDACTED") || strings.Contains(text, "env-db-pw-1") || strings.Contains(text, "file-host") {
+			t.Errorf("%s: the printout:\n%s", file, text)
+		}
+		back, err := Parse("printed.yaml", out, env(vars))
+		if err != nil {
+			t.Fatalf("%s: does not load back: %v\n%s", file, err, text)
+		}
+		if back.Database.URL != vars["QUEUEBOX_DATABASE_URL"] {
+			t.Errorf("%s: loaded back, database.url is %q", file, back.Database.URL)
+		}
+		if again, _ := back.Effective(); string(again) != text {
+			t.Errorf("%s: printing the printout changed it:\n%s", file, again)
+		}
+		// Without the variable, the printout does not load with a made-up
+		// password: it names the variable to set.
+		_, err = Parse("printed.yaml", out, env(nil))
+		var ce *Error
+		if !errors.As(err, &ce) || !hasProblem(ce.Problems, "database.url", "QUEUEBOX_DATABASE_URL is not set", 0) {
+			t.Errorf("%s: loaded back without the variable: %v", file, err)
+		}
+		// The whole value is a secret, as every value from the environment.
+		if red := l.Secrets.Redact("dial " + vars["QUEUEBOX_DATABASE_URL"]); strings.Contains(red, "env-db-pw-1") || strings.Contains(red, "db:5432") {
+			t.Errorf("%s: not redacted: %s", file, red)
+		}
 	}
 }

@@ -61,6 +61,10 @@ func (v *validator) inbox(c *Config) {
 			v.add(key, "is empty; give it a type (%s)", strings.Join(SourceTypes, ", "))
 			continue
 		}
+		if s.Type == "" {
+			v.add(key+".type", "is required; use one of %s", strings.Join(SourceTypes, ", "))
+			continue
+		}
 		if !oneOf(s.Type, SourceTypes...) {
 			v.add(key+".type", "%q is not a source type; use one of %s", s.Type, strings.Join(SourceTypes, ", "))
 			continue

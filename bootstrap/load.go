@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -62,6 +63,9 @@ type Loaded struct {
 	// raw is the text as written of each value that used ${NAME}, by key
 	// path: Effective prints it instead of a secret.
 	raw map[string]string
+	// fromEnv names the variable that replaced a key whole
+	// (QUEUEBOX_DATABASE_URL), by key path: Effective prints its ${NAME}.
+	fromEnv map[string]string
 }
 
 // Load reads, substitutes, decodes and validates a configuration file.
@@ -71,9 +75,21 @@ func Load(path string) (*Loaded, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, &Error{File: path, Problems: []Problem{{Key: "--config", Reason: fmt.Sprintf("the file %s does not exist; pass --config FILE, or create queuebox.yaml (docs/configuration.md shows one)", path)}}}
 		}
+		if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
+			return nil, &Error{File: path, Problems: []Problem{{Key: "--config", Reason: folderReason(path)}}}
+		}
 		return nil, err
 	}
 	return Parse(path, data, os.LookupEnv)
+}
+
+// folderReason says that --config names a folder, and which file to pass
+// instead: the folder's queuebox.yaml when it holds one.
+func folderReason(dir string) string {
+	if fi, err := os.Stat(filepath.Join(dir, "queuebox.yaml")); err == nil && fi.Mode().IsRegular() {
+		return fmt.Sprintf("%s is a folder, not a file; pass --config %s, the configuration file itself", dir, filepath.Join(dir, "queuebox.yaml"))
+	}
+	return fmt.Sprintf("%s is a folder, not a file; pass --config FILE, the configuration file itself (docs/configuration.md shows one)", dir)
 }
 
 // Parse is Load on bytes, with env as the environment.
@@ -86,11 +102,15 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 		return nil, &Error{File: name, Problems: []Problem{yamlProblem(err, data)}}
 	}
 	// QUEUEBOX_DATABASE_URL replaces database.url whole: the file's value
-	// is not read, so a variable it uses need not be set.
+	// is not read, so a variable it uses need not be set. Problems with the
+	// value name the variable, not the file's line; config check prints
+	// the variable's ${NAME}, as it would a value written so in the file.
 	override, overridden := env("QUEUEBOX_DATABASE_URL")
 	overridden = overridden && override != ""
 	if overridden {
 		d.skip["database.url"] = true
+		d.fromEnv["database.url"] = "QUEUEBOX_DATABASE_URL"
+		d.secrets.AddFromEnv(override)
 	}
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		d.decode(root.Content[0], reflect.ValueOf(cfg).Elem(), "")
@@ -119,7 +139,7 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 			Reason: "is no longer used: QueueBox no longer installs a NOTIFY trigger (it serialised your application's commits) and wakes up by probing every outbox.probeIntervalMs instead; remove the key"})
 		cfg.Outbox.Notify = nil
 	}
-	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, raw: d.raw}, nil
+	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, raw: d.raw, fromEnv: d.fromEnv}, nil
 }
 
 // FromConfig validates a configuration built in code (the dev mode).
@@ -144,9 +164,16 @@ type decoder struct {
 	bad map[string]bool
 	raw map[string]string
 	// skip holds keys whose value in the file is not used.
-	skip    map[string]bool
+	skip map[string]bool
+	// fromEnv names the environment variable that replaced a key whole,
+	// by key path: problems with its value name the variable.
+	fromEnv map[string]string
 	env     func(string) (string, bool)
 	secrets *Secrets
+	// kind is the type of the destination or inbox source being decoded
+	// ("" elsewhere, or when its type is not known): the keys offered for
+	// an unknown key are those of that type.
+	kind string
 }
 
 func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
@@ -154,7 +181,7 @@ func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
 		secrets = NewSecrets()
 	}
 	return &decoder{lines: map[string]int{}, present: map[string]bool{}, bad: map[string]bool{}, raw: map[string]string{}, skip: map[string]bool{},
-		env: env, secrets: secrets}
+		fromEnv: map[string]string{}, env: env, secrets: secrets}
 }
 
 func (d *decoder) add(path string, line int, format string, args ...any) {
@@ -203,6 +230,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		fields := fieldsOf(v.Type())
+		if types := typesOf(v.Type()); types != nil {
+			saved := d.kind
+			d.kind = typeIn(n, types)
+			defer func() { d.kind = saved }()
+		}
 		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
@@ -213,7 +245,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			d.lines[key] = k.Line
 			f, ok := fields[k.Value]
 			if !ok {
-				d.add(key, k.Line, "unknown key%s; the keys here are %s", suggest(k.Value, fields), strings.Join(sortedKeys(fields), ", "))
+				offered := d.offered(fields)
+				d.add(key, k.Line, "unknown key%s; the keys here are %s", suggest(k.Value, offered), strings.Join(sortedKeys(offered), ", "))
 				continue
 			}
 			if d.skip[key] {
@@ -314,8 +347,50 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 		}
 	}
 	if err := node.Decode(v.Addr().Interface()); err != nil {
-		d.add(path, n.Line, "%s", scalarError(err, v, node.Value))
+		reason := scalarError(err, v, node.Value)
+		if why, ok := textForScalar(&node, v.Type()); ok {
+			reason = strings.Replace(reason, fmt.Sprintf("got %q", node.Value), "got "+why, 1)
+			if raw, ok := d.raw[path]; ok && node.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+				reason = strings.Replace(reason, "; write it without quotes", fmt.Sprintf(" (from %q); write it without quotes", raw), 1)
+			}
+		}
+		d.add(path, n.Line, "%s", reason)
 	}
+}
+
+// textForScalar explains why a value that reads as a number or a boolean
+// is refused by a number or boolean key: quotes or a !!str tag make it
+// text, and YAML's types are kept strict (only a value that is one ${NAME}
+// substitution is read again as the key's type). It says what to write,
+// and reports false when the value would not fit the key without them.
+func textForScalar(node *yaml.Node, t reflect.Type) (string, bool) {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64, reflect.Bool:
+	default:
+		return "", false
+	}
+	if t.PkgPath() != "" {
+		return "", false
+	}
+	quoted := node.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0
+	tagged := node.Tag == "!!str" && node.Style&yaml.TaggedStyle != 0
+	if !quoted && !tagged {
+		return "", false
+	}
+	plain := *node
+	plain.Tag, plain.Style = "", 0
+	probe := newDecoder(nil, nil)
+	probe.scalar(&plain, reflect.New(t).Elem(), "")
+	if len(probe.problems) > 0 {
+		return "", false
+	}
+	switch {
+	case quoted && tagged:
+		return fmt.Sprintf("the quoted text %q, tagged !!str; write it without the tag and the quotes", node.Value), true
+	case quoted:
+		return fmt.Sprintf("the quoted text %q; write it without quotes", node.Value), true
+	}
+	return fmt.Sprintf("%q, which the !!str tag makes text; remove the tag", node.Value), true
 }
 
 // wholeFloat reads a number written with a decimal point or an exponent
@@ -475,6 +550,50 @@ func fieldsOf(t reflect.Type) map[string]fieldInfo {
 		if name != "" && name != "-" {
 			out[name] = fieldInfo{i, f}
 		}
+	}
+	return out
+}
+
+// typesOf returns the types of a struct whose keys depend on its type key
+// (a destination, an inbox source), or nil.
+func typesOf(t reflect.Type) []string {
+	switch t {
+	case reflect.TypeFor[DestinationConfig]():
+		return DestinationTypes
+	case reflect.TypeFor[InboxSourceConfig]():
+		return SourceTypes
+	}
+	return nil
+}
+
+// typeIn returns the value of the type key of mapping n when it is one of
+// types, else "".
+func typeIn(n *yaml.Node, types []string) string {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if val.Kind == yaml.AliasNode {
+			val = val.Alias
+		}
+		if k.Value == "type" && val.Kind == yaml.ScalarNode && oneOf(val.Value, types...) {
+			return val.Value
+		}
+	}
+	return ""
+}
+
+// offered is the keys to offer for an unknown key among fields: without
+// retired keys (they load, with a warning to remove them), and inside a
+// destination or source of a known type, only the keys of that type.
+func (d *decoder) offered(fields map[string]fieldInfo) map[string]fieldInfo {
+	out := map[string]fieldInfo{}
+	for name, f := range fields {
+		if _, retired := f.field.Tag.Lookup("retired"); retired {
+			continue
+		}
+		if kinds, ok := f.field.Tag.Lookup("kinds"); ok && d.kind != "" && !oneOf(d.kind, strings.Split(kinds, ",")...) {
+			continue
+		}
+		out[name] = f
 	}
 	return out
 }

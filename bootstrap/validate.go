@@ -53,7 +53,12 @@ func (v *validator) add(key, format string, args ...any) {
 	if v.d.bad[key] {
 		return // reading the value failed already: one problem, one line
 	}
-	v.problems = append(v.problems, Problem{Key: key, Line: v.line(key), Reason: fmt.Sprintf(format, args...)})
+	p := Problem{Key: key, Line: v.line(key), Reason: fmt.Sprintf(format, args...)}
+	if name, ok := v.d.fromEnv[key]; ok {
+		// The value is the variable's, not the file's: no line.
+		p.Key, p.Line = fmt.Sprintf("%s (from %s)", key, name), 0
+	}
+	v.problems = append(v.problems, p)
 }
 
 // line finds the line of key, or of its nearest parent that has one.
@@ -98,16 +103,7 @@ func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
 	if !oneOf(c.Database.Dialect, "postgresql", "sqlserver") {
 		v.add("database.dialect", "%q is not a dialect; use postgresql or sqlserver", c.Database.Dialect)
 	}
-	if strings.TrimSpace(c.Database.URL) == "" {
-		v.add("database.url", "is required: the URL of the database that holds the outbox table (or set QUEUEBOX_DATABASE_URL)")
-	} else if u, err := url.Parse(c.Database.URL); err != nil || u.Scheme == "" {
-		v.add("database.url", "is not a URL; write it like postgres://user:password@host:5432/app or sqlserver://user:password@host:1433?database=app")
-	} else {
-		want := map[string][]string{"postgresql": {"postgres", "postgresql"}, "sqlserver": {"sqlserver", "mssql"}}[c.Database.Dialect]
-		if want != nil && !oneOf(u.Scheme, want...) {
-			v.add("database.url", "starts with %s://, which does not fit database.dialect %s (expected %s://)", u.Scheme, c.Database.Dialect, want[0])
-		}
-	}
+	v.databaseURL(c)
 	for _, p := range c.Names().Validate() {
 		v.add(p.Key, "%s", p.Reason)
 	}
@@ -125,6 +121,39 @@ func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
 	v.routes(c)
 	v.inbox(c)
 	return v.problems, v.out
+}
+
+// databaseURL checks database.url. A value from QUEUEBOX_DATABASE_URL is
+// reported as the variable's (add names it), with what to do about it.
+func (v *validator) databaseURL(c *Config) {
+	const key, example = "database.url", "postgres://user:password@host:5432/app or sqlserver://user:password@host:1433?database=app"
+	name, fromEnv := v.d.fromEnv[key]
+	// What to do instead of fixing the variable: unset it, so that the
+	// file's value is used.
+	unset := "unset it and set database.url in the file"
+	if line, ok := v.d.lines[key]; ok {
+		unset = fmt.Sprintf("unset it to use database.url from the file (line %d)", line)
+	}
+	u, err := url.Parse(c.Database.URL)
+	switch {
+	case strings.TrimSpace(c.Database.URL) == "" && fromEnv:
+		v.add(key, "holds only blanks; set %s to the URL of the database, or %s", name, unset)
+	case strings.TrimSpace(c.Database.URL) == "":
+		v.add(key, "is required: the URL of the database that holds the outbox table (or set QUEUEBOX_DATABASE_URL)")
+	case (err != nil || u.Scheme == "") && fromEnv:
+		v.add(key, "is not a URL; set %s to one like %s, or %s", name, example, unset)
+	case err != nil || u.Scheme == "":
+		v.add(key, "is not a URL; write it like %s", example)
+	default:
+		want := map[string][]string{"postgresql": {"postgres", "postgresql"}, "sqlserver": {"sqlserver", "mssql"}}[c.Database.Dialect]
+		if want != nil && !oneOf(u.Scheme, want...) {
+			fix := ""
+			if fromEnv {
+				fix = fmt.Sprintf("; fix %s, or %s", name, unset)
+			}
+			v.add(key, "starts with %s://, which does not fit database.dialect %s (expected %s://)%s", u.Scheme, c.Database.Dialect, want[0], fix)
+		}
+	}
 }
 
 func (v *validator) admin(c *Config) {
@@ -151,6 +180,10 @@ func (v *validator) destinations(c *Config) {
 		key := "destinations." + name
 		if d == nil {
 			v.add(key, "is empty; give it a type (%s)", strings.Join(DestinationTypes, ", "))
+			continue
+		}
+		if d.Type == "" {
+			v.add(key+".type", "is required; use one of %s", strings.Join(DestinationTypes, ", "))
 			continue
 		}
 		if !oneOf(d.Type, DestinationTypes...) {
