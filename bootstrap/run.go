@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -214,12 +213,29 @@ func checkSchema(ctx context.Context, d dialects.Dialect, log *slog.Logger, migr
 		}
 		return nil
 	}
-	current, err := migrations.Current(ctx, d)
+	st, err := migrations.StatusOf(ctx, d)
 	if err != nil {
 		return &ExitError{Code: 1, Err: fmt.Errorf("could not read the migration history: %w", err)}
 	}
-	if !current {
-		return &ExitError{Code: 1, Err: errors.New("the database schema is not current: run `queuebox migrate up` (or `queuebox run --migrate`) first")}
+	applied, latest := 0, 0
+	for _, m := range st {
+		latest = max(latest, m.Version)
+		if m.Applied {
+			applied++
+		}
+	}
+	switch {
+	case applied == 0:
+		// Nothing applied here: a first start, or a schema or table name
+		// that is not where the tables are.
+		n := d.Names()
+		schema := n.Schema
+		if schema == "" {
+			schema = "the connection's default schema"
+		}
+		return &ExitError{Code: 1, Err: fmt.Errorf("no QueueBox migration has been applied to the table %s in %s: run `queuebox migrate up` (or `queuebox run --migrate`) to create it, or, if the tables exist elsewhere, check database.schema and database.outboxTableName", n.Outbox, schema)}
+	case applied < len(st):
+		return &ExitError{Code: 1, Err: fmt.Errorf("the database schema is not current (%d of %d migrations applied; this release needs version %d): run `queuebox migrate up` (or `queuebox run --migrate`) first", applied, len(st), latest)}
 	}
 	return nil
 }

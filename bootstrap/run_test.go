@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testlog"
 
 	"github.com/queuebox/queuebox/actors"
@@ -186,5 +188,38 @@ func TestRunStopsCleanlyWhileWaitingForTheDatabase(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "signal received while waiting for the database; exiting") {
 		t.Errorf("logs:\n%s", logs.String())
+	}
+}
+
+// Run without --migrate on a schema that holds no QueueBox table says
+// that nothing was applied there, and names the schema and table to check
+// (a misspelt database.schema looks the same as a first start); once
+// migrated, the schema is current.
+func TestRunNamesTheSchemaThatHoldsNoTables(t *testing.T) {
+	ctx := context.Background()
+	schema, url := testdb.Schema(t)
+	names := dialects.DefaultNames()
+	names.Schema = schema
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	log := slog.New(slog.DiscardHandler)
+	err = checkSchema(ctx, d, log, false)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 1 {
+		t.Fatalf("err = %v, want an exit code of 1", err)
+	}
+	for _, want := range []string{"no QueueBox migration has been applied to the table outbox in " + schema, "queuebox migrate up", "check database.schema and database.outboxTableName"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSchema(ctx, d, log, false); err != nil {
+		t.Fatalf("a migrated schema: %v", err)
 	}
 }

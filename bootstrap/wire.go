@@ -31,6 +31,14 @@ func NewLogger(l *Loaded, w io.Writer) *slog.Logger {
 	if l.Log.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
 	} else {
+		// A duration reads as in the text format ("30s"), not as a count
+		// of nanoseconds.
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
 		h = slog.NewJSONHandler(w, opts)
 	}
 	return slog.New(RedactingHandler{Handler: h, Secrets: l.Secrets})

@@ -1,10 +1,12 @@
 package bootstrap
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/queuebox/queuebox/sinks"
 )
@@ -100,5 +102,26 @@ func TestSinkRefusalsNameTheKey(t *testing.T) {
 	}
 	if k := e.Problems[0].Key; k != "destinations.kafka.tls.caFile" && k != "destinations.nats.credentialsFile" {
 		t.Errorf("problem under %s: %v", k, e.Problems[0].Reason)
+	}
+}
+
+// Durations in the JSON log read as in the text log ("30s"), not as
+// nanoseconds.
+func TestJSONLogWritesDurationsAsText(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		cfg := Defaults()
+		cfg.Database.URL = "postgres://localhost/app"
+		cfg.Destinations = map[string]*DestinationConfig{"n": {Type: "null"}}
+		cfg.Routes = []RouteConfig{{TopicPattern: "#", Destination: "n"}}
+		cfg.Log.Format = format
+		l, err := FromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		NewLogger(l, &buf).Info("engine started", "lease", 30*time.Second)
+		if !strings.Contains(buf.String(), "30s") || strings.Contains(buf.String(), "30000000000") {
+			t.Errorf("%s log: %s", format, buf.String())
+		}
 	}
 }
