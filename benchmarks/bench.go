@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -123,9 +124,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"--rows", o.Rows}, {"--payload-bytes", o.PayloadBytes}, {"--seconds", o.Seconds}, {"--rate", o.Rate}} {
+	}{{"rows", o.Rows}, {"payload-bytes", o.PayloadBytes}, {"seconds", o.Seconds}, {"rate", o.Rate}} {
 		if f.v < 0 {
-			return nil, &UsageError{fmt.Sprintf("%s: %d is negative; give a positive number, or leave the flag out for its default", f.name, f.v)}
+			return nil, NotPositive(f.name, f.v)
 		}
 	}
 	if o.Rows == 0 {
@@ -150,14 +151,22 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The JSON file is made before anything runs, so that a path that
-	// cannot be written costs no run.
+	// The results go to a file made beside --json before anything runs,
+	// so that a path that cannot be written costs no run, and replace the
+	// file only once there are results: a run that fails first leaves an
+	// earlier file as it was.
 	var jsonFile *os.File
 	if o.JSON != "" {
-		if jsonFile, err = os.OpenFile(o.JSON, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644); err != nil {
-			return nil, &UsageError{fmt.Sprintf("--json %s: %v; give a file in a folder that exists", o.JSON, unwrapPath(err))}
+		if fi, err := os.Stat(o.JSON); err == nil && fi.IsDir() {
+			return nil, &UsageError{fmt.Sprintf("--json %s: is a folder; give a file name, such as %s", o.JSON, filepath.Join(o.JSON, "bench.json"))}
 		}
-		defer jsonFile.Close()
+		if jsonFile, err = os.CreateTemp(filepath.Dir(o.JSON), ".queuebox-bench-*.json"); err != nil {
+			return nil, &UsageError{fmt.Sprintf("--json %s: %v; give a file in a folder that exists and may be written", o.JSON, unwrapPath(err))}
+		}
+		defer func() {
+			_ = jsonFile.Close()
+			_ = os.Remove(jsonFile.Name()) // gone already when renamed
+		}()
 	}
 	if slices.ContainsFunc(selected, func(s Scenario) bool { return s.Name == "producer" }) {
 		if _, err := pgbenchPath(); err != nil {
@@ -165,12 +174,13 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 	}
 	results, runErr := runSelected(ctx, o, selected)
-	if jsonFile != nil {
-		if len(results) == 0 {
-			_ = jsonFile.Close()
-			_ = os.Remove(o.JSON)
-		} else if err := writeJSON(jsonFile, results); err != nil && runErr == nil {
-			runErr = fmt.Errorf("--json %s: %w", o.JSON, err)
+	if jsonFile != nil && len(results) > 0 {
+		if err := writeJSON(jsonFile, o.JSON, results); err != nil {
+			err = fmt.Errorf("--json %s: the results could not be written: %w", o.JSON, err)
+			if runErr == nil {
+				return results, err
+			}
+			runErr = fmt.Errorf("%w; and %v", runErr, err)
 		}
 	}
 	if runErr != nil {
@@ -216,12 +226,11 @@ func runSelected(ctx context.Context, o Options, selected []Scenario) (results [
 		rs, err := e.profiled(s.Name, func() ([]Result, error) { return s.run(ctx, e) })
 		e.dropSchemas()
 		if err != nil {
-			if ctx.Err() != nil {
-				return results, ctx.Err()
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return results, ctx.Err() // interrupted
 			}
 			return results, fmt.Errorf("scenario %s: %w", s.Name, err)
 		}
-		e.record(rs)
 		results = append(results, rs...)
 		_ = bar.Add(1)
 	}
@@ -282,7 +291,8 @@ func selectScenarios(names []string) ([]Scenario, error) {
 	return selected, nil
 }
 
-func writeJSON(f *os.File, results []Result) error {
+// writeJSON writes the results into f, then puts f in place of path.
+func writeJSON(f *os.File, path string, results []Result) error {
 	b, err := json.MarshalIndent(results, "", "  ")
 	if err != nil {
 		return err
@@ -290,7 +300,19 @@ func writeJSON(f *os.File, results []Result) error {
 	if _, err := f.Write(append(b, '\n')); err != nil {
 		return err
 	}
-	return f.Close()
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// NotPositive is the usage error of a numeric flag that is not a positive
+// number.
+func NotPositive(flag string, v int) error {
+	return &UsageError{fmt.Sprintf("--%s: %d is not a positive number; give one, or leave the flag out for its default", flag, v)}
 }
 
 // unwrapPath drops the path an *os.PathError repeats.

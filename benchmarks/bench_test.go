@@ -134,12 +134,12 @@ func TestBadInputIsRefusedFirst(t *testing.T) {
 		usage bool
 		want  []string
 	}{
-		{"a negative row count", benchmarks.Options{Rows: -5}, true, []string{"--rows: -5 is negative"}},
+		{"a negative row count", benchmarks.Options{Rows: -5}, true, []string{"--rows: -5 is not a positive number"}},
 		{"an empty scenario list", benchmarks.Options{Scenarios: []string{}}, true, []string{"--scenarios is empty", "drain-keys"}},
 		{"a JSON file in a folder that does not exist", benchmarks.Options{Scenarios: []string{"raw"}, JSON: missing, DatabaseURL: dbURL}, true, []string{"--json " + missing, "no such file or directory", "a folder that exists"}},
 		{"a URL that is not one", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: "postgres://[::1"}, true, []string{"--database-url is not a PostgreSQL URL"}},
-		{"no server at the URL", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=5"}, false, []string{"--database-url: no PostgreSQL server answered at 127.0.0.1:1", "leave --database-url out"}},
-		{"a database that does not exist", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: strings.Replace(dbURL, u.Path, "/qb_no_such_database", 1)}, false, []string{"refused the connection", `database "qb_no_such_database" does not exist`, "database name in the URL"}},
+		{"no server at the URL", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=5"}, false, []string{"--database-url: could not reach the database", "127.0.0.1:1", "connection refused", "leave --database-url out"}},
+		{"a database that does not exist", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: strings.Replace(dbURL, u.Path, "/qb_no_such_database", 1)}, false, []string{"refused the login", `database "qb_no_such_database" does not exist`, "database name in the URL"}},
 		{"a role that may not create schemas", benchmarks.Options{Scenarios: []string{"raw"}, DatabaseURL: u.String()}, false, []string{"the role " + role + " may not create schemas", "GRANT CREATE ON DATABASE"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -194,5 +194,34 @@ func TestAReplicaThatEndsIsReportedAndTheRestKept(t *testing.T) {
 	var fromFile []map[string]any
 	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &fromFile) != nil || len(fromFile) != 1 {
 		t.Fatalf("--json after a failure: %v %s", err, b)
+	}
+}
+
+// A run that fails before any scenario finishes leaves an earlier --json
+// file as it was; one that finishes replaces it.
+func TestAnEarlierJSONFileIsReplacedOnlyByResults(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bench.json")
+	if err := os.WriteFile(out, []byte("yesterday's results\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var table, progress bytes.Buffer
+	_, err := benchmarks.Run(context.Background(), benchmarks.Options{Scenarios: []string{"raw"}, Rows: 200, JSON: out,
+		DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=5", Out: &table, Progress: &progress})
+	if err == nil {
+		t.Fatal("a run against no server succeeded")
+	}
+	if b, _ := os.ReadFile(out); string(b) != "yesterday's results\n" {
+		t.Fatalf("a failed run changed the earlier file: %q", b)
+	}
+	if _, err := benchmarks.Run(context.Background(), benchmarks.Options{Scenarios: []string{"raw"}, Rows: 200, JSON: out,
+		DatabaseURL: testdb.Database(t), Out: &table, Progress: &progress}); err != nil {
+		t.Fatal(err)
+	}
+	var fromFile []map[string]any
+	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &fromFile) != nil || len(fromFile) != 1 {
+		t.Fatalf("after a run: %v %s", err, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".queuebox-bench-*")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
 	}
 }

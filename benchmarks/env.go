@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/pgcluster"
@@ -48,7 +47,6 @@ type env struct {
 	// schemas made by the running scenario, dropped when it ends (a
 	// server the user gave keeps nothing of the run).
 	schemas []*postgres.Dialect
-	results []Result
 	payload []byte
 	// plan is the claim's plan on the backlog table.
 	plan string
@@ -56,7 +54,7 @@ type env struct {
 
 func newEnv(ctx context.Context, o Options) (*env, error) {
 	e := &env{o: o, url: o.DatabaseURL, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		run: fmt.Sprintf("%04x", rand.Uint32()&0xffff)}
+		run: fmt.Sprintf("%08x", rand.Uint32())}
 	if e.url != "" {
 		if err := checkServer(ctx, e.url); err != nil {
 			return nil, err
@@ -77,34 +75,31 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 // and says in the terms of the bench's own flag what is wrong: no server,
 // a refused login, or a role that may not create the scenarios' schemas.
 func checkServer(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
+	if _, err := pgx.ParseConfig(url); err != nil {
 		return &UsageError{fmt.Sprintf("--database-url is not a PostgreSQL URL (%v); write postgres://user:password@host:5432/database", redactedParseError(err))}
 	}
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: dialects.DefaultNames(), MaxConnections: 1})
+	if err != nil {
+		return fmt.Errorf("--database-url: %w", err)
+	}
+	defer d.Close()
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			return fmt.Errorf("--database-url: the server at %s:%d refused the connection: %s (SQLSTATE %s); check the user, the password and the database name in the URL",
-				cfg.Host, cfg.Port, pgErr.Message, pgErr.Code)
-		}
-		lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
-		last := strings.TrimSpace(lines[len(lines)-1])
-		if _, after, ok := strings.Cut(last, "dial error: "); ok {
-			last = after
-		}
-		return fmt.Errorf("--database-url: no PostgreSQL server answered at %s:%d (%s); start it, check the host and the port, or leave --database-url out to use a throwaway cluster",
-			cfg.Host, cfg.Port, last)
+	err = d.Ping(cctx)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, dialects.ErrLoginRefused):
+		return fmt.Errorf("--database-url: %v; check the user, the password and the database name in the URL", err)
+	case errors.Is(err, dialects.ErrUnreachable):
+		return fmt.Errorf("--database-url: %v; start the server, check the host and the port, or leave --database-url out to use a throwaway cluster", err)
+	default:
+		return fmt.Errorf("--database-url: %w", err)
 	}
-	defer conn.Close(context.Background())
 	var user, db string
 	var create bool
-	if err := conn.QueryRow(cctx, "SELECT current_user, current_database(), has_database_privilege(current_database(), 'CREATE')").Scan(&user, &db, &create); err != nil {
+	if err := d.Pool().QueryRow(cctx, "SELECT current_user, current_database(), has_database_privilege(current_database(), 'CREATE')").Scan(&user, &db, &create); err != nil {
 		return fmt.Errorf("--database-url: %w", err)
 	}
 	if !create {
@@ -238,8 +233,6 @@ func (e *env) heapProfile(name string) {
 	_ = pprof.WriteHeapProfile(f)
 }
 
-func (e *env) record(rs []Result) { e.results = append(e.results, rs...) }
-
 // conditions is the first line of the table: what the figures mean.
 func (e *env) conditions() string {
 	server := "the PostgreSQL server at --database-url"
@@ -336,27 +329,23 @@ func parent(pid int) int {
 	return p
 }
 
-func procCPU(pid int) time.Duration {
+func procCPU(pid int) time.Duration { return cpuAt(pid, 11) }
+
+// cpuAt reads the user and system clock ticks at field i and i+1 of
+// /proc/pid/stat, counted after the command.
+func cpuAt(pid, i int) time.Duration {
 	f := procStat(pid)
-	if len(f) < 13 {
+	if len(f) < i+2 {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
+	ut, _ := strconv.ParseInt(f[i], 10, 64)
+	st, _ := strconv.ParseInt(f[i+1], 10, 64)
 	return time.Duration(ut+st) * time.Second / clockTicks
 }
 
 // reapedCPU is the CPU time of pid's children that ended and were waited
-// for.
-func reapedCPU(pid int) time.Duration {
-	f := procStat(pid)
-	if len(f) < 15 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[13], 10, 64)
-	st, _ := strconv.ParseInt(f[14], 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks
-}
+// for (cutime and cstime).
+func reapedCPU(pid int) time.Duration { return cpuAt(pid, 13) }
 
 // resetPeakRSS starts a new peak for this process (Linux 4.0 and later).
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
@@ -388,4 +377,19 @@ func countOpen(ctx context.Context, d *postgres.Dialect, h *harness) (int64, err
 	var n int64
 	err := d.Pool().QueryRow(ctx, h.CountOpen).Scan(&n)
 	return n, err
+}
+
+// ownedTemp makes a folder under /tmp with an owner file, so that the next
+// run that starts a throwaway cluster removes it at once should this one be
+// killed (pgcluster.RemoveStale, whose prefix, queuebox-bench-, it shares).
+func ownedTemp(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("/tmp", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }

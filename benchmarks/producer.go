@@ -55,7 +55,7 @@ func runProducer(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "queuebox-bench-pgbench-")
+	dir, err := ownedTemp("queuebox-bench-pgbench-")
 	if err != nil {
 		return nil, err
 	}

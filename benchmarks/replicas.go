@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,16 +83,11 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	dir, err := os.MkdirTemp("/tmp", "queuebox-bench-replicas-")
+	dir, err := ownedTemp("queuebox-bench-replicas-")
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	// The owner file lets the next bench remove the folder at once if this
-	// one is killed (pgcluster.RemoveStale).
-	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return Result{}, err
-	}
 	file := filepath.Join(dir, "queuebox.yaml")
 	if err := os.WriteFile(file, text, 0o600); err != nil {
 		return Result{}, err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -25,33 +27,34 @@ func benchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			for name, v := range map[string]int{"rows": o.Rows, "payload-bytes": o.PayloadBytes, "seconds": o.Seconds, "rate": o.Rate} {
-				if f.Changed(name) && v <= 0 {
-					return &usageError{fmt.Errorf("--%s: %d is not a positive number; give one, or leave the flag out for its default", name, v)}
+				if f.Changed(name) && v == 0 { // negatives: benchmarks.Run
+					return &usageError{benchmarks.NotPositive(name, v)}
 				}
 			}
-			if f.Changed("scenarios") && len(o.Scenarios) == 0 {
-				o.Scenarios = []string{} // given but empty: refused, not "all"
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// The first SIGINT or SIGTERM stops the run, which still
+			// prints what finished; a second ends the process at once.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			var got atomic.Value
 			go func() {
-				<-ctx.Done()
-				stop() // a second Ctrl-C ends the process at once
+				select {
+				case s := <-sigs:
+					got.Store(s)
+					signal.Stop(sigs)
+					cancel()
+				case <-ctx.Done():
+				}
 			}()
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			results, err := benchmarks.Run(ctx, o)
+			signal.Stop(sigs)
 			if benchmarks.IsUsage(err) {
 				return &usageError{err}
 			}
-			if err != nil && ctx.Err() != nil {
-				what := "no scenario finished"
-				if len(results) > 0 {
-					what = "the table above holds the scenarios that finished"
-					if o.JSON != "" {
-						what += ", and " + o.JSON + " their results"
-					}
-				}
-				return &bootstrap.ExitError{Code: 130, Err: fmt.Errorf("bench interrupted: %s; the throwaway cluster, the scenarios' schemas and the replicas it started are gone", what)}
+			if s, ok := got.Load().(os.Signal); ok && err != nil {
+				return interrupted(s, o, results, err)
 			}
 			return err
 		},
@@ -77,4 +80,25 @@ func scenarioNames() string {
 		s += sc.Name
 	}
 	return s
+}
+
+// interrupted is the error of a run stopped by a signal: what was kept,
+// what was removed, and the exit code 128 + the signal's number.
+func interrupted(s os.Signal, o benchmarks.Options, results []benchmarks.Result, err error) error {
+	kept := "no scenario finished"
+	if len(results) > 0 {
+		kept = "the table above holds the scenarios that finished"
+		if o.JSON != "" && !strings.Contains(err.Error(), "--json") {
+			kept += ", and " + o.JSON + " their results"
+		}
+	}
+	removed := "the throwaway cluster and the replicas it started are gone"
+	if o.DatabaseURL != "" {
+		removed = "the scenarios' schemas and the replicas it started are gone"
+	}
+	code := 130
+	if n, ok := s.(syscall.Signal); ok {
+		code = 128 + int(n)
+	}
+	return &bootstrap.ExitError{Code: code, Err: fmt.Errorf("bench stopped (signal: %v): %s; %s", s, kept, removed)}
 }

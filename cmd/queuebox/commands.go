@@ -44,7 +44,11 @@ func newRoot() *cobra.Command {
 	// Commands that read no configuration file refuse --config rather
 	// than ignore it.
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if why, ok := noConfig[c.Name()]; ok && c.Flags().Changed("config") {
+		top := c // the command under the root: completion for completion bash
+		for top.HasParent() && top.Parent().HasParent() {
+			top = top.Parent()
+		}
+		if why, ok := noConfig[top.Name()]; ok && c.Flags().Changed("config") {
 			return &usageError{fmt.Errorf("--config: `%s` reads no configuration file: %s", c.CommandPath(), why)}
 		}
 		return nil

@@ -122,6 +122,7 @@ func TestUsageErrorsExitTwoAndSayWhatToDo(t *testing.T) {
 		{[]string{"dead", "list", "--limit", "many"}, `--limit: "many" is not a whole number`},
 		{[]string{"dev", "--config", "mine.yaml"}, "--config: `queuebox dev` reads no configuration file"},
 		{[]string{"bench", "--config", "mine.yaml"}, "it uses --database-url"},
+		{[]string{"completion", "bash", "--config", "mine.yaml"}, "--config: `queuebox completion bash` reads no configuration file"},
 	} {
 		_, stderr, code := run(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {

@@ -399,8 +399,10 @@ func mapError(err error) error {
 		return fmt.Errorf("%w (%s)", dialects.ErrNoTable, pgErr.Message)
 	}
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && errors.As(err, &pgErr) {
-		// The server answered: a wrong user, password or database.
+	if errors.As(err, &ce) && errors.As(err, &pgErr) && loginRefused(pgErr.Code) {
+		// The server answered: a wrong user, password or database. (A
+		// server that is starting, stopping or full answers too, with
+		// other codes: that is an outage, below.)
 		return dialects.LoginRefused(fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code))
 	}
 	if errors.As(err, &ce) {
@@ -408,6 +410,12 @@ func mapError(err error) error {
 		return fmt.Errorf("%w: %s", dialects.ErrUnreachable, strings.TrimSpace(lines[len(lines)-1]))
 	}
 	return err
+}
+
+// loginRefused tells the codes of a refused login: invalid authorization
+// (class 28), a database that does not exist, no permission to connect.
+func loginRefused(code string) bool {
+	return strings.HasPrefix(code, "28") || code == "3D000" || code == "42501"
 }
 
 func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error) {

@@ -298,10 +298,12 @@ func RemoveStale(prefix string) {
 	for _, d := range dirs {
 		ownerEnded := false
 		if b, err := os.ReadFile(filepath.Join(d, "owner")); err == nil {
-			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 && alive(pid) {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if pid > 0 && alive(pid) {
 				continue // its process still runs
 			}
-			ownerEnded = true
+			// An empty owner file is one being written: not ended.
+			ownerEnded = pid > 0
 		}
 		pidFile := filepath.Join(d, "data", "postmaster.pid")
 		b, err := os.ReadFile(pidFile)
