@@ -343,10 +343,13 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	}
 	c.failures = 0
 	c.ready.Store(true)
-	// The claim took what its own probe showed: a later probe that shows
-	// the same is no news.
-	c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	n := len(m.rows)
+	// A claim that was not nearly full took what its own probe showed: a
+	// later probe that shows the same is no news. A nearly full one may
+	// have left rows behind, which stay news until a claim takes them.
+	if n*10 < m.requested*9 {
+		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
+	}
 	c.obs.Claimed(n, m.took)
 	c.heads.observe(m.rows, m.requested, m.run)
 	if n > 0 {

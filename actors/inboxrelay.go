@@ -78,8 +78,9 @@ type inboxRelay struct {
 	// has not moved for a while.
 	pace *pace
 	// lastMove is when a probe last saw the inbox sequence move or a relay
-	// moved rows.
+	// moved rows; probed, whether a probe has answered yet.
 	lastMove time.Time
+	probed   bool
 }
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
@@ -164,9 +165,13 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	now := time.Now()
 	defer func() { r.repace(now) }()
 	if m.probe != nil {
-		if m.probe.Last > r.wm.LastSeen() {
+		// The first probe only learns where the sequence stands: rows
+		// stored before this replica started are no movement (the relay
+		// that moves them sets lastMove below).
+		if r.probed && m.probe.Last > r.wm.LastSeen() {
 			r.lastMove = now
 		}
+		r.probed = true
 		r.wm.Observe(*m.probe, now)
 		r.held.check(ctx, r.bg, &r.wm, r.log, now)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/sinks"
+	nullsink "github.com/queuebox/queuebox/sinks/null"
 )
 
 // replica is a second engine on the harness's schema, with a dialect of its
@@ -185,5 +187,43 @@ func TestInboxRelayOff(t *testing.T) {
 	}
 	if st.Rows[dialects.InboxReceived] != 1 || len(recv.Requests()) != 1 {
 		t.Fatalf("inbox rows %v and %d deliveries with the relay off; want the row received and only the marker delivered", st.Rows, len(recv.Requests()))
+	}
+}
+
+// countedInboxProbes counts the inbox probes that reach the database.
+type countedInboxProbes struct {
+	dialects.Dialect
+	n atomic.Int64
+}
+
+func (c *countedInboxProbes) InboxProbe(ctx context.Context) (dialects.Probe, error) {
+	c.n.Add(1)
+	return c.Dialect.InboxProbe(ctx)
+}
+
+// A replica started on an inbox that received messages before, with none
+// waiting now, looks at it at the idle pace (every 25 ms) from the start:
+// where the sequence stands is no movement. Probing every 2 ms would make
+// hundreds of probes in the first second.
+func TestInboxRelayStartsAtTheIdlePace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.routeAllTo(func() (sinks.Sink, error) { return nullsink.New(), nil })
+	ctx := context.Background()
+	if _, err := h.d.InboxReceive(ctx, []dialects.InboxMessage{{Source: "web", MessageID: "m1", Topic: "t", Payload: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.InboxRelay(ctx, dialects.InboxRelayParams{Limit: 10, MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	c := &countedInboxProbes{Dialect: h.d}
+	h.opts.Dialect = c
+	h.opts.Inbox = actors.InboxRelay{Enabled: true}
+	h.start()
+	time.Sleep(600 * time.Millisecond)
+	// 600 ms at 25 ms is 24 probes, plus the relay polls; at 2 ms it
+	// would be up to 300 (fewer on a loaded machine, never more).
+	if n := c.n.Load(); n > 60 || n == 0 {
+		t.Fatalf("%d inbox probes in the first 600 ms; want about 24 (one every 25 ms)", n)
 	}
 }
