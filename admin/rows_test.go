@@ -9,9 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
-	"github.com/queuebox/queuebox/migrations"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -21,17 +19,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func outbox(t *testing.T) dialects.Dialect {
 	t.Helper()
 	ctx := context.Background()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	if _, err := migrations.Up(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	d := testdb.Migrated(t, 0)
 	key := "cust-1"
 	rows := []dialects.NewRow{
 		{Topic: "order.created", Key: &key, Payload: []byte(`{}`)},

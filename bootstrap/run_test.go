@@ -197,16 +197,10 @@ func TestRunStopsCleanlyWhileWaitingForTheDatabase(t *testing.T) {
 // migrated, the schema is current.
 func TestRunNamesTheSchemaThatHoldsNoTables(t *testing.T) {
 	ctx := context.Background()
-	schema, url := testdb.Schema(t)
-	names := dialects.DefaultNames()
-	names.Schema = schema
-	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := testdb.Open(t, 0)
+	schema := d.Names().Schema
 	log := slog.New(slog.DiscardHandler)
-	err = checkSchema(ctx, d, log, false)
+	err := checkSchema(ctx, d, log, false)
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Code != 1 {
 		t.Fatalf("err = %v, want an exit code of 1", err)

@@ -138,10 +138,10 @@ func Database(t testing.TB) string {
 	return u.String()
 }
 
-// Migrated opens QueueBox's PostgreSQL dialect, with at most maxConns
-// connections, on a schema of the test's own (Schema) that the migrations
-// have made; it is closed when the test ends.
-func Migrated(t testing.TB, maxConns int) *postgres.Dialect {
+// Open opens QueueBox's PostgreSQL dialect, with at most maxConns
+// connections (0: the default), on a schema of the test's own (Schema) that
+// holds nothing yet; it is closed when the test ends.
+func Open(t testing.TB, maxConns int) *postgres.Dialect {
 	t.Helper()
 	schema, url := Schema(t)
 	names := dialects.DefaultNames()
@@ -151,6 +151,13 @@ func Migrated(t testing.TB, maxConns int) *postgres.Dialect {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
+	return d
+}
+
+// Migrated is Open on a schema that the migrations have made.
+func Migrated(t testing.TB, maxConns int) *postgres.Dialect {
+	t.Helper()
+	d := Open(t, maxConns)
 	if _, err := migrations.Up(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
