@@ -229,6 +229,13 @@ func TestUnsetVariableIsOneProblem(t *testing.T) {
 	if len(ps) != 1 || !hasProblem(ps, "database.url", "DB_URL is not set", 3) {
 		t.Errorf("%v", ps)
 	}
+	// A token that could not be read is not also "empty" to the checks
+	// that need one: the admin listener beyond loopback, an HTTP source.
+	ps = problems(t, minimal+"admin: { listen: \"0.0.0.0:8080\", token: \"${ADMIN_TOKEN}\" }\n"+
+		"inbox: { sources: { shop: { type: http, topic: shop.order, token: \"${SHOP_TOKEN}\" } } }\n")
+	if len(ps) != 2 || !hasProblem(ps, "admin.token", "ADMIN_TOKEN is not set", 0) || !hasProblem(ps, "inbox.sources.shop.token", "SHOP_TOKEN is not set", 0) {
+		t.Errorf("%v", ps)
+	}
 }
 
 func TestSigningSecretNeedsItsPrefix(t *testing.T) {

@@ -84,7 +84,8 @@ func (v *validator) inbox(c *Config) {
 					v.add(key+".signingSecret", "%v", err)
 				}
 			}
-			if s.Token == "" && s.SigningSecret == "" && !loopbackListen(c.Admin.Listen) {
+			unread := v.d.bad[key+".token"] || v.d.bad[key+".signingSecret"] // has its own problem
+			if s.Token == "" && s.SigningSecret == "" && !unread && !loopbackListen(c.Admin.Listen) {
 				v.add(key, "accepts messages from anyone: admin.listen %q is reachable from other machines, and the source has neither token nor signingSecret; set one of them", c.Admin.Listen)
 			}
 		case "rabbitmq":

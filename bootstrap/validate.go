@@ -164,7 +164,7 @@ func (v *validator) admin(c *Config) {
 	}
 	ip := net.ParseIP(host)
 	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
-	if !loopback && c.Admin.Token == "" {
+	if !loopback && c.Admin.Token == "" && !v.d.bad["admin.token"] { // an unreadable token has its own problem
 		v.add("admin.listen", "%q is reachable from other machines, and admin.token is empty; set admin.token, or listen on 127.0.0.1", c.Admin.Listen)
 	}
 }
