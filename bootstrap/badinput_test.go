@@ -116,6 +116,7 @@ func TestBadValues(t *testing.T) {
 		{name: "a fraction for a whole number", yaml: "+outbox: { batchSize: 2.5 }\n", key: "outbox.batchSize", reason: "expected a whole number"},
 		{name: "a fraction says what to write", yaml: "+outbox: { batchSize: 2.5 }\n", key: "outbox.batchSize", reason: `expected a whole number, got "2.5", which has a fraction; write 2 or 3`},
 		{name: "a fraction with an exponent", yaml: "+outbox: { batchSize: 1.5e-1 }\n", key: "outbox.batchSize", reason: "which has a fraction; write 0 or 1"},
+		{name: "a duration for a key in milliseconds", yaml: "+outbox: { claimTimeoutMs: 30s }\n", key: "outbox.claimTimeoutMs", reason: `expected a whole number, got "30s"; the key counts milliseconds: write 30000`},
 		{name: "a fraction too small for a float64", yaml: "+outbox: { batchSize: 500.0000000000000001 }\n", key: "outbox.batchSize", reason: "which has a fraction; write 500 or 501"},
 		{name: "a negative fraction", yaml: "+outbox: { batchSize: -2.5 }\n", key: "outbox.batchSize", reason: "which has a fraction; write -3 or -2"},
 		{name: "an exponent beyond the key's range", yaml: "+outbox: { batchSize: 1e5 }\n", key: "outbox.batchSize", reason: "100000 is out of range; use a value from 1 to 10000"},

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -353,6 +354,10 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 			if raw, ok := d.raw[path]; ok && node.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
 				reason = strings.Replace(reason, "; write it without quotes", fmt.Sprintf(" (from %q); write it without quotes", raw), 1)
 			}
+		}
+		if dur, err := time.ParseDuration(node.Value); err == nil && strings.HasSuffix(path, "Ms") {
+			// claimTimeoutMs: 30s
+			reason += fmt.Sprintf("; the key counts milliseconds: write %d", dur.Milliseconds())
 		}
 		d.add(path, n.Line, "%s", reason)
 	}
