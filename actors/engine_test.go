@@ -442,16 +442,23 @@ func TestStopDrains(t *testing.T) {
 	}
 }
 
+// probeOnly is a harness that delivers to a receiver and claims at the
+// poll only every 10 s: a row delivered in time was found by a probe.
+func probeOnly(t *testing.T) (*harness, *testrecv.Receiver) {
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	h.opts.PollInterval = 10 * time.Second
+	return h, recv
+}
+
 // An idle replica probes every idleProbe (25 ms) instead of every probe
 // interval (2 ms): from its start when it finds nothing to do, and once
 // nothing has happened for a second after work; a row that arrives then is
 // delivered within that, and the claim that found it leaves the idle pace.
 func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	recv := testrecv.New(t, nil)
-	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
-	h.opts.PollInterval = 10 * time.Second // only a probe can find the row in time
+	h, recv := probeOnly(t)
 	// A table whose rows were all delivered before: the sequence has moved,
 	// which the first claim sees and is no news to the probes after it.
 	h.insert(rows(3, 1, 0, func(int) int { return 0 }))
@@ -526,10 +533,7 @@ func (f *failingClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams)
 // rather than at the next poll.
 func TestARowSeenByAFailedClaimIsClaimedAtTheNextProbe(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	recv := testrecv.New(t, nil)
-	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
-	h.opts.PollInterval = 10 * time.Second // only a probe can find the row in time
+	h, recv := probeOnly(t)
 	f := &failingClaims{Dialect: h.d}
 	h.opts.Dialect = f
 	e := h.start()
