@@ -216,6 +216,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	limit := min(c.batchSize, c.free)
 	c.free -= limit
 	c.claiming++
+	c.pace.hold() // the claim probes first; ticks meanwhile would be ignored
 	l := &lease{token: uuid.New()}
 	heads, run := c.heads.next(limit)
 	kind := c.choice.pick()
@@ -290,9 +291,15 @@ func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 	c.repace(now)
 }
 
-// repace sets the probe clock: idle once nothing happened for idleAfter
-// and no row is in flight (outcomes make the next rows of their keys heads).
+// repace sets the probe clock: held while a claim runs (it probes by
+// itself), idle once nothing happened for idleAfter and no row is in flight
+// (outcomes make the next rows of their keys heads).
 func (c *claimer) repace(now time.Time) {
+	if c.claiming > 0 {
+		c.pace.hold()
+		c.stats.Idle.Store(false)
+		return
+	}
 	idle := c.free == c.maxInFlight && now.Sub(c.lastNews) > idleAfter
 	c.pace.set(idle)
 	c.stats.Idle.Store(idle)
@@ -311,6 +318,8 @@ func (c *claimer) gateFailed(err error) {
 
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.claiming--
+	// The clock resumes once no claim runs, whichever way this ends.
+	defer func() { c.repace(time.Now()) }()
 	c.free += m.requested - len(m.rows)
 	if m.probe != nil {
 		now := time.Now()
@@ -354,8 +363,6 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.heads.observe(m.rows, m.requested, m.run)
 	if n > 0 {
 		c.lastNews = time.Now()
-		c.pace.set(false)
-		c.stats.Idle.Store(false)
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
 		c.dispatch(ctx, m.rows, m.lease)

@@ -116,6 +116,7 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 		return
 	}
 	r.busy = true
+	r.pace.hold() // the run probes by itself; ticks meanwhile would be ignored
 	force = force || r.again
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
@@ -154,9 +155,13 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	}()
 }
 
-// repace sets the relay's clock: idle once the inbox has not moved for
-// idleAfter and no batch asks to go on.
+// repace sets the relay's clock: held while a run is under way, idle once
+// the inbox has not moved for idleAfter and no batch asks to go on.
 func (r *inboxRelay) repace(now time.Time) {
+	if r.busy {
+		r.pace.hold()
+		return
+	}
 	r.pace.set(!r.again && now.Sub(r.lastMove) > idleAfter)
 }
 

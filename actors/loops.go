@@ -42,11 +42,13 @@ func (b *background) every(d time.Duration, tick func()) {
 }
 
 // pace is the interval of a paced clock (everyPaced), which the actor it
-// ticks may change at any time: short while there is work, long while idle.
+// ticks may change at any time: short while there is work, long while idle,
+// and held (no ticks at all) while a tick could only be ignored.
 type pace struct {
 	base, idle time.Duration
-	now        atomic.Int64
-	// woken cuts short an idle wait when the clock speeds up.
+	// now is the interval in force; 0 while the clock is held.
+	now atomic.Int64
+	// woken cuts short a wait when the clock speeds up or resumes.
 	woken chan struct{}
 }
 
@@ -56,19 +58,34 @@ func newPace(base time.Duration) *pace {
 	return p
 }
 
-// set makes the clock tick at the idle interval or at the base one; leaving
-// the idle interval restarts the wait that runs at the base one.
+// set makes the clock tick at the idle interval or at the base one. Leaving
+// the idle interval restarts the wait at the base one; a held clock resumes.
 func (p *pace) set(idle bool) {
 	if p == nil {
 		return
 	}
+	to := p.base
 	if idle {
-		p.now.Store(int64(p.idle))
-	} else if p.now.Swap(int64(p.base)) != int64(p.base) {
-		select {
-		case p.woken <- struct{}{}:
-		default:
-		}
+		to = p.idle
+	}
+	if from := time.Duration(p.now.Swap(int64(to))); from != to && (from == 0 || to == p.base) {
+		p.wake()
+	}
+}
+
+// hold stops the ticks until the next set: each tick wakes a goroutine and
+// the actor's mailbox, which on a busy machine costs context switches for
+// nothing while the actor would ignore it.
+func (p *pace) hold() {
+	if p != nil {
+		p.now.Store(0)
+	}
+}
+
+func (p *pace) wake() {
+	select {
+	case p.woken <- struct{}{}:
+	default:
 	}
 }
 
@@ -85,10 +102,18 @@ const (
 )
 
 // everyPaced calls tick, waiting between calls as long as p says at that
-// moment, until b.ctx ends.
+// moment (not at all while it is held), until b.ctx ends.
 func (b *background) everyPaced(p *pace, tick func()) {
 	b.run(func() {
-		t := time.NewTimer(time.Duration(p.now.Load()))
+		t := time.NewTimer(time.Hour)
+		rearm := func() {
+			if d := time.Duration(p.now.Load()); d > 0 {
+				t.Reset(d)
+			} else {
+				t.Stop()
+			}
+		}
+		rearm()
 		defer t.Stop()
 		for {
 			select {
@@ -96,9 +121,9 @@ func (b *background) everyPaced(p *pace, tick func()) {
 				return
 			case <-t.C:
 				tick()
-				t.Reset(time.Duration(p.now.Load()))
+				rearm()
 			case <-p.woken:
-				t.Reset(time.Duration(p.now.Load()))
+				rearm()
 			}
 		}
 	})
