@@ -105,6 +105,19 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	if _, set := claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// A claim session plans once, often on a table that is empty then (a
+	// new deployment): the statistics say so, and the plans cheapest for an
+	// empty table (a hash join over every pending row, a sequential scan)
+	// would stay in use once a backlog builds, until the next ANALYZE. No
+	// part of a claim wants anything but index walks that stop early and
+	// nested loops of index probes: its sessions rule out the rest (a
+	// sequential scan, a bitmap scan and a sort of every pending row, a
+	// hash or merge join with them).
+	for _, k := range []string{"enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashjoin", "enable_mergejoin"} {
+		if _, set := claimCfg.ConnConfig.RuntimeParams[k]; !set {
+			claimCfg.ConnConfig.RuntimeParams[k] = "off"
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -128,6 +141,10 @@ func Queries(names dialects.Names) (*Catalog, error) {
 
 // Pool exposes the pool to tests in this module.
 func (d *Dialect) Pool() *pgxpool.Pool { return d.pool }
+
+// ClaimPool is the pool the claims and probes run on, whose sessions plan
+// them once (generic plans; see Open).
+func (d *Dialect) ClaimPool() *pgxpool.Pool { return d.claimPool }
 
 func (d *Dialect) Name() string              { return "postgresql" }
 func (d *Dialect) Names() dialects.Names     { return d.names }

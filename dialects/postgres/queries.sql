@@ -39,7 +39,10 @@ followers AS (
 -- scan), not by a second walk of the primary key: heads are locked, so
 -- their ctid cannot change under us, and a follower that was updated
 -- meanwhile is re-checked against the new version (state = 'pending') as
--- READ COMMITTED does.
+-- READ COMMITTED does. The state is compared with a subquery rather than a
+-- constant so that the planner cannot use the partial pending index here:
+-- a plan made while the table was empty chose that index (one row, it
+-- thought) and then walked every pending row to find the claimed ones.
 UPDATE {{t}} AS o
    SET {{c "state"}} = 'processing',
        {{c "claimed_at"}} = now(),
@@ -47,7 +50,7 @@ UPDATE {{t}} AS o
        {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond',
        {{c "updated_at"}} = now()
  WHERE o.ctid = ANY(ARRAY(SELECT tid FROM heads UNION ALL SELECT tid FROM followers))
-   AND o.{{c "state"}} = 'pending'
+   AND o.{{c "state"}} = (SELECT 'pending')
 RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
           o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}},
           (SELECT k FROM cursor)
@@ -107,7 +110,10 @@ WITH {{template "ClaimGate"}}, heads AS (
 -- head): first the keys after $8, then, wrapping around, the keys up to it.
 -- The scan runs only as far as the claim needs heads: the keys take turns,
 -- and a claim does not visit every key.
--- keyed: the heads that are pending, due and settled.
+-- keyed: the heads that are pending, due and settled, each found by one
+-- probe of idx_outbox_key_sequence (a lateral subquery, so that no plan can
+-- join the walk to the whole pending set instead, as a plan made on an
+-- empty table did with a hash join).
 -- nullkey, emptykey: rows without a key, from the same index (its null and
 -- empty-key ranges, in sequence order), so that this claim, like
 -- OutboxClaim, considers every due row.
@@ -146,14 +152,17 @@ WITH RECURSIVE {{template "ClaimGate"}}, after AS (
     UNION ALL
     SELECT k, seq FROM before
 ), keyed AS (
-    SELECT o.ctid AS tid, o.{{c "key"}}::text AS k, o.{{c "sequence"}} AS seq
+    SELECT o.tid, o.k, o.seq
       FROM walk AS p
-      JOIN {{t}} AS o ON o.{{c "key"}} = p.k AND o.{{c "sequence"}} = p.seq
-     WHERE o.{{c "state"}} = 'pending'
-       AND o.{{c "scheduled_at"}} <= now()
-       AND ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate))
+     CROSS JOIN LATERAL (
+           SELECT x.ctid AS tid, x.{{c "key"}}::text AS k, x.{{c "sequence"}} AS seq
+             FROM {{t}} AS x
+            WHERE x.{{c "key"}} = p.k AND x.{{c "sequence"}} = p.seq
+              AND x.{{c "state"}} = 'pending'
+              AND x.{{c "scheduled_at"}} <= now()
+              AND ((SELECT open FROM gate) OR x.{{c "sequence"}} <= (SELECT w FROM gate))
+              FOR UPDATE SKIP LOCKED) AS o
      LIMIT $4
-       FOR UPDATE OF o SKIP LOCKED
 ), nullkey AS (
     SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
