@@ -164,9 +164,9 @@ func TestBadInputIsRefusedFirst(t *testing.T) {
 	}
 }
 
-// A replica that ends during the drain fails the scenario at once with its
-// last output, and the scenarios that finished before are still printed and
-// written.
+// A replica that ends (here: before it is ready) fails the scenario at once
+// with its last output, and the scenarios that finished before are still
+// printed and written.
 func TestAReplicaThatEndsIsReportedAndTheRestKept(t *testing.T) {
 	dbURL := testdb.Database(t)
 	dir := t.TempDir()
@@ -181,7 +181,7 @@ func TestAReplicaThatEndsIsReportedAndTheRestKept(t *testing.T) {
 		DatabaseURL: dbURL, Scenarios: []string{"raw", "replicas"}, Rows: 500, Binary: fake,
 		JSON: out, Out: &table, Progress: &progress,
 	})
-	if err == nil || !strings.Contains(err.Error(), "a replica (queuebox run) ended during the drain") ||
+	if err == nil || !strings.Contains(err.Error(), "a replica (queuebox run) ended before it was ready") ||
 		!strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "from the fake replica") {
 		t.Fatalf("err = %v", err)
 	}

@@ -199,6 +199,26 @@ func (e *env) seed(ctx context.Context, d *postgres.Dialect, h *harness, rows, k
 	return nil
 }
 
+// seedAtOnce inserts the backlog and analyzes it in one transaction: the
+// relays that are already running see every row, and statistics that
+// describe them, at the commit. A checkpoint first, as in seed.
+func (e *env) seedAtOnce(ctx context.Context, d *postgres.Dialect, h *harness, rows, keys int) error {
+	_, _ = d.Pool().Exec(ctx, "CHECKPOINT")
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, h.Seed, rows, keys, 0, string(e.payload)); err != nil {
+		return err
+	}
+	// ANALYZE counts the rows its own transaction inserted.
+	if _, err := tx.Exec(ctx, h.Analyze); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // profiled runs one scenario, under a CPU profile when asked.
 func (e *env) profiled(name string, f func() ([]Result, error)) ([]Result, error) {
 	if e.o.CPUProfile == "" {
