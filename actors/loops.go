@@ -48,8 +48,12 @@ type pace struct {
 	base, idle time.Duration
 	// now is the interval in force; 0 while the clock is held.
 	now atomic.Int64
-	// woken cuts short a wait when the clock speeds up or resumes.
+	// woken cuts short a wait when the clock speeds up or resumes; kick
+	// says to tick at once: it resumed at the base interval, and what the
+	// actor ignored while held (rows that arrived during a claim) is
+	// worth a look now rather than an interval later.
 	woken chan struct{}
+	kick  atomic.Bool
 }
 
 func newPace(base time.Duration) *pace {
@@ -59,7 +63,8 @@ func newPace(base time.Duration) *pace {
 }
 
 // set makes the clock tick at the idle interval or at the base one. Leaving
-// the idle interval restarts the wait at the base one; a held clock resumes.
+// the idle interval restarts the wait at the base one; a held clock resumes,
+// at once with a tick when it resumes at the base one.
 func (p *pace) set(idle bool) {
 	if p == nil {
 		return
@@ -69,6 +74,9 @@ func (p *pace) set(idle bool) {
 		to = p.idle
 	}
 	if from := time.Duration(p.now.Swap(int64(to))); from != to && (from == 0 || to == p.base) {
+		if from == 0 && to == p.base {
+			p.kick.Store(true)
+		}
 		p.wake()
 	}
 }
@@ -123,6 +131,9 @@ func (b *background) everyPaced(p *pace, tick func()) {
 				tick()
 				rearm()
 			case <-p.woken:
+				if p.kick.Swap(false) {
+					tick()
+				}
 				rearm()
 			}
 		}

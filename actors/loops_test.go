@@ -38,6 +38,15 @@ func TestAHeldPaceStopsTicksAndResumesWhenSet(t *testing.T) {
 
 	p.set(true) // the idle pace: 25 ms
 	waitFor("a held clock set to the idle pace", held+1)
+
+	// Resuming at the base pace ticks at once, not an interval later.
+	p.base = time.Hour
+	p.hold()
+	time.Sleep(40 * time.Millisecond)
+	held = ticks.Load()
+	p.set(false)
+	waitFor("a held clock resumed at a base pace of an hour", held+1)
+	p.base = time.Millisecond
 	p.hold()
 	time.Sleep(40 * time.Millisecond)
 	held = ticks.Load()
