@@ -366,6 +366,7 @@ func TestBadTypeAndKeyLists(t *testing.T) {
 		{name: "a misspelt type key", yaml: "~{ type: http, url~{ typ: http, url~", key: "destinations.hook.typ", reason: "unknown key (did you mean type?)", line: 4},
 		{name: "a misspelt type key, the type", yaml: "~{ type: http, url~{ typ: http, url~", key: "destinations.hook.type", reason: "is required; use one of http, rabbitmq, kafka, nats, null", line: 4, not: `""`},
 		{name: "an empty type", yaml: "~type: http~type: \"\"~", key: "destinations.hook.type", reason: "is required; use one of http, rabbitmq, kafka, nats, null", not: `""`},
+		{name: "type null without quotes", yaml: "~{ type: http, url: \"https://hooks.example.com/{{ topic }}\" }~{ type: null }~", key: "destinations.hook.type", reason: `is empty: null without quotes is YAML's empty value; for the null destination write type: "null"`},
 		{name: "a source without a type", yaml: "+inbox: { sources: { s: { topic: t } } }\n", key: "inbox.sources.s.type", reason: "is required; use one of http, rabbitmq, kafka, nats", not: `""`},
 		{name: "an unknown key of an HTTP destination", yaml: "~type: http,~type: http, timeout: 5,~", key: "destinations.hook.timeout",
 			reason: "unknown key (did you mean timeoutMs?); the keys here are headers, maxConnections, method, nonRetryableStatus, signingSecret, timeoutMs, tls, type, url"},

@@ -171,6 +171,9 @@ type decoder struct {
 	fromEnv map[string]string
 	env     func(string) (string, bool)
 	secrets *Secrets
+	// null holds the keys written as YAML's empty value (null or ~,
+	// unquoted), which a text key reads as "".
+	null map[string]bool
 	// kind is the type of the destination or inbox source being decoded
 	// ("" elsewhere, or when its type is not known): the keys offered for
 	// an unknown key are those of that type.
@@ -181,7 +184,7 @@ func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
 	if secrets == nil {
 		secrets = NewSecrets()
 	}
-	return &decoder{lines: map[string]int{}, present: map[string]bool{}, bad: map[string]bool{}, raw: map[string]string{}, skip: map[string]bool{},
+	return &decoder{lines: map[string]int{}, present: map[string]bool{}, bad: map[string]bool{}, raw: map[string]string{}, skip: map[string]bool{}, null: map[string]bool{},
 		fromEnv: map[string]string{}, env: env, secrets: secrets}
 }
 
@@ -213,6 +216,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	}
 	d.present[path] = true
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		if n.Value != "" {
+			d.null[path] = true // null or ~ written out
+		}
 		return // an empty value keeps the default
 	}
 	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) {

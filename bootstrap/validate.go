@@ -182,6 +182,11 @@ func (v *validator) destinations(c *Config) {
 			v.add(key, "is empty; give it a type (%s)", strings.Join(DestinationTypes, ", "))
 			continue
 		}
+		if d.Type == "" && v.d.null[key+".type"] {
+			// type: null, unquoted, is YAML's empty value, not the name.
+			v.add(key+".type", "is empty: null without quotes is YAML's empty value; for the null destination write type: \"null\"")
+			continue
+		}
 		if d.Type == "" {
 			v.add(key+".type", "is required; use one of %s", strings.Join(DestinationTypes, ", "))
 			continue
