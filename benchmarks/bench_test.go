@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,12 +14,46 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/queuebox/queuebox/benchmarks"
 	"github.com/queuebox/queuebox/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("QB_FAKE_REPLICA") != "" {
+		fakeReplica()
+		return
+	}
+	testdb.Main(m)
+}
+
+// fakeReplica stands in for `queuebox run --config FILE` when the test
+// binary is given to the bench as the replicas' binary: it answers
+// /readyz on the config's admin address, then ends with status 3 after a
+// second, as a replica that dies during the drain would.
+func fakeReplica() {
+	var cfg struct {
+		Admin struct {
+			Listen string `yaml:"listen"`
+		} `yaml:"admin"`
+	}
+	file := os.Args[len(os.Args)-1]
+	b, err := os.ReadFile(file)
+	if err == nil {
+		err = yaml.Unmarshal(b, &cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake replica:", err)
+		os.Exit(2)
+	}
+	go func() {
+		_ = http.ListenAndServe(cfg.Admin.Listen, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	}()
+	time.Sleep(time.Second)
+	fmt.Fprintln(os.Stderr, "lost the database (from the fake replica)")
+	os.Exit(3)
+}
 
 // A small run against a given server: one line per scenario with the
 // fields the JSON promises, ratios against the raw loop of the same run,
@@ -164,36 +199,51 @@ func TestBadInputIsRefusedFirst(t *testing.T) {
 	}
 }
 
-// A replica that ends (here: before it is ready) fails the scenario at once
-// with its last output, and the scenarios that finished before are still
-// printed and written.
+// A replica that ends, before it is ready or during the drain, fails the
+// scenario at once with its last output, and the scenarios that finished
+// before are still printed and written.
 func TestAReplicaThatEndsIsReportedAndTheRestKept(t *testing.T) {
 	dbURL := testdb.Database(t)
 	dir := t.TempDir()
-	fake := filepath.Join(dir, "queuebox")
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'the schema is not current (from the fake replica)' >&2\nexit 3\n"), 0o755); err != nil {
+	notReady := filepath.Join(dir, "queuebox")
+	if err := os.WriteFile(notReady, []byte("#!/bin/sh\necho 'the schema is not current (from the fake replica)' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "bench.json")
-	var table, progress bytes.Buffer
-	start := time.Now()
-	results, err := benchmarks.Run(context.Background(), benchmarks.Options{
-		DatabaseURL: dbURL, Scenarios: []string{"raw", "replicas"}, Rows: 500, Binary: fake,
-		JSON: out, Out: &table, Progress: &progress,
-	})
-	if err == nil || !strings.Contains(err.Error(), "a replica (queuebox run) ended before it was ready") ||
-		!strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "from the fake replica") {
-		t.Fatalf("err = %v", err)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 30*time.Second {
-		t.Errorf("the failure took %v to notice", took)
-	}
-	if len(results) != 1 || results[0].Scenario != "raw" || !strings.Contains(table.String(), "2 loops") {
-		t.Fatalf("results %+v, table:\n%s", results, table.String())
-	}
-	var fromFile []map[string]any
-	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &fromFile) != nil || len(fromFile) != 1 {
-		t.Fatalf("--json after a failure: %v %s", err, b)
+	// The test binary as a replica that is ready, then dies (fakeReplica).
+	t.Setenv("QB_FAKE_REPLICA", "1")
+	for _, c := range []struct {
+		name, bin, says, output string
+	}{
+		{"before it is ready", notReady, "a replica (queuebox run) ended before it was ready", "the schema is not current (from the fake replica)"},
+		{"during the drain", self, "a replica (queuebox run) ended during the drain", "lost the database (from the fake replica)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "bench.json")
+			var table, progress bytes.Buffer
+			start := time.Now()
+			results, err := benchmarks.Run(context.Background(), benchmarks.Options{
+				DatabaseURL: dbURL, Scenarios: []string{"raw", "replicas"}, Rows: 500, Binary: c.bin,
+				JSON: out, Out: &table, Progress: &progress,
+			})
+			if err == nil || !strings.Contains(err.Error(), c.says) ||
+				!strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), c.output) {
+				t.Fatalf("err = %v", err)
+			}
+			if took := time.Since(start); took > 30*time.Second {
+				t.Errorf("the failure took %v to notice", took)
+			}
+			if len(results) != 1 || results[0].Scenario != "raw" || !strings.Contains(table.String(), "2 loops") {
+				t.Fatalf("results %+v, table:\n%s", results, table.String())
+			}
+			var fromFile []map[string]any
+			if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &fromFile) != nil || len(fromFile) != 1 {
+				t.Fatalf("--json after a failure: %v %s", err, b)
+			}
+		})
 	}
 }
 
