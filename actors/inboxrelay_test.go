@@ -227,3 +227,35 @@ func TestInboxRelayStartsAtTheIdlePace(t *testing.T) {
 		t.Fatalf("%d inbox probes in the first 600 ms; want about 24 (one every 25 ms)", n)
 	}
 }
+
+// An inbox that moves is probed at most every probe interval: a run that
+// ends sooner than the interval waits out the rest of it rather than
+// starting the next at once (which made about 4,000 probes in 500 ms).
+func TestAMovingInboxIsProbedAtTheProbeInterval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.routeAllTo(func() (sinks.Sink, error) { return nullsink.New(), nil })
+	c := &countedInboxProbes{Dialect: h.d}
+	h.opts.Dialect = c
+	h.opts.ProbeInterval = 5 * time.Millisecond
+	h.opts.Inbox = actors.InboxRelay{Enabled: true}
+	e := h.start()
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := h.d.InboxReceive(ctx, []dialects.InboxMessage{{Source: "web", MessageID: fmt.Sprintf("m%d", i), Topic: "t", Payload: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for at := time.Now(); e.Stats.Claimed.Load() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Since(at) > 5*time.Second {
+			t.Fatal("the three inbox messages were not relayed and claimed within 5 s")
+		}
+	}
+	// The inbox moved just now: the relay probes at the busy pace for a
+	// second, 100 probes in 500 ms at 5 ms (fewer on a loaded machine).
+	n0 := c.n.Load()
+	time.Sleep(500 * time.Millisecond)
+	if n := c.n.Load() - n0; n > 130 || n == 0 {
+		t.Fatalf("%d inbox probes in 500 ms after the inbox moved; want at most about 100 (one every 5 ms)", n)
+	}
+}

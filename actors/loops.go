@@ -54,6 +54,11 @@ type pace struct {
 	// worth a look now rather than an interval later.
 	woken chan struct{}
 	kick  atomic.Bool
+	// heldAt is when the clock was last held (UnixNano): a kick only
+	// makes up for a tick that the hold skipped, so an actor whose work
+	// is shorter than the interval (the inbox relay's probe) still waits
+	// the interval between runs.
+	heldAt atomic.Int64
 }
 
 func newPace(base time.Duration) *pace {
@@ -64,7 +69,8 @@ func newPace(base time.Duration) *pace {
 
 // set makes the clock tick at the idle interval or at the base one. Leaving
 // the idle interval restarts the wait at the base one; a held clock resumes,
-// at once with a tick when it resumes at the base one.
+// with a tick at once when it resumes at the base one after being held at
+// least that long (a tick was skipped).
 func (p *pace) set(idle bool) {
 	if p == nil {
 		return
@@ -74,7 +80,7 @@ func (p *pace) set(idle bool) {
 		to = p.idle
 	}
 	if from := time.Duration(p.now.Swap(int64(to))); from != to && (from == 0 || to == p.base) {
-		if from == 0 && to == p.base {
+		if from == 0 && to == p.base && time.Since(time.Unix(0, p.heldAt.Load())) >= p.base {
 			p.kick.Store(true)
 		}
 		p.wake()
@@ -85,8 +91,8 @@ func (p *pace) set(idle bool) {
 // the actor's mailbox, which on a busy machine costs context switches for
 // nothing while the actor would ignore it.
 func (p *pace) hold() {
-	if p != nil {
-		p.now.Store(0)
+	if p != nil && p.now.Swap(0) != 0 {
+		p.heldAt.Store(time.Now().UnixNano())
 	}
 }
 

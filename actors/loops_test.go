@@ -39,13 +39,22 @@ func TestAHeldPaceStopsTicksAndResumesWhenSet(t *testing.T) {
 	p.set(true) // the idle pace: 25 ms
 	waitFor("a held clock set to the idle pace", held+1)
 
-	// Resuming at the base pace ticks at once, not an interval later.
+	// Resuming at the base pace after a hold that skipped a tick ticks at
+	// once, not an interval later; after a shorter hold it waits the
+	// interval (no run-after-run for an actor faster than its interval).
 	p.base = time.Hour
 	p.hold()
 	time.Sleep(40 * time.Millisecond)
 	held = ticks.Load()
 	p.set(false)
-	waitFor("a held clock resumed at a base pace of an hour", held+1)
+	time.Sleep(100 * time.Millisecond)
+	if n := ticks.Load() - held; n != 0 {
+		t.Fatalf("a clock held for 40 ms resumed at a base pace of an hour ticked %d times at once", n)
+	}
+	p.hold()
+	p.heldAt.Store(time.Now().Add(-2 * time.Hour).UnixNano()) // held for longer than the base
+	p.set(false)
+	waitFor("a held clock resumed at a base pace of an hour after two hours", held+1)
 	p.base = time.Millisecond
 	p.hold()
 	time.Sleep(40 * time.Millisecond)
