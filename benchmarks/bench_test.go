@@ -30,8 +30,8 @@ func TestMain(m *testing.M) {
 
 // fakeReplica stands in for `queuebox run --config FILE` when the test
 // binary is given to the bench as the replicas' binary: it answers
-// /readyz on the config's admin address, then ends with status 3 after a
-// second, as a replica that dies during the drain would.
+// /readyz on the config's admin address, then ends with status 3 after
+// two seconds, as a replica that dies during the drain would.
 func fakeReplica() {
 	var cfg struct {
 		Admin struct {
@@ -50,7 +50,7 @@ func fakeReplica() {
 	go func() {
 		_ = http.ListenAndServe(cfg.Admin.Listen, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	}()
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	fmt.Fprintln(os.Stderr, "lost the database (from the fake replica)")
 	os.Exit(3)
 }
