@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/dialecttest"
@@ -387,22 +388,8 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if _, err := d.Pool().Exec(ctx, `ANALYZE `+tbl); err != nil {
 		t.Fatal(err)
 	}
-	q, err := postgres.Queries(d.Names())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
-	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
-		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text) AS `+stmt); err != nil {
-			t.Fatal(err)
-		}
+	conn := claimSession(t, d)
+	for _, name := range []string{"claim", "claim_by_key"} {
 		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '')`)
 		if err != nil {
 			t.Fatal(err)
@@ -494,21 +481,10 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 	if _, err := d.Pool().Exec(ctx, `ALTER TABLE `+tbl+` SET (autovacuum_enabled = off); ANALYZE `+tbl); err != nil {
 		t.Fatal(err)
 	}
-	q, err := postgres.Queries(d.Names())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.ClaimPool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := claimSession(t, d)
 	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '')`
-	stmts := map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey}
-	for name, stmt := range stmts {
-		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text) AS `+stmt); err != nil {
-			t.Fatal(err)
-		}
+	stmts := []string{"claim", "claim_by_key"}
+	for _, name := range stmts {
 		// The first run makes the plan, on the empty table.
 		if _, err := conn.Exec(ctx, `EXECUTE `+name+args); err != nil {
 			t.Fatal(err)
@@ -538,7 +514,7 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		return plan[0].Plan
 	}
 	stale := map[string]planNode{}
-	for name := range stmts {
+	for _, name := range stmts {
 		top := explain(name)
 		stale[name] = top
 		var bad []string
@@ -561,13 +537,36 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 	if _, err := d.Pool().Exec(ctx, `ANALYZE `+tbl); err != nil {
 		t.Fatal(err)
 	}
-	for name := range stmts {
+	for _, name := range stmts {
 		fresh := explain(name)
 		if old := stale[name]; old.SharedHit > fresh.SharedHit*3/2+50 {
 			t.Errorf("%s, planned on the empty table, read %d buffers to claim 100 of %d rows; planned with fresh statistics, %d",
 				name, old.SharedHit, pending, fresh.SharedHit)
 		}
 	}
+}
+
+// claimSession is a connection of the claim pool, with its session settings
+// (generic plans, the plan types claims never want ruled out), on which
+// both claims are prepared as "claim" and "claim_by_key".
+func claimSession(t *testing.T, d *postgres.Dialect) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	q, err := postgres.Queries(d.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.ClaimPool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
+		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text) AS `+stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conn
 }
 
 // planNode is what the test reads of EXPLAIN (FORMAT JSON).
