@@ -74,13 +74,15 @@ type claimer struct {
 	log   *slog.Logger
 	stats *Stats
 	obs   Observer
+	// share bounds the claims that run at once.
+	share *share
 	// ready is the engine's readiness: the last claim reached the database.
 	ready *atomic.Bool
 	// drained is closed once, when a drain has every outcome written.
 	drained chan struct{}
 
 	free     int
-	claiming int  // claim statements running (at most maxClaims)
+	claiming int  // claim statements running (at most share.statements())
 	more     bool // the last claim was full: more rows are likely waiting
 	again    bool // a wake came while a claim was running
 	// waitCredit: after a short claim, how many more rows must finish
@@ -193,14 +195,8 @@ func (c *claimer) checkDrained() {
 	}
 }
 
-// maxClaims is how many claim statements may run at once: two overlap (one
-// is in the database while the other's rows are dispatched), as two
-// claim-complete loops beat one on these machines. SKIP LOCKED keeps them
-// from taking the same rows.
-const maxClaims = 2
-
 func (c *claimer) maybeClaim(ctx actor.Context) {
-	for c.claiming < maxClaims && c.claimOne(ctx) {
+	for c.claiming < c.share.statements() && c.claimOne(ctx) {
 		// A second claim only while the first is full: when the table is
 		// nearly drained, one is plenty.
 		if !c.more {

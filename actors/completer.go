@@ -21,18 +21,15 @@ type (
 	flushDone struct{}
 )
 
-// maxFlushes is how many completion statements may run at once: two overlap
-// (one writes while the next batch gathers), as two claim-complete loops beat
-// one on these machines. The outcomes of one actor step always land in one
-// statement, so a retry and the releases behind it are written together.
-const maxFlushes = 2
-
 // secondFlushAt is the buffer size at which a second statement starts while
 // one is running; below it the outcomes wait for the running one (group
 // commit).
 const secondFlushAt = 64
 
-// completer writes outcomes in few statements (group commit). It never waits
+// completer writes outcomes in few statements (group commit), up to
+// share.statements() of them at once. The outcomes of one actor step
+// always land in one statement, so a retry and the releases behind it are
+// written together. It never waits
 // on the database itself: each flush runs in a goroutine, which afterwards
 // returns the credit to the claimer and tells the lease keeper to forget the
 // claims, so the completer never sends to an actor that could be waiting on
@@ -47,6 +44,7 @@ type completer struct {
 	log   *slog.Logger
 	stats *Stats
 	obs   Observer
+	share *share
 
 	buf      []dialects.Outcome
 	abandons []dialects.Claim
@@ -61,7 +59,7 @@ func (c *completer) Receive(ctx actor.Context) {
 	case *flushDone:
 		c.running--
 	}
-	if c.running == 0 || (c.running < maxFlushes && len(c.buf) >= secondFlushAt) {
+	if c.running == 0 || (c.running < c.share.statements() && len(c.buf) >= secondFlushAt) {
 		c.flush(ctx)
 	}
 }

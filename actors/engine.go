@@ -22,6 +22,9 @@ type Stats struct {
 	// ClaimStatements and CompleteStatements count round trips; Probes the
 	// probes of an idle claimer (a claim probes too, uncounted).
 	ClaimStatements, CompleteStatements, Probes atomic.Int64
+	// OtherRelays is how many sessions other relays held on the database
+	// server at the last look (see share).
+	OtherRelays atomic.Int64
 	// Idle says the claimer probes at the idle pace: nothing arrived,
 	// settled or was claimed for a while, and no row is in flight (nor
 	// claim running: its rows would be in flight).
@@ -111,7 +114,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.bg = newBackground(ctx)
 	p := parts{
 		opts: &e.opts, log: e.log, stats: &e.Stats, sinks: e.sinks, routes: e.routes, mailboxes: &e.mailboxes,
-		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready,
+		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready, share: newShare(),
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
 		actor.WithSupervisor(&engineStrategy{crash: e.crash}))

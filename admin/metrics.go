@@ -83,6 +83,12 @@ func NewMetrics(inboxSources []string) *Metrics {
 		}
 		return 0
 	})
+	f.gaugeFunc("queuebox_other_relay_sessions", "Sessions that other relays held on the database server at the last look; while there are any, this replica runs one claim and one completion at a time instead of two.", func() float64 {
+		if e := m.engine.Load(); e != nil {
+			return float64(e.Stats.OtherRelays.Load())
+		}
+		return 0
+	})
 	for _, k := range actors.ActorKinds() {
 		f.gaugeFunc("queuebox_actor_mailbox_length", "Messages waiting in the mailboxes of the engine's actors, per kind of actor.", func() float64 {
 			if e := m.engine.Load(); e != nil {

@@ -28,6 +28,10 @@ import (
 //go:embed harness.sql
 var harnessFS embed.FS
 
+// benchApplicationName names the sessions of the bench's own seeding and
+// counting, which the relays it measures must not count as other relays.
+const benchApplicationName = "queuebox-bench"
+
 // harness are the benchmark's own statements: making, seeding and measuring
 // its tables. They are not QueueBox's (those live in the dialects); the
 // producer scenario's application statements are in producer.go.
@@ -78,7 +82,7 @@ func checkServer(ctx context.Context, url string) error {
 	if _, err := pgx.ParseConfig(url); err != nil {
 		return &UsageError{fmt.Sprintf("--database-url is not a PostgreSQL URL (%v); write postgres://user:password@host:5432/database", redactedParseError(err))}
 	}
-	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: dialects.DefaultNames(), MaxConnections: 1})
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: dialects.DefaultNames(), MaxConnections: 1, ApplicationName: benchApplicationName})
 	if err != nil {
 		return fmt.Errorf("--database-url: %w", err)
 	}
@@ -165,7 +169,7 @@ func (e *env) fresh(ctx context.Context, name string) (*postgres.Dialect, *harne
 	e.n++
 	names := dialects.DefaultNames()
 	names.Schema = fmt.Sprintf("qb_bench_%s_%d_%s", e.run, e.n, strings.ReplaceAll(name, "-", "_"))
-	d, err := postgres.Open(ctx, postgres.Options{URL: e.url, Names: names, MaxConnections: 20})
+	d, err := postgres.Open(ctx, postgres.Options{URL: e.url, Names: names, MaxConnections: 20, ApplicationName: benchApplicationName})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,7 +130,7 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 	// database sessions cost a fixed second or so that a long-running
 	// replica never pays again).
 	for _, p := range procs {
-		if err := waitReady(ctx, p, exited); err != nil {
+		if err := waitReady(ctx, p, exited, n > 1); err != nil {
 			stopAll()
 			return Result{}, err
 		}
@@ -230,18 +232,17 @@ func startReplica(ctx context.Context, bin, file, url string, exited chan<- *rep
 	return p, nil
 }
 
-// waitReady waits until the replica's /readyz answers 200: it reaches the
-// database and the schema is current.
-func waitReady(ctx context.Context, p *replicaProc, exited <-chan *replicaProc) error {
+// waitReady waits until the replica's /readyz answers 200 (it reaches the
+// database and the schema is current) and, with shared, until its metrics
+// show that it sees the other replicas' sessions: until then it runs claims
+// and completions as a replica alone does, which a replica that has run for
+// more than a few seconds never does again.
+func waitReady(ctx context.Context, p *replicaProc, exited <-chan *replicaProc, shared bool) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		resp, err := client.Get("http://" + p.admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if replicaReady(client, p.admin) && (!shared || seesOtherRelays(client, p.admin)) {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -251,9 +252,37 @@ func waitReady(ctx context.Context, p *replicaProc, exited <-chan *replicaProc) 
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("a replica (queuebox run) was not ready a minute after its start (its /readyz at %s); its last output: %s", p.admin, p.output.tail())
+			return fmt.Errorf("a replica (queuebox run) was not ready, or did not see the others, a minute after its start (its /readyz and /metrics at %s); its last output: %s", p.admin, p.output.tail())
 		}
 	}
+}
+
+func replicaReady(client *http.Client, admin string) bool {
+	resp, err := client.Get("http://" + admin + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// seesOtherRelays reads queuebox_other_relay_sessions from the replica's
+// metrics.
+func seesOtherRelays(client *http.Client, admin string) bool {
+	resp, err := client.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "queuebox_other_relay_sessions "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			return err == nil && n > 0
+		}
+	}
+	return false
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -44,14 +44,26 @@ func NewLogger(l *Loaded, w io.Writer) *slog.Logger {
 	return slog.New(RedactingHandler{Handler: h, Secrets: l.Secrets})
 }
 
-// OpenDialect opens the configured database (lazily: nothing connects yet).
+// OpenDialect opens the configured database for a relay (lazily: nothing
+// connects yet).
 func OpenDialect(ctx context.Context, l *Loaded) (dialects.Dialect, error) {
+	return openDialectAs(ctx, l, dialects.RelayApplicationName)
+}
+
+// OpenToolDialect opens the configured database for a command that is not a
+// relay (status, replay, migrate): its sessions go by another name, so that
+// the relays do not count them as one of theirs.
+func OpenToolDialect(ctx context.Context, l *Loaded) (dialects.Dialect, error) {
+	return openDialectAs(ctx, l, dialects.ToolApplicationName)
+}
+
+func openDialectAs(ctx context.Context, l *Loaded, app string) (dialects.Dialect, error) {
 	names := l.Names()
 	switch l.Database.Dialect {
 	case "sqlserver":
-		return sqlserver.Open(ctx, sqlserver.Options{URL: l.Database.URL, Names: names, MaxConnections: l.Database.MaxConnections})
+		return sqlserver.Open(ctx, sqlserver.Options{URL: l.Database.URL, Names: names, MaxConnections: l.Database.MaxConnections, ApplicationName: app})
 	default:
-		return postgres.Open(ctx, postgres.Options{URL: l.Database.URL, Names: names, MaxConnections: l.Database.MaxConnections})
+		return postgres.Open(ctx, postgres.Options{URL: l.Database.URL, Names: names, MaxConnections: l.Database.MaxConnections, ApplicationName: app})
 	}
 }
 

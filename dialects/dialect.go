@@ -304,6 +304,15 @@ type DeadGroup struct {
 // DeadErrorPrefix is how much of last_error OutboxDeadGroups groups by.
 const DeadErrorPrefix = 300
 
+// RelayApplicationName is the name a relay's database sessions go by,
+// unless the database URL gives another, and ToolApplicationName that of
+// the command-line tools' sessions. A relay counts the sessions with its own
+// name as other relays (Engine.OtherRelays).
+const (
+	RelayApplicationName = "queuebox"
+	ToolApplicationName  = "queuebox-cli"
+)
+
 // Engine is what the relay's engine runs, on its hot path and in the
 // background: claims, lease renewals, completions, releases, retention.
 //
@@ -349,6 +358,11 @@ type Engine interface {
 	// InboxWriters lists the open transactions that may still commit inbox
 	// rows, oldest first (see OutboxWriters).
 	InboxWriters(ctx context.Context) ([]Writer, error)
+	// OtherRelays counts the sessions that other relays hold on this
+	// database server: sessions with this dialect's application name that
+	// are not its own. Relays that share a server run fewer statements at
+	// once (see actors, "share").
+	OtherRelays(ctx context.Context) (int, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 }

@@ -132,14 +132,20 @@ func wrapArgs(a cobra.PositionalArgs) cobra.PositionalArgs {
 
 func load() (*bootstrap.Loaded, error) { return bootstrap.Load(configPath) }
 
-// withDB loads the configuration, opens the database and runs f.
+// withDB loads the configuration, opens the database as a tool (see
+// bootstrap.OpenToolDialect) and runs f.
 func withDB(f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
+	return withDBAs(bootstrap.OpenToolDialect, f)
+}
+
+// withDBAs is withDB with the way to open the database.
+func withDBAs(open func(context.Context, *bootstrap.Loaded) (dialects.Dialect, error), f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
 	l, err := load()
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	d, err := bootstrap.OpenDialect(ctx, l)
+	d, err := open(ctx, l)
 	if err != nil {
 		return err
 	}
@@ -159,7 +165,7 @@ func runCmd() *cobra.Command {
 			sigs := make(chan os.Signal, 2)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			return withDBAs(bootstrap.OpenDialect, func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				log := bootstrap.NewLogger(l, bootstrap.Stderr)
 				return bootstrap.Run(ctx, l, d, log, bootstrap.RunOptions{Migrate: migrate, Signals: sigs})
 			})

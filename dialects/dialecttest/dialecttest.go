@@ -37,6 +37,13 @@ type Harness struct {
 	Empty func(t *testing.T) dialects.Dialect
 	// Unreachable returns a dialect whose database accepts no connection.
 	Unreachable func(t *testing.T) dialects.Dialect
+	// Named returns a dialect on a fresh, migrated namespace whose sessions
+	// go by the application name app.
+	Named func(t *testing.T, app string) dialects.Dialect
+	// RelaysByProcess says that OtherRelays tells relays apart by their
+	// client process (SQL Server): two dialects of one test process are one
+	// relay to it.
+	RelaysByProcess bool
 
 	// byKey runs the claims of a subtest with ClaimParams.ByKey.
 	byKey bool
@@ -68,6 +75,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeadGroupsOfTheNewestRows", testDeadGroups},
 		{"ErrorsAreMapped", testErrors},
 		{"MigrationHistory", testMigrationHistory},
+		{"OtherRelays", testOtherRelays},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -896,6 +904,67 @@ func testDeadGroups(t *testing.T, h Harness) {
 	}
 	if g := got["b|"]; g.Rows != 1 {
 		t.Fatalf("a dead row without an error: %+v", got)
+	}
+}
+
+// OtherRelays counts the sessions of other relays (the same application
+// name), never the dialect's own nor those of another name, and forgets a
+// relay that closed.
+func testOtherRelays(t *testing.T, h Harness) {
+	ctx := context.Background()
+	app := "qb-relays-" + uuid.NewString()[:8]
+	others := func(d dialects.Dialect) int {
+		t.Helper()
+		n, err := d.OtherRelays(ctx)
+		if err != nil {
+			t.Fatalf("OtherRelays: %v", err)
+		}
+		return n
+	}
+	// busy opens a few sessions of d, on every pool it has.
+	busy := func(d dialects.Dialect) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := d.Ping(ctx); err != nil {
+					t.Error(err)
+				}
+				if _, err := d.OutboxProbe(ctx); err != nil && !errors.Is(err, dialects.ErrNotPermitted) {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	a, b, lone := h.Named(t, app), h.Named(t, app), h.Named(t, app+"-x")
+	busy(a)
+	busy(b)
+	busy(lone)
+	// A session counts once it is a few seconds old (a relay's own may not
+	// be known to it yet while it connects).
+	time.Sleep(2500 * time.Millisecond)
+	if n := others(lone); n != 0 {
+		t.Fatalf("a relay alone with its name counts %d sessions of other relays, want 0: neither its own nor those of another name count", n)
+	}
+	if h.RelaysByProcess {
+		if n := others(a); n != 0 {
+			t.Fatalf("two dialects of one process count %d sessions of each other, want 0: they are one relay", n)
+		}
+		return
+	}
+	if na, nb := others(a), others(b); na == 0 || nb == 0 {
+		t.Fatalf("two relays of one name count %d and %d sessions of each other, want both > 0", na, nb)
+	}
+	b.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for others(a) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a relay still counts %d sessions of another that closed 10 s ago", others(a))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -2,11 +2,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +34,10 @@ type Options struct {
 	URL            string
 	Names          dialects.Names
 	MaxConnections int
+	// ApplicationName names the sessions (application_name) unless the URL
+	// does; default "queuebox". Relays know each other by it (OtherRelays),
+	// so tools that are not relays take another.
+	ApplicationName string
 }
 
 // Dialect is the PostgreSQL implementation of dialects.Dialect.
@@ -43,6 +49,9 @@ type Dialect struct {
 	names     dialects.Names
 	q         *Catalog
 	cfg       *pgxpool.Config
+	// own are the process ids of this dialect's sessions, which OtherRelays
+	// does not count.
+	own ownSessions
 	// byKeyCursor is the key after which the next claim by key goes on, so
 	// that keys take turns (see OutboxClaimByKey).
 	byKeyCursor atomic.Pointer[string]
@@ -58,6 +67,7 @@ type Catalog struct {
 	OutboxPendingDue, OutboxCountByTopicState                        string
 	OutboxBlockedKeys, OutboxDeadGroups                              string
 	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
+	OtherRelays                                                      string
 	dialects.HistoryStatements
 	InboxStatements
 }
@@ -76,7 +86,7 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 		return nil, fmt.Errorf("database.url is not a valid PostgreSQL URL (postgres://user:password@host:5432/database): %w", err)
 	}
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "queuebox"
+		cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(opts.ApplicationName, dialects.RelayApplicationName)
 	}
 	// No JIT: the claim's estimates on a hot key make PostgreSQL compile it
 	// (over 100 ms) to save nothing, since the statement stops early.
@@ -118,16 +128,69 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 			claimCfg.ConnConfig.RuntimeParams[k] = "off"
 		}
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
+	d := &Dialect{names: opts.Names, q: q, cfg: cfg}
+	for _, c := range []*pgxpool.Config{cfg, claimCfg} {
+		c.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+			d.own.add(conn.PgConn().PID())
+			return nil
+		}
+		c.BeforeClose = func(conn *pgx.Conn) { d.own.remove(conn.PgConn().PID()) }
+	}
+	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, err
 	}
-	claimPool, err := pgxpool.NewWithConfig(ctx, claimCfg)
-	if err != nil {
-		pool.Close()
+	if d.claimPool, err = pgxpool.NewWithConfig(ctx, claimCfg); err != nil {
+		d.pool.Close()
 		return nil, err
 	}
-	return &Dialect{pool: pool, claimPool: claimPool, names: opts.Names, q: q, cfg: cfg}, nil
+	return d, nil
+}
+
+// ownSessions is a set of backend process ids.
+type ownSessions struct {
+	mu sync.Mutex
+	// pids counts the sessions of each process id: a closed session's id
+	// may come back for a new one before remove forgets it.
+	pids map[uint32]int
+}
+
+func (o *ownSessions) add(pid uint32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pids == nil {
+		o.pids = map[uint32]int{}
+	}
+	o.pids[pid]++
+}
+
+// remove forgets pid a few seconds later: the server lists a session
+// for a moment after its client closed it.
+func (o *ownSessions) remove(pid uint32) {
+	time.AfterFunc(5*time.Second, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.pids[pid]--; o.pids[pid] <= 0 {
+			delete(o.pids, pid)
+		}
+	})
+}
+
+func (o *ownSessions) list() []int32 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]int32, 0, len(o.pids))
+	for pid := range o.pids {
+		out = append(out, int32(pid))
+	}
+	return out
+}
+
+// OtherRelays counts the sessions of other relays on the server: those
+// with this dialect's application name that are not its own.
+func (d *Dialect) OtherRelays(ctx context.Context) (n int, err error) {
+	defer func() { err = mapError(err) }()
+	err = d.pool.QueryRow(ctx, d.q.OtherRelays, d.own.list()).Scan(&n)
+	return n, err
 }
 
 // Queries renders every statement for names.

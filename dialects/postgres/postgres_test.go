@@ -84,6 +84,14 @@ func TestConformance(t *testing.T) {
 		Unreachable: func(t *testing.T) dialects.Dialect {
 			return openAt(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?connect_timeout=5", freePort(t)), "")
 		},
+		Named: func(t *testing.T, app string) dialects.Dialect {
+			schema, url := testdb.Schema(t)
+			d := openAt(t, testdb.WithParam(url, "application_name", app), schema)
+			if _, err := migrations.Up(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
 	})
 }

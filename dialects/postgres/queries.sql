@@ -441,6 +441,20 @@ SELECT COALESCE(l.pid, 0)::bigint,
  WHERE l.locktype = 'relation' AND l.relation = {{lit seq}}::regclass AND l.granted
  ORDER BY xid
 
+-- name: OtherRelays
+-- Sessions of other relays on this server: those with this session's
+-- application name (every session of a relay has the same) that are not
+-- the caller's ($1, its sessions' process ids), nor the workers of the
+-- caller's parallel queries, nor sessions younger than two seconds (the
+-- caller's own may be among them, not yet in $1). Every user sees every
+-- session's application_name; its backend_type and backend_start only with
+-- pg_read_all_stats or as the same user, so another user's sessions count
+-- whatever their age and type.
+SELECT count(*) FROM pg_stat_activity
+ WHERE application_name = current_setting('application_name') AND pid <> ALL($1::int[])
+   AND backend_type IS DISTINCT FROM 'parallel worker'
+   AND (backend_start IS NULL OR backend_start < now() - interval '2 seconds')
+
 -- The inbox.
 
 -- name: InboxReceive

@@ -295,6 +295,15 @@ SELECT CAST(s.session_id AS BIGINT), st.transaction_id, a.transaction_begin_time
  WHERE st.session_id <> @@SPID
  ORDER BY st.transaction_id;
 
+-- name: OtherRelays
+-- Sessions of other relays on this server: user sessions with this
+-- session's program name that another client process opened (the driver
+-- sends its host and process id at login). Without VIEW SERVER STATE a
+-- session sees only its own, so this counts none.
+SELECT COUNT(*) FROM sys.dm_exec_sessions
+ WHERE is_user_process = 1 AND program_name = APP_NAME()
+   AND NOT (host_name = HOST_NAME() AND host_process_id = @p1);
+
 -- The inbox.
 
 -- name: InboxReceive

@@ -6,6 +6,7 @@
 package sqlserver
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -13,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	mssql "github.com/microsoft/go-mssqldb" // also registers the "sqlserver" driver
+	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/queuebox/queuebox/dialects"
 )
@@ -36,6 +39,10 @@ type Options struct {
 	URL            string
 	Names          dialects.Names
 	MaxConnections int
+	// ApplicationName names the sessions (the program name) unless the URL
+	// does ("app name"); default "queuebox". Relays know each other by it
+	// (OtherRelays), so tools that are not relays take another.
+	ApplicationName string
 }
 
 // Dialect is the SQL Server implementation of dialects.Dialect.
@@ -53,7 +60,7 @@ type Catalog struct {
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert                  string
 	OutboxPendingDue, OutboxCountByTopicState                            string
 	OutboxBlockedKeys, OutboxDeadGroups                                  string
-	OutboxProbe, OutboxWriters                                           string
+	OutboxProbe, OutboxWriters, OtherRelays                              string
 	dialects.HistoryStatements
 	InboxStatements
 }
@@ -75,10 +82,17 @@ func Open(_ context.Context, opts Options) (*Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlserver", opts.URL)
+	cfg, err := msdsn.Parse(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url is not a valid SQL Server URL (sqlserver://user:password@host:1433?database=app): %w", err)
 	}
+	// The sessions are named after QueueBox unless the URL names them
+	// ("app name"): operators see whose they are, and OtherRelays counts
+	// the other relays by it.
+	if cfg.AppName == "go-mssqldb" {
+		cfg.AppName = cmp.Or(opts.ApplicationName, dialects.RelayApplicationName)
+	}
+	db := sql.OpenDB(mssql.NewConnectorConfig(cfg))
 	if opts.MaxConnections > 0 {
 		db.SetMaxOpenConns(opts.MaxConnections)
 		db.SetMaxIdleConns(opts.MaxConnections)
@@ -531,6 +545,15 @@ func (d *Dialect) OutboxWriters(ctx context.Context) (_ []dialects.Writer, err e
 		out = append(out, w)
 	}
 	return out, rows.Err()
+}
+
+// OtherRelays counts the sessions of other relays on the server: those
+// with this pool's program name that another client process opened. A
+// login without VIEW SERVER STATE sees only its own sessions: none.
+func (d *Dialect) OtherRelays(ctx context.Context) (n int, err error) {
+	defer func() { err = MapError(err) }()
+	err = d.db.QueryRowContext(ctx, d.q.OtherRelays, os.Getpid()).Scan(&n)
+	return n, err
 }
 
 func (d *Dialect) MigrationHistory(ctx context.Context) ([]dialects.AppliedMigration, error) {

@@ -179,6 +179,20 @@ func TestConformance(t *testing.T) {
 		},
 		Empty:       func(t *testing.T) dialects.Dialect { return fresh(t) },
 		Unreachable: unreachable,
+		Named: func(t *testing.T, app string) dialects.Dialect {
+			names := dialects.DefaultNames()
+			names.Schema = "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+			d, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: url, Names: names, ApplicationName: app})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			if _, err := migrations.Up(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		RelaysByProcess: true,
 		Exec: func(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 			q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
 			if err != nil {
@@ -299,5 +313,29 @@ func TestOperatorStatementsAreBounded(t *testing.T) {
 	// (about 5,000 locks on one table or index).
 	if sqlserver.PurgeStatementRows >= 5000 {
 		t.Errorf("PurgeStatementRows %d would let one DELETE escalate to a table lock", sqlserver.PurgeStatementRows)
+	}
+}
+
+// OtherRelays counts sessions of the relay's own program name that another
+// client process opened: never its own sessions (host and process id), and
+// only user sessions.
+func TestOtherRelaysLeavesOutThisProcess(t *testing.T) {
+	q, err := sqlserver.Queries(dialects.DefaultNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"sys.dm_exec_sessions", "is_user_process = 1", "program_name = APP_NAME()", "NOT (host_name = HOST_NAME() AND host_process_id = @p1)"} {
+		if !strings.Contains(q.OtherRelays, want) {
+			t.Errorf("OtherRelays lacks %q:\n%s", want, q.OtherRelays)
+		}
+	}
+}
+
+// A URL that go-mssqldb cannot parse is refused when the dialect opens,
+// naming the setting, rather than at the first statement.
+func TestOpenRefusesAMalformedURL(t *testing.T) {
+	_, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: "sqlserver://user:pw@host:notaport?database=app", Names: dialects.DefaultNames()})
+	if err == nil || !strings.Contains(err.Error(), "database.url is not a valid SQL Server URL") {
+		t.Fatalf("err = %v, want one that names database.url", err)
 	}
 }

@@ -138,6 +138,12 @@ func Database(t testing.TB) string {
 	return u.String()
 }
 
+// ApplicationName names the sessions of Open's dialects: a name of this
+// test process's own, so that the engines of one test count each other as
+// relays (they are replicas) but not those of tests in other packages,
+// which run at the same time.
+var ApplicationName = fmt.Sprintf("queuebox-test-%d", os.Getpid())
+
 // Open opens QueueBox's PostgreSQL dialect, with at most maxConns
 // connections (0: the default), on a schema of the test's own (Schema) that
 // holds nothing yet; it is closed when the test ends.
@@ -146,7 +152,7 @@ func Open(t testing.TB, maxConns int) *postgres.Dialect {
 	schema, url := Schema(t)
 	names := dialects.DefaultNames()
 	names.Schema = schema
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: maxConns})
+	d, err := postgres.Open(context.Background(), postgres.Options{URL: url, Names: names, MaxConnections: maxConns, ApplicationName: ApplicationName})
 	if err != nil {
 		t.Fatal(err)
 	}

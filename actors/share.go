@@ -1,0 +1,100 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// share is how many claim statements, and how many completion statements,
+// a replica runs at once. Alone on its database server a replica overlaps
+// two of each (one in the database while the other's rows are dispatched,
+// or its outcomes gather), as two claim-complete loops beat one. Relays
+// that share a server run one of each: n relays then keep n claims and n
+// completions running, never fewer than one relay alone, rather than 2n
+// statements that wait on each other's pages and for the server's cores.
+// SKIP LOCKED keeps concurrent claims from taking the same rows either way.
+type share struct {
+	n atomic.Int32
+}
+
+// The shares.
+const (
+	shareAlone  = 2
+	shareShared = 1
+)
+
+// lookEvery is how often a replica counts the other relays' sessions: a
+// read of the server's session list, which costs next to nothing.
+const lookEvery = time.Second
+
+func newShare() *share {
+	s := &share{}
+	s.n.Store(shareAlone)
+	return s
+}
+
+// statements is how many claims (or completions) may run at once.
+func (s *share) statements() int { return int(s.n.Load()) }
+
+// shareWatcher counts the other relays' sessions on the database server and
+// sets the share from it, in a loop of the engine's background.
+type shareWatcher struct {
+	share   *share
+	dialect dialects.Engine
+	stats   *Stats
+	log     *slog.Logger
+	bg      context.Context
+	// off: the database cannot tell (ErrNotSupported); the share stays.
+	off bool
+}
+
+// loop looks at once, then every lookEvery, until the engine stops or the
+// database says it cannot tell.
+func (w *shareWatcher) loop() {
+	t := time.NewTicker(lookEvery)
+	defer t.Stop()
+	for {
+		if w.look(); w.off {
+			return
+		}
+		select {
+		case <-w.bg.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *shareWatcher) look() {
+	if w.off {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.bg, lookEvery)
+	n, err := w.dialect.OtherRelays(ctx)
+	cancel()
+	switch {
+	case errors.Is(err, dialects.ErrNotSupported):
+		w.off = true
+		return
+	case err != nil:
+		return // the claims and completions report an unreachable database
+	}
+	w.stats.OtherRelays.Store(int64(n))
+	want := int32(shareAlone)
+	if n > 0 {
+		want = shareShared
+	}
+	if w.share.n.Swap(want) == want {
+		return
+	}
+	if want == shareShared {
+		w.log.Info("other relays share the database server: one claim and one completion at a time", "their_sessions", n)
+	} else {
+		w.log.Info("no other relay on the database server: two claims and two completions at a time")
+	}
+}
