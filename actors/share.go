@@ -49,7 +49,8 @@ type shareWatcher struct {
 	stats   *Stats
 	log     *slog.Logger
 	bg      context.Context
-	// off: the database cannot tell (ErrNotSupported); the share stays.
+	// off: the database cannot tell (ErrNotSupported) or will not
+	// (ErrNotPermitted); the share stays.
 	off bool
 }
 
@@ -81,15 +82,22 @@ func (w *shareWatcher) look() {
 	case errors.Is(err, dialects.ErrNotSupported):
 		w.off = true
 		return
+	case errors.Is(err, dialects.ErrNotPermitted):
+		w.off = true
+		w.log.Warn("cannot count the other relays on the database server, so this replica runs two claims and two completions at a time even beside others; grant the permission the error names",
+			"error", err)
+		return
 	case err != nil:
 		return // the claims and completions report an unreachable database
 	}
-	w.stats.OtherRelays.Store(int64(n))
 	want := int32(shareAlone)
 	if n > 0 {
 		want = shareShared
 	}
-	if w.share.n.Swap(want) == want {
+	// The share first: whoever reads the count may rely on the share.
+	changed := w.share.n.Swap(want) != want
+	w.stats.OtherRelays.Store(int64(n))
+	if !changed {
 		return
 	}
 	if want == shareShared {

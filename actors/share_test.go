@@ -113,7 +113,14 @@ func TestRelaysThatShareTheServerRunOneClaimAndOneCompletionAtATime(t *testing.T
 
 	other.Close()
 	waitFor("the relay to see the other relay go", func() bool { return e.Stats.OtherRelays.Load() == 0 })
-	waitFor("the log of the change", func() bool {
-		return strings.Contains(h.logs.String(), "no other relay on the database server: two claims and two completions at a time")
-	})
+	if !strings.Contains(h.logs.String(), "no other relay on the database server: two claims and two completions at a time") {
+		t.Errorf("the relay did not log that it is alone again:\n%s", h.logs.String())
+	}
+	o.maxClaims.Store(0)
+	o.maxCompletes.Store(0)
+	h.insert(rows(0, 0, backlog, func(int) int { return 0 }))
+	h.waitState(dialects.Delivered, 3*backlog, 30*time.Second)
+	if c, f := o.maxClaims.Load(), o.maxCompletes.Load(); c != 2 || f != 2 {
+		t.Fatalf("alone again, the relay ran up to %d claims and %d completions at once, want 2 and 2", c, f)
+	}
 }

@@ -30,7 +30,8 @@ func TestMain(m *testing.M) {
 
 // fakeReplica stands in for `queuebox run --config FILE` when the test
 // binary is given to the bench as the replicas' binary: it answers
-// /readyz on the config's admin address, then ends with status 3 after
+// /readyz and /metrics on the config's admin address (ready, and alone, as
+// in the first round), then ends with status 3 after
 // two seconds, as a replica that dies during the drain would.
 func fakeReplica() {
 	var cfg struct {
@@ -48,7 +49,11 @@ func fakeReplica() {
 		os.Exit(2)
 	}
 	go func() {
-		_ = http.ListenAndServe(cfg.Admin.Listen, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+		_ = http.ListenAndServe(cfg.Admin.Listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/metrics" {
+				fmt.Fprintln(w, "queuebox_other_relay_sessions 0") // alone, as in the first round
+			}
+		}))
 	}()
 	time.Sleep(2 * time.Second)
 	fmt.Fprintln(os.Stderr, "lost the database (from the fake replica)")

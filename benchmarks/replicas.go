@@ -233,15 +233,15 @@ func startReplica(ctx context.Context, bin, file, url string, exited chan<- *rep
 }
 
 // waitReady waits until the replica's /readyz answers 200 (it reaches the
-// database and the schema is current) and, with shared, until its metrics
-// show that it sees the other replicas' sessions: until then it runs claims
-// and completions as a replica alone does, which a replica that has run for
-// more than a few seconds never does again.
+// database and the schema is current) and its metrics show that it sees
+// the other replicas' sessions (shared) or none (alone, after a round of
+// three whose sessions may outlive their processes for a moment): until
+// then it runs claims and completions as it would with the other number.
 func waitReady(ctx context.Context, p *replicaProc, exited <-chan *replicaProc, shared bool) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if replicaReady(client, p.admin) && (!shared || seesOtherRelays(client, p.admin)) {
+		if n, ok := otherRelaySessions(client, p.admin); ok && (n > 0) == shared && replicaReady(client, p.admin) {
 			return nil
 		}
 		select {
@@ -266,12 +266,12 @@ func replicaReady(client *http.Client, admin string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// seesOtherRelays reads queuebox_other_relay_sessions from the replica's
-// metrics.
-func seesOtherRelays(client *http.Client, admin string) bool {
+// otherRelaySessions reads queuebox_other_relay_sessions from the
+// replica's metrics.
+func otherRelaySessions(client *http.Client, admin string) (float64, bool) {
 	resp, err := client.Get("http://" + admin + "/metrics")
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -279,10 +279,10 @@ func seesOtherRelays(client *http.Client, admin string) bool {
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "queuebox_other_relay_sessions "); ok {
 			n, err := strconv.ParseFloat(v, 64)
-			return err == nil && n > 0
+			return n, err == nil
 		}
 	}
-	return false
+	return 0, false
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/queuebox/queuebox/internal/testlog"
 
 	dto "github.com/prometheus/client_model/go"
@@ -184,6 +185,45 @@ func baseConfig(dbURL, recvURL string) *Config {
 	cfg.Destinations = map[string]*DestinationConfig{"hook": {Type: "http", URL: recvURL + "/events/{{ topic }}", NonRetryableStatus: []int{410}}}
 	cfg.Routes = []RouteConfig{{Name: "orders", TopicPattern: "order.#", Destination: "hook"}, {TopicPattern: "flaky.#", Destination: "hook"}}
 	return cfg
+}
+
+// queuebox_other_relay_sessions counts the sessions of other relays with
+// the relay's application name: none alone, some once another relay's
+// sessions are there, none again once they are gone.
+func TestMetricsCountOtherRelaySessions(t *testing.T) {
+	t.Parallel()
+	recv := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) { return 204, "", nil })
+	// A name of the test's own: other tests' relays use the default.
+	dbURL := testdb.WithParam(testdb.Database(t), "application_name", "qb-gauge-"+uuid.NewString()[:8])
+	r := startRelay(t, baseConfig(dbURL, recv.URL), nil)
+	sessions := func(f map[string]*dto.MetricFamily) float64 {
+		v, _ := value(f, "queuebox_other_relay_sessions")
+		return v
+	}
+	waitMetrics(t, r, "the gauge", func(f map[string]*dto.MetricFamily) bool {
+		_, ok := value(f, "queuebox_other_relay_sessions")
+		return ok
+	})
+	// Three looks: the relay's own sessions, older than the two seconds
+	// after which a session counts, still do not.
+	time.Sleep(3 * time.Second)
+	if v := sessions(r.scrape(t)); v != 0 {
+		t.Fatalf("alone, the relay counts %v sessions of other relays", v)
+	}
+	l, err := FromConfig(baseConfig(dbURL, recv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := OpenDialect(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitMetrics(t, r, "the other relay's session to count", func(f map[string]*dto.MetricFamily) bool { return sessions(f) > 0 })
+	other.Close()
+	waitMetrics(t, r, "the other relay's session to be gone", func(f map[string]*dto.MetricFamily) bool { return sessions(f) == 0 })
 }
 
 // /metrics, parsed as Prometheus parses it, follows rows as they are

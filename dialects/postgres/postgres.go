@@ -187,10 +187,15 @@ func (o *ownSessions) list() []int32 {
 
 // OtherRelays counts the sessions of other relays on the server: those
 // with this dialect's application name that are not its own.
+// A server that does not let the user read pg_stat_activity answers
+// ErrNotPermitted.
 func (d *Dialect) OtherRelays(ctx context.Context) (n int, err error) {
-	defer func() { err = mapError(err) }()
 	err = d.pool.QueryRow(ctx, d.q.OtherRelays, d.own.list()).Scan(&n)
-	return n, err
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return 0, fmt.Errorf("%w (%s)", dialects.ErrNotPermitted, pgErr.Message)
+	}
+	return n, mapError(err)
 }
 
 // Queries renders every statement for names.

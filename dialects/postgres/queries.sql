@@ -450,8 +450,11 @@ SELECT COALESCE(l.pid, 0)::bigint,
 -- session's application_name; its backend_type and backend_start only with
 -- pg_read_all_stats or as the same user, so another user's sessions count
 -- whatever their age and type.
+-- The name is read back from the caller's own row, as the server keeps it
+-- (cut to 63 bytes).
 SELECT count(*) FROM pg_stat_activity
- WHERE application_name = current_setting('application_name') AND pid <> ALL($1::int[])
+ WHERE application_name = (SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid())
+   AND pid <> ALL($1::int[])
    AND backend_type IS DISTINCT FROM 'parallel worker'
    AND (backend_start IS NULL OR backend_start < now() - interval '2 seconds')
 

@@ -298,11 +298,13 @@ SELECT CAST(s.session_id AS BIGINT), st.transaction_id, a.transaction_begin_time
 -- name: OtherRelays
 -- Sessions of other relays on this server: user sessions with this
 -- session's program name that another client process opened (the driver
--- sends its host and process id at login). Without VIEW SERVER STATE a
--- session sees only its own, so this counts none.
+-- sends its workstation name and process id at login; a session that sent
+-- neither counts). Without VIEW SERVER STATE (VIEW SERVER PERFORMANCE
+-- STATE on SQL Server 2022) a session sees only itself, so this counts
+-- none.
 SELECT COUNT(*) FROM sys.dm_exec_sessions
  WHERE is_user_process = 1 AND program_name = APP_NAME()
-   AND NOT (host_name = HOST_NAME() AND host_process_id = @p1);
+   AND NOT (COALESCE(host_name, N'') = HOST_NAME() AND COALESCE(host_process_id, -1) = @p1);
 
 -- The inbox.
 

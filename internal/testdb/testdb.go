@@ -139,9 +139,11 @@ func Database(t testing.TB) string {
 }
 
 // ApplicationName names the sessions of Open's dialects: a name of this
-// test process's own, so that the engines of one test count each other as
-// relays (they are replicas) but not those of tests in other packages,
-// which run at the same time.
+// test process's own, so that the engines on them count each other as
+// relays (they are replicas) but not the engines of other test processes
+// on these dialects. Engines on dialects opened otherwise (bootstrap's,
+// with the default name) do count each other across packages; a test
+// that depends on the count gives its dialects a name of its own.
 var ApplicationName = fmt.Sprintf("queuebox-test-%d", os.Getpid())
 
 // Open opens QueueBox's PostgreSQL dialect, with at most maxConns
