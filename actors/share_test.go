@@ -84,15 +84,32 @@ func TestRelaysThatShareTheServerRunOneClaimAndOneCompletionAtATime(t *testing.T
 		}
 	}
 
+	// drain drains a backlog of its own and checks how many claims and
+	// completions ran at once.
 	const backlog = 3000
-	h.insert(rows(0, 0, backlog, func(int) int { return 0 }))
+	drained := 0
+	drain := func(when string, want int64) {
+		t.Helper()
+		o.maxClaims.Store(0)
+		o.maxCompletes.Store(0)
+		h.insert(rows(0, 0, backlog, func(int) int { return 0 }))
+		drained += backlog
+		h.waitState(dialects.Delivered, int64(drained), 30*time.Second)
+		if c, f := o.maxClaims.Load(), o.maxCompletes.Load(); c != want || f != want {
+			t.Fatalf("%s, the relay ran up to %d claims and %d completions at once, want %d and %d", when, c, f, want, want)
+		}
+	}
+	logged := func(what string) {
+		t.Helper()
+		if !strings.Contains(h.logs.String(), what) {
+			t.Errorf("the relay did not log %q:\n%s", what, h.logs.String())
+		}
+	}
+
 	e := h.start()
-	h.waitState(dialects.Delivered, backlog, 30*time.Second)
+	drain("alone", 2)
 	if n := e.Stats.OtherRelays.Load(); n != 0 {
 		t.Fatalf("alone, the relay counted %d sessions of other relays", n)
-	}
-	if c, f := o.maxClaims.Load(), o.maxCompletes.Load(); c != 2 || f != 2 {
-		t.Fatalf("alone, the relay ran up to %d claims and %d completions at once, want 2 and 2", c, f)
 	}
 
 	other := openNamed(t, url, schema, app)
@@ -100,27 +117,11 @@ func TestRelaysThatShareTheServerRunOneClaimAndOneCompletionAtATime(t *testing.T
 		t.Fatal(err)
 	}
 	waitFor("the relay to see the other relay's session", func() bool { return e.Stats.OtherRelays.Load() > 0 })
-	o.maxClaims.Store(0)
-	o.maxCompletes.Store(0)
-	h.insert(rows(0, 0, backlog, func(int) int { return 0 }))
-	h.waitState(dialects.Delivered, 2*backlog, 30*time.Second)
-	if c, f := o.maxClaims.Load(), o.maxCompletes.Load(); c != 1 || f != 1 {
-		t.Fatalf("beside another relay, the relay ran up to %d claims and %d completions at once, want 1 and 1", c, f)
-	}
-	if !strings.Contains(h.logs.String(), "other relays share the database server") {
-		t.Errorf("the relay did not log that it shares the server:\n%s", h.logs.String())
-	}
+	drain("beside another relay", 1)
+	logged("other relays share the database server: one claim and one completion at a time")
 
 	other.Close()
 	waitFor("the relay to see the other relay go", func() bool { return e.Stats.OtherRelays.Load() == 0 })
-	if !strings.Contains(h.logs.String(), "no other relay on the database server: two claims and two completions at a time") {
-		t.Errorf("the relay did not log that it is alone again:\n%s", h.logs.String())
-	}
-	o.maxClaims.Store(0)
-	o.maxCompletes.Store(0)
-	h.insert(rows(0, 0, backlog, func(int) int { return 0 }))
-	h.waitState(dialects.Delivered, 3*backlog, 30*time.Second)
-	if c, f := o.maxClaims.Load(), o.maxCompletes.Load(); c != 2 || f != 2 {
-		t.Fatalf("alone again, the relay ran up to %d claims and %d completions at once, want 2 and 2", c, f)
-	}
+	logged("no other relay on the database server: two claims and two completions at a time")
+	drain("alone again", 2)
 }
