@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/queuebox/queuebox/benchmarks"
+	"github.com/queuebox/queuebox/internal/testbin"
 	"github.com/queuebox/queuebox/internal/testdb"
 )
 
@@ -249,6 +250,43 @@ func TestAReplicaThatEndsIsReportedAndTheRestKept(t *testing.T) {
 				t.Fatalf("--json after a failure: %v %s", err, b)
 			}
 		})
+	}
+}
+
+// The replicas scenario with the real binary, against a server where a
+// relay of the default name runs: each round's replicas see each other
+// (three) or none (one), and not that relay, so every round starts, and
+// every row of both variants drains.
+func TestReplicasScenarioWithTheBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary in six rounds")
+	}
+	bin := testbin.Path(t)
+	dbURL := testdb.Database(t)
+	// A stranger: sessions named as a relay's by default, held all along.
+	stranger, err := pgx.Connect(context.Background(), testdb.WithParam(dbURL, "application_name", "queuebox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close(context.Background())
+	var table, progress bytes.Buffer
+	results, err := benchmarks.Run(context.Background(), benchmarks.Options{
+		DatabaseURL: dbURL, Scenarios: []string{"replicas"}, Rows: 2000, Binary: bin, Out: &table, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if len(results) != 2 {
+		t.Fatalf("results %+v", results)
+	}
+	for i, want := range []int{1, 3} {
+		r := results[i]
+		if r.Scenario != "replicas" || r.Replicas != want || r.Failed != 0 || r.RowsPerSec <= 0 {
+			t.Errorf("result %d: %+v, want %d replicas, nothing failed", i, r, want)
+		}
+	}
+	if results[1].Ratio == nil {
+		t.Errorf("three replicas have no ratio to one: %+v", results[1])
 	}
 }
 

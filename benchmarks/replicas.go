@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,7 +117,7 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 			stopAll()
 			return Result{}, err
 		}
-		p, err := startReplica(ctx, bin, file, cfg.Database.URL, exited)
+		p, err := startReplica(ctx, bin, file, withApplicationName(cfg.Database.URL, "queuebox-bench-"+e.run), exited)
 		if err != nil {
 			stopAll()
 			return Result{}, err
@@ -310,4 +311,22 @@ func (t *tailBuffer) tail() string {
 		return "(none)"
 	}
 	return s
+}
+
+// withApplicationName names the sessions of a PostgreSQL URL (the URL form
+// or the key=value form). The replicas of a run go by a name of the run's
+// own: they count each other as relays, and not the relays that may run on
+// a server given with --database-url, whose number the bench cannot set.
+func withApplicationName(dsn, name string) string {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return strings.TrimSpace(dsn) + " application_name=" + name
+	}
+	u, err := neturl.Parse(dsn)
+	if err != nil {
+		return dsn // the replicas then report the URL's fault themselves
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
