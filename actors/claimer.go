@@ -27,8 +27,9 @@ type (
 		rows      []dialects.Row
 		err       error
 		requested int
-		// run is the run length the claim asked for (headPolicy).
-		run   int
+		// run is the run length the claim asked for (headPolicy), heads
+		// the most heads it could take (ClaimParams.MaxHeads).
+		run, heads int
 		lease *lease
 		kind  claimKind
 		took  time.Duration
@@ -227,7 +228,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	}
 	c.sawAtClaim, c.settledAtClaim = c.wm.LastSeen(), c.wm.Settled()
 	go func() {
-		res := &claimResult{requested: limit, run: run, lease: l, kind: kind}
+		res := &claimResult{requested: limit, run: run, heads: heads, lease: l, kind: kind}
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm != nil {
@@ -349,10 +350,11 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.failures = 0
 	c.ready.Store(true)
 	n := len(m.rows)
-	// A claim that was not nearly full took what its own probe showed: a
-	// later probe that shows the same is no news. A nearly full one may
-	// have left rows behind, which stay news until a claim takes them.
-	if n*10 < m.requested*9 {
+	full := claimFull(m.rows, m.requested, m.heads)
+	// A claim that was not full took what its own probe showed: a later
+	// probe that shows the same is no news. A full one may have left rows
+	// behind, which stay news until a claim takes them.
+	if !full {
 		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	}
 	c.obs.Claimed(n, m.took)
@@ -369,19 +371,18 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.checkDrained()
 		return
 	}
-	// A claim that came back nearly full says more rows are waiting: claim
-	// again at once (a keyed claim rarely fills exactly, its runs stop at
-	// their keys' ends). One that came back less than half full says most
+	// A full claim says more rows are waiting: claim again at once. One
+	// that came back less than half full and short of its heads says most
 	// keys are busy: wait for some of them to finish rather than scan the
 	// same busy keys again.
-	c.more = n*10 >= m.requested*9
+	c.more = full
 	c.choice.observe(m.rows)
 	ck := &c.stats.Claims[m.kind]
 	ck.Statements.Add(1)
 	ck.Rows.Add(int64(n))
 	ck.Time.Add(int64(m.took))
 	c.waitCredit = 0
-	if n*2 < m.requested {
+	if !full && n*2 < m.requested {
 		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)
 	}
 	if c.more || c.again {

@@ -122,3 +122,28 @@ func (h *headPolicy) observe(rows []dialects.Row, requested, asked int) {
 		h.run = max(keyed/keys, 1)
 	}
 }
+
+// claimFull tells whether a claim of requested rows and at most maxHeads
+// heads says that more rows are waiting: it came back nearly full, or with
+// as many heads as it could take. In the second case its runs ended at
+// their keys' last rows, short of the limit, but the walk stopped at the
+// heads it was allowed, not for want of claimable keys. Judged on the
+// rows alone, a keyed backlog whose keys hold about as many rows as the
+// run asked for came back short every other claim, and the claimer then
+// waited for outcomes before claiming again while rows were waiting.
+func claimFull(rows []dialects.Row, requested, maxHeads int) bool {
+	n := len(rows)
+	return n*10 >= requested*9 || (n > 0 && claimHeads(rows) >= maxHeads)
+}
+
+// claimHeads counts the heads among a claim's rows: one per key (rows come
+// sorted by key, then sequence) and every row without a key.
+func claimHeads(rows []dialects.Row) int {
+	heads := 0
+	for i := range rows {
+		if rows[i].Key == "" || i == 0 || rows[i-1].Key != rows[i].Key {
+			heads++
+		}
+	}
+	return heads
+}

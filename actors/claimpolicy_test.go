@@ -66,3 +66,31 @@ func TestHeadPolicyLearnsFromWhatClaimsReturn(t *testing.T) {
 		t.Fatalf("full runs every time: run %d, want it to grow to %d", h.run, maxRun)
 	}
 }
+
+// A claim is full when it comes back nearly full, or with every head it
+// could take even though its runs, ending at their keys' last rows, left it
+// short; it is not when the walk ran out of claimable keys.
+func TestClaimFull(t *testing.T) {
+	unkeyed := make([]dialects.Row, 450)
+	mixed := append(runs(2, 3), dialects.Row{}, dialects.Row{})
+	cases := []struct {
+		name                string
+		rows                []dialects.Row
+		requested, maxHeads int
+		want                bool
+	}{
+		{"nearly full", runs(5, 90), 500, 5, true},
+		{"nearly full unkeyed", unkeyed, 500, 500, true},
+		{"short runs, every head taken", runs(3, 100), 500, 3, true},
+		{"short runs, fewer heads than allowed", runs(2, 100), 500, 3, false},
+		{"keyed and unkeyed rows count as heads", mixed, 500, 4, true},
+		{"one head of many allowed", runs(1, 40), 500, 12, false},
+		{"nothing", nil, 500, 3, false},
+	}
+	for _, c := range cases {
+		if got := claimFull(c.rows, c.requested, c.maxHeads); got != c.want {
+			t.Errorf("%s: %d rows (%d heads) of %d with at most %d heads: full %v, want %v",
+				c.name, len(c.rows), claimHeads(c.rows), c.requested, c.maxHeads, got, c.want)
+		}
+	}
+}
