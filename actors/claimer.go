@@ -30,9 +30,9 @@ type (
 		// run is the run length the claim asked for (headPolicy), heads
 		// the most heads it could take (ClaimParams.MaxHeads).
 		run, heads int
-		lease *lease
-		kind  claimKind
-		took  time.Duration
+		lease      *lease
+		kind       claimKind
+		took       time.Duration
 		// probe is the probe read right before the claim (gated claims);
 		// seen and settled are what the claim's watermark knew from it.
 		probe         *dialects.Probe
