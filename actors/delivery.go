@@ -186,7 +186,7 @@ func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared) {
 		start := time.Now()
 		errs := publish(fctx, h, msgs)
 		took := time.Since(start)
-		h.noteHealth(errs, start.Sub(clockStart), log)
+		h.noteHealth(errs, start.Sub(clockStart), start.Add(took).Sub(clockStart), log)
 		root.Send(self, &deliveryDone{gen: gen, errs: errs, took: took})
 	}()
 }

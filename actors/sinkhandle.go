@@ -17,12 +17,11 @@ type sinkHandle struct {
 	name string
 	cur  atomic.Pointer[sinkBox]
 	// health: down is set while the destination's deliveries fail (for the
-	// log); okBegan and failBegan are when (since clockStart) the latest
-	// Publish that succeeded, and that failed, began.
+	// log); changed is when (since clockStart) that state last changed.
 	health struct {
 		sync.Mutex
-		down               bool
-		okBegan, failBegan time.Duration
+		down    bool
+		changed time.Duration
 	}
 }
 
@@ -49,12 +48,13 @@ func (h *sinkHandle) maxBatch() int {
 // noteHealth logs a destination's change between working and failing: one
 // line when deliveries start failing, one when they succeed again. A failure
 // that is the row's own fault (a permanent error) says nothing about the
-// destination, and neither does a cancelled delivery. Publishes overlap, so
-// each outcome is judged by when its Publish began: a failure of a Publish
-// that began before one that succeeded is old news (it was sent while the
-// destination was still down), and so is a success that began before a
-// failure.
-func (h *sinkHandle) noteHealth(errs []error, began time.Duration, log *slog.Logger) {
+// destination, and neither does a cancelled delivery. Publishes overlap, and
+// one that began earlier can reach the destination later (a new connection,
+// a slow dial), so an outcome changes the state only if its Publish began
+// after the last change was seen: a failure of a Publish sent before the
+// recovery was noticed is old news, and so is a success sent before the
+// outage was. began and ended are since clockStart.
+func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, log *slog.Logger) {
 	var failure error
 	ok := false
 	for _, err := range errs {
@@ -72,20 +72,15 @@ func (h *sinkHandle) noteHealth(errs []error, began time.Duration, log *slog.Log
 	hs := &h.health
 	hs.Lock()
 	defer hs.Unlock()
-	if failure != nil && !ok {
-		hs.failBegan = max(hs.failBegan, began)
-		if began < hs.okBegan || hs.down {
-			return
-		}
-		hs.down = true
+	failing := failure != nil && !ok
+	if failing == hs.down || began < hs.changed {
+		return
+	}
+	hs.down, hs.changed = failing, max(hs.changed, ended)
+	if failing {
 		log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
 		return
 	}
-	hs.okBegan = max(hs.okBegan, began)
-	if began < hs.failBegan || !hs.down {
-		return
-	}
-	hs.down = false
 	log.Info("destination delivering again", "destination", h.name)
 }
 
