@@ -72,6 +72,9 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	// Each round's table goes when the round ends, so that its vacuum
+	// does not run during the next round.
+	defer e.dropSchema(d)
 	rows := e.o.Rows
 	cfg := e.config(d)
 	dir, err := ownedTemp("queuebox-bench-replicas-")

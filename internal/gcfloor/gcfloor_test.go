@@ -1,0 +1,80 @@
+package gcfloor
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestPercentFor(t *testing.T) {
+	for _, c := range []struct {
+		live, headroom uint64
+		base, want     int
+	}{
+		{8 << 20, 32 << 20, 100, 400},   // a small heap grows by the headroom
+		{10 << 20, 32 << 20, 100, 320},  // rounded up
+		{64 << 20, 32 << 20, 100, 100},  // a large heap keeps GOGC's rule
+		{1 << 20, 32 << 20, 100, 1000},  // capped
+		{0, 32 << 20, 100, 1000},        // nothing live yet
+		{8 << 20, 32 << 20, 600, 600},   // never below the base
+		{8 << 20, 32 << 20, -1, -1},     // collection turned off stays off
+		{200 << 20, 32 << 20, 100, 100}, // the extra memory is bounded
+	} {
+		if got := percentFor(c.live, c.headroom, c.base); got != c.want {
+			t.Errorf("percentFor(%d MiB live, %d MiB headroom, base %d) = %d, want %d",
+				c.live>>20, c.headroom>>20, c.base, got, c.want)
+		}
+	}
+}
+
+func gogc() int64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// After collections on the test's small heap the percent is raised, it
+// follows the live heap when that grows, and stop puts the base back.
+func TestStartFollowsTheLiveHeap(t *testing.T) {
+	t.Setenv("GOGC", "")
+	stop := Start(64 << 20)
+	defer stop()
+	waitFor := func(what string, ok func(int64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok(gogc()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the percent stayed %d", what, gogc())
+			}
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("a small live heap", func(p int64) bool { return p > 300 })
+	// 256 MiB live, four times the headroom: GOGC's own rule gives more.
+	big := make([][]byte, 256)
+	for i := range big {
+		big[i] = make([]byte, 1<<20)
+	}
+	waitFor("a large live heap", func(p int64) bool { return p == 100 })
+	runtime.KeepAlive(big)
+	stop()
+	if p := gogc(); p != 100 {
+		t.Fatalf("after stop the percent is %d, want 100", p)
+	}
+}
+
+// An operator's GOGC is left alone.
+func TestStartLeavesGOGCAlone(t *testing.T) {
+	t.Setenv("GOGC", "100")
+	stop := Start(64 << 20)
+	defer stop()
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := gogc(); p != 100 {
+		t.Fatalf("with GOGC set the percent became %d", p)
+	}
+}
