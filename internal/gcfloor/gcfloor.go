@@ -17,7 +17,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync/atomic"
+	"sync"
 )
 
 // Headroom is the growth that Start allows between cycles at least.
@@ -42,17 +42,22 @@ func Start(headroom uint64) (stop func()) {
 	t.adjust()
 	t.arm()
 	return func() {
-		if t.stopped.Swap(true) {
-			return
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if !t.stopped {
+			t.stopped = true
+			debug.SetGCPercent(base)
 		}
-		debug.SetGCPercent(base)
 	}
 }
 
+// tuner's fields are guarded by mu: the finalizer goroutine adjusts, and
+// stop may run meanwhile.
 type tuner struct {
+	mu            sync.Mutex
 	headroom      uint64
 	base, current int
-	stopped       atomic.Bool
+	stopped       bool
 	sample        [1]metrics.Sample
 }
 
@@ -64,27 +69,32 @@ type sentinel struct{ _ [32]byte }
 
 func (t *tuner) arm() {
 	runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
-		if t.stopped.Load() {
-			return
+		if t.adjust() {
+			t.arm()
 		}
-		t.adjust()
-		t.arm()
 	})
 }
 
 // adjust sets the percent for the live heap of the cycle that just ended.
-// Changes under a tenth are left out: each set recomputes the pacer.
-func (t *tuner) adjust() {
+// Changes under a tenth are left out: each set recomputes the pacer. It
+// reports false once stopped.
+func (t *tuner) adjust() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return false
+	}
 	t.sample[0].Name = "/gc/heap/live:bytes"
 	metrics.Read(t.sample[:])
 	if t.sample[0].Value.Kind() != metrics.KindUint64 {
-		return
+		return true
 	}
 	p := percentFor(t.sample[0].Value.Uint64(), t.headroom, t.base)
 	if d := p - t.current; d*10 > t.current || -d*10 > t.current {
 		t.current = p
 		debug.SetGCPercent(p)
 	}
+	return true
 }
 
 // percentFor is the percent that grows a live heap by headroom, never
