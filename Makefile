@@ -1,8 +1,10 @@
 # QueueBox. `make help` lists the targets.
 GO       ?= go
 BIN      := bin/queuebox
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The release tag, or dev for a build that is not one; the commit, -dirty
+# when the tree has changes.
+VERSION  ?= $(shell git describe --tags --exact-match --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell c=$$(git rev-parse --short=7 HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 LDFLAGS  := -X github.com/queuebox/queuebox/bootstrap.Version=$(VERSION) -X github.com/queuebox/queuebox/bootstrap.Commit=$(COMMIT)
 # The suite runs with the race detector; TESTFLAGS adds to it.
 TESTFLAGS ?=
