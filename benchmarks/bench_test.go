@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -31,7 +32,8 @@ func TestMain(m *testing.M) {
 
 // fakeReplica stands in for `queuebox run --config FILE` when the test
 // binary is given to the bench as the replicas' binary: it answers
-// /readyz and /metrics on the config's admin address (ready, and alone, as
+// /readyz and /metrics on the config's admin address (port 0: a free one,
+// named in its log as a real replica does; ready, and alone, as
 // in the first round), then ends with status 3 after
 // two seconds, as a replica that dies during the drain would.
 func fakeReplica() {
@@ -49,8 +51,16 @@ func fakeReplica() {
 		fmt.Fprintln(os.Stderr, "fake replica:", err)
 		os.Exit(2)
 	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake replica:", err)
+		os.Exit(2)
+	}
+	// The bench learns the address from this line of the log, as from a
+	// real replica's.
+	fmt.Fprintf(os.Stderr, "{\"level\":\"INFO\",\"msg\":\"admin listening\",\"address\":%q}\n", ln.Addr().String())
 	go func() {
-		_ = http.ListenAndServe(cfg.Admin.Listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/metrics" {
 				fmt.Fprintln(w, "queuebox_other_relay_sessions 0") // alone, as in the first round
 			}

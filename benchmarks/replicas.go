@@ -2,11 +2,13 @@ package benchmarks
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -93,23 +95,17 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 		}
 	}
 	for i := range n {
-		// Each replica gets its own admin port, to be asked when it is
-		// ready.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			stopAll()
-			return Result{}, err
-		}
-		admin := ln.Addr().String()
-		ln.Close()
+		// Each replica listens on a port of its own choosing (port 0), and
+		// says which in its log: a port picked here and handed over could
+		// be taken by another program in between.
 		text, err := yaml.Marshal(map[string]any{
 			// The URL, which may hold a password, goes in the replicas'
 			// environment, not in a file that a killed bench leaves behind.
 			"database":     map[string]any{"schema": cfg.Database.Schema},
 			"destinations": map[string]any{"bench": map[string]any{"type": "null"}},
 			"routes":       []any{map[string]any{"topicPattern": "#", "destination": "bench"}},
-			"admin":        map[string]any{"listen": admin},
-			"log":          map[string]any{"level": "warn"},
+			"admin":        map[string]any{"listen": "127.0.0.1:0"},
+			"log":          map[string]any{"level": "info", "format": "json"},
 		})
 		if err != nil {
 			stopAll()
@@ -125,7 +121,6 @@ func (e *env) replicas(ctx context.Context, bin string, n int) (Result, error) {
 			stopAll()
 			return Result{}, err
 		}
-		p.admin = admin
 		procs = append(procs, p)
 	}
 	// The replicas run before the backlog arrives, as they do in
@@ -203,7 +198,7 @@ wait:
 // replicaProc is one `queuebox run` of the replicas scenario.
 type replicaProc struct {
 	cmd    *exec.Cmd
-	admin  string // its admin listener, host:port
+	admin  adminAddr // its admin listener, from its log
 	output *tailBuffer
 	err    error
 	done   chan struct{}
@@ -218,7 +213,7 @@ type replicaProc struct {
 func startReplica(ctx context.Context, bin, file, url string, exited chan<- *replicaProc) (*replicaProc, error) {
 	p := &replicaProc{output: &tailBuffer{max: 4096}, done: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, bin, "run", "--config", file)
-	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	p.cmd.Stdout, p.cmd.Stderr = p.output, io.MultiWriter(p.output, &p.admin)
 	p.cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "QUEUEBOX_") }),
 		"QUEUEBOX_DATABASE_URL="+url)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -245,8 +240,10 @@ func waitReady(ctx context.Context, p *replicaProc, exited <-chan *replicaProc, 
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if n, ok := otherRelaySessions(client, p.admin); ok && (n > 0) == shared && replicaReady(client, p.admin) {
-			return nil
+		if admin := p.admin.get(); admin != "" {
+			if n, ok := otherRelaySessions(client, admin); ok && (n > 0) == shared && replicaReady(client, admin) {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -256,7 +253,7 @@ func waitReady(ctx context.Context, p *replicaProc, exited <-chan *replicaProc, 
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("a replica (queuebox run) was not ready, or did not see the others, a minute after its start (its /readyz and /metrics at %s); its last output: %s", p.admin, p.output.tail())
+			return fmt.Errorf("a replica (queuebox run) was not ready, or did not see the others, a minute after its start (its /readyz and /metrics at %q); its last output: %s", p.admin.get(), p.output.tail())
 		}
 	}
 }
@@ -290,6 +287,42 @@ func otherRelaySessions(client *http.Client, admin string) (float64, bool) {
 }
 
 // tailBuffer keeps the last max bytes written to it.
+// adminAddr reads a replica's JSON log lines until the one that says where
+// its admin listener listens.
+type adminAddr struct {
+	mu      sync.Mutex
+	partial []byte
+	addr    string
+}
+
+func (a *adminAddr) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.addr != "" {
+		return len(p), nil
+	}
+	a.partial = append(a.partial, p...)
+	for {
+		line, rest, ok := bytes.Cut(a.partial, []byte("\n"))
+		if !ok {
+			break
+		}
+		a.partial = rest
+		var rec struct{ Msg, Address string }
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "admin listening" && rec.Address != "" {
+			a.addr, a.partial = rec.Address, nil
+			break
+		}
+	}
+	return len(p), nil
+}
+
+func (a *adminAddr) get() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr
+}
+
 type tailBuffer struct {
 	mu  sync.Mutex
 	max int
