@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/queuebox
 # The release tag, or dev for a build that is not one; the commit, -dirty
 # when the tree has changes.
-VERSION  ?= $(shell git describe --tags --exact-match --dirty 2>/dev/null || echo dev)
+VERSION  ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 COMMIT   ?= $(shell c=$$(git rev-parse --short=7 HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$c || echo $$c-dirty; } || echo unknown)
 LDFLAGS  := -X github.com/queuebox/queuebox/bootstrap.Version=$(VERSION) -X github.com/queuebox/queuebox/bootstrap.Commit=$(COMMIT)
 # The suite runs with the race detector; TESTFLAGS adds to it.

@@ -17,11 +17,13 @@ type sinkHandle struct {
 	name string
 	cur  atomic.Pointer[sinkBox]
 	// health: down is set while the destination's deliveries fail (for the
-	// log); changed is when (since clockStart) that state last changed.
+	// log); changed is when (since clockStart) that state last changed, and
+	// okBegan and failBegan when the latest Publish that succeeded, and that
+	// failed, began.
 	health struct {
 		sync.Mutex
-		down    bool
-		changed time.Duration
+		down                        bool
+		changed, okBegan, failBegan time.Duration
 	}
 }
 
@@ -50,10 +52,10 @@ func (h *sinkHandle) maxBatch() int {
 // that is the row's own fault (a permanent error) says nothing about the
 // destination, and neither does a cancelled delivery. Publishes overlap, and
 // one that began earlier can reach the destination later (a new connection,
-// a slow dial), so an outcome changes the state only if its Publish began
-// after the last change was seen: a failure of a Publish sent before the
-// recovery was noticed is old news, and so is a success sent before the
-// outage was. began and ended are since clockStart.
+// a slow dial, a timeout), so an outcome is old news, and changes nothing,
+// when its Publish began before the last change was seen, or before the
+// latest Publish with the opposite outcome began. began and ended are since
+// clockStart.
 func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, log *slog.Logger) {
 	var failure error
 	ok := false
@@ -73,7 +75,14 @@ func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, log *s
 	hs.Lock()
 	defer hs.Unlock()
 	failing := failure != nil && !ok
-	if failing == hs.down || began < hs.changed {
+	newer := hs.okBegan // the latest opposite outcome's Publish
+	if failing {
+		hs.failBegan = max(hs.failBegan, began)
+	} else {
+		hs.okBegan = max(hs.okBegan, began)
+		newer = hs.failBegan
+	}
+	if failing == hs.down || began < hs.changed || began < newer {
 		return
 	}
 	hs.down, hs.changed = failing, max(hs.changed, ended)

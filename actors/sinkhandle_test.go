@@ -29,6 +29,7 @@ func TestHealthLinesFollowWhenPublishesBegan(t *testing.T) {
 	h.noteHealth(down, 40*ms, 56*ms, log) // sent before the recovery: old news
 	h.noteHealth(down, 52*ms, 57*ms, log) // sent after the recovery's own request, before it was seen: old news
 	h.noteHealth(up, 60*ms, 61*ms, log)
+	h.noteHealth(down, 56*ms, 90*ms, log) // sent after the recovery was seen, but before a later success: old news
 	lines := buf.String()
 	if strings.Count(lines, "destination failing") != 1 || strings.Count(lines, "destination delivering again") != 1 {
 		t.Fatalf("want one line for the outage and one for the recovery:\n%s", lines)

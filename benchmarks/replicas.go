@@ -286,7 +286,6 @@ func otherRelaySessions(client *http.Client, admin string) (float64, bool) {
 	return 0, false
 }
 
-// tailBuffer keeps the last max bytes written to it.
 // adminAddr reads a replica's JSON log lines until the one that says where
 // its admin listener listens.
 type adminAddr struct {
@@ -323,6 +322,7 @@ func (a *adminAddr) get() string {
 	return a.addr
 }
 
+// tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
 	mu  sync.Mutex
 	max int

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	// A relay's live heap is small; without this the collector took about
-	// half of its CPU in a drain (see package gcfloor).
+	// a third of its CPU in a drain (see package gcfloor).
 	gcfloor.Start(gcfloor.Headroom)
 	err := newRoot().Execute()
 	if err == nil {

@@ -4,12 +4,13 @@
 // (100) over what the last cycle left live. A relay's live heap is small
 // (ten megabytes or so: the rows in flight and the libraries' own state),
 // so at a drain's allocation rate it collected several times a second, and
-// each cycle marks that whole live heap again: on a 2-core machine about
-// half of a relay's CPU went to the collector, more with several replicas
+// each cycle marks that whole live heap again: on a 2-core machine about a
+// third of a relay's CPU went to the collector, more with several replicas
 // on one host, each paying for its own live heap. Start lets the heap grow
 // by at least a fixed headroom between cycles, and leaves GOGC's rule alone
 // once the live heap is large enough for it to give more: the extra memory
-// is bounded by the headroom, however many rows are in flight.
+// is about the headroom (the percent also applies to goroutine stacks and
+// globals, a few megabytes here), however many rows are in flight.
 package gcfloor
 
 import (
