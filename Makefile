@@ -22,8 +22,12 @@ run: build ## start the local default: throwaway PostgreSQL, relay, receiver, sa
 	@scripts/install-postgres.sh
 	$(BIN) dev
 
+# The fault suite runs last and alone: its replicas hold 3-second leases,
+# and on two cores shared with the other packages' tests a starved replica
+# could miss a renewal, a duplicate that no injected fault explains.
 test: lint ## install and start what the tests need, then run every test
-	scripts/test.sh -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+	scripts/test.sh -race -count=1 -timeout 15m $(TESTFLAGS) $$($(GO) list ./... | grep -v '/faults$$')
+	scripts/test.sh -race -count=1 -timeout 15m $(TESTFLAGS) ./faults
 
 test-faults: ## the whole fault-injection suite (replicas, PostgreSQL, brokers, network faults); its table in faults-report.md
 	QUEUEBOX_FAULTS=full QUEUEBOX_FAULTS_REPORT=$(CURDIR)/faults-report.md scripts/test.sh -count=1 -timeout 40m -run 'TestFaults|TestVerdict' -v $(TESTFLAGS) ./faults/...

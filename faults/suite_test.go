@@ -270,6 +270,19 @@ func TestFaults(t *testing.T) {
 	}
 	if v.failed() {
 		t.Errorf("the ledger breaks a promise:\n%s", v.problems())
+		// What the replicas warned about says what a duplicate or a loss
+		// came from (a lost claim, outcomes that could not be written).
+		for _, r := range w.all() {
+			var warns []string
+			for _, line := range strings.Split(r.logs.String(), "\n") {
+				if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+					warns = append(warns, line)
+				}
+			}
+			if len(warns) > 0 {
+				t.Logf("%s warned:\n%s", r.name, tail(strings.Join(warns, "\n"), 4000))
+			}
+		}
 		for _, r := range rows {
 			if _, ok := final[r.ID]; !ok && r.Inbox {
 				t.Logf("inbox message %d of %s (%s): %s", r.N, r.Key, r.ID, w.inboxRow(r.ID))
