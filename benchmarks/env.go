@@ -144,10 +144,9 @@ func (e *env) close() {
 // dead row versions, is autovacuumed while a later scenario runs, and that
 // vacuum's seconds of CPU would count against whichever drain it met.
 func (e *env) dropSchemas() {
-	for _, d := range slices.Clone(e.schemas) {
-		e.dropSchema(d)
+	for len(e.schemas) > 0 {
+		e.dropSchema(e.schemas[0]) // which takes it off the list
 	}
-	e.schemas = nil
 }
 
 // dropSchema drops one scenario table's schema and closes its pool.
