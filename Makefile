@@ -25,8 +25,12 @@ run: build ## start the local default: throwaway PostgreSQL, relay, receiver, sa
 # The fault suite runs last and alone: its replicas hold 3-second leases,
 # and on two cores shared with the other packages' tests a starved replica
 # could miss a renewal, a duplicate that no injected fault explains.
+# Between them, every fuzz test hunts for TEST_FUZZTIME (its seed corpus and
+# kept crashers already ran with the package's tests); `make fuzz` hunts longer.
+TEST_FUZZTIME ?= 5s
 test: lint ## install and start what the tests need, then run every test
 	scripts/test.sh -race -count=1 -timeout 15m $(TESTFLAGS) $$($(GO) list ./... | grep -v '/faults$$')
+	FUZZTIME=$(TEST_FUZZTIME) scripts/fuzz.sh
 	scripts/test.sh -race -count=1 -timeout 15m $(TESTFLAGS) ./faults
 
 test-faults: ## the whole fault-injection suite (replicas, PostgreSQL, brokers, network faults); its table in faults-report.md

@@ -88,6 +88,9 @@ type Result struct {
 	// Failed counts failed transactions (producer) or rows not delivered.
 	Failed int64  `json:"failed"`
 	Note   string `json:"note,omitempty"`
+	// ClaimPlans is, for backlog, both claims' EXPLAIN ANALYZE on the
+	// large table before the drain (each run and rolled back).
+	ClaimPlans string `json:"claim_plans,omitempty"`
 }
 
 // Scenario is one named benchmark.
@@ -353,7 +356,7 @@ func ratios(rs []Result) {
 	for i := range rs {
 		r := &rs[i]
 		switch r.Scenario {
-		case "drain", "drain-keys", "hot-keys", "one-key", "mailbox", "batch", "in-flight":
+		case "drain", "drain-keys", "hot-keys", "one-key", "mailbox", "batch", "in-flight", "http", "replicas":
 			if raw != nil && raw.RowsPerSec > 0 {
 				r.RatioToRaw = ptr(r.RowsPerSec / raw.RowsPerSec)
 			}

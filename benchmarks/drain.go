@@ -248,6 +248,9 @@ func (e *env) drain(ctx context.Context, name string, rows, keys int, tweak func
 	}
 	r := Result{Scenario: name, Rows: rows, Keys: keys, Replicas: 1, BatchSize: cfg.Outbox.BatchSize, Mailbox: mailboxes(cfg)}
 	m.stop(&r)
+	if name == "backlog" {
+		r.ClaimPlans = e.plan
+	}
 	r.Failed = int64(rows) - obs.n.Load()
 	r.RowsPerSec = float64(obs.n.Load()) / r.Seconds
 	st := &eng.Stats
