@@ -30,6 +30,8 @@ type Metrics struct {
 	lost       prometheus.Counter
 	retention  *prometheus.CounterVec
 	inbox      *prometheus.CounterVec
+	inboxRows  *prometheus.GaugeVec
+	inboxAge   prometheus.Gauge
 	countTook  prometheus.Gauge
 
 	engine atomic.Pointer[actors.Engine]
@@ -38,9 +40,16 @@ type Metrics struct {
 	// second: Prometheus counters cannot be read back cheaply.
 	mu    sync.Mutex
 	dests map[string]*destinationCounts
+	// Per inbox source, what queuebox_inbox_received_total counts, for
+	// /api/stats and the page.
+	sources map[string]*sourceCounts
 
 	throughput *Throughput
 }
+
+// sourceCounts are the messages one inbox source handled, per outcome (in
+// the order of inbox.Outcomes).
+type sourceCounts [3]atomic.Int64
 
 // destinationCounts are the rows one destination finished, per outcome.
 type destinationCounts struct {
@@ -55,7 +64,7 @@ var InboxOutcomes = []string{"stored", "duplicate", "rejected"}
 // sources: their series start at zero, so that rate() works from the
 // first scrape.
 func NewMetrics(inboxSources []string) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), dests: map[string]*destinationCounts{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), dests: map[string]*destinationCounts{}, sources: map[string]*sourceCounts{}}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := factory{m.reg}
 	m.deliveries = f.counterVec("queuebox_deliveries_total",
@@ -76,6 +85,11 @@ func NewMetrics(inboxSources []string) *Metrics {
 	m.lost = f.counter("queuebox_lost_claims_total", "Claims this replica lost before writing their outcome (the lease passed); the rows are delivered again.")
 	m.retention = f.counterVec("queuebox_retention_deleted_total", "Rows the retention deleted, by state.", "state")
 	m.inbox = f.counterVec("queuebox_inbox_received_total", "Messages the inbox received, by source and outcome (stored, duplicate, rejected).", "source", "outcome")
+	m.inboxRows = f.gaugeVec("queuebox_inbox_rows",
+		"Rows in the inbox table per state (received: waiting for the inbox relay; relayed: turned into outbox rows), counted with queuebox_rows.",
+		"state")
+	m.inboxAge = f.gauge("queuebox_inbox_oldest_received_age_seconds",
+		"How long the oldest received inbox row (not yet relayed) had waited at the last count; 0 when none waits.")
 	m.countTook = f.gauge("queuebox_rows_count_seconds", "How long the last count of the outbox table took (it sets the sampling interval).")
 	f.gaugeFunc("queuebox_inflight_rows", "Rows this replica has claimed and not yet written an outcome for.", func() float64 {
 		if e := m.engine.Load(); e != nil {
@@ -104,6 +118,10 @@ func NewMetrics(inboxSources []string) *Metrics {
 		for _, o := range InboxOutcomes {
 			m.inbox.WithLabelValues(src, o)
 		}
+		m.sources[src] = &sourceCounts{}
+	}
+	for _, s := range inboxStates {
+		m.inboxRows.WithLabelValues(string(s))
 	}
 	for _, s := range dialects.States {
 		m.rows.WithLabelValues(string(s))
@@ -116,7 +134,38 @@ func NewMetrics(inboxSources []string) *Metrics {
 // (queuebox_inbox_received_total): Metrics is the sources' inbox.Observer.
 func (m *Metrics) InboxReceived(source string, outcome inbox.Outcome) {
 	m.inbox.WithLabelValues(source, outcome.String()).Inc()
+	i := int(outcome) - int(inbox.Stored)
+	if i < 0 || i >= len(sourceCounts{}) {
+		return
+	}
+	m.mu.Lock()
+	c := m.sources[source]
+	if c == nil {
+		c = &sourceCounts{}
+		m.sources[source] = c
+	}
+	m.mu.Unlock()
+	c[i].Add(1)
 }
+
+// inboxTotals reads what each inbox source handled since the replica
+// started, per outcome.
+func (m *Metrics) inboxTotals() map[string]map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]map[string]int64, len(m.sources))
+	for name, c := range m.sources {
+		byOutcome := make(map[string]int64, len(c))
+		for i := range c {
+			byOutcome[InboxOutcomes[i]] = c[i].Load()
+		}
+		out[name] = byOutcome
+	}
+	return out
+}
+
+// inboxStates are the states of an inbox row; their series start at zero.
+var inboxStates = []dialects.InboxState{dialects.InboxReceived, dialects.InboxRelayed}
 
 // Registry is where the metrics are registered; /metrics serves it.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
@@ -241,6 +290,19 @@ func (m *Metrics) setRows(rows map[string]int64, took time.Duration) {
 }
 
 func (m *Metrics) setOldestDue(d time.Duration) { m.oldest.Set(d.Seconds()) }
+
+// setInbox publishes a count of the inbox table: every state found, and
+// zero for the two that were not.
+func (m *Metrics) setInbox(st dialects.InboxStats) {
+	m.inboxRows.Reset()
+	for _, s := range inboxStates {
+		m.inboxRows.WithLabelValues(string(s)).Set(0)
+	}
+	for s, n := range st.Rows {
+		m.inboxRows.WithLabelValues(string(s)).Set(float64(n))
+	}
+	m.inboxAge.Set(st.OldestReceived.Seconds())
+}
 
 // destinationTotals reads the cumulative counts per destination.
 func (m *Metrics) destinationTotals() map[string][3]int64 {

@@ -48,6 +48,9 @@ type Snapshot struct {
 	Dead   DeadGroups
 	// Blocked keys, the longest waiting first.
 	Blocked []dialects.BlockedKey
+	// Inbox counts the inbox table's rows, read with the count; nil before
+	// the first count and when the schema has no inbox table.
+	Inbox *dialects.InboxStats
 
 	// The cheap reads.
 	PendingAt  time.Time
@@ -205,8 +208,8 @@ func (s *Sampler) Run(ctx context.Context) {
 	}
 }
 
-// count reads the whole table's counts, the dead-row groups and the blocked
-// keys, and returns when to count next.
+// count reads the whole table's counts, the dead-row groups, the blocked
+// keys and the inbox's counts, and returns when to count next.
 func (s *Sampler) count(ctx context.Context) time.Duration {
 	start := time.Now()
 	counts, err := s.d.OutboxCountByTopic(ctx)
@@ -224,6 +227,20 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 		s.failed(ctx, "looking for blocked keys", err)
 		return s.min
 	}
+	// The inbox is counted with the outbox (its count reads the whole
+	// inbox table too), and its cost counts in the interval.
+	var in *dialects.InboxStats
+	switch st, err := s.d.InboxStats(ctx); {
+	case errors.Is(err, dialects.ErrNoTable):
+		// A schema without the inbox: nothing to show.
+		s.m.setInbox(dialects.InboxStats{})
+	case err != nil:
+		s.failed(ctx, "counting the inbox", err)
+		return s.min
+	default:
+		in = &st
+		s.m.setInbox(st)
+	}
 	took := time.Since(start)
 	interval := min(max(s.min, CountCostFactor*took), MaxCountInterval)
 	rows, topics := zeroRows(), map[string]map[string]int64{}
@@ -240,7 +257,7 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 	s.m.setRows(rows, took)
 	s.mu.Lock()
 	s.snap.CountedAt, s.snap.CountTook, s.snap.CountInterval = s.wall(), took, interval
-	s.snap.Rows, s.snap.Topics, s.snap.Dead, s.snap.Blocked = rows, topics, dead, blocked
+	s.snap.Rows, s.snap.Topics, s.snap.Dead, s.snap.Blocked, s.snap.Inbox = rows, topics, dead, blocked, in
 	s.mu.Unlock()
 	s.worked()
 	return interval

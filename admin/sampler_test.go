@@ -57,6 +57,10 @@ func (f *fakeCounts) OutboxBlockedKeys(context.Context, dialects.BlockedKeysPara
 	return nil, nil
 }
 
+func (f *fakeCounts) InboxStats(context.Context) (dialects.InboxStats, error) {
+	return dialects.InboxStats{Rows: map[dialects.InboxState]int64{}}, nil
+}
+
 // runSampler runs a sampler over f until the test ends.
 func runSampler(t *testing.T, f *fakeCounts, minInterval time.Duration) *Sampler {
 	t.Helper()

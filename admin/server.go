@@ -327,7 +327,24 @@ type StatsView struct {
 	Throughput              ThroughputView     `json:"throughput"`
 	HeldBackBy              []Writer           `json:"heldBackBy"`
 	HeldBackByError         string             `json:"heldBackByError,omitempty"`
-	Error                   string             `json:"error,omitempty"`
+	// Inbox is absent before the first count and when the schema has no
+	// inbox table.
+	Inbox *InboxView `json:"inbox,omitempty"`
+	Error string     `json:"error,omitempty"`
+}
+
+// InboxView is the inbox part of GET /api/stats.
+type InboxView struct {
+	// Rows counts inbox rows per state, from the last count: received
+	// (waiting for the inbox relay), relayed, and any other value found.
+	Rows map[string]int64 `json:"rows"`
+	// OldestReceivedSeconds is how long the oldest received row had waited
+	// at the last count; 0 when none waited.
+	OldestReceivedSeconds float64 `json:"oldestReceivedSeconds"`
+	// Sources counts the messages each inbox source of this replica
+	// handled since it started, per outcome (stored, duplicate, rejected):
+	// queuebox_inbox_received_total.
+	Sources map[string]map[string]int64 `json:"sources"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
@@ -352,6 +369,17 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v.Topics, v.TopicsOmitted = topTopics(snap.Topics)
+	if snap.Inbox != nil {
+		in := &InboxView{Rows: map[string]int64{}, OldestReceivedSeconds: snap.Inbox.OldestReceived.Seconds(),
+			Sources: s.o.Metrics.inboxTotals()}
+		for _, st := range inboxStates {
+			in.Rows[string(st)] = 0
+		}
+		for st, n := range snap.Inbox.Rows {
+			in.Rows[string(st)] = n
+		}
+		v.Inbox = in
+	}
 	v.Throughput = s.o.Metrics.throughput.View()
 	v.DeliveriesPerSecond = v.Throughput.DeliveriesPerSecond
 	writeJSON(w, http.StatusOK, v)

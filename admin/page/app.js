@@ -1,7 +1,8 @@
-// The QueueBox admin page: reads /api/stats, /api/dead-groups and
-// /api/blocked-keys every two seconds (the server samples the table on its
-// own interval, so any number of open pages costs the database nothing),
-// and replays through POST /api/replay. No library, no outside resource.
+// The QueueBox admin page: reads /api/stats (the outbox's and the inbox's
+// counts), /api/dead-groups and /api/blocked-keys every two seconds (the
+// server samples the tables on its own interval, so any number of open
+// pages costs the database nothing), and replays through POST /api/replay.
+// No library, no outside resource.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -91,8 +92,29 @@ function renderStats(s) {
     : "";
   problem(s.error ? "Sampling the outbox failed: " + s.error + " (the numbers are the last ones read)" : "");
   drawChart(s.throughput);
+  renderInbox(s);
   renderTopics(s);
   renderHeldBack(s);
+}
+
+const INBOX_STATES = ["received", "relayed"];
+const INBOX_OUTCOMES = ["stored", "duplicate", "rejected"];
+
+function renderInbox(s) {
+  // No inbox object: not counted yet, or a schema without the inbox table.
+  const ib = s.inbox;
+  $("#inbox-none").hidden = !(s.countedAt && !ib);
+  $("#inbox-body").hidden = !!(s.countedAt && !ib);
+  $("#inbox-received").textContent = ib ? num(ib.rows.received) : "–";
+  $("#inbox-relayed").textContent = ib ? num(ib.rows.relayed) : "–";
+  $("#inbox-oldest").textContent = !ib ? "–" : ib.oldestReceivedSeconds > 0 ? duration(ib.oldestReceivedSeconds) : "none waiting";
+  const other = ib ? Object.entries(ib.rows).filter(([k]) => !INBOX_STATES.includes(k)) : [];
+  $("#inbox-other").hidden = other.length === 0;
+  $("#inbox-other-states").textContent = other.map(([k, v]) => k + " " + num(v)).join(", ");
+  const sources = ib ? Object.keys(ib.sources || {}).sort() : [];
+  fill($("#inbox-sources tbody"), sources.map((name) => el("tr", {}, el("td", { class: "mono" }, name),
+    ...INBOX_OUTCOMES.map((o) => el("td", { class: "num" }, num(ib.sources[name][o]))))),
+  4, ib ? "no inbox source is configured on this replica" : "not counted yet");
 }
 
 function renderTopics(s) {

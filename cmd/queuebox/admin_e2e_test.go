@@ -272,9 +272,10 @@ func chromium(t *testing.T) string {
 }
 
 // The page in a real headless browser: it shows the counts, the dead rows
-// grouped by failure and a blocked key; the replay button of one group puts
-// its rows back, and the page then shows them delivered. A screenshot is
-// kept in artifacts/ (docs/images/admin-page.png is a copy).
+// grouped by failure, a blocked key and the inbox's received messages per
+// source; the replay button of one group puts its rows back, and the page
+// then shows them delivered. A screenshot is kept in artifacts/
+// (docs/images/admin-page.png is a copy).
 func TestAdminPageInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives a browser")
@@ -303,6 +304,10 @@ routes:
   - { name: orders, topicPattern: "order.#", destination: orders-webhook }
   - { topicPattern: "invoice.#", destination: ledger }
 admin: { listen: "127.0.0.1:0" }
+inbox:
+  relay: { enabled: false }
+  sources:
+    web: { type: http, topic: "web.in" }
 `, dbURL, recv.URL, recv.URL))
 	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
 		t.Fatal(stderr)
@@ -372,6 +377,24 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	count := func(state string) string { return `document.querySelector("#count-` + state + `").textContent` }
 	until("6 dead rows and 2 pending", count("dead")+` === "6" && `+count("pending")+` === "2"`)
+	// Three messages through the HTTP inbox source, one of them twice; the
+	// inbox relay is off, so they stay received.
+	for _, id := range []string{"m-1", "m-2", "m-3", "m-1"} {
+		req, _ := http.NewRequest("POST", page+"inbox/web", strings.NewReader(`{"n": 1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Message-Id", id)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusAccepted && res.StatusCode != http.StatusOK {
+			t.Fatalf("POST /inbox/web: %s", res.Status)
+		}
+	}
+	until("3 received inbox messages", `document.querySelector("#inbox-received").textContent === "3" && `+
+		`document.querySelector("#inbox-oldest").textContent !== "none waiting" && `+
+		`/web\s+3\s+1\s+0/.test(document.querySelector("#inbox-sources tbody").innerText)`)
 	until("two groups of dead rows", `document.querySelectorAll("#dead-groups tr.dead-group").length === 2`)
 	until("the blocked key", `document.querySelector("#blocked-keys").innerText.includes("acct-7") && document.querySelector("#blocked-keys").innerText.includes("ledger service unavailable")`)
 	group := `#dead-groups tr[data-destination="orders-webhook"]`
