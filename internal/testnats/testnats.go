@@ -29,6 +29,9 @@ type Server struct {
 	mu   sync.Mutex
 	srv  *server.Server
 	opts *server.Options
+	// conn is what Connect logs in with (an operator-mode server's own
+	// user).
+	conn []natsgo.Option
 }
 
 // Start starts a server for the test, shut down when the test ends.
@@ -37,8 +40,14 @@ func Start(t testing.TB) *Server {
 	if u := os.Getenv("QUEUEBOX_TEST_NATS_URL"); u != "" {
 		return &Server{URL: u}
 	}
-	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()}
+	return start(t, &server.Options{JetStream: true, StoreDir: t.TempDir()})
+}
+
+// start starts an in-process server with opts, on loopback and a random
+// port.
+func start(t testing.TB, opts *server.Options) *Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", server.RANDOM_PORT, true, true
 	s := &Server{opts: opts}
 	if err := s.run(); err != nil {
 		t.Fatal(err)
@@ -137,7 +146,8 @@ func (s *Server) Disconnect(t testing.TB, name string) {
 // streams, reading them), closed when the test ends.
 func (s *Server) Connect(t testing.TB) *natsgo.Conn {
 	t.Helper()
-	nc, err := natsgo.Connect(s.URL, natsgo.MaxReconnects(-1), natsgo.ReconnectWait(200*time.Millisecond))
+	opts := append([]natsgo.Option{natsgo.MaxReconnects(-1), natsgo.ReconnectWait(200 * time.Millisecond)}, s.conn...)
+	nc, err := natsgo.Connect(s.URL, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,21 +168,28 @@ type Stream struct {
 // window of ten minutes.
 func (s *Server) NewStream(t testing.TB, name string, subjects ...string) *Stream {
 	t.Helper()
+	return s.NewStreamConfig(t, jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute})
+}
+
+// NewStreamConfig creates the stream cfg describes, deleted when the test
+// ends.
+func (s *Server) NewStreamConfig(t testing.TB, cfg jetstream.StreamConfig) *Stream {
+	t.Helper()
 	js, err := jetstream.New(s.Connect(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}); err != nil {
-		t.Fatalf("create stream %s: %v", name, err)
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = js.DeleteStream(ctx, name)
+		_ = js.DeleteStream(ctx, cfg.Name)
 	})
-	return &Stream{Name: name, js: js, next: 1}
+	return &Stream{Name: cfg.Name, js: js, next: 1}
 }
 
 // Messages returns every message the stream holds, in stream order. While

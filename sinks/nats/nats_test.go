@@ -195,6 +195,54 @@ func TestCredentialsFile(t *testing.T) {
 	}
 }
 
+// Against a server in operator mode (JWT users, memory resolver), a valid
+// credentials file logs the sink in and a row reaches the stream; without
+// the file, or with a well-formed file for a user of an account the server
+// does not trust, New still succeeds (the connection keeps trying in the
+// background) and every Publish fails at once with the server's
+// authorization refusal in its error.
+func TestCredentialsFileLogsIn(t *testing.T) {
+	t.Parallel()
+	srv := testnats.StartOperator(t)
+	prefix := testnats.Unique("qbt")
+	st := srv.NewStream(t, prefix, prefix+".>")
+	subject := tpl(t, prefix+".{{ topic }}")
+
+	s := newSink(t, Config{URL: srv.URL, Subject: subject, JetStream: true, CredentialsFile: srv.Creds(t, "queuebox"), Timeout: 5 * time.Second})
+	m := sinktest.Message(&sinktest.Target{}, "k", 0)
+	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
+		t.Fatalf("a publish with valid credentials: %v", err)
+	}
+	if ms := st.Messages(); len(ms) != 1 || ms[0].Header.Get(jetstream.MsgIDHeader) != m.ID || string(ms[0].Data) != string(m.Body) {
+		t.Fatalf("the stream holds %+v; want the row", ms)
+	}
+
+	for name, file := range map[string]string{"no credentials file": "", "another operator's user": testnats.UntrustedCreds(t, "stranger")} {
+		s := newSink(t, Config{URL: srv.URL, Subject: subject, JetStream: true, CredentialsFile: file, Timeout: 2 * time.Second})
+		// The first connect is in the background: wait for its refusal.
+		var err error
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err = s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 1)})[0]
+			if err == nil {
+				t.Fatalf("%s: a publish succeeded", name)
+			}
+			if strings.Contains(strings.ToLower(err.Error()), "authorization violation") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("%s: %v", name, err)
+		if msg := err.Error(); !strings.Contains(strings.ToLower(msg), "authorization violation") || !strings.Contains(msg, "not connected") ||
+			!strings.Contains(msg, strings.TrimPrefix(srv.URL, "nats://")) {
+			t.Errorf("%s: %v; want not connected, with the server's authorization refusal and address", name, err)
+		}
+	}
+	if n := len(st.Messages()); n != 1 {
+		t.Fatalf("the stream holds %d messages; the refused sinks published some", n)
+	}
+}
+
 func TestNewRejectsBadURL(t *testing.T) {
 	for _, u := range []string{"http://localhost:4222", "nats://", "nonsense"} {
 		if _, err := New(Config{URL: u, Subject: tpl(t, "x")}); err == nil || !strings.Contains(err.Error(), "url") {
