@@ -16,6 +16,8 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testlog"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -25,6 +27,7 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/internal/testrabbit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/migrations"
@@ -122,7 +125,7 @@ inbox:
 // consumers (every message acknowledged) and stops with exit 0.
 func TestRunConsumesBrokerSources(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the relay against two brokers")
+		t.Skip("runs the relay against three brokers")
 	}
 	t.Parallel()
 	amqpURL := testrabbit.URL(t)
@@ -146,6 +149,13 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	defer ch.QueueDelete(queue, false, false, false)
 	topic := testkafka.Unique("qbt-run-inbox")
 	kafka.CreateTopic(t, topic, 2)
+	// A stream with the shortest duplicate window the server allows, and
+	// the repeats sent after it: they reach the source, whose store must
+	// drop them.
+	natsSrv := testnats.Start(t)
+	stream := testnats.Unique("QBTRUNINBOX")
+	natsStream := natsSrv.NewStreamConfig(t, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: 100 * time.Millisecond})
 
 	cfg := Defaults()
 	cfg.Database.URL = dbURL
@@ -157,6 +167,7 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	cfg.Inbox.Sources = map[string]*InboxSourceConfig{
 		"billing": {Type: "rabbitmq", URL: amqpURL, Queue: queue, Topic: "billing.{{ headers.type }}", AggregateID: "{{ headers.invoice }}"},
 		"orders":  {Type: "kafka", Brokers: kafka.Brokers, KafkaTopic: topic, GroupID: topic + "-group", Topic: "orders.in", AggregateID: "{{ headers.key }}"},
+		"sensors": {Type: "nats", URL: natsSrv.URL, Stream: stream, Durable: "queuebox-inbox", Topic: "sensor.{{ headers.Kind }}", AggregateID: "{{ headers.Device }}"},
 	}
 	l, err := FromConfig(cfg)
 	if err != nil {
@@ -198,7 +209,29 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	if err := w.WriteMessages(ctx, recs...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every message delivered", time.Minute, func() bool { return recv.Delivered() == 2*n })
+	nc := natsSrv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		if round == 1 {
+			time.Sleep(300 * time.Millisecond) // past the stream's window
+		}
+		for i := range n {
+			msg := &natsgo.Msg{Subject: stream + ".readings", Data: []byte(fmt.Sprintf(`{"n":%d}`, i)), Header: natsgo.Header{}}
+			msg.Header.Set("Nats-Msg-Id", fmt.Sprintf("s%d", i))
+			msg.Header.Set("Kind", "temperature")
+			msg.Header.Set("Device", fmt.Sprintf("dev-%d", i%3))
+			if _, err := js.PublishMsg(ctx, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := len(natsStream.Messages()); got != 2*n {
+		t.Fatalf("the stream holds %d messages, want both copies of %d", got, n)
+	}
+	waitFor(t, "every message delivered", time.Minute, func() bool { return recv.Delivered() == 3*n })
 	if dups := recv.CheckOrder(t); dups != 0 {
 		t.Errorf("%d duplicate deliveries", dups)
 	}
@@ -206,14 +239,14 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.Rows["relayed"]; got != 2*n {
-		t.Fatalf("%d inbox rows relayed for %d distinct messages sent twice each", got, 2*n)
+	if got := st.Rows["relayed"]; got != 3*n {
+		t.Fatalf("%d inbox rows relayed for %d distinct messages sent twice each", got, 3*n)
 	}
 	topics := map[string]int{}
 	for _, q := range recv.Requests() {
 		topics[q.Topic]++
 	}
-	if topics["billing.paid"] != n || topics["orders.in"] != n || len(recv.Requests()) != 2*n {
+	if topics["billing.paid"] != n || topics["orders.in"] != n || topics["sensor.temperature"] != n || len(recv.Requests()) != 3*n {
 		t.Fatalf("deliveries per topic %v (%d requests); want %d of each, once", topics, len(recv.Requests()), n)
 	}
 	sigs <- syscall.SIGTERM
@@ -232,7 +265,7 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	if q.Messages != 0 || q.Consumers != 0 {
 		t.Fatalf("after the drain the queue has %d messages and %d consumers", q.Messages, q.Consumers)
 	}
-	for _, line := range []string{"inbox source consuming", "source=billing", "source=orders"} {
+	for _, line := range []string{"inbox source consuming", "source=billing", "source=orders", "source=sensors"} {
 		if !strings.Contains(logs.String(), line) {
 			t.Errorf("the log lacks %q:\n%s", line, logs.String())
 		}
