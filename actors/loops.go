@@ -9,11 +9,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// background is the lifetime of the engine's loops: the tickers of the
-// claim poll and the lease renewal, and the Notifier's and the Janitor's
-// loops. A loop talks to the database or ticks, and only ever sends to
-// actors, so no mailbox waits on it. Loops end with ctx; Stop waits for
-// them.
+// background is the lifetime of the engine's loops: the clocks of the claim
+// poll, the claimer's probe, the lease renewal and the inbox relay, the
+// share watcher, and the Janitor's loops. A loop talks to the database or
+// ticks, and only ever sends to actors, so no mailbox waits on it. Loops end
+// with ctx; Stop waits for them.
 type background struct {
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -152,10 +152,10 @@ func (b *background) stop() {
 	b.wg.Wait()
 }
 
-// runLoop is the whole Receive of an actor that owns one loop (the Notifier,
-// the Janitor): the loop starts with the actor, and the actor answers
-// whereAreYou once it has, so that Engine.Start returns only after the loop
-// is counted in b (Stop waits for it).
+// runLoop is the whole Receive of an actor that owns a loop (the Janitor):
+// the loop starts with the actor, and the actor answers whereAreYou once it
+// has, so that Engine.Start returns only after the loop is counted in b
+// (Stop waits for it).
 func runLoop(ctx actor.Context, b *background, loop func(root *actor.RootContext)) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
