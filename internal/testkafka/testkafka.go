@@ -1,6 +1,8 @@
 // Package testkafka gives tests a Kafka cluster that speaks the real wire
 // protocol: franz-go's kfake, in-process, on loopback ports, started in
-// milliseconds. $QUEUEBOX_TEST_KAFKA_BROKERS (host:port,host:port) points
+// milliseconds; or, for the tests of the queuebox binary, kfake as a
+// process of its own (NewProcess, the command in ./kfake), which a test
+// stops and starts for real. $QUEUEBOX_TEST_KAFKA_BROKERS (host:port,host:port) points
 // the same tests at an external cluster instead, except the tests of TLS
 // and SASL (NewSecure), whose cluster's security is theirs to set.
 //
@@ -36,6 +38,8 @@ type Cluster struct {
 	// transport, set for a secured cluster (NewSecure), is how the
 	// helpers below connect to it.
 	transport *kafkago.Transport
+	// proc, set by NewProcess, is the kfake command's process.
+	proc *process
 }
 
 // New starts a cluster of three brokers for the test (or attaches to the
@@ -83,8 +87,12 @@ func start(opts []kfake.Opt) (*Cluster, error) {
 	return c, nil
 }
 
-// Close stops an in-process cluster.
+// Close stops an in-process cluster, or kills the process of NewProcess.
 func (c *Cluster) Close() {
+	if c.proc != nil {
+		c.proc.kill()
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fake != nil {
@@ -93,9 +101,16 @@ func (c *Cluster) Close() {
 	}
 }
 
-// Stop stops the cluster; Start brings it back.
+// Stop stops the cluster; Start brings it back. A process (NewProcess)
+// gets SIGTERM, and Stop waits for it to exit cleanly.
 func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
+	if c.proc != nil {
+		if err := c.proc.stop(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if c.opts == nil {
 		t.Fatal("an external cluster cannot be stopped by the tests")
 	}
@@ -105,6 +120,15 @@ func (c *Cluster) Stop(t testing.TB) {
 // Start starts the stopped cluster again on its ports, with its data.
 func (c *Cluster) Start(t testing.TB) {
 	t.Helper()
+	if c.proc != nil {
+		if c.proc.running() {
+			return
+		}
+		if err := c.proc.restart(); err != nil {
+			t.Fatalf("kfake did not start again on %v: %v", c.Brokers, err)
+		}
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fake != nil {
@@ -121,12 +145,16 @@ func (c *Cluster) Start(t testing.TB) {
 }
 
 // Fake returns the in-process cluster, for tests that look at or steer
-// kfake itself; against an external cluster they are skipped.
+// kfake itself; against an external cluster or a process they are
+// skipped.
 func (c *Cluster) Fake(t testing.TB) *kfake.Cluster {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fake == nil {
+		if c.proc != nil {
+			t.Skip("this test steers the in-process kfake; this cluster is a process (NewProcess)")
+		}
 		t.Skip("this test steers the in-process kfake; QUEUEBOX_TEST_KAFKA_BROKERS points elsewhere")
 	}
 	return c.fake

@@ -1,7 +1,10 @@
 // Package e2ebrokers holds the end-to-end tests of the queuebox binary with
 // RabbitMQ, Kafka and NATS destinations: the test process runs the brokers
-// (a private RabbitMQ node, kfake and the NATS server in-process) and an
-// independent consumer of each, the binary connects to them over TCP.
+// (a private RabbitMQ node; kfake as a child process, the command
+// internal/testkafka/kfake; the NATS server in-process) and an independent
+// consumer of each, the binary connects to them over TCP. The benchmark
+// still runs kfake inside the test process, as docs/performance.md
+// describes its figures.
 //
 // The tests live in a package of their own because they import the NATS
 // server, whose first compile takes minutes.

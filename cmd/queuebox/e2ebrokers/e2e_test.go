@@ -37,6 +37,7 @@ type runner func() int
 func (r runner) Run() int {
 	code := r()
 	testbin.Remove()
+	testkafka.RemoveCommand()
 	return code
 }
 
@@ -102,7 +103,7 @@ func TestBrokersEndToEnd(t *testing.T) {
 	dbURL := testdb.Database(t)
 	node := testrabbit.Private(t)
 	natsSrv := testnats.Start(t)
-	kafka := testkafka.New(t)
+	kafka := testkafka.NewProcess(t, testkafka.ProcessOptions{})
 
 	// The places the rows go: exchanges named after the aggregate types,
 	// one queue bound to both; Kafka topics qb.<aggregate type>; a stream
