@@ -11,7 +11,8 @@
 #     tests that restart a server start a private node of their own.
 #     QUEUEBOX_TEST_AMQP_URL points them at another server instead.
 #   - NATS and Kafka need nothing here: the tests run them in-process (the
-#     NATS server's Go module, franz-go's kfake).
+#     NATS server's Go module, franz-go's kfake), and the binary's broker
+#     tests run kfake as a small command built from internal/testkafka/kfake.
 # Arguments are passed to `go test` (default: ./...).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,7 +6,11 @@
 // that name, the source creates it with explicit acknowledgements,
 // delivering the whole stream from its start. A message that is not
 // acknowledged within the consumer's ack wait (30 s when the source created
-// it) is delivered again, and the repeat is a duplicate. A message that can
+// it) is delivered again, and the repeat is a duplicate. When a session
+// starts and the durable has such messages (a consumer died, or this one's
+// connection dropped, before storing them), the source resets the durable
+// to its ack floor so that they come again at once and in stream order,
+// not after the ack wait behind the messages that followed them. A message that can
 // never be stored (not JSON, a template's header missing) is terminated:
 // JetStream does not deliver it again.
 //
@@ -63,6 +67,8 @@ type Config struct {
 type Consumer struct {
 	cfg  Config
 	loop inbox.Loop
+	// resetRefused: the server refused a reset once (logged once).
+	resetRefused bool
 }
 
 var _ inbox.Consumer = (*Consumer)(nil)
@@ -156,6 +162,9 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 			AckWait: c.cfg.ackWait, Description: "QueueBox inbox source " + c.Source(),
 		})
 	}
+	if err == nil {
+		err = c.resetUnacknowledged(ctx, js, cons)
+	}
 	cancel()
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -202,6 +211,38 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		if err := c.handle(hard, batch); err != nil {
 			return err
 		}
+	}
+}
+
+// resetUnacknowledged puts the durable back at its ack floor when it has
+// messages delivered and not acknowledged: those of a replica that died, or
+// of this one's previous session, before they were stored. Without it they
+// would come again only after the ack wait, behind the messages that
+// followed them, and be received out of the stream's order. After the
+// reset the durable delivers again from the first message not
+// acknowledged, in stream order; those already stored are duplicates. A
+// server older than 2.14 has no reset: the source then logs once and goes
+// on, and such messages wait for the ack wait as before.
+func (c *Consumer) resetUnacknowledged(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer) error {
+	info := cons.CachedInfo()
+	if info == nil || info.NumAckPending == 0 {
+		return nil
+	}
+	_, err := js.ResetConsumer(ctx, c.cfg.Stream, c.cfg.Durable)
+	switch {
+	case err == nil:
+		c.cfg.Log.Info("inbox: the NATS durable had messages delivered and not acknowledged; delivering again from the first of them, in stream order",
+			"source", c.Source(), "stream", c.cfg.Stream, "durable", c.cfg.Durable, "unacknowledged", info.NumAckPending)
+		return nil
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound), ctx.Err() != nil:
+		return err
+	default:
+		if !c.resetRefused {
+			c.resetRefused = true
+			c.cfg.Log.Warn("inbox: the NATS server cannot reset the durable (it needs nats-server 2.14 or later); messages delivered and not acknowledged come again after the ack wait, after those that followed them",
+				"source", c.Source(), "stream", c.cfg.Stream, "durable", c.cfg.Durable, "error", err)
+		}
+		return nil
 	}
 }
 

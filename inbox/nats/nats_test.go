@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testlog"
 	"github.com/queuebox/queuebox/internal/testnats"
 )
 
@@ -56,7 +58,7 @@ func publish(t *testing.T, s *testnats.Server, subject string, evs ...event) {
 	}
 }
 
-func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durable string, obs inbox.Observer, hook func() error) *Consumer {
+func mapping(t *testing.T) *inbox.Mapping {
 	t.Helper()
 	tp, _ := inbox.ParseTemplate("orders.{{ headers.Event-Type }}")
 	agg, _ := inbox.ParseTemplate("{{ headers.order-id }}")
@@ -64,7 +66,12 @@ func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durabl
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Mapping: m, Storer: inbox.NewStorer("orders", d, obs, nil), URL: s.URL, Stream: stream, Durable: durable,
+	return m
+}
+
+func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durable string, obs inbox.Observer, hook func() error) *Consumer {
+	t.Helper()
+	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, obs, nil), URL: s.URL, Stream: stream, Durable: durable,
 		MaxBatch: 10, ackWait: time.Second, afterStore: hook})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +174,88 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 	if obs.Get(inbox.Stored) != n-stored {
 		t.Fatalf("the second consumer counted %v; want %d stored", obs, n-stored)
 	}
+}
+
+// Messages a dead consumer was delivered and never acknowledged (a stored
+// batch, and the pulled batch behind it that it never stored) come again at
+// once and in stream order when the next consumer starts, not after the
+// durable's ack wait behind the messages that followed them: every order's
+// messages are received in the order they were published.
+func TestCrashKeepsStreamOrder(t *testing.T) {
+	t.Parallel()
+	s := testnats.Start(t)
+	d := testdb.Migrated(t, 10)
+	stream := testnats.Unique("QBT")
+	subject := stream + ".in"
+	s.NewStream(t, stream, subject)
+	// The durable exists with an ack wait far longer than the test waits.
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "qb-inbox", AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 10 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	var evs []event
+	for i := range n {
+		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
+	}
+	publish(t, s, subject, evs...)
+	var crashed atomic.Bool
+	consumer(t, d, s, stream, "qb-inbox", nil, func() error {
+		crashed.Store(true)
+		return errors.New("crash")
+	})
+	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
+	if p := pendingAcks(t, s, stream, "qb-inbox"); p <= 10 {
+		t.Fatalf("the dead consumer left %d messages unacknowledged; want its stored batch and more pulled behind it", p)
+	}
+	logs := &testlog.Buffer{}
+	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: s.URL, Stream: stream,
+		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
+	last := map[string]int{}
+	for _, r := range inboxtest.Rows(t, d) {
+		if prev, ok := last[*r.AggregateID]; ok && r.N < prev {
+			t.Errorf("order %s: message %d received after %d", *r.AggregateID, r.N, prev)
+		}
+		last[*r.AggregateID] = r.N
+	}
+	if !strings.Contains(logs.String(), "delivering again from the first of them") {
+		t.Errorf("the log does not say the durable was reset:\n%s", logs.String())
+	}
+}
+
+// pendingAcks is how many messages the durable delivered and has not had
+// acknowledged.
+func pendingAcks(t *testing.T, s *testnats.Server, stream, durable string) int {
+	t.Helper()
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumAckPending
 }
 
 // A message that can never be stored is terminated, and the messages
