@@ -593,3 +593,53 @@ func (n planNode) walk(f func(planNode)) {
 		c.walk(f)
 	}
 }
+
+// The claim by key, which the engine runs on a keyed backlog, costs what
+// the keys cost and not what waits behind them: with ten hot keys whose
+// heads are all in flight, finding nothing to claim reads about as many
+// buffers behind 4,000 rows per key as behind 200. (Finding nothing this
+// way used to walk every pending row: 100,000 index probes and about a
+// second on 100,000 rows.)
+func TestClaimByKeyCostDoesNotGrowWithDepthBehindBusyHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hits := map[int]int{}
+	for _, depth := range []int{200, 4000} {
+		d := open(t, 0)
+		tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
+			SELECT 't', 'k' || (g % 10), '{}' FROM generate_series(1, $1::int) AS g`, 10*depth); err != nil {
+			t.Fatal(err)
+		}
+		// Every key's head is in flight, leased for an hour.
+		if _, err := d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'processing', claim_token = gen_random_uuid(),
+			claimed_at = now(), lease_expires_at = now() + interval '1 hour', attempt = 1
+			WHERE id IN (SELECT DISTINCT ON (key) id FROM `+tbl+` ORDER BY key, sequence)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Pool().Exec(ctx, `ANALYZE `+tbl); err != nil {
+			t.Fatal(err)
+		}
+		conn := claimSession(t, d)
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []struct {
+			Plan planNode `json:"Plan"`
+		}
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '')`).Scan(&plan)
+		_ = tx.Rollback(ctx)
+		if err != nil || len(plan) != 1 {
+			t.Fatalf("explain: %v", err)
+		}
+		if plan[0].Plan.ActualRows != 0 {
+			t.Fatalf("%d rows per key behind busy heads: the claim took %v rows, want none", depth, plan[0].Plan.ActualRows)
+		}
+		hits[depth] = plan[0].Plan.SharedHit
+	}
+	if hits[4000] > 2*hits[200]+100 {
+		t.Errorf("finding nothing behind ten busy heads read %d buffers over 4,000 rows per key, %d over 200: the claim walks the backlog", hits[4000], hits[200])
+	}
+	t.Logf("buffers read: %d behind 200 rows per key, %d behind 4,000", hits[200], hits[4000])
+}
