@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -525,5 +526,33 @@ func TestTheTableIsCountedOnlyWhileSomeoneReads(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	if n := d.n.Load(); n > read+1 {
 		t.Fatalf("%d counts after the reads stopped (%d before)", n, read)
+	}
+}
+
+// The address the listener got decides, after any name was resolved: a
+// loopback address needs no token; anything else (all interfaces, a
+// machine's own address, a name that resolved to one) needs admin.token.
+func TestListenAllowedLooksAtTheBoundAddress(t *testing.T) {
+	for _, c := range []struct {
+		addr  net.Addr
+		token string
+		ok    bool
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080}, "", true},
+		{&net.TCPAddr{IP: net.ParseIP("::1"), Port: 8080}, "", true},
+		{&net.TCPAddr{IP: net.ParseIP("127.0.0.2"), Port: 8080}, "", true},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 8080}, "", false},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 8080}, "", false},
+		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 8080}, "", false},
+		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 8080}, "s3cret", true},
+		{&net.UnixAddr{Name: "/tmp/qb.sock", Net: "unix"}, "", false},
+	} {
+		err := ListenAllowed(c.addr, c.token)
+		if (err == nil) != c.ok {
+			t.Errorf("%v with token %q: %v, want allowed %v", c.addr, c.token, err, c.ok)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "admin.token") || !strings.Contains(err.Error(), c.addr.String())) {
+			t.Errorf("the refusal does not name the address and the key: %v", err)
+		}
 	}
 }
