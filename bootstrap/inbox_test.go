@@ -133,20 +133,8 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	dbURL := testdb.Database(t)
 	recv := testrecv.New(t, nil)
 
-	queue := testrabbit.Unique("qbt-run-inbox")
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer ch.QueueDelete(queue, false, false, false)
+	queue := testrabbit.DurableQueue(t, amqpURL, "qbt-run-inbox", nil)
+	ch := testrabbit.Channel(t, amqpURL)
 	topic := testkafka.Unique("qbt-run-inbox")
 	kafka.CreateTopic(t, topic, 2)
 	// A stream with the shortest duplicate window the server allows, and

@@ -5,80 +5,19 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/queuebox/queuebox/actors"
-	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/inboxtest"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	httpsink "github.com/queuebox/queuebox/sinks/http"
 )
-
-// engine runs the relay engine on d, delivering every topic to url over
-// HTTP, with the inbox relay on.
-func engine(t *testing.T, d *postgres.Dialect, url string) *actors.Engine {
-	t.Helper()
-	pattern, err := routing.CompilePattern("#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := routing.ParseTemplate(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := httpsink.Config{URL: addr, Method: "POST", Timeout: 5 * time.Second, MaxConnections: 16, MaxErrorBody: 1024}
-	e, err := actors.New(actors.Options{
-		Dialect: d, Router: routing.NewRouter([]routing.Route{{Name: "all", Pattern: pattern, Destination: "recv"}}),
-		Destinations: map[string]actors.SinkFactory{"recv": func() (sinks.Sink, error) { return httpsink.New(cfg) }},
-		BatchSize:    100, MaxInFlight: 1000, Lease: 10 * time.Second, PollInterval: 50 * time.Millisecond,
-		ProbeInterval: 2 * time.Millisecond, KeyIdle: 200 * time.Millisecond, DrainTimeout: 5 * time.Second,
-		Backoff: actors.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond},
-		Inbox:   actors.InboxRelay{Enabled: true, MaxAttempts: 5},
-		Logger:  slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-	return e
-}
-
-// settled waits until every inbox row is relayed and every outbox row
-// delivered, then returns how many of each there are.
-func settled(t *testing.T, d *postgres.Dialect, want int64) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		in, err := d.InboxStats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := d.OutboxStats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if in.Rows[dialects.InboxReceived] == 0 && in.Rows[dialects.InboxRelayed] >= want && out.Rows[dialects.Delivered] >= want &&
-			out.Rows[dialects.Pending]+out.Rows[dialects.Processing] == 0 {
-			if in.Rows[dialects.InboxRelayed] != want || out.Rows[dialects.Delivered] != want {
-				t.Fatalf("inbox %v and outbox %v, want %d relayed and delivered", in.Rows, out.Rows, want)
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the inbox and outbox did not settle at %d rows", want)
-}
 
 // A message sent twice with one id is stored once and delivered once; a
 // burst over several aggregates from eight concurrent clients comes out of
@@ -87,7 +26,7 @@ func TestHTTPToDestination(t *testing.T) {
 	t.Parallel()
 	d := testdb.Migrated(t, 20)
 	recv := testrecv.New(t, nil)
-	engine(t, d, recv.URL+"/{{ topic }}")
+	inboxtest.Relay(t, d, recv.URL+"/{{ topic }}")
 	s := server(t, d, nil, nil)
 	url := s.URL + "/inbox/payments"
 
@@ -96,7 +35,7 @@ func TestHTTPToDestination(t *testing.T) {
 	if a.Status != 202 || b.Status != 200 || a.ID != b.ID {
 		t.Fatalf("answers %+v then %+v", a, b)
 	}
-	settled(t, d, 1)
+	inboxtest.Settled(t, d, 1)
 	reqs := recv.Requests()
 	if len(reqs) != 1 || reqs[0].ID != a.ID || reqs[0].Topic != "payment.captured" || reqs[0].Key != "pay-1" ||
 		reqs[0].Header.Get("X-Aggregate-Type") != "payment" || reqs[0].Header.Get("X-Event-Type") != "captured" {
@@ -124,7 +63,7 @@ func TestHTTPToDestination(t *testing.T) {
 	}
 	wg.Wait()
 	total := 1 + clients*perClient
-	settled(t, d, int64(total))
+	inboxtest.Settled(t, d, int64(total))
 	if dups := recv.CheckOrder(t); dups != 0 {
 		t.Errorf("%d duplicate deliveries", dups)
 	}

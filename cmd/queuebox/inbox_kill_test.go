@@ -45,20 +45,8 @@ func TestInboxConsumersSurviveKill9(t *testing.T) {
 
 	// RabbitMQ: one durable queue, every message persistent.
 	amqpURL := testrabbit.URL(t)
-	queue := testrabbit.Unique("qbt-kill-inbox")
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer ch.QueueDelete(queue, false, false, false)
+	queue := testrabbit.DurableQueue(t, amqpURL, "qbt-kill-inbox", nil)
+	ch := testrabbit.Channel(t, amqpURL)
 	// NATS: a JetStream stream.
 	natsSrv := testnats.Start(t)
 	stream := testnats.Unique("QBTKILLINBOX")

@@ -83,9 +83,8 @@ func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durabl
 	return c
 }
 
-// pending is how many messages the durable has not had acknowledged
-// (delivered and waiting, or not yet delivered).
-func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
+// info reads the durable's state.
+func info(t *testing.T, s *testnats.Server, stream, durable string) *jetstream.ConsumerInfo {
 	t.Helper()
 	js, err := jetstream.New(s.Connect(t))
 	if err != nil {
@@ -97,11 +96,19 @@ func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := c.Info(ctx)
+	i, err := c.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.NumPending + uint64(info.NumAckPending)
+	return i
+}
+
+// pending is how many messages the durable has not had acknowledged
+// (delivered and waiting, or not yet delivered).
+func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
+	t.Helper()
+	i := info(t, s, stream, durable)
+	return i.NumPending + uint64(i.NumAckPending)
 }
 
 // Messages are stored once per message id (Nats-Msg-Id, else
@@ -211,7 +218,7 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 		return errors.New("crash")
 	})
 	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
-	if p := pendingAcks(t, s, stream, "qb-inbox"); p <= 10 {
+	if p := info(t, s, stream, "qb-inbox").NumAckPending; p <= 10 {
 		t.Fatalf("the dead consumer left %d messages unacknowledged; want its stored batch and more pulled behind it", p)
 	}
 	logs := &testlog.Buffer{}
@@ -235,27 +242,6 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 	if !strings.Contains(logs.String(), "delivering again from the first of them") {
 		t.Errorf("the log does not say the durable was reset:\n%s", logs.String())
 	}
-}
-
-// pendingAcks is how many messages the durable delivered and has not had
-// acknowledged.
-func pendingAcks(t *testing.T, s *testnats.Server, stream, durable string) int {
-	t.Helper()
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := js.Consumer(ctx, stream, durable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.NumAckPending
 }
 
 // A message that can never be stored is terminated, and the messages

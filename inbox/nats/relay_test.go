@@ -3,7 +3,6 @@ package nats
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -12,71 +11,12 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/queuebox/queuebox/actors"
-	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/inboxtest"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/internal/testrecv"
-	"github.com/queuebox/queuebox/routing"
-	"github.com/queuebox/queuebox/sinks"
-	httpsink "github.com/queuebox/queuebox/sinks/http"
 )
-
-// relay runs the relay engine on d with the inbox relay on, delivering
-// every topic to url over HTTP (as inbox/e2e_test.go's engine).
-func relay(t *testing.T, d *postgres.Dialect, url string) {
-	t.Helper()
-	pattern, err := routing.CompilePattern("#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := routing.ParseTemplate(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := httpsink.Config{URL: addr, Method: "POST", Timeout: 5 * time.Second, MaxConnections: 16, MaxErrorBody: 1024}
-	e, err := actors.New(actors.Options{
-		Dialect: d, Router: routing.NewRouter([]routing.Route{{Name: "all", Pattern: pattern, Destination: "recv"}}),
-		Destinations: map[string]actors.SinkFactory{"recv": func() (sinks.Sink, error) { return httpsink.New(cfg) }},
-		BatchSize:    100, MaxInFlight: 1000, Lease: 10 * time.Second, PollInterval: 50 * time.Millisecond,
-		ProbeInterval: 2 * time.Millisecond, KeyIdle: 200 * time.Millisecond, DrainTimeout: 5 * time.Second,
-		Backoff: actors.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond},
-		Inbox:   actors.InboxRelay{Enabled: true, MaxAttempts: 5},
-		Logger:  slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-}
-
-// settled waits until want inbox rows are relayed and as many outbox rows
-// delivered, with nothing left to do, and fails if there are more.
-func settled(t *testing.T, d *postgres.Dialect, want int64) {
-	t.Helper()
-	var in dialects.InboxStats
-	var out dialects.Stats
-	inboxtest.WaitFor(t, fmt.Sprintf("%d rows relayed and delivered", want), func() bool {
-		var err error
-		if in, err = d.InboxStats(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if out, err = d.OutboxStats(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return in.Rows[dialects.InboxReceived] == 0 && in.Rows[dialects.InboxRelayed] >= want && out.Rows[dialects.Delivered] >= want &&
-			out.Rows[dialects.Pending]+out.Rows[dialects.Processing] == 0
-	})
-	if in.Rows[dialects.InboxRelayed] != want || out.Rows[dialects.Delivered] != want {
-		t.Fatalf("inbox %v and outbox %v, want %d relayed and delivered", in.Rows, out.Rows, want)
-	}
-}
 
 // pub publishes one message through JetStream and returns the stream's ack.
 func pub(js jetstream.JetStream, subject, id, typ, order, body string) (*jetstream.PubAck, error) {
@@ -107,7 +47,7 @@ func TestStreamToDestination(t *testing.T) {
 	st := s.NewStreamConfig(t, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage,
 		Duplicates: 100 * time.Millisecond})
 	recv := testrecv.New(t, nil)
-	relay(t, d, recv.URL+"/{{ topic }}")
+	inboxtest.Relay(t, d, recv.URL+"/{{ topic }}")
 
 	tp, _ := inbox.ParseTemplate("orders.{{ headers.Event-Type }}")
 	typ, _ := inbox.ParseTemplate("order")
@@ -151,7 +91,7 @@ func TestStreamToDestination(t *testing.T) {
 	if obs.Get(inbox.Duplicate) != 1 {
 		t.Fatalf("counted %v; want the repeat counted as a duplicate", obs)
 	}
-	settled(t, d, 1)
+	inboxtest.Settled(t, d, 1)
 	if rows := inboxtest.Rows(t, d); len(rows) != 1 || rows[0].MessageID != "once" {
 		t.Fatalf("inbox rows %+v; want the message once", rows)
 	}
@@ -191,7 +131,7 @@ func TestStreamToDestination(t *testing.T) {
 		t.FailNow()
 	}
 	total := 1 + publishers*each
-	settled(t, d, int64(total))
+	inboxtest.Settled(t, d, int64(total))
 	if dups := recv.CheckOrder(t); dups != 0 {
 		t.Errorf("%d duplicate deliveries", dups)
 	}

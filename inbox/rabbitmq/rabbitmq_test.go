@@ -35,28 +35,7 @@ func (r runner) Run() int { return testrabbit.Run(r.m) }
 // args), deleted when the test ends.
 func queue(t *testing.T, url string, args amqp.Table) string {
 	t.Helper()
-	name := testrabbit.Unique("qbt-inbox")
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := amqp.Dial(url); err == nil {
-			if ch, err := c.Channel(); err == nil {
-				_, _ = ch.QueueDelete(name, false, false, false)
-			}
-			c.Close()
-		}
-	})
-	return name
+	return testrabbit.DurableQueue(t, url, "qbt-inbox", args)
 }
 
 // publish sends messages to the queue through the default exchange, with

@@ -1,19 +1,25 @@
-// Package inboxtest holds what the tests of the inbox's broker sources
-// share: the stored rows, an observer that counts outcomes, and a bounded
-// wait.
+// Package inboxtest holds what the tests of the inbox's sources share: the
+// stored rows, an observer that counts outcomes, a bounded wait, and a relay
+// engine that takes the inbox through the outbox to an HTTP receiver.
 package inboxtest
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
 )
 
 // Row is a stored inbox row; N is the payload's "n" (-1 without one).
@@ -83,4 +89,59 @@ func WaitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("waited 90 s for %s", what)
+}
+
+// Relay runs the relay engine on d, with the inbox relay on, delivering
+// every topic over HTTP to url (a template: "{{ topic }}" may be in it).
+// It stops when the test ends.
+func Relay(t *testing.T, d *postgres.Dialect, url string) *actors.Engine {
+	t.Helper()
+	pattern, err := routing.CompilePattern("#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := routing.ParseTemplate(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := httpsink.Config{URL: addr, Method: "POST", Timeout: 5 * time.Second, MaxConnections: 16, MaxErrorBody: 1024}
+	e, err := actors.New(actors.Options{
+		Dialect: d, Router: routing.NewRouter([]routing.Route{{Name: "all", Pattern: pattern, Destination: "recv"}}),
+		Destinations: map[string]actors.SinkFactory{"recv": func() (sinks.Sink, error) { return httpsink.New(cfg) }},
+		BatchSize:    100, MaxInFlight: 1000, Lease: 10 * time.Second, PollInterval: 50 * time.Millisecond,
+		ProbeInterval: 2 * time.Millisecond, KeyIdle: 200 * time.Millisecond, DrainTimeout: 5 * time.Second,
+		Backoff: actors.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond},
+		Inbox:   actors.InboxRelay{Enabled: true, MaxAttempts: 5},
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	return e
+}
+
+// Settled waits until want inbox rows are relayed and as many outbox rows
+// delivered, with nothing left to do, and fails if there are more.
+func Settled(t *testing.T, d *postgres.Dialect, want int64) {
+	t.Helper()
+	var in dialects.InboxStats
+	var out dialects.Stats
+	WaitFor(t, fmt.Sprintf("%d rows relayed and delivered", want), func() bool {
+		var err error
+		if in, err = d.InboxStats(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if out, err = d.OutboxStats(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return in.Rows[dialects.InboxReceived] == 0 && in.Rows[dialects.InboxRelayed] >= want && out.Rows[dialects.Delivered] >= want &&
+			out.Rows[dialects.Pending]+out.Rows[dialects.Processing] == 0
+	})
+	if in.Rows[dialects.InboxRelayed] != want || out.Rows[dialects.Delivered] != want {
+		t.Fatalf("inbox %v and outbox %v, want %d relayed and delivered", in.Rows, out.Rows, want)
+	}
 }

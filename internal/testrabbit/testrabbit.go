@@ -417,3 +417,39 @@ func (q *Queue) drain() error {
 		}
 	}
 }
+
+// DurableQueue declares a durable queue named after prefix on the server at
+// url (with args), deleted when the test ends.
+func DurableQueue(t testing.TB, url, prefix string, args amqp.Table) string {
+	t.Helper()
+	name := Unique(prefix)
+	ch := Channel(t, url)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := amqp.Dial(url); err == nil {
+			if ch, err := c.Channel(); err == nil {
+				_, _ = ch.QueueDelete(name, false, false, false)
+			}
+			c.Close()
+		}
+	})
+	return name
+}
+
+// Channel opens a connection and a channel to the server at url, closed
+// when the test ends.
+func Channel(t testing.TB, url string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
