@@ -145,6 +145,25 @@ func TestStoresOnceAndAcknowledges(t *testing.T) {
 	}
 }
 
+// crashAfterOneBatch publishes n messages over three orders to the
+// stream's subject, and runs a consumer of the durable qb-inbox that dies
+// (as a crash would) once it has stored its first batch and before it
+// acknowledges it.
+func crashAfterOneBatch(t *testing.T, d dialects.Inbox, s *testnats.Server, stream string, n int) {
+	t.Helper()
+	var evs []event
+	for i := range n {
+		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
+	}
+	publish(t, s, stream+".in", evs...)
+	var crashed atomic.Bool
+	consumer(t, d, s, stream, "qb-inbox", nil, func() error {
+		crashed.Store(true)
+		return errors.New("crash")
+	})
+	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
+}
+
 // A consumer that dies between the insert and the acknowledgement loses
 // nothing and stores nothing twice: JetStream delivers the batch again
 // after the ack wait, and the repeats are duplicates.
@@ -156,17 +175,7 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
 	const n = 40
-	var evs []event
-	for i := range n {
-		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
-	}
-	publish(t, s, subject, evs...)
-	var crashed atomic.Bool
-	consumer(t, d, s, stream, "qb-inbox", nil, func() error {
-		crashed.Store(true)
-		return errors.New("crash")
-	})
-	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
+	crashAfterOneBatch(t, d, s, stream, n)
 	stored := len(inboxtest.Rows(t, d))
 	if stored == 0 || stored > 10 {
 		t.Fatalf("the first consumer stored %d rows, want one batch", stored)
@@ -207,17 +216,7 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 60
-	var evs []event
-	for i := range n {
-		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
-	}
-	publish(t, s, subject, evs...)
-	var crashed atomic.Bool
-	consumer(t, d, s, stream, "qb-inbox", nil, func() error {
-		crashed.Store(true)
-		return errors.New("crash")
-	})
-	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
+	crashAfterOneBatch(t, d, s, stream, n)
 	if p := info(t, s, stream, "qb-inbox").NumAckPending; p <= 10 {
 		t.Fatalf("the dead consumer left %d messages unacknowledged; want its stored batch and more pulled behind it", p)
 	}
