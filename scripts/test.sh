@@ -19,6 +19,8 @@ cd "$(dirname "$0")/.."
 
 scripts/install-postgres.sh
 scripts/install-chromium.sh
+# The browser test fails, rather than skips, when the browser is missing.
+export QUEUEBOX_CHROMIUM="${QUEUEBOX_CHROMIUM:-/usr/bin/chromium}"
 
 bindir="${QUEUEBOX_PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)}"
 dir="$(mktemp -d /tmp/queuebox-test-XXXXXX)"

@@ -260,12 +260,18 @@ routes: [ { topicPattern: "#", destination: n } ]
 
 // chromium is the browser the page test drives: the distribution's, which
 // scripts/install-chromium.sh installs, or QUEUEBOX_CHROMIUM.
+// chromium is the browser's path. scripts/test.sh installs it and sets
+// QUEUEBOX_CHROMIUM, so under `make test` a missing browser fails the test;
+// a plain `go test` without it skips.
 func chromium(t *testing.T) string {
-	p := os.Getenv("QUEUEBOX_CHROMIUM")
-	if p == "" {
+	p, set := os.LookupEnv("QUEUEBOX_CHROMIUM")
+	if !set || p == "" {
 		p = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(p); err != nil {
+		if set {
+			t.Fatalf("no browser at %s (QUEUEBOX_CHROMIUM): scripts/install-chromium.sh installs Debian's chromium there", p)
+		}
 		t.Skipf("no browser at %s: scripts/install-chromium.sh installs it (scripts/test.sh runs it), or set QUEUEBOX_CHROMIUM", p)
 	}
 	return p
