@@ -230,13 +230,19 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 	// The inbox is counted with the outbox (its count reads the whole
 	// inbox table too), and its cost counts in the interval.
 	var in *dialects.InboxStats
+	inboxFailed := false
 	switch st, err := s.d.InboxStats(ctx); {
 	case errors.Is(err, dialects.ErrNoTable):
 		// A schema without the inbox: nothing to show.
 		s.m.setInbox(dialects.InboxStats{})
 	case err != nil:
+		// The outbox's figures are still published; the inbox's keep
+		// their last values, and the error shows as the sampling's.
 		s.failed(ctx, "counting the inbox", err)
-		return s.min
+		inboxFailed = true
+		s.mu.Lock()
+		in = s.snap.Inbox
+		s.mu.Unlock()
 	default:
 		in = &st
 		s.m.setInbox(st)
@@ -259,6 +265,9 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 	s.snap.CountedAt, s.snap.CountTook, s.snap.CountInterval = s.wall(), took, interval
 	s.snap.Rows, s.snap.Topics, s.snap.Dead, s.snap.Blocked, s.snap.Inbox = rows, topics, dead, blocked, in
 	s.mu.Unlock()
+	if inboxFailed {
+		return s.min
+	}
 	s.worked()
 	return interval
 }

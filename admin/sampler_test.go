@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,10 +19,11 @@ import (
 type fakeCounts struct {
 	dialects.Dialect // nil: only what the sampler calls is implemented
 
-	counts  atomic.Int64
-	fail    atomic.Bool
-	hold    atomic.Bool   // a count started while set waits for release
-	release chan struct{} // closed (or sent on) to end a held count
+	counts    atomic.Int64
+	fail      atomic.Bool
+	inboxFail atomic.Bool   // only the inbox's count fails
+	hold      atomic.Bool   // a count started while set waits for release
+	release   chan struct{} // closed (or sent on) to end a held count
 }
 
 var errDown = errors.New("connection refused")
@@ -58,6 +60,9 @@ func (f *fakeCounts) OutboxBlockedKeys(context.Context, dialects.BlockedKeysPara
 }
 
 func (f *fakeCounts) InboxStats(context.Context) (dialects.InboxStats, error) {
+	if f.inboxFail.Load() {
+		return dialects.InboxStats{}, errDown
+	}
 	return dialects.InboxStats{Rows: map[dialects.InboxState]int64{}}, nil
 }
 
@@ -178,5 +183,22 @@ func TestAWallClockStepBackDoesNotStopCounting(t *testing.T) {
 			t.Fatalf("the snapshot's time does not follow the wall clock: %v", s.Snapshot().CountedAt)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A count of the inbox that fails does not hold back the outbox's figures:
+// they are published, and the snapshot says what failed.
+func TestAFailingInboxCountKeepsTheOutboxFigures(t *testing.T) {
+	t.Parallel()
+	f := &fakeCounts{}
+	f.inboxFail.Store(true)
+	s := runSampler(t, f, 20*time.Millisecond)
+	s.Demand(context.Background())
+	snap := s.Snapshot()
+	if snap.Rows[string(dialects.Pending)] != 1 {
+		t.Errorf("the outbox's count was not published: %v", snap.Rows)
+	}
+	if !strings.Contains(snap.Err, "counting the inbox") {
+		t.Errorf("the snapshot does not say the inbox's count failed: %q", snap.Err)
 	}
 }

@@ -203,16 +203,22 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 2 {
-		if round == 1 {
-			time.Sleep(300 * time.Millisecond) // past the stream's window
-		}
 		for i := range n {
 			msg := &natsgo.Msg{Subject: stream + ".readings", Data: []byte(fmt.Sprintf(`{"n":%d}`, i)), Header: natsgo.Header{}}
 			msg.Header.Set("Nats-Msg-Id", fmt.Sprintf("s%d", i))
 			msg.Header.Set("Kind", "temperature")
 			msg.Header.Set("Device", fmt.Sprintf("dev-%d", i%3))
-			if _, err := js.PublishMsg(ctx, msg); err != nil {
-				t.Fatal(err)
+			// The repeat goes again until the stream takes it, once the
+			// stream's window has passed.
+			for {
+				ack, err := js.PublishMsg(ctx, msg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if round == 0 || !ack.Duplicate {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}

@@ -258,11 +258,11 @@ routes: [ { topicPattern: "#", destination: n } ]
 	}
 }
 
-// chromium is the browser the page test drives: the distribution's, which
-// scripts/install-chromium.sh installs, or QUEUEBOX_CHROMIUM.
-// chromium is the browser's path. scripts/test.sh installs it and sets
-// QUEUEBOX_CHROMIUM, so under `make test` a missing browser fails the test;
-// a plain `go test` without it skips.
+// chromium is the path of the browser the page test drives: the
+// distribution's, which scripts/install-chromium.sh installs, or
+// QUEUEBOX_CHROMIUM. scripts/test.sh sets QUEUEBOX_CHROMIUM, so under `make
+// test` a missing browser fails the test; a plain `go test` without it
+// skips.
 func chromium(t *testing.T) string {
 	p, set := os.LookupEnv("QUEUEBOX_CHROMIUM")
 	if !set || p == "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -126,8 +127,12 @@ admin: { listen: "127.0.0.1:0" }
 	// Two kills, each as soon as the inbox has grown past a mark: mid-run,
 	// with messages stored and not yet acknowledged, rows relayed and not
 	// yet delivered.
-	for _, mark := range []int64{int64(total / 5), int64(total / 2)} {
+	var restarted []*testlog.Buffer // the logs of the processes started after a kill
+	for i, mark := range []int64{int64(total / 5), int64(total / 2)} {
 		cmd, done, logs := start()
+		if i > 0 {
+			restarted = append(restarted, logs)
+		}
 		deadline := time.Now().Add(2 * time.Minute)
 		for stored() < mark {
 			select {
@@ -138,7 +143,7 @@ admin: { listen: "127.0.0.1:0" }
 			if time.Now().After(deadline) {
 				t.Fatalf("the inbox holds %d rows after two minutes, want %d:\n%s", stored(), mark, logs.String())
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
 		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -147,6 +152,7 @@ admin: { listen: "127.0.0.1:0" }
 		t.Logf("killed with %d of %d messages stored, %d rows delivered", stored(), total, recv.Delivered())
 	}
 	cmd, done, logs := start()
+	restarted = append(restarted, logs)
 	for deadline := time.Now().Add(2 * time.Minute); recv.Delivered() < total; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			var report []string
@@ -225,6 +231,15 @@ admin: { listen: "127.0.0.1:0" }
 		t.Errorf("%d distinct rows delivered, want %d", len(seen), total)
 	}
 	t.Logf("%d messages, %d requests, %d duplicate deliveries after the kills", total, len(recv.Requests()), dups)
+	// The case this test is for happened: a process started after a kill
+	// found the durable holding messages the dead one never acknowledged.
+	reset := false
+	for _, l := range restarted {
+		reset = reset || strings.Contains(l.String(), "delivering again from the first of them")
+	}
+	if !reset {
+		t.Errorf("no restarted process reset the NATS durable: the kills landed where nothing was unacknowledged, and the test proved less than it should")
+	}
 
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -67,8 +67,8 @@ type Config struct {
 type Consumer struct {
 	cfg  Config
 	loop inbox.Loop
-	// resetRefused: the server refused a reset once (logged once).
-	resetRefused bool
+	// resetFailing: the last reset failed (logged once until one works).
+	resetFailing bool
 }
 
 var _ inbox.Consumer = (*Consumer)(nil)
@@ -109,15 +109,28 @@ func (c *Consumer) Start() error { return c.loop.Start(c.run) }
 // and acknowledged too.
 func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
 
-var errStopped = errors.New("stopped by a test hook")
+var (
+	errStopped     = errors.New("stopped by a test hook")
+	errReconnected = errors.New("the connection to NATS was re-established")
+)
 
 // gather is how long the consumer waits for more messages once it has one.
 const gather = 2 * time.Millisecond
 
 func (c *Consumer) run(consume, hard context.Context) {
 	log := c.cfg.Log.With("source", c.Source(), "stream", c.cfg.Stream, "durable", c.cfg.Durable)
+	// A reconnect ends the session (the message iterator would carry on by
+	// itself): the next session starts with the reset that brings back, in
+	// order, what was delivered before the break and never acknowledged.
+	reconnected := make(chan struct{}, 1)
 	nc, err := natsgo.Connect(c.cfg.URL, natsgo.Name("queuebox inbox "+c.Source()), natsgo.RetryOnFailedConnect(true),
-		natsgo.MaxReconnects(-1), natsgo.ReconnectWait(500*time.Millisecond), natsgo.NoCallbacksAfterClientClose())
+		natsgo.MaxReconnects(-1), natsgo.ReconnectWait(500*time.Millisecond), natsgo.NoCallbacksAfterClientClose(),
+		natsgo.ReconnectHandler(func(*natsgo.Conn) {
+			select {
+			case reconnected <- struct{}{}:
+			default:
+			}
+		}))
 	if err != nil {
 		log.Error("inbox: the NATS source cannot connect", "error", err)
 		return
@@ -131,7 +144,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 	var backoff inbox.Backoff
 	down := false
 	for consume.Err() == nil {
-		err := c.session(consume, hard, js, func() {
+		err := c.session(consume, hard, js, reconnected, func() {
 			backoff.Reset()
 			if down {
 				log.Info("inbox: consuming again")
@@ -140,6 +153,9 @@ func (c *Consumer) run(consume, hard context.Context) {
 		})
 		if err == nil || errors.Is(err, errStopped) || consume.Err() != nil {
 			return
+		}
+		if errors.Is(err, errReconnected) {
+			continue // a new session at once, which resets the durable
 		}
 		if !down {
 			log.Warn("inbox: the NATS source cannot consume; retrying", "error", err)
@@ -153,7 +169,11 @@ func (c *Consumer) run(consume, hard context.Context) {
 
 // session consumes through one message iterator until it fails (an error)
 // or consume ends (nil, after the messages already pulled are stored).
-func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream, connected func()) error {
+func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream, reconnected <-chan struct{}, connected func()) error {
+	select { // a reconnect before this session is made up for by its reset
+	case <-reconnected:
+	default:
+	}
 	ctx, cancel := context.WithTimeout(consume, 10*time.Second)
 	cons, err := js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -177,6 +197,16 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		return err
 	}
 	defer it.Stop()
+	// sess ends with consume, or when the connection is re-established.
+	sess, endSess := context.WithCancel(consume)
+	defer endSess()
+	go func() {
+		select {
+		case <-reconnected:
+			endSess()
+		case <-sess.Done():
+		}
+	}()
 	connected()
 	draining := false
 	batch := make([]jetstream.Msg, 0, c.cfg.MaxBatch)
@@ -186,7 +216,7 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		if draining {
 			m, err = it.Next(jetstream.NextMaxWait(100 * time.Millisecond))
 		} else {
-			m, err = it.Next(jetstream.NextContext(consume))
+			m, err = it.Next(jetstream.NextContext(sess))
 		}
 		switch {
 		case err == nil:
@@ -195,6 +225,8 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 			it.Drain()
 			draining = true
 			continue
+		case !draining && sess.Err() != nil:
+			return errReconnected
 		case draining:
 			return nil // the buffer is empty (or timed out): done
 		default:
@@ -211,6 +243,9 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		if err := c.handle(hard, batch); err != nil {
 			return err
 		}
+		if !draining && consume.Err() == nil && sess.Err() != nil {
+			return errReconnected
+		}
 	}
 }
 
@@ -220,31 +255,44 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 // would come again only after the ack wait, behind the messages that
 // followed them, and be received out of the stream's order. After the
 // reset the durable delivers again from the first message not
-// acknowledged, in stream order; those already stored are duplicates. A
-// server older than 2.14 has no reset: the source then logs once and goes
-// on, and such messages wait for the ack wait as before.
+// acknowledged, in stream order; those already stored are duplicates.
+// With several replicas on one durable, the messages in flight at the
+// others come again too (duplicates; the order between replicas was never
+// kept). A reset that fails (a server older than 2.14, a user not allowed
+// the request, no answer within resetTimeout) is logged once until one
+// works, and the source consumes anyway: such messages then wait for the
+// ack wait as before.
 func (c *Consumer) resetUnacknowledged(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer) error {
 	info := cons.CachedInfo()
 	if info == nil || info.NumAckPending == 0 {
 		return nil
 	}
-	_, err := js.ResetConsumer(ctx, c.cfg.Stream, c.cfg.Durable)
+	// A server that does not know the request, or a user who may not send
+	// it, may leave it unanswered: the reset gets a few seconds of its own.
+	rctx, cancel := context.WithTimeout(ctx, resetTimeout)
+	defer cancel()
+	_, err := js.ResetConsumer(rctx, c.cfg.Stream, c.cfg.Durable)
 	switch {
 	case err == nil:
+		c.resetFailing = false
 		c.cfg.Log.Info("inbox: the NATS durable had messages delivered and not acknowledged; delivering again from the first of them, in stream order",
 			"source", c.Source(), "stream", c.cfg.Stream, "durable", c.cfg.Durable, "unacknowledged", info.NumAckPending)
 		return nil
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound), ctx.Err() != nil:
 		return err
 	default:
-		if !c.resetRefused {
-			c.resetRefused = true
-			c.cfg.Log.Warn("inbox: the NATS server cannot reset the durable (it needs nats-server 2.14 or later); messages delivered and not acknowledged come again after the ack wait, after those that followed them",
+		// Consume anyway: the messages come again after the ack wait.
+		if !c.resetFailing {
+			c.resetFailing = true
+			c.cfg.Log.Warn("inbox: the NATS durable could not be reset; messages delivered and not acknowledged come again after the ack wait, after those that followed them (the reset needs nats-server 2.14 or later, and a user allowed to publish to $JS.API.CONSUMER.RESET.>)",
 				"source", c.Source(), "stream", c.cfg.Stream, "durable", c.cfg.Durable, "error", err)
 		}
 		return nil
 	}
 }
+
+// resetTimeout bounds one reset request.
+const resetTimeout = 3 * time.Second
 
 // handle stores a batch, then acknowledges it; refused messages are
 // terminated.

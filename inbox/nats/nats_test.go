@@ -165,8 +165,8 @@ func crashAfterOneBatch(t *testing.T, d dialects.Inbox, s *testnats.Server, stre
 }
 
 // A consumer that dies between the insert and the acknowledgement loses
-// nothing and stores nothing twice: JetStream delivers the batch again
-// after the ack wait, and the repeats are duplicates.
+// nothing and stores nothing twice: the next consumer's reset (or, without
+// one, the ack wait) brings the batch back, and the repeats are duplicates.
 func TestCrashBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
@@ -204,17 +204,7 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 	stream := testnats.Unique("QBT")
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
-	// The durable exists with an ack wait far longer than the test waits.
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "qb-inbox", AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 10 * time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	longAckWait(t, s, stream)
 	const n = 60
 	crashAfterOneBatch(t, d, s, stream, n)
 	if p := info(t, s, stream, "qb-inbox").NumAckPending; p <= 10 {
@@ -240,6 +230,102 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "delivering again from the first of them") {
 		t.Errorf("the log does not say the durable was reset:\n%s", logs.String())
+	}
+}
+
+// A connection dropped by the server in the middle of a stream ends the
+// session, and the next one resets the durable: the messages that were on
+// their way when the connection broke come again at once and in stream
+// order, not after the durable's ten-minute ack wait behind the ones that
+// followed them.
+func TestReconnectKeepsStreamOrder(t *testing.T) {
+	t.Parallel()
+	s := testnats.Start(t)
+	d := testdb.Migrated(t, 10)
+	stream := testnats.Unique("QBT")
+	subject := stream + ".in"
+	s.NewStream(t, stream, subject)
+	longAckWait(t, s, stream)
+	const n = 400
+	var evs []event
+	for i := range n {
+		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
+	}
+	publish(t, s, subject, evs...)
+	logs := &testlog.Buffer{}
+	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: s.URL, Stream: stream,
+		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger(), afterStore: func() error {
+			time.Sleep(3 * time.Millisecond) // a slow database: messages wait in the pull
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	for _, at := range []int{50, 150, 250} {
+		inboxtest.WaitFor(t, fmt.Sprintf("%d messages stored", at), func() bool { return len(inboxtest.Rows(t, d)) >= at })
+		s.Disconnect(t, "queuebox inbox orders")
+	}
+	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
+	last := map[string]int{}
+	for _, r := range inboxtest.Rows(t, d) {
+		if prev, ok := last[*r.AggregateID]; ok && r.N < prev {
+			t.Errorf("order %s: message %d received after %d", *r.AggregateID, r.N, prev)
+		}
+		last[*r.AggregateID] = r.N
+	}
+	if !strings.Contains(logs.String(), "delivering again from the first of them") {
+		t.Logf("no reset was needed: no message was on its way at the disconnects\n%s", logs.String())
+	}
+}
+
+// longAckWait creates the durable qb-inbox with an ack wait far longer than
+// a test waits, so that a message delivered and not acknowledged can only
+// come back through the source's reset.
+func longAckWait(t *testing.T, s *testnats.Server, stream string) {
+	t.Helper()
+	js, err := jetstream.New(s.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "qb-inbox", AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 10 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A user who may not reset the durable (or a server older than 2.14) only
+// costs the order: after a crash the source says once that it cannot
+// reset, goes on consuming, and the unacknowledged messages come back after
+// the ack wait; nothing is lost or stored twice.
+func TestNoResetStillConsumes(t *testing.T) {
+	t.Parallel()
+	s := testnats.StartDenying(t, "$JS.API.CONSUMER.RESET.>")
+	d := testdb.Migrated(t, 10)
+	stream := testnats.Unique("QBT")
+	subject := stream + ".in"
+	s.NewStream(t, stream, subject)
+	const n = 40
+	crashAfterOneBatch(t, d, s, stream, n) // the durable it makes has an ack wait of 1 s
+	logs := &testlog.Buffer{}
+	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: s.URL, Stream: stream,
+		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	inboxtest.WaitFor(t, "every message", func() bool { return len(inboxtest.Rows(t, d)) == n })
+	inboxtest.WaitFor(t, "every message acknowledged", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
+	if got := strings.Count(logs.String(), "could not be reset"); got != 1 {
+		t.Errorf("the refused reset was logged %d times, want once:\n%s", got, logs.String())
 	}
 }
 

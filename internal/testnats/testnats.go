@@ -43,6 +43,22 @@ func Start(t testing.TB) *Server {
 	return start(t, &server.Options{JetStream: true, StoreDir: t.TempDir()})
 }
 
+// StartDenying starts a server whose one user may publish anything but
+// the subjects in deny (JetStream API requests among them); URL carries
+// the user's name and password, and Connect logs in as that user.
+func StartDenying(t testing.TB, deny ...string) *Server {
+	t.Helper()
+	if os.Getenv("QUEUEBOX_TEST_NATS_URL") != "" {
+		t.Skip("this test needs a server with a user of its own; QUEUEBOX_TEST_NATS_URL points elsewhere")
+	}
+	user := &server.User{Username: "qb", Password: "qb-secret", Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
+	}}
+	s := start(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{user}})
+	s.URL = fmt.Sprintf("nats://qb:qb-secret@127.0.0.1:%d", s.opts.Port)
+	return s
+}
+
 // start starts an in-process server with opts, on loopback and a random
 // port.
 func start(t testing.TB, opts *server.Options) *Server {
