@@ -301,8 +301,10 @@ func (m *Metrics) setInbox(st dialects.InboxStats) {
 	for s, n := range st.Rows {
 		m.inboxRows.WithLabelValues(string(s)).Set(float64(n))
 	}
-	m.inboxAge.Set(st.OldestReceived.Seconds())
+	m.setInboxAge(st.OldestReceived)
 }
+
+func (m *Metrics) setInboxAge(d time.Duration) { m.inboxAge.Set(d.Seconds()) }
 
 // destinationTotals reads the cumulative counts per destination.
 func (m *Metrics) destinationTotals() map[string][3]int64 {

@@ -21,7 +21,8 @@ import (
 // most MaxCountInterval, so that counting never takes more than 4% of one
 // database core (a million rows: a count about every 20 s). The cheap reads (the oldest due
 // pending row and the rows scheduled later, from the index the claim
-// reads; the open outbox transactions) run every FastInterval.
+// reads; the oldest received inbox row, from the relay's index; the open
+// outbox transactions) run every FastInterval.
 const (
 	DefaultCountInterval = 5 * time.Second
 	MaxCountInterval     = 5 * time.Minute
@@ -272,7 +273,8 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 	return interval
 }
 
-// cheap reads the pending summary and the open outbox transactions.
+// cheap reads the pending summary, the oldest received inbox row and the
+// open outbox transactions.
 func (s *Sampler) cheap(ctx context.Context) {
 	p, err := s.d.OutboxPending(ctx)
 	if err != nil {
@@ -280,6 +282,21 @@ func (s *Sampler) cheap(ctx context.Context) {
 		return
 	}
 	s.m.setOldestDue(p.OldestDue)
+	switch age, err := s.d.InboxOldestReceived(ctx); {
+	case errors.Is(err, dialects.ErrNoTable):
+	case err != nil:
+		s.failed(ctx, "reading the oldest inbox row", err)
+		return
+	default:
+		s.m.setInboxAge(age)
+		s.mu.Lock()
+		if s.snap.Inbox != nil {
+			in := *s.snap.Inbox
+			in.OldestReceived = age
+			s.snap.Inbox = &in
+		}
+		s.mu.Unlock()
+	}
 	writers, werr := heldBackBy(ctx, s.d)
 	s.mu.Lock()
 	s.snap.PendingAt, s.snap.Pending = s.wall(), p

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/queuebox/queuebox/dialects"
 )
 
@@ -22,6 +24,7 @@ type fakeCounts struct {
 	counts    atomic.Int64
 	fail      atomic.Bool
 	inboxFail atomic.Bool   // only the inbox's count fails
+	inboxAge  atomic.Int64  // the oldest received inbox row's wait, ns
 	hold      atomic.Bool   // a count started while set waits for release
 	release   chan struct{} // closed (or sent on) to end a held count
 }
@@ -59,11 +62,15 @@ func (f *fakeCounts) OutboxBlockedKeys(context.Context, dialects.BlockedKeysPara
 	return nil, nil
 }
 
+func (f *fakeCounts) InboxOldestReceived(context.Context) (time.Duration, error) {
+	return time.Duration(f.inboxAge.Load()), nil
+}
+
 func (f *fakeCounts) InboxStats(context.Context) (dialects.InboxStats, error) {
 	if f.inboxFail.Load() {
 		return dialects.InboxStats{}, errDown
 	}
-	return dialects.InboxStats{Rows: map[dialects.InboxState]int64{}}, nil
+	return dialects.InboxStats{Rows: map[dialects.InboxState]int64{}, OldestReceived: time.Duration(f.inboxAge.Load())}, nil
 }
 
 // runSampler runs a sampler over f until the test ends.
@@ -200,5 +207,30 @@ func TestAFailingInboxCountKeepsTheOutboxFigures(t *testing.T) {
 	}
 	if !strings.Contains(snap.Err, "counting the inbox") {
 		t.Errorf("the snapshot does not say the inbox's count failed: %q", snap.Err)
+	}
+}
+
+// The oldest received inbox row's wait is one of the cheap reads: it moves
+// between counts, on the page and in its gauge.
+func TestTheInboxAgeMovesBetweenCounts(t *testing.T) {
+	t.Parallel()
+	f := &fakeCounts{}
+	f.inboxAge.Store(int64(time.Second))
+	s := runSampler(t, f, 100*time.Millisecond) // cheap reads every 100 ms; counts only when read
+	s.Demand(context.Background())
+	counts := f.counts.Load()
+	f.inboxAge.Store(int64(9 * time.Second))
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(s.m.inboxAge) != 9 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gauge shows %v s, want 9 s without a count", testutil.ToFloat64(s.m.inboxAge))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if in := s.Snapshot().Inbox; in == nil || in.OldestReceived != 9*time.Second {
+		t.Errorf("the snapshot's inbox: %+v, want an oldest received wait of 9 s", in)
+	}
+	if n := f.counts.Load(); n != counts {
+		t.Errorf("%d counts ran meanwhile; the age should come from the cheap reads alone", n-counts)
 	}
 }

@@ -403,6 +403,10 @@ type Operator interface {
 	OutboxInsert(ctx context.Context, rows []NewRow) error
 	// InboxStats counts inbox rows per state.
 	InboxStats(ctx context.Context) (InboxStats, error)
+	// InboxOldestReceived is how long the received row with the smallest
+	// sequence has waited (0 when none waits): one index probe, cheap
+	// enough to read every few seconds.
+	InboxOldestReceived(ctx context.Context) (time.Duration, error)
 }
 
 // Migrator is what the migration runner needs: the dialect's quoting, for

@@ -154,10 +154,15 @@ func (d *Dialect) InboxStats(ctx context.Context) (st dialects.InboxStats, err e
 	if err := d.counts(ctx, d.q.InboxCountByState, func(s string, n int64) { st.Rows[dialects.InboxState(s)] = n }); err != nil {
 		return st, err
 	}
+	st.OldestReceived, err = d.InboxOldestReceived(ctx)
+	return st, err
+}
+
+func (d *Dialect) InboxOldestReceived(ctx context.Context) (_ time.Duration, err error) {
+	defer func() { err = mapError(err) }()
 	var secs float64
 	if err := d.pool.QueryRow(ctx, d.q.InboxOldestReceived).Scan(&secs); err != nil {
-		return st, err
+		return 0, err
 	}
-	st.OldestReceived = time.Duration(secs * float64(time.Second))
-	return st, nil
+	return time.Duration(secs * float64(time.Second)), nil
 }

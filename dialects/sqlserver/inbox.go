@@ -171,10 +171,15 @@ func (d *Dialect) InboxStats(ctx context.Context) (_ dialects.InboxStats, err er
 	if err := d.eachCount(ctx, d.q.InboxCountByState, func(k string, n int64) { st.Rows[dialects.InboxState(k)] = n }); err != nil {
 		return st, err
 	}
+	st.OldestReceived, err = d.InboxOldestReceived(ctx)
+	return st, err
+}
+
+func (d *Dialect) InboxOldestReceived(ctx context.Context) (_ time.Duration, err error) {
+	defer func() { err = MapError(err) }()
 	var millis int64
 	if err := d.db.QueryRowContext(ctx, d.q.InboxOldestReceived).Scan(&millis); err != nil {
-		return st, err
+		return 0, err
 	}
-	st.OldestReceived = time.Duration(millis) * time.Millisecond
-	return st, nil
+	return time.Duration(millis) * time.Millisecond, nil
 }
