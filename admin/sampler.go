@@ -282,21 +282,7 @@ func (s *Sampler) cheap(ctx context.Context) {
 		return
 	}
 	s.m.setOldestDue(p.OldestDue)
-	switch age, err := s.d.InboxOldestReceived(ctx); {
-	case errors.Is(err, dialects.ErrNoTable):
-	case err != nil:
-		s.failed(ctx, "reading the oldest inbox row", err)
-		return
-	default:
-		s.m.setInboxAge(age)
-		s.mu.Lock()
-		if s.snap.Inbox != nil {
-			in := *s.snap.Inbox
-			in.OldestReceived = age
-			s.snap.Inbox = &in
-		}
-		s.mu.Unlock()
-	}
+	age, ierr := s.d.InboxOldestReceived(ctx)
 	writers, werr := heldBackBy(ctx, s.d)
 	s.mu.Lock()
 	s.snap.PendingAt, s.snap.Pending = s.wall(), p
@@ -304,7 +290,22 @@ func (s *Sampler) cheap(ctx context.Context) {
 	if werr != nil {
 		s.snap.WritersErr = werr.Error()
 	}
+	if ierr == nil && s.snap.Inbox != nil {
+		in := *s.snap.Inbox
+		in.OldestReceived = age
+		s.snap.Inbox = &in
+	}
 	s.mu.Unlock()
+	switch {
+	case errors.Is(ierr, dialects.ErrNoTable): // a schema without the inbox
+	case ierr != nil:
+		// The outbox's figures above are published; the inbox's wait
+		// keeps its last value.
+		s.failed(ctx, "reading the oldest inbox row", ierr)
+		return
+	default:
+		s.m.setInboxAge(age)
+	}
 	s.worked()
 }
 

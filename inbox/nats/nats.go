@@ -144,7 +144,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 	var backoff inbox.Backoff
 	down := false
 	for consume.Err() == nil {
-		err := c.session(consume, hard, js, reconnected, func() {
+		err := c.session(consume, hard, nc, js, reconnected, func() {
 			backoff.Reset()
 			if down {
 				log.Info("inbox: consuming again")
@@ -169,7 +169,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 
 // session consumes through one message iterator until it fails (an error)
 // or consume ends (nil, after the messages already pulled are stored).
-func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream, reconnected <-chan struct{}, connected func()) error {
+func (c *Consumer) session(consume, hard context.Context, nc *natsgo.Conn, js jetstream.JetStream, reconnected <-chan struct{}, connected func()) error {
 	select { // a reconnect before this session is made up for by its reset
 	case <-reconnected:
 	default:
@@ -192,21 +192,42 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		}
 		return err
 	}
+	// A reconnect ends the session where a reset can make up for what
+	// it lost: the messages that were on their way are gone, and those
+	// after them must not be stored first. nc's reconnect count moves
+	// before anything arrives over the new connection, so a message
+	// received while it has not moved came before the break.
+	watch := !c.resetFailing
+	reconnects := nc.Stats().Reconnects
+	moved := func() bool { return watch && nc.Stats().Reconnects != reconnects }
+	subs := nc.NumSubscriptions()
 	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.MaxBatch))
 	if err != nil {
 		return err
 	}
-	defer it.Stop()
-	// sess ends with consume, or when the connection is re-established.
-	sess, endSess := context.WithCancel(consume)
-	defer endSess()
-	go func() {
-		select {
-		case <-reconnected:
-			endSess()
-		case <-sess.Done():
+	defer func() {
+		it.Stop()
+		// The iterator's UNSUB is queued on this connection when its
+		// subscription goes: wait for that (briefly), so that the next
+		// session's reset reaches the server after it, and no message
+		// the reset sends goes to the dead pull.
+		for end := time.Now().Add(time.Second); nc.NumSubscriptions() > subs && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
 		}
 	}()
+	// sess ends with consume, or (watched) when the connection is
+	// re-established: that wakes a Next that waits.
+	sess, endSess := context.WithCancel(consume)
+	defer endSess()
+	if watch {
+		go func() {
+			select {
+			case <-reconnected:
+				endSess()
+			case <-sess.Done():
+			}
+		}()
+	}
 	connected()
 	draining := false
 	batch := make([]jetstream.Msg, 0, c.cfg.MaxBatch)
@@ -232,10 +253,18 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		default:
 			return err
 		}
+		if !draining && moved() {
+			return errReconnected // m is left to the reset
+		}
 		batch = append(batch, m)
+		broke := false
 		for len(batch) < c.cfg.MaxBatch {
 			m, err := it.Next(jetstream.NextMaxWait(gather))
 			if err != nil {
+				break
+			}
+			if !draining && moved() {
+				broke = true // m and what follows are left to the reset
 				break
 			}
 			batch = append(batch, m)
@@ -243,7 +272,7 @@ func (c *Consumer) session(consume, hard context.Context, js jetstream.JetStream
 		if err := c.handle(hard, batch); err != nil {
 			return err
 		}
-		if !draining && consume.Err() == nil && sess.Err() != nil {
+		if broke || !draining && consume.Err() == nil && sess.Err() != nil {
 			return errReconnected
 		}
 	}

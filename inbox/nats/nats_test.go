@@ -11,8 +11,11 @@ import (
 
 	"github.com/queuebox/queuebox/internal/inboxtest"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
@@ -233,11 +236,13 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 	}
 }
 
-// A connection dropped by the server in the middle of a stream ends the
-// session, and the next one resets the durable: the messages that were on
-// their way when the connection broke come again at once and in stream
-// order, not after the durable's ten-minute ack wait behind the ones that
-// followed them.
+// A connection that breaks in the middle of a stream, with messages the
+// server sent and the source never received, ends the session, and the
+// next one resets the durable: those messages come again at once and in
+// stream order, not after the durable's ten-minute ack wait behind the ones
+// that followed them. A proxy between the source and the server swallows
+// what the server sends for a moment, then the server drops the
+// connection.
 func TestReconnectKeepsStreamOrder(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
@@ -246,6 +251,12 @@ func TestReconnectKeepsStreamOrder(t *testing.T) {
 	subject := stream + ".in"
 	s.NewStream(t, stream, subject)
 	longAckWait(t, s, stream)
+	tox := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	proxy := toxiproxy.NewProxy(tox, "nats", "127.0.0.1:0", strings.TrimPrefix(s.URL, "nats://"))
+	if err := tox.Collection.Add(proxy, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Stop)
 	const n = 400
 	var evs []event
 	for i := range n {
@@ -253,9 +264,9 @@ func TestReconnectKeepsStreamOrder(t *testing.T) {
 	}
 	publish(t, s, subject, evs...)
 	logs := &testlog.Buffer{}
-	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: s.URL, Stream: stream,
+	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: "nats://" + proxy.Listen, Stream: stream,
 		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger(), afterStore: func() error {
-			time.Sleep(3 * time.Millisecond) // a slow database: messages wait in the pull
+			time.Sleep(3 * time.Millisecond) // a slow database: the pull runs ahead
 			return nil
 		}})
 	if err != nil {
@@ -265,9 +276,19 @@ func TestReconnectKeepsStreamOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	for _, at := range []int{50, 150, 250} {
+	for _, at := range []int{80, 240} {
 		inboxtest.WaitFor(t, fmt.Sprintf("%d messages stored", at), func() bool { return len(inboxtest.Rows(t, d)) >= at })
+		if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name": "swallow", "type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}`)); err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.WaitFor(t, "messages sent and never received", func() bool {
+			return info(t, s, stream, "qb-inbox").NumAckPending > 0 && len(inboxtest.Rows(t, d)) >= at
+		})
+		time.Sleep(200 * time.Millisecond) // what was on its way is swallowed too
 		s.Disconnect(t, "queuebox inbox orders")
+		if err := proxy.Toxics.RemoveToxic(context.Background(), "swallow"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
 	last := map[string]int{}
@@ -277,8 +298,8 @@ func TestReconnectKeepsStreamOrder(t *testing.T) {
 		}
 		last[*r.AggregateID] = r.N
 	}
-	if !strings.Contains(logs.String(), "delivering again from the first of them") {
-		t.Logf("no reset was needed: no message was on its way at the disconnects\n%s", logs.String())
+	if got := strings.Count(logs.String(), "delivering again from the first of them"); got < 2 {
+		t.Errorf("%d resets after two broken connections with messages lost on their way, want 2:\n%s", got, logs.String())
 	}
 }
 

@@ -133,24 +133,27 @@ func (s *Server) Start(t testing.TB) {
 }
 
 // Disconnect closes, from the server's side, every client connection whose
-// name is name.
+// name is name, waiting (up to 10 s) for one to exist: a client that was
+// disconnected a moment ago may still be reconnecting.
 func (s *Server) Disconnect(t testing.TB, name string) {
 	t.Helper()
 	s.inProcess(t)
 	s.mu.Lock()
 	srv := s.srv
 	s.mu.Unlock()
-	cz, err := srv.Connz(&server.ConnzOptions{Limit: 10000})
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, c := range cz.Conns {
-		if c.Name == name {
-			if err := srv.DisconnectClientByID(c.Cid); err != nil {
-				t.Fatal(err)
+	for end := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		cz, err := srv.Connz(&server.ConnzOptions{Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cz.Conns {
+			if c.Name == name {
+				if err := srv.DisconnectClientByID(c.Cid); err != nil {
+					t.Fatal(err)
+				}
+				n++
 			}
-			n++
 		}
 	}
 	if n == 0 {
