@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testlog"
@@ -167,6 +168,37 @@ func crashAfterOneBatch(t *testing.T, d dialects.Inbox, s *testnats.Server, stre
 	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
 }
 
+// startLogged runs a consumer of the durable qb-inbox on stream at url,
+// with batches of 10 and hook after each store (nil: none), until the test
+// ends, and returns its log.
+func startLogged(t *testing.T, d dialects.Inbox, url, stream string, hook func() error) *testlog.Buffer {
+	t.Helper()
+	logs := &testlog.Buffer{}
+	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: url, Stream: stream,
+		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger(), afterStore: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return logs
+}
+
+// checkReceiveOrder fails the test where an order's messages (their "n")
+// were received out of the order they were published in.
+func checkReceiveOrder(t *testing.T, d *postgres.Dialect) {
+	t.Helper()
+	last := map[string]int{}
+	for _, r := range inboxtest.Rows(t, d) {
+		if prev, ok := last[*r.AggregateID]; ok && r.N < prev {
+			t.Errorf("order %s: message %d received after %d", *r.AggregateID, r.N, prev)
+		}
+		last[*r.AggregateID] = r.N
+	}
+}
+
 // A consumer that dies between the insert and the acknowledgement loses
 // nothing and stores nothing twice: the next consumer's reset (or, without
 // one, the ack wait) brings the batch back, and the repeats are duplicates.
@@ -213,24 +245,9 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 	if p := info(t, s, stream, "qb-inbox").NumAckPending; p <= 10 {
 		t.Fatalf("the dead consumer left %d messages unacknowledged; want its stored batch and more pulled behind it", p)
 	}
-	logs := &testlog.Buffer{}
-	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: s.URL, Stream: stream,
-		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	logs := startLogged(t, d, s.URL, stream, nil)
 	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
-	last := map[string]int{}
-	for _, r := range inboxtest.Rows(t, d) {
-		if prev, ok := last[*r.AggregateID]; ok && r.N < prev {
-			t.Errorf("order %s: message %d received after %d", *r.AggregateID, r.N, prev)
-		}
-		last[*r.AggregateID] = r.N
-	}
+	checkReceiveOrder(t, d)
 	if !strings.Contains(logs.String(), "delivering again from the first of them") {
 		t.Errorf("the log does not say the durable was reset:\n%s", logs.String())
 	}
@@ -263,19 +280,10 @@ func TestReconnectKeepsStreamOrder(t *testing.T) {
 		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
 	}
 	publish(t, s, subject, evs...)
-	logs := &testlog.Buffer{}
-	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: "nats://" + proxy.Listen, Stream: stream,
-		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger(), afterStore: func() error {
-			time.Sleep(3 * time.Millisecond) // a slow database: the pull runs ahead
-			return nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	logs := startLogged(t, d, "nats://"+proxy.Listen, stream, func() error {
+		time.Sleep(3 * time.Millisecond) // a slow database: the pull runs ahead
+		return nil
+	})
 	for _, at := range []int{80, 240} {
 		inboxtest.WaitFor(t, fmt.Sprintf("%d messages stored", at), func() bool { return len(inboxtest.Rows(t, d)) >= at })
 		if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name": "swallow", "type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}`)); err != nil {
@@ -291,13 +299,7 @@ func TestReconnectKeepsStreamOrder(t *testing.T) {
 		}
 	}
 	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
-	last := map[string]int{}
-	for _, r := range inboxtest.Rows(t, d) {
-		if prev, ok := last[*r.AggregateID]; ok && r.N < prev {
-			t.Errorf("order %s: message %d received after %d", *r.AggregateID, r.N, prev)
-		}
-		last[*r.AggregateID] = r.N
-	}
+	checkReceiveOrder(t, d)
 	if got := strings.Count(logs.String(), "delivering again from the first of them"); got < 2 {
 		t.Errorf("%d resets after two broken connections with messages lost on their way, want 2:\n%s", got, logs.String())
 	}
@@ -333,16 +335,7 @@ func TestNoResetStillConsumes(t *testing.T) {
 	s.NewStream(t, stream, subject)
 	const n = 40
 	crashAfterOneBatch(t, d, s, stream, n) // the durable it makes has an ack wait of 1 s
-	logs := &testlog.Buffer{}
-	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: s.URL, Stream: stream,
-		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	logs := startLogged(t, d, s.URL, stream, nil)
 	inboxtest.WaitFor(t, "every message", func() bool { return len(inboxtest.Rows(t, d)) == n })
 	inboxtest.WaitFor(t, "every message acknowledged", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
 	if got := strings.Count(logs.String(), "could not be reset"); got != 1 {
