@@ -75,8 +75,14 @@ func mapping(t *testing.T) *inbox.Mapping {
 
 func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durable string, obs inbox.Observer, hook func() error) *Consumer {
 	t.Helper()
-	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, obs, nil), URL: s.URL, Stream: stream, Durable: durable,
+	return start(t, Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, obs, nil), URL: s.URL, Stream: stream, Durable: durable,
 		MaxBatch: 10, ackWait: time.Second, afterStore: hook})
+}
+
+// start runs a consumer of cfg until the test ends.
+func start(t *testing.T, cfg Config) *Consumer {
+	t.Helper()
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,15 +180,8 @@ func crashAfterOneBatch(t *testing.T, d dialects.Inbox, s *testnats.Server, stre
 func startLogged(t *testing.T, d dialects.Inbox, url, stream string, hook func() error) *testlog.Buffer {
 	t.Helper()
 	logs := &testlog.Buffer{}
-	c, err := New(Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: url, Stream: stream,
+	start(t, Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: url, Stream: stream,
 		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger(), afterStore: hook})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return logs
 }
 
