@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
 // Two application transactions write two keys in opposite orders and are
@@ -151,17 +150,8 @@ func waitOnLock(t *testing.T, h *harness, a *appTx, done <-chan error) {
 }
 
 func runCrossing(t *testing.T, shared bool) {
-	h := newHarness(t)
-	recv := testrecv.New(t, nil)
-	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	h, recv, tbl, biz := producerWorld(t, 1)
 	ctx := context.Background()
-	schema := h.d.Names().Schema
-	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
-	biz := pgx.Identifier{schema, "accounts"}.Sanitize()
-	if _, err := h.d.Pool().Exec(ctx, `CREATE TABLE `+biz+` (id int PRIMARY KEY, balance int NOT NULL); INSERT INTO `+biz+` VALUES (1, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	h.start()
 
 	txs := [2]*appTx{newAppTx(t, h, tbl), newAppTx(t, h, tbl)}
 	produced := map[string]producedRow{}

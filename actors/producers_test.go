@@ -23,18 +23,8 @@ import (
 // the receiver every key's rows arrive in sequence order.
 func TestConcurrentProducersKeepKeyOrder(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	recv := testrecv.New(t, nil)
-	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	h, recv, tbl, biz := producerWorld(t, 3)
 	ctx := context.Background()
-	schema := h.d.Names().Schema
-	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
-	biz := pgx.Identifier{schema, "accounts"}.Sanitize()
-	if _, err := h.d.Pool().Exec(ctx, `CREATE TABLE `+biz+` (id int PRIMARY KEY, balance int NOT NULL)
-		; INSERT INTO `+biz+` SELECT g, 0 FROM generate_series(1, 3) AS g`); err != nil {
-		t.Fatal(err)
-	}
-	h.start()
 
 	const producers, txPerProducer, keys = 8, 40, 12
 	var rows, failed atomic.Int64
@@ -75,6 +65,28 @@ func produce(ctx context.Context, h *harness, tbl, biz string, rnd *rand.Rand, k
 		_, err := tx.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', $1, '{}')`, fmt.Sprintf("k%d", rnd.IntN(keys)))
 		return err
 	})
+}
+
+// producerWorld starts a relay delivering every row to a receiver, beside
+// an application's business table (accounts, rows 1 to accounts) in the
+// same schema; it returns the relay's harness, the receiver, and the
+// quoted names of the outbox and the business table.
+func producerWorld(t *testing.T, accounts int) (h *harness, recv *testrecv.Receiver, tbl, biz string) {
+	t.Helper()
+	h = newHarness(t)
+	recv = testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+	schema := h.d.Names().Schema
+	tbl = pgx.Identifier{schema, "outbox"}.Sanitize()
+	biz = pgx.Identifier{schema, "accounts"}.Sanitize()
+	if _, err := h.d.Pool().Exec(context.Background(), `CREATE TABLE `+biz+` (id int PRIMARY KEY, balance int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.Pool().Exec(context.Background(), `INSERT INTO `+biz+` SELECT g, 0 FROM generate_series(1, $1::int) AS g`, accounts); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	return h, recv, tbl, biz
 }
 
 // businessTx runs one application transaction of n inserts, a pause of 0

@@ -73,6 +73,17 @@ func mapping(t *testing.T) *inbox.Mapping {
 	return m
 }
 
+// fixture gives a test a migrated database of its own and a new stream on
+// s over the subject it returns.
+func fixture(t *testing.T, s *testnats.Server) (d *postgres.Dialect, stream, subject string) {
+	t.Helper()
+	d = testdb.Migrated(t, 10)
+	stream = testnats.Unique("QBT")
+	subject = stream + ".in"
+	s.NewStream(t, stream, subject)
+	return d, stream, subject
+}
+
 func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durable string, obs inbox.Observer, hook func() error) *Consumer {
 	t.Helper()
 	return start(t, Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, obs, nil), URL: s.URL, Stream: stream, Durable: durable,
@@ -127,10 +138,7 @@ func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
 func TestStoresOnceAndAcknowledges(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, subject := fixture(t, s)
 	// A republish with the same Nats-Msg-Id beyond the stream's duplicate
 	// window would reach the stream twice; here the second is a distinct
 	// message without an id, and one more has an id of its own.
@@ -204,10 +212,7 @@ func checkReceiveOrder(t *testing.T, d *postgres.Dialect) {
 func TestCrashBetweenInsertAndAck(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, _ := fixture(t, s)
 	const n = 40
 	crashAfterOneBatch(t, d, s, stream, n)
 	stored := len(inboxtest.Rows(t, d))
@@ -234,10 +239,7 @@ func TestCrashBetweenInsertAndAck(t *testing.T) {
 func TestCrashKeepsStreamOrder(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, _ := fixture(t, s)
 	longAckWait(t, s, stream)
 	const n = 60
 	crashAfterOneBatch(t, d, s, stream, n)
@@ -262,10 +264,7 @@ func TestCrashKeepsStreamOrder(t *testing.T) {
 func TestReconnectKeepsStreamOrder(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, subject := fixture(t, s)
 	longAckWait(t, s, stream)
 	tox := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	proxy := toxiproxy.NewProxy(tox, "nats", "127.0.0.1:0", strings.TrimPrefix(s.URL, "nats://"))
@@ -328,10 +327,7 @@ func longAckWait(t *testing.T, s *testnats.Server, stream string) {
 func TestNoResetStillConsumes(t *testing.T) {
 	t.Parallel()
 	s := testnats.StartDenying(t, "$JS.API.CONSUMER.RESET.>")
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, _ := fixture(t, s)
 	const n = 40
 	crashAfterOneBatch(t, d, s, stream, n) // the durable it makes has an ack wait of 1 s
 	logs := startLogged(t, d, s.URL, stream, nil)
@@ -347,10 +343,7 @@ func TestNoResetStillConsumes(t *testing.T) {
 func TestRefusedMessagesAreTerminated(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, subject := fixture(t, s)
 	publish(t, s, subject, event{id: "bad", typ: "x", order: "o", body: "nope"}, event{id: "no-type", order: "o", n: 1},
 		event{id: "ok", typ: "created", order: "o", n: 2})
 	obs := &inboxtest.Counter{}
@@ -367,10 +360,7 @@ func TestRefusedMessagesAreTerminated(t *testing.T) {
 func TestReconnects(t *testing.T) {
 	t.Parallel()
 	s := testnats.Start(t)
-	d := testdb.Migrated(t, 10)
-	stream := testnats.Unique("QBT")
-	subject := stream + ".in"
-	s.NewStream(t, stream, subject)
+	d, stream, subject := fixture(t, s)
 	consumer(t, d, s, stream, "qb-inbox", nil, nil)
 	publish(t, s, subject, event{id: "a", typ: "created", order: "o", n: 1})
 	inboxtest.WaitFor(t, "the first message", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
