@@ -60,7 +60,7 @@ type keyEntry struct {
 // unordered pool. It never blocks on the database: the claim runs in a
 // goroutine that sends the result back.
 type claimer struct {
-	dialect     dialects.Engine
+	dialect     dialects.Relay
 	batchSize   int
 	maxInFlight int
 	leaseLength time.Duration

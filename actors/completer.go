@@ -35,7 +35,7 @@ const secondFlushAt = 64
 // claims, so the completer never sends to an actor that could be waiting on
 // it.
 type completer struct {
-	dialect dialects.Engine
+	dialect dialects.Relay
 	// claimer gets the credit back; leaseKeeper forgets the claims.
 	claimer, leaseKeeper *actor.PID
 	// bg ends when the engine stops: the flushes then give up after a few

@@ -52,7 +52,7 @@ type InboxRelay struct {
 }
 
 type inboxRelay struct {
-	dialect     dialects.Engine
+	dialect     dialects.Relay
 	batchSize   int
 	maxAttempts int
 	timeout     time.Duration

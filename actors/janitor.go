@@ -16,7 +16,7 @@ import (
 // batches. The two run in loops of their own, so that a long retention
 // backlog never delays the return of a dead replica's rows.
 type janitor struct {
-	dialect     dialects.Engine
+	dialect     dialects.Relay
 	leaseLength time.Duration
 	retention   Retention
 	// leaseKeeper tells which claims are this replica's own; the claimer is

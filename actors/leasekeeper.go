@@ -44,7 +44,7 @@ type tracked struct {
 // trust window forward; a claim the database no longer holds is reported to
 // the actor holding it, which cancels that delivery and never writes the row.
 type leaseKeeper struct {
-	dialect dialects.Engine
+	dialect dialects.Relay
 	// leaseLength is how long each claim or renewal holds a row.
 	leaseLength time.Duration
 	// bg ends when the engine stops; it bounds the renewals.

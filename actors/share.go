@@ -45,7 +45,7 @@ func (s *share) statements() int { return int(s.n.Load()) }
 // sets the share from it, in a loop of the engine's background.
 type shareWatcher struct {
 	share   *share
-	dialect dialects.Engine
+	dialect dialects.Relay
 	stats   *Stats
 	log     *slog.Logger
 	bg      context.Context

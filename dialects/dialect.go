@@ -307,18 +307,18 @@ const DeadErrorPrefix = 300
 // RelayApplicationName is the name a relay's database sessions go by,
 // unless the database URL gives another, and ToolApplicationName that of
 // the command-line tools' sessions. A relay counts the sessions with its own
-// name as other relays (Engine.OtherRelays).
+// name as other relays (Relay.OtherRelays).
 const (
 	RelayApplicationName = "queuebox"
 	ToolApplicationName  = "queuebox-cli"
 )
 
-// Engine is what the relay's engine runs, on its hot path and in the
+// Relay is what a relay's engine runs, on its hot path and in the
 // background: claims, lease renewals, completions, releases, retention.
 //
 // Implementations are safe for concurrent use. Every method measures time on
 // the database clock.
-type Engine interface {
+type Relay interface {
 	// OutboxClaim claims up to p.Limit claimable rows (see the package doc)
 	// and returns them ordered by key, then sequence.
 	OutboxClaim(ctx context.Context, p ClaimParams) ([]Row, error)
@@ -387,7 +387,7 @@ type Operator interface {
 	// OutboxDeadGroups groups the newest dead rows (at most newest, by
 	// updated_at) by topic and the start of last_error.
 	OutboxDeadGroups(ctx context.Context, newest int) ([]DeadGroup, error)
-	// OutboxWriters: see Engine. Status shows them.
+	// OutboxWriters: see Relay. Status shows them.
 	OutboxWriters(ctx context.Context) ([]Writer, error)
 	// OutboxList returns one page of rows matching p.Filter (all but its
 	// TopicMatch), newest update first. List applies the topic pattern.
@@ -429,7 +429,7 @@ type Migrator interface {
 // Dialect is every statement QueueBox runs against its database, grouped by
 // who runs it.
 type Dialect interface {
-	Engine
+	Relay
 	Operator
 	Migrator
 	Inbox

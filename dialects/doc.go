@@ -2,11 +2,12 @@
 //
 // Every SQL statement QueueBox runs lives behind this seam, one method per
 // statement, named noun-first (OutboxClaim, OutboxRenewLeases,
-// OutboxComplete, ...), in three interfaces by who uses them: Engine (the
-// relay's claims, renewals, completions, releases and retention), Operator
+// OutboxComplete, ...), in four interfaces by who uses them: Relay (the
+// engine's claims, renewals, completions, releases, retention, probes and
+// the inbox relay), Inbox (what the inbox's sources store), Operator
 // (counts, listings, replay and inserts for the command line and the admin
 // API) and Migrator (quoting and the migration history for the migration
-// runner). Dialect is all three. The postgres and sqlserver packages
+// runner). Dialect is all four. The postgres and sqlserver packages
 // implement it; the dialecttest package is one conformance suite that both
 // must pass. Methods with more than two arguments take a *Params struct.
 //
@@ -17,7 +18,9 @@
 // above the dialects: Replay and List walk the selection in chunks and apply
 // topic patterns in Go; the migration session runs over a small Conn that
 // each dialect adapts its driver to. Native errors a user can act on are
-// mapped to ErrNoTable and ErrUnreachable.
+// mapped to this package's sentinels: ErrNoTable, ErrUnreachable (and
+// ErrLoginRefused, which is also ErrUnreachable), ErrNotPermitted and
+// ErrNotSupported.
 //
 // # Names
 //

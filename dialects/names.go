@@ -73,7 +73,7 @@ func (n Names) Index(what string) string { return "idx_" + n.Outbox + "_" + what
 func (n Names) InboxIndex(what string) string { return "idx_" + n.Inbox + "_" + what }
 
 // Object names a helper object of the outbox table (trigger, function, lock
-// table, history table): Object("notify") is outbox_notify.
+// table, history table): Object("xid_first") is outbox_xid_first.
 func (n Names) Object(what string) string { return n.Outbox + "_" + what }
 
 // Problem is one thing wrong with a set of names: the configuration key it

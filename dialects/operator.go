@@ -96,3 +96,13 @@ func List(ctx context.Context, op Operator, f Filter, after *Cursor, limit int) 
 	}
 	return out, nil, nil
 }
+
+// ReplayDefaultStates is the state selection of a replay that names none:
+// dead rows, or, for a replay by id, dead and delivered rows (naming a row is
+// asking for it).
+func ReplayDefaultStates(f Filter) []State {
+	if len(f.IDs) > 0 {
+		return []State{Dead, Delivered}
+	}
+	return []State{Dead}
+}

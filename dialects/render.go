@@ -28,7 +28,7 @@ type Quoting struct {
 //	{{c "key"}} {{ic "x"}}  a column of the outbox / inbox table, by logical name
 //	{{seq}} {{iseq}}        the outbox / inbox sequence, schema-qualified
 //	{{idx "topic"}}         an index name (bare): idx_outbox_topic
-//	{{obj "notify"}}        a helper object name (bare): outbox_notify
+//	{{obj "xid_first"}}     a helper object name (bare): outbox_xid_first
 //	{{q name}}              quote a bare name
 //	{{qualify quoted}}      prefix a quoted name with the schema
 //	{{lit s}}               a string literal
