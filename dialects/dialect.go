@@ -11,7 +11,7 @@ import (
 // State is the life-cycle position of an outbox row.
 type State string
 
-// The states of an outbox row (behaviour.md, "The life cycle of a row").
+// The states of an outbox row, in the order of its life cycle (docs/how-it-works.md, "The life of a row").
 const (
 	Pending    State = "pending"
 	Processing State = "processing"

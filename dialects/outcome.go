@@ -10,8 +10,8 @@ type Write struct {
 	WriteError bool
 }
 
-// WriteOf translates an outcome into the columns it changes (behaviour.md,
-// the transition table). Every outcome also clears the claim and the lease
+// WriteOf translates an outcome into the columns it changes (docs/how-it-works.md,
+// "The life of a row"). Every outcome also clears the claim and the lease
 // and sets updated_at.
 func WriteOf(o Outcome) Write {
 	switch o.Kind {

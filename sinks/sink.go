@@ -44,7 +44,7 @@ func (m *Message) Fields() *routing.Fields {
 }
 
 // StandardHeaders calls set for every header QueueBox adds to a delivery
-// (behaviour.md, "Headers that QueueBox adds"), after the row's own headers,
+// (docs/how-it-works.md, "Headers"), after the row's own headers,
 // so that QueueBox's values win on a collision.
 func (m *Message) StandardHeaders(set func(name, value string)) {
 	set("X-Message-Id", m.ID)

@@ -1,5 +1,5 @@
 // Package http is the HTTP destination: one request per message, with the
-// headers of behaviour.md, optional Standard Webhooks signatures, pooled
+// headers every delivery carries (docs/how-it-works.md, "Headers"), optional Standard Webhooks signatures, pooled
 // keep-alive connections, and typed outcomes (a non-retryable status is
 // permanent, Retry-After on 429 and 503 is honoured).
 package http
