@@ -1,6 +1,7 @@
 package dialects
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -18,7 +19,18 @@ type Probe struct {
 	// (PostgreSQL's snapshot xmax is not that bound: it is one past the
 	// newest id that ended, and a transaction with a newer id may run.)
 	Next int64
+	// Writer is the id of the oldest open transaction that drew a value of
+	// the table's sequence, read after Last: NoWriters when none is open,
+	// 0 when the dialect cannot tell (then only Xmin settles). Transactions
+	// that write no row of the table are not writers, so a long one (a
+	// batch job on other tables, a session left idle in transaction) does
+	// not hold rows back.
+	Writer int64
 }
+
+// NoWriters is Probe.Writer when no transaction that drew a sequence value
+// is open.
+const NoWriters = math.MaxInt64
 
 // Epoch is a sequence value and the transaction horizon that settles it:
 // once a snapshot's Xmin reaches Next, every transaction that drew a value
@@ -63,8 +75,12 @@ type Watermark struct {
 	openSince time.Time
 }
 
-// Observe adds a probe: its own epoch, and its Xmin, which may settle open
-// epochs (its own included, when no transaction was running).
+// Observe adds a probe: its own epoch, and its horizon, which may settle
+// open epochs (its own included). The horizon is the later of Xmin (no
+// transaction below it runs) and Writer (no transaction below it that drew
+// a sequence value runs): either way, every transaction that could still
+// commit a row up to an epoch's Last has ended once the horizon reaches the
+// epoch's Next, because it drew that value before this probe read Writer.
 func (w *Watermark) Observe(p Probe, now time.Time) {
 	if p.Last > w.lastSeen {
 		w.lastSeen = p.Last
@@ -81,13 +97,12 @@ func (w *Watermark) Observe(p Probe, now time.Time) {
 			w.open = append(w.open, Epoch{Last: p.Last, Next: p.Next})
 		}
 	}
-	w.SettleBelow(p.Xmin, now)
+	w.SettleBelow(max(p.Xmin, p.Writer), now)
 }
 
 // SettleBelow settles every open epoch whose horizon is at or below xmin:
-// no transaction with an id below xmin is running. The claimer also calls
-// it with the oldest open writer's id (OutboxWriters), which settles epochs
-// that only unrelated long transactions held back.
+// no transaction with an id below xmin that could commit a row is running,
+// as a probe read after every open epoch's Last has shown.
 func (w *Watermark) SettleBelow(xmin int64, now time.Time) {
 	i := 0
 	for i < len(w.open) && w.open[i].Next <= xmin {

@@ -32,6 +32,7 @@ type Quoting struct {
 //	{{q name}}              quote a bare name
 //	{{qualify quoted}}      prefix a quoted name with the schema
 //	{{lit s}}               a string literal
+//	{{list a b}}            a list, to hand a fragment several values as its dot
 func TemplateFuncs(n Names, q Quoting) template.FuncMap {
 	qualify := func(quoted string) string {
 		if n.Schema == "" {
@@ -54,6 +55,7 @@ func TemplateFuncs(n Names, q Quoting) template.FuncMap {
 		"qualify": qualify,
 		"lit":     q.Literal,
 		"schema":  func() string { return n.Schema },
+		"list":    func(v ...string) []string { return v },
 	}
 }
 

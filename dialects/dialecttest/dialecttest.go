@@ -42,17 +42,28 @@ type Harness struct {
 	// from every other dialect the harness opens (SQL Server tells relays
 	// apart by their workstation and process).
 	Named func(t *testing.T, app string) dialects.Dialect
+	// Begin opens a transaction that a subtest holds open while the dialect
+	// claims and probes: the gate's subtests need producers that commit
+	// out of order and sessions that write other tables.
+	Begin func(t *testing.T, d dialects.Dialect) Tx
+	// RefusedLogin opens and pings a dialect whose server answers and
+	// refuses the login, and returns the error; RefusedBecause is a part of
+	// the reason the server gives.
+	RefusedLogin   func(t *testing.T) error
+	RefusedBecause string
 
 	// byKey runs the claims of a subtest with ClaimParams.ByKey.
 	byKey bool
 }
 
+type subtest struct {
+	name string
+	fn   func(*testing.T, Harness)
+}
+
 // Run runs the whole suite.
 func Run(t *testing.T, h Harness) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness)
-	}{
+	tests := []subtest{
 		{"ClaimRespectsLimitAndSchedule", testClaimLimitAndSchedule},
 		{"ClaimConsecutiveHeadsOfOneKey", testConsecutiveHeads},
 		{"ConcurrentClaimers", testConcurrentClaimers},
@@ -75,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 		{"MigrationHistory", testMigrationHistory},
 		{"OtherRelays", testOtherRelays},
 	}
+	tests = append(tests, runGate(t, h)...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -86,7 +98,7 @@ func Run(t *testing.T, h Harness) {
 	byKey := h
 	byKey.byKey = true
 	for _, tc := range tests {
-		if !strings.HasPrefix(tc.name, "Claim") && !strings.Contains(tc.name, "Key") && !strings.Contains(tc.name, "Lease") && tc.name != "ConcurrentClaimers" {
+		if !strings.HasPrefix(tc.name, "Claim") && !strings.HasPrefix(tc.name, "Gate") && !strings.Contains(tc.name, "Key") && !strings.Contains(tc.name, "Lease") && tc.name != "ConcurrentClaimers" {
 			continue
 		}
 		t.Run("ByKey/"+tc.name, func(t *testing.T) {
@@ -983,6 +995,18 @@ func testErrors(t *testing.T, h Harness) {
 	}
 	if _, err := gone.OutboxClaim(c, dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()}); !errors.Is(err, dialects.ErrUnreachable) {
 		t.Errorf("claim against a database that is not there: %v, want ErrUnreachable", err)
+	}
+	// A server that answers and refuses the login is ErrLoginRefused with
+	// the server's reason, and still ErrUnreachable, which the engine
+	// waits out like any outage.
+	if h.RefusedLogin == nil {
+		t.Fatal("the harness must offer RefusedLogin")
+	}
+	err := h.RefusedLogin(t)
+	if !errors.Is(err, dialects.ErrLoginRefused) || !errors.Is(err, dialects.ErrUnreachable) {
+		t.Errorf("ping refused at login: %v, want ErrLoginRefused and ErrUnreachable", err)
+	} else if !strings.Contains(err.Error(), h.RefusedBecause) || !strings.Contains(err.Error(), "refused the login") {
+		t.Errorf("a refused login does not say why (want %q): %v", h.RefusedBecause, err)
 	}
 }
 

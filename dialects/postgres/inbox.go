@@ -17,8 +17,9 @@ import (
 // InboxStatements are the inbox's statements of queries.sql (the section
 // "The inbox"); Catalog embeds them.
 type InboxStatements struct {
-	InboxReceive, InboxRelayLock, InboxRelay, InboxProbeSequence, InboxWriters string
-	InboxCountByState, InboxOldestReceived                                     string
+	InboxReceive, InboxRelayLock, InboxRelay, InboxProbeSequence, InboxProbeSnapshot string
+	InboxWriters                                                                     string
+	InboxCountByState, InboxOldestReceived                                           string
 }
 
 // receiveAttempts bounds how often InboxReceive asks again for the ids of
@@ -141,7 +142,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 
 // InboxProbe reads the inbox sequence, then a snapshot, in one round trip.
 func (d *Dialect) InboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.InboxProbeSequence)
+	return d.probe(ctx, d.q.InboxProbeSequence, d.q.InboxProbeSnapshot)
 }
 
 func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {

@@ -428,16 +428,23 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 // OutboxProbe reads the sequence, then a snapshot, as two statements (the
 // snapshot must be taken after the read) in one round trip.
 func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.OutboxProbeSequence)
+	return d.probe(ctx, d.q.OutboxProbeSequence, d.q.OutboxProbeSnapshot)
 }
 
-func (d *Dialect) probe(ctx context.Context, sequence string) (p dialects.Probe, err error) {
+func (d *Dialect) probe(ctx context.Context, sequence, snapshot string) (p dialects.Probe, err error) {
 	defer func() { err = mapError(err) }()
 	b := &pgx.Batch{}
 	b.Queue(sequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
-	b.Queue(d.q.OutboxProbeSnapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next) })
-	err = d.claimPool.SendBatch(ctx, b).Close()
-	return p, err
+	var writer *int64
+	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &writer) })
+	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
+		return p, err
+	}
+	p.Writer = dialects.NoWriters
+	if writer != nil {
+		p.Writer = *writer
+	}
+	return p, nil
 }
 
 func (d *Dialect) OutboxWriters(ctx context.Context) ([]dialects.Writer, error) {

@@ -3,12 +3,9 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -93,167 +90,59 @@ func TestConformance(t *testing.T) {
 			return d
 		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
+		Begin:           begin,
+		RefusedLogin: func(t *testing.T) error {
+			// A database that does not exist: the server answers, then
+			// refuses.
+			_, dbURL := testdb.Schema(t)
+			u, err := url.Parse(dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Path = "/qb_no_such_database"
+			d, err := postgres.Open(context.Background(), postgres.Options{URL: u.String(), Names: dialects.DefaultNames()})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return d.Ping(context.Background())
+		},
+		RefusedBecause: `database "qb_no_such_database" does not exist`,
 	})
 }
 
-// gateClaim probes, then claims with the gate the probes so far allow, as
-// the claimer does.
-func gateClaim(t *testing.T, d *postgres.Dialect, w *dialects.Watermark, limit int) []dialects.Row {
-	t.Helper()
-	ctx := context.Background()
-	p, err := d.OutboxProbe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Observe(p, time.Now())
-	rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: limit, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
+// heldTx is a transaction a conformance subtest holds open.
+type heldTx struct {
+	d   *postgres.Dialect
+	tx  pgx.Tx
+	pid int64
 }
 
-func topics(rows []dialects.Row) []string {
-	var out []string
-	for _, r := range rows {
-		out = append(out, r.Topic)
+func begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+	pd := d.(*postgres.Dialect)
+	tx, err := pd.Pool().Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	sort.Strings(out)
-	return out
+	h := &heldTx{d: pd, tx: tx}
+	if err := tx.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&h.pid); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
-// Two transactions insert rows of one key; the one with the larger sequence
-// commits first. Without the gate its row would be the key's head and be
-// delivered first. With it, the row waits until the earlier transaction has
-// ended; rows of other keys and unkeyed rows do not wait. Nothing waits at
-// the producer: neither transaction blocks the other.
-func TestGateHoldsBackRowsOfOpenTransactions(t *testing.T) {
-	t.Parallel()
-	d := open(t, 0)
-	ctx := context.Background()
-	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
-	ins := func(q interface {
-		QueryRow(context.Context, string, ...any) pgx.Row
-	}, topic string, key any) int64 {
-		var seq int64
-		if err := q.QueryRow(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ($1, $2, '{}') RETURNING sequence`, topic, key).Scan(&seq); err != nil {
-			t.Fatal(err)
-		}
-		return seq
-	}
-	t1, err := d.Pool().Begin(ctx)
+func (h *heldTx) Exec(sql string, args ...any) error {
+	q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(h.d.Names(), postgres.Quoting))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	defer t1.Rollback(ctx)
-	first := ins(t1, "k-first", "k")
-	t2, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second := ins(t2, "k-second", "k")
-	if err := t2.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if second <= first {
-		t.Fatalf("sequences %d then %d", first, second)
-	}
-	ins(d.Pool(), "other-key", "other")
-	ins(d.Pool(), "unkeyed", nil)
-	var w dialects.Watermark
-	// Without a gate the later row would be claimed now: the bug the gate
-	// prevents. (A claim without a gate, on a copy of the state, shows it.)
-	got := gateClaim(t, d, &w, 100)
-	if want := []string{"unkeyed"}; !slices.Equal(topics(got), want) && !slices.Equal(topics(got), []string{"other-key", "unkeyed"}) {
-		t.Fatalf("claimed %v while the first transaction is open, want the unkeyed row (and the other key's, once settled)", topics(got))
-	}
-	for range 3 {
-		got = append(got, gateClaim(t, d, &w, 100)...)
-	}
-	for _, r := range got {
-		if r.Key == "k" {
-			t.Fatalf("claimed %s of key k while a transaction that wrote an earlier row of k is open", r.Topic)
-		}
-	}
-	if err := t1.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var k []dialects.Row
-	deadline := time.Now().Add(10 * time.Second)
-	for len(k) < 2 && time.Now().Before(deadline) {
-		for _, r := range gateClaim(t, d, &w, 100) {
-			if r.Key == "k" {
-				k = append(k, r)
-			}
-		}
-	}
-	if len(k) != 2 || k[0].Topic != "k-first" || k[1].Topic != "k-second" {
-		t.Fatalf("after the first transaction committed, claimed %v, want k-first then k-second", k)
-	}
+	_, err = h.tx.Exec(context.Background(), q, args...)
+	return err
 }
 
-// A transaction that waited on another's business-row lock commits after
-// it although it drew the smaller sequence value: the gate waits for it.
-func TestGateWaitsForATransactionBlockedOnARowLock(t *testing.T) {
-	t.Parallel()
-	d := open(t, 0)
-	ctx := context.Background()
-	schema := d.Names().Schema
-	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
-	biz := pgx.Identifier{schema, "orders"}.Sanitize()
-	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+biz+` (id int PRIMARY KEY, n int); INSERT INTO `+biz+` VALUES (1, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	// T_old locks the business row first (it has the older id).
-	old, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Rollback(ctx)
-	if _, err := old.Exec(ctx, `UPDATE `+biz+` SET n = n + 1 WHERE id = 1`); err != nil {
-		t.Fatal(err)
-	}
-	// T_new writes its outbox row (the smaller sequence), then waits for
-	// the business row.
-	young, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer young.Rollback(ctx)
-	if _, err := young.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('young', 'k', '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := young.Exec(ctx, `UPDATE `+biz+` SET n = n + 1 WHERE id = 1`)
-		if err == nil {
-			err = young.Commit(ctx)
-		}
-		done <- err
-	}()
-	// T_old writes the later outbox row of the key and commits first.
-	if _, err := old.Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('old', 'k', '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	var w dialects.Watermark
-	if err := old.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	// Other tests share the server: their transactions may hold the horizon
-	// back for a moment.
-	var order []string
-	for deadline := time.Now().Add(10 * time.Second); len(order) < 2 && time.Now().Before(deadline); {
-		for _, r := range gateClaim(t, d, &w, 100) {
-			order = append(order, r.Topic)
-		}
-	}
-	if !slices.Equal(order, []string{"young", "old"}) {
-		t.Fatalf("claimed %v, want young (smaller sequence) then old", order)
-	}
-}
+func (h *heldTx) Session() int64 { return h.pid }
+func (h *heldTx) Commit() error  { return h.tx.Commit(context.Background()) }
+func (h *heldTx) Rollback()      { _ = h.tx.Rollback(context.Background()) }
 
 // The statement trigger gives an inserting transaction its id before any
 // row draws a sequence value: a test trigger that fires after it sees the
@@ -297,67 +186,6 @@ func idBeforeSequence(t *testing.T, table, values string) {
 	_, err = conn.Exec(ctx, `INSERT INTO `+tbl+` `+values)
 	if err == nil || !strings.Contains(err.Error(), "xid=t drawn=f") {
 		t.Fatalf("at statement start: %v; want the transaction id assigned and no sequence value drawn", err)
-	}
-}
-
-// OutboxWriters lists open transactions that wrote outbox rows, with their
-// process and start time, and not a long transaction that only wrote
-// another table.
-func TestWritersAreTheOpenOutboxTransactions(t *testing.T) {
-	t.Parallel()
-	d := open(t, 0)
-	ctx := context.Background()
-	schema := d.Names().Schema
-	tbl := pgx.Identifier{schema, "outbox"}.Sanitize()
-	other := pgx.Identifier{schema, "other"}.Sanitize()
-	if _, err := d.Pool().Exec(ctx, `CREATE TABLE `+other+` (n int)`); err != nil {
-		t.Fatal(err)
-	}
-	writer, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Rollback(ctx)
-	var pid int64
-	if err := writer.QueryRow(ctx, `INSERT INTO `+tbl+` (topic, key, payload) VALUES ('t', 'k', '{}') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	bystander, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bystander.Rollback(ctx)
-	if _, err := bystander.Exec(ctx, `INSERT INTO `+other+` VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
-	ws, err := d.OutboxWriters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mine []dialects.Writer
-	for _, w := range ws {
-		if w.PID == pid {
-			mine = append(mine, w)
-		}
-	}
-	if len(mine) != 1 || mine[0].Since.IsZero() || mine[0].State != "idle in transaction" || mine[0].Xid <= 0 {
-		t.Fatalf("writers %+v; want the open outbox transaction of pid %d, idle in transaction", ws, pid)
-	}
-	p, err := d.OutboxProbe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mine[0].Xid < p.Xmin || mine[0].Xid >= p.Next {
-		t.Fatalf("writer xid %d outside the running range [%d, %d)", mine[0].Xid, p.Xmin, p.Next)
-	}
-	if err := writer.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ws, _ = d.OutboxWriters(ctx)
-	for _, w := range ws {
-		if w.PID == pid {
-			t.Fatalf("a committed transaction is still listed: %+v", w)
-		}
 	}
 }
 
@@ -446,29 +274,6 @@ func TestClaimsByKeyTakeTurns(t *testing.T) {
 	}
 	if strings.Join(order, "") != "abcabc" {
 		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c)", order)
-	}
-}
-
-// A server that answers and refuses the login (here: a database that does
-// not exist) is ErrLoginRefused with the server's reason, and still
-// ErrUnreachable, which the engine waits out like any outage.
-func TestARefusedLoginSaysWhy(t *testing.T) {
-	_, dbURL := testdb.Schema(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/qb_no_such_database"
-	d, err := postgres.Open(context.Background(), postgres.Options{URL: u.String(), Names: dialects.DefaultNames()})
-	if err == nil {
-		defer d.Close()
-		err = d.Ping(context.Background())
-	}
-	if !errors.Is(err, dialects.ErrLoginRefused) || !errors.Is(err, dialects.ErrUnreachable) {
-		t.Fatalf("err = %v, want ErrLoginRefused and ErrUnreachable", err)
-	}
-	if !strings.Contains(err.Error(), `database "qb_no_such_database" does not exist`) || !strings.Contains(err.Error(), "refused the login") {
-		t.Errorf("the error does not say why: %v", err)
 	}
 }
 

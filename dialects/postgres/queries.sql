@@ -411,35 +411,65 @@ SELECT pg_advisory_unlock(hashtext($1))
 -- that may still be running. is_called is false until the first value.
 SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {{seq}}
 
--- name: OutboxProbeSnapshot
--- Run after OutboxProbeSequence, in a statement of its own. xmin: every
--- transaction with a smaller id has ended. next: the next transaction id to
--- be assigned, an upper bound of every id assigned before the sequence was
--- read. The snapshot's xmax is not that bound (it is one past the newest id
--- that ended); age() measures from the next id, so next = xmax + age(xmax)
--- (xmax is never a special id).
-SELECT x.xmin, x.xmax + age((x.xmax % 4294967296)::text::xid)
-  FROM (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
-          FROM pg_current_snapshot() AS s) AS x
+-- fragment: Horizon
+-- The next transaction id, widened to 64 bits from the snapshot's xmax (xmax
+-- is one past the newest id that ended, and never a special id; age()
+-- measures from the next id, so next = xmax + age(xmax)).
+(SELECT x.xmax + age((x.xmax % 4294967296)::text::xid)
+   FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) AS x)
 
--- name: OutboxWriters
--- Open transactions that drew values from the outbox sequence: nextval locks
--- the sequence until the transaction ends. Their 32-bit transaction id is
--- widened with the epoch of the next id (a running id is below it).
--- Prepared transactions have no process (pid NULL). Oldest first.
-WITH h AS (SELECT x.xmax + age((x.xmax % 4294967296)::text::xid) AS next
-             FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) AS x)
-SELECT COALESCE(l.pid, 0)::bigint,
-       CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
-            THEN ((h.next >> 32) << 32) + x.transactionid::text::bigint - 4294967296
-            ELSE ((h.next >> 32) << 32) + x.transactionid::text::bigint END AS xid,
+-- fragment: Widen
+-- A 32-bit transaction id of pg_locks (the column x.transactionid), widened
+-- with the epoch of h.next, the next id (a running id is below it).
+CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
+     THEN ((h.next >> 32) << 32) + x.transactionid::text::bigint - 4294967296
+     ELSE ((h.next >> 32) << 32) + x.transactionid::text::bigint END
+
+-- fragment: ProbeSnapshot
+-- Run after the statement that reads the sequence (its dot), in a statement
+-- of its own. xmin: every transaction with a smaller id has ended. next: the
+-- next transaction id to be assigned, an upper bound of every id assigned
+-- before the sequence was read. writer: the oldest open transaction that
+-- drew a value of the sequence (nextval locks the sequence until the
+-- transaction ends; pg_locks is read live, after the sequence), NULL when
+-- none is; looked at only when some transaction is running. One scan of
+-- pg_locks: a writer's relation lock and its own transaction-id lock share
+-- its virtual transaction.
+WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin, {{template "Horizon"}} AS next)
+SELECT h.xmin, h.next,
+       CASE WHEN h.xmin < h.next THEN
+           (SELECT min({{template "Widen"}})
+              FROM (SELECT max(l.transactionid::text::bigint) FILTER (WHERE l.locktype = 'transactionid') AS transactionid
+                      FROM pg_locks AS l
+                     WHERE l.granted
+                       AND ((l.locktype = 'relation' AND l.relation = {{lit .}}::regclass)
+                            OR (l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock'))
+                     GROUP BY l.virtualtransaction
+                    HAVING bool_or(l.locktype = 'relation')) AS x
+             WHERE x.transactionid IS NOT NULL)
+       END
+  FROM h
+
+-- fragment: Writers
+-- Open transactions that drew values from the sequence (the dot): nextval
+-- locks it until the transaction ends. Prepared transactions have no
+-- process (pid NULL). Oldest first.
+WITH h AS (SELECT {{template "Horizon"}} AS next)
+SELECT COALESCE(l.pid, 0)::bigint, {{template "Widen"}} AS xid,
        a.xact_start, COALESCE(a.state, CASE WHEN l.pid IS NULL THEN 'prepared' ELSE '' END),
        COALESCE(a.application_name, ''), COALESCE(left(a.query, 200), '')
   FROM h, pg_locks AS l
-  JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid' AND x.granted
+  JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid'
+                    AND x.mode = 'ExclusiveLock' AND x.granted
   LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
- WHERE l.locktype = 'relation' AND l.relation = {{lit seq}}::regclass AND l.granted
+ WHERE l.locktype = 'relation' AND l.relation = {{lit .}}::regclass AND l.granted
  ORDER BY xid
+
+-- name: OutboxProbeSnapshot
+{{template "ProbeSnapshot" seq}}
+
+-- name: OutboxWriters
+{{template "Writers" seq}}
 
 -- name: OtherRelays
 -- Sessions of other relays on this server: those with this session's
@@ -546,25 +576,14 @@ RETURNING i.{{ic "id"}}, EXISTS (SELECT 1 FROM created AS c WHERE c.id = i.{{ic 
 
 -- name: InboxProbeSequence
 -- The last value the inbox sequence handed out (see OutboxProbeSequence);
--- OutboxProbeSnapshot runs after it.
+-- InboxProbeSnapshot runs after it.
 SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {{iseq}}
 
+-- name: InboxProbeSnapshot
+{{template "ProbeSnapshot" iseq}}
+
 -- name: InboxWriters
--- Open transactions that drew values from the inbox sequence, oldest first
--- (see OutboxWriters).
-WITH h AS (SELECT x.xmax + age((x.xmax % 4294967296)::text::xid) AS next
-             FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) AS x)
-SELECT COALESCE(l.pid, 0)::bigint,
-       CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
-            THEN ((h.next >> 32) << 32) + x.transactionid::text::bigint - 4294967296
-            ELSE ((h.next >> 32) << 32) + x.transactionid::text::bigint END AS xid,
-       a.xact_start, COALESCE(a.state, CASE WHEN l.pid IS NULL THEN 'prepared' ELSE '' END),
-       COALESCE(a.application_name, ''), COALESCE(left(a.query, 200), '')
-  FROM h, pg_locks AS l
-  JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid' AND x.granted
-  LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
- WHERE l.locktype = 'relation' AND l.relation = {{lit iseq}}::regclass AND l.granted
- ORDER BY xid
+{{template "Writers" iseq}}
 
 -- name: InboxCountByState
 SELECT {{ic "state"}}, count(*) FROM {{it}} GROUP BY {{ic "state"}}

@@ -16,8 +16,8 @@ import (
 // "The inbox"); Catalog embeds them. InboxWriters runs OutboxWriters: SQL
 // Server cannot tell which open transactions drew which sequence's values.
 type InboxStatements struct {
-	InboxReceive, InboxRelayLock, InboxRelay, InboxProbe string
-	InboxCountByState, InboxOldestReceived               string
+	InboxReceive, InboxRelayLock, InboxRelay, InboxProbe, InboxWriters string
+	InboxCountByState, InboxOldestReceived                             string
 }
 
 type receiveArg struct {
@@ -153,16 +153,14 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 	return res, nil
 }
 
-func (d *Dialect) InboxProbe(ctx context.Context) (p dialects.Probe, err error) {
-	defer func() { err = MapError(err) }()
-	err = d.db.QueryRowContext(ctx, d.q.InboxProbe).Scan(&p.Last, &p.Xmin, &p.Next)
-	return p, err
+func (d *Dialect) InboxProbe(ctx context.Context) (dialects.Probe, error) {
+	return d.probe(ctx, d.q.InboxProbe)
 }
 
-// InboxWriters lists every open transaction of another session, as
-// OutboxWriters does.
+// InboxWriters lists the open transactions that wrote inbox rows, as
+// OutboxWriters does for the outbox.
 func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {
-	return d.OutboxWriters(ctx)
+	return d.writers(ctx, d.q.InboxWriters)
 }
 
 func (d *Dialect) InboxStats(ctx context.Context) (_ dialects.InboxStats, err error) {

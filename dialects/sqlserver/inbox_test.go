@@ -44,8 +44,8 @@ func TestInboxQueriesRenderForRenamedNames(t *testing.T) {
 			continue
 		}
 		if name == "InboxProbe" {
-			if !strings.Contains(sql, "OBJECT_ID(N'[app].[events_in_sequence_seq]')") {
-				t.Errorf("the inbox probe does not read the renamed inbox sequence:\n%s", sql)
+			if !strings.Contains(sql, "OBJECT_ID(N'[app].[events_in_sequence_seq]')") || !strings.Contains(sql, "OBJECT_ID(N'[app].[events_in]')") {
+				t.Errorf("the inbox probe does not read the renamed inbox sequence and the locks on the renamed table:\n%s", sql)
 			}
 			continue
 		}
@@ -56,8 +56,8 @@ func TestInboxQueriesRenderForRenamedNames(t *testing.T) {
 			t.Errorf("%s still names a renamed column (%s):\n%s", name, m, sql)
 		}
 	}
-	if n != 6 {
-		t.Errorf("%d inbox statements, want 6", n)
+	if n != 7 {
+		t.Errorf("%d inbox statements, want 7", n)
 	}
 }
 

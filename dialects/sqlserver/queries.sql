@@ -265,26 +265,36 @@ IF @r < 0 THROW 50000, N'could not take the QueueBox migration lock', 1;
 -- name: MigrationUnlock
 EXEC sp_releaseapplock @Resource = @p1, @LockOwner = N'Session';
 
--- name: OutboxProbe
--- The last value the outbox sequence handed out, then (read after it) the
--- running transactions: xmin, the oldest transaction of another session
--- still open (every transaction with a smaller id has ended), and next, one
--- past the newest transaction id (every transaction open when the sequence
--- was read is below it). A transaction is open in these views from its
+-- fragment: Probe
+-- The last value of the sequence (the dot is a list: the sequence's literal,
+-- then the table's), then, read after it, the running transactions: xmin,
+-- the oldest transaction of another session still open (every transaction
+-- with a smaller id has ended); next, one past the newest transaction id
+-- (every transaction open when the sequence was read is below it); and
+-- writer, the oldest transaction of another session that holds an intent or
+-- exclusive lock on the table (an insert takes the table's IX lock before
+-- it evaluates the sequence default, and keeps it until the transaction
+-- ends), NULL when none does. A transaction is open in these views from its
 -- first statement, before it draws a sequence value. Needs VIEW SERVER
 -- STATE (VIEW DATABASE STATE on Azure SQL Database).
 SET NOCOUNT ON;
 DECLARE @last BIGINT = (SELECT COALESCE(CAST(last_used_value AS BIGINT), CAST(current_value AS BIGINT) - 1)
-                          FROM sys.sequences WHERE object_id = OBJECT_ID({{lit seq}}));
+                          FROM sys.sequences WHERE object_id = OBJECT_ID({{index . 0}}));
 DECLARE @next BIGINT = (SELECT MAX(transaction_id) + 1 FROM sys.dm_tran_active_transactions);
 SELECT COALESCE(@last, 0),
        COALESCE((SELECT MIN(st.transaction_id) FROM sys.dm_tran_session_transactions AS st
                   WHERE st.session_id <> @@SPID), @next),
-       @next;
+       @next,
+       (SELECT MIN(l.request_owner_id) FROM sys.dm_tran_locks AS l
+         WHERE l.resource_type = N'OBJECT' AND l.resource_database_id = DB_ID()
+           AND l.resource_associated_entity_id = OBJECT_ID({{index . 1}})
+           AND l.request_owner_type = N'TRANSACTION' AND l.request_status = N'GRANT'
+           AND l.request_mode IN (N'IX', N'SIX', N'X') AND l.request_session_id <> @@SPID);
 
--- name: OutboxWriters
--- Open transactions of other sessions, oldest first: SQL Server cannot tell
--- which of them drew outbox sequence values, so each may hold back keyed rows.
+-- fragment: Writers
+-- Open transactions of other sessions that hold an intent or exclusive lock
+-- on the table (the dot, a literal): those that wrote rows of it, and only
+-- they, may still commit rows that hold keyed rows back. Oldest first.
 SELECT CAST(s.session_id AS BIGINT), st.transaction_id, a.transaction_begin_time, s.status,
        COALESCE(s.program_name, N''), COALESCE(LEFT(t.text, 200), N'')
   FROM sys.dm_tran_session_transactions AS st
@@ -293,7 +303,18 @@ SELECT CAST(s.session_id AS BIGINT), st.transaction_id, a.transaction_begin_time
   LEFT JOIN sys.dm_exec_connections AS c ON c.session_id = s.session_id
  OUTER APPLY sys.dm_exec_sql_text(c.most_recent_sql_handle) AS t
  WHERE st.session_id <> @@SPID
+   AND EXISTS (SELECT 1 FROM sys.dm_tran_locks AS l
+                WHERE l.request_owner_id = st.transaction_id AND l.request_owner_type = N'TRANSACTION'
+                  AND l.resource_type = N'OBJECT' AND l.resource_database_id = DB_ID()
+                  AND l.resource_associated_entity_id = OBJECT_ID({{.}})
+                  AND l.request_status = N'GRANT' AND l.request_mode IN (N'IX', N'SIX', N'X'))
  ORDER BY st.transaction_id;
+
+-- name: OutboxProbe
+{{template "Probe" (list (lit seq) (lit t))}}
+
+-- name: OutboxWriters
+{{template "Writers" (lit t)}}
 
 -- name: OtherRelays
 -- Sessions of other relays on this server: user sessions with this
@@ -397,15 +418,10 @@ SELECT CAST(r.id AS NVARCHAR(36)), CASE WHEN w.id IS NULL THEN 0 ELSE 1 END
   LEFT JOIN @new AS w ON w.id = r.id;
 
 -- name: InboxProbe
--- OutboxProbe for the inbox sequence.
-SET NOCOUNT ON;
-DECLARE @last BIGINT = (SELECT COALESCE(CAST(last_used_value AS BIGINT), CAST(current_value AS BIGINT) - 1)
-                          FROM sys.sequences WHERE object_id = OBJECT_ID({{lit iseq}}));
-DECLARE @next BIGINT = (SELECT MAX(transaction_id) + 1 FROM sys.dm_tran_active_transactions);
-SELECT COALESCE(@last, 0),
-       COALESCE((SELECT MIN(st.transaction_id) FROM sys.dm_tran_session_transactions AS st
-                  WHERE st.session_id <> @@SPID), @next),
-       @next;
+{{template "Probe" (list (lit iseq) (lit it))}}
+
+-- name: InboxWriters
+{{template "Writers" (lit it)}}
 
 -- name: InboxCountByState
 SELECT {{ic "state"}}, COUNT_BIG(*) FROM {{it}} GROUP BY {{ic "state"}};

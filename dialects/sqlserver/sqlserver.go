@@ -519,15 +519,32 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err e
 }
 
 // OutboxProbe reads the sequence and the transaction views in one batch.
-func (d *Dialect) OutboxProbe(ctx context.Context) (p dialects.Probe, err error) {
-	defer func() { err = MapError(err) }()
-	err = d.db.QueryRowContext(ctx, d.q.OutboxProbe).Scan(&p.Last, &p.Xmin, &p.Next)
-	return p, err
+func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
+	return d.probe(ctx, d.q.OutboxProbe)
 }
 
-func (d *Dialect) OutboxWriters(ctx context.Context) (_ []dialects.Writer, err error) {
+// probe runs a probe statement: the sequence, then the transaction views.
+func (d *Dialect) probe(ctx context.Context, query string) (p dialects.Probe, err error) {
 	defer func() { err = MapError(err) }()
-	rows, err := d.db.QueryContext(ctx, d.q.OutboxWriters)
+	var writer sql.NullInt64
+	if err = d.db.QueryRowContext(ctx, query).Scan(&p.Last, &p.Xmin, &p.Next, &writer); err != nil {
+		return p, err
+	}
+	p.Writer = dialects.NoWriters
+	if writer.Valid {
+		p.Writer = writer.Int64
+	}
+	return p, nil
+}
+
+func (d *Dialect) OutboxWriters(ctx context.Context) ([]dialects.Writer, error) {
+	return d.writers(ctx, d.q.OutboxWriters)
+}
+
+// writers lists the open transactions that a writers statement finds.
+func (d *Dialect) writers(ctx context.Context, query string) (_ []dialects.Writer, err error) {
+	defer func() { err = MapError(err) }()
+	rows, err := d.db.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}

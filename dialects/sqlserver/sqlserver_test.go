@@ -2,6 +2,7 @@ package sqlserver_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -197,17 +198,74 @@ func TestConformance(t *testing.T) {
 			return d
 		},
 		Exec: func(t *testing.T, d dialects.Dialect, sql string, args ...any) {
-			q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
+			q, err := render(d, sql)
 			if err != nil {
 				t.Fatal(err)
 			}
-			q = strings.ReplaceAll(strings.ReplaceAll(q, "$1", "@p1"), "$2", "@p2")
 			if _, err := d.(*sqlserver.Dialect).DB().Exec(q, args...); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = DATEADD(hour, -$2, SYSUTCDATETIME()) WHERE {{c "state"}} = $1`,
+		Begin:           begin,
+		RefusedLogin: func(t *testing.T) error {
+			u, err := neturl.Parse(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.User = neturl.UserPassword("qb_no_such_login", "x")
+			d, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: u.String(), Names: dialects.DefaultNames()})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return d.Ping(context.Background())
+		},
+		RefusedBecause: "Login failed for user 'qb_no_such_login'",
 	})
+}
+
+// heldTx is a transaction a conformance subtest holds open.
+type heldTx struct {
+	d       *sqlserver.Dialect
+	tx      *sql.Tx
+	session int64
+}
+
+func begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+	sd := d.(*sqlserver.Dialect)
+	tx, err := sd.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldTx{d: sd, tx: tx}
+	if err := tx.QueryRow(`SELECT CAST(@@SPID AS BIGINT)`).Scan(&h.session); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *heldTx) Exec(sql string, args ...any) error {
+	q, err := render(h.d, sql)
+	if err != nil {
+		return err
+	}
+	_, err = h.tx.Exec(q, args...)
+	return err
+}
+
+func (h *heldTx) Session() int64 { return h.session }
+func (h *heldTx) Commit() error  { return h.tx.Commit() }
+func (h *heldTx) Rollback()      { _ = h.tx.Rollback() }
+
+// render renders a statement of the suite's SQL for SQL Server: the
+// templates, and $n placeholders as @pn.
+func render(d dialects.Dialect, sql string) (string, error) {
+	q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(d.Names(), sqlserver.Quoting))
+	if err != nil {
+		return "", err
+	}
+	return regexp.MustCompile(`\$(\d+)`).ReplaceAllString(q, "@p$1"), nil
 }
 
 // unreachable is a dialect whose server is a loopback port where nothing
@@ -275,6 +333,15 @@ func TestProbeReadsTheSequenceFirst(t *testing.T) {
 	}
 	if !strings.Contains(p, "st.session_id <> @@SPID") {
 		t.Errorf("the probe counts its own transaction as a writer:\n%s", p)
+	}
+	// The oldest writer comes from the locks on the outbox table, read after
+	// the sequence: a transaction that wrote other tables is not one.
+	if locks := strings.Index(p, "sys.dm_tran_locks"); locks < seq || !strings.Contains(p[locks:], "OBJECT_ID(N'[outbox]')") ||
+		!strings.Contains(p[locks:], "request_mode IN (N'IX', N'SIX', N'X')") {
+		t.Errorf("the probe must read the oldest writer from the locks on the outbox table, after the sequence:\n%s", p)
+	}
+	if w := q.OutboxWriters; !strings.Contains(w, "sys.dm_tran_locks") || !strings.Contains(w, "OBJECT_ID(N'[outbox]')") {
+		t.Errorf("the writers must be the transactions that hold a lock on the outbox table:\n%s", w)
 	}
 }
 

@@ -1,0 +1,252 @@
+package dialecttest
+
+import (
+	"errors"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
+)
+
+// Tx is a transaction of the dialect's database that a subtest holds open,
+// as a producer, a report or a forgotten session would.
+type Tx interface {
+	// Exec runs one statement of the dialect's own SQL, with the templates
+	// of Harness.Exec and $1, $2, ... for args.
+	Exec(sql string, args ...any) error
+	// Session is the transaction's session as Writer.PID reports it.
+	Session() int64
+	Commit() error
+	// Rollback ends the transaction if it is still open; a second call, or
+	// one after Commit, does nothing.
+	Rollback()
+}
+
+// Statements that the gate's subtests run through Tx.Exec and Harness.Exec:
+// the same SQL on every dialect once the templates are rendered.
+const (
+	insertRow      = `INSERT INTO {{t}} ({{c "topic"}}, {{c "key"}}, {{c "payload"}}) VALUES ($1, $2, '{}')`
+	createBusiness = `CREATE TABLE {{q (obj "orders") | qualify}} (id INT PRIMARY KEY, n INT)`
+	insertBusiness = `INSERT INTO {{q (obj "orders") | qualify}} (id, n) VALUES (1, 0)`
+	updateBusiness = `UPDATE {{q (obj "orders") | qualify}} SET n = n + 1 WHERE id = 1`
+)
+
+func runGate(t *testing.T, h Harness) []subtest {
+	if h.Begin == nil {
+		t.Fatal("the harness must offer Begin: the gate's subtests hold transactions open")
+	}
+	return []subtest{
+		{"GateHoldsBackRowsOfOpenTransactions", testGateHoldsBack},
+		{"GateWaitsForATransactionBlockedOnARowLock", testGateRowLock},
+		{"GateDoesNotWaitForATransactionThatWroteNoOutboxRows", testGateBystander},
+		{"WritersAreTheOpenOutboxTransactions", testWriters},
+	}
+}
+
+// begin opens a held transaction that the test's end rolls back.
+func begin(t *testing.T, h Harness, d dialects.Dialect) Tx {
+	t.Helper()
+	tx := h.Begin(t, d)
+	t.Cleanup(tx.Rollback)
+	return tx
+}
+
+func txExec(t *testing.T, tx Tx, sql string, args ...any) {
+	t.Helper()
+	if err := tx.Exec(sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// gateClaim probes, then claims with the gate the probes so far allow, as
+// the claimer does.
+func (h Harness) gateClaim(t *testing.T, d dialects.Dialect, w *dialects.Watermark, limit int) []dialects.Row {
+	t.Helper()
+	p, err := d.OutboxProbe(ctx(t))
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	w.Observe(p, time.Now())
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), Gate: w.Gate(), ByKey: h.byKey})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return rows
+}
+
+func topics(rows []dialects.Row) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Topic)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Two transactions insert rows of one key; the one with the larger sequence
+// commits first. Without the gate its row would be the key's head and be
+// delivered first. With it, the row waits until the earlier transaction has
+// ended; rows of other keys and unkeyed rows do not wait. Nothing waits at
+// the producer: neither transaction blocks the other.
+func testGateHoldsBack(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	first := begin(t, h, d)
+	txExec(t, first, insertRow, "k-first", "k")
+	second := begin(t, h, d)
+	txExec(t, second, insertRow, "k-second", "k")
+	if err := second.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	h.Exec(t, d, insertRow, "other-key", "other")
+	h.Exec(t, d, insertRow, "unkeyed", nil)
+	var w dialects.Watermark
+	var got []dialects.Row
+	for range 4 {
+		got = append(got, h.gateClaim(t, d, &w, 100)...)
+	}
+	if !slices.Contains(topics(got), "unkeyed") {
+		t.Fatalf("claimed %v while the first transaction is open, want at least the unkeyed row", topics(got))
+	}
+	for _, r := range got {
+		if r.Key == "k" {
+			t.Fatalf("claimed %s of key k while a transaction that wrote an earlier row of k is open", r.Topic)
+		}
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var k []dialects.Row
+	testkit.Eventually(t, "both rows of k are claimed once the first transaction commits", 0, func() error {
+		for _, r := range h.gateClaim(t, d, &w, 100) {
+			if r.Key == "k" {
+				k = append(k, r)
+			}
+		}
+		if len(k) < 2 {
+			return errors.New("claimed " + strings.Join(topics(k), ", "))
+		}
+		return nil
+	})
+	if len(k) != 2 || k[0].Topic != "k-first" || k[1].Topic != "k-second" {
+		t.Fatalf("claimed %v, want k-first then k-second", topics(k))
+	}
+}
+
+// A transaction that waited on another's business-row lock commits after
+// it although it drew the smaller sequence value: the gate waits for it.
+func testGateRowLock(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	h.Exec(t, d, createBusiness)
+	h.Exec(t, d, insertBusiness)
+	// The older transaction locks the business row first.
+	old := begin(t, h, d)
+	txExec(t, old, updateBusiness)
+	// The younger one writes its outbox row (the smaller sequence), then
+	// waits for the business row.
+	young := begin(t, h, d)
+	txExec(t, young, insertRow, "young", "k")
+	done := make(chan error, 1)
+	go func() {
+		err := young.Exec(updateBusiness)
+		if err == nil {
+			err = young.Commit()
+		}
+		done <- err
+	}()
+	// The older one writes the later outbox row of the key, and commits
+	// first.
+	txExec(t, old, insertRow, "old", "k")
+	var w dialects.Watermark
+	if err := old.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	testkit.Eventually(t, "both rows are claimed", 0, func() error {
+		for _, r := range h.gateClaim(t, d, &w, 100) {
+			order = append(order, r.Topic)
+		}
+		if len(order) < 2 {
+			return errors.New("claimed " + strings.Join(order, ", "))
+		}
+		return nil
+	})
+	if !slices.Equal(order, []string{"young", "old"}) {
+		t.Fatalf("claimed %v, want young (smaller sequence) then old", order)
+	}
+}
+
+// A transaction that holds a transaction id but wrote no outbox row (a
+// batch job on another table, a session left idle in transaction) does not
+// hold keyed rows back: the first probe after their insert settles them.
+func testGateBystander(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	h.Exec(t, d, createBusiness)
+	bystander := begin(t, h, d)
+	txExec(t, bystander, insertBusiness)
+	h.Exec(t, d, insertRow, "keyed", "k")
+	var w dialects.Watermark
+	got := h.gateClaim(t, d, &w, 10)
+	if len(got) != 1 || got[0].Topic != "keyed" {
+		t.Fatalf("claimed %v with one probe while a transaction that wrote no outbox row is open (watermark %d), want the keyed row",
+			topics(got), w.Settled())
+	}
+}
+
+// OutboxWriters lists open transactions that wrote outbox rows, with their
+// session and start time, and not a transaction that only wrote another
+// table.
+func testWriters(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	h.Exec(t, d, createBusiness)
+	writer := begin(t, h, d)
+	txExec(t, writer, insertRow, "t", "k")
+	bystander := begin(t, h, d)
+	txExec(t, bystander, insertBusiness)
+	ws, err := d.OutboxWriters(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []dialects.Writer
+	for _, w := range ws {
+		if w.PID == writer.Session() {
+			mine = append(mine, w)
+		}
+		if w.PID == bystander.Session() {
+			t.Errorf("a transaction that wrote no outbox row is listed: %+v", w)
+		}
+	}
+	if len(mine) != 1 || mine[0].Since.IsZero() || mine[0].Xid <= 0 {
+		t.Fatalf("writers %+v; want the open outbox transaction of session %d", ws, writer.Session())
+	}
+	p, err := d.OutboxProbe(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine[0].Xid < p.Xmin || mine[0].Xid >= p.Next {
+		t.Fatalf("writer id %d outside the running range [%d, %d)", mine[0].Xid, p.Xmin, p.Next)
+	}
+	if p.Writer == 0 || p.Writer > mine[0].Xid {
+		t.Fatalf("probe %+v: its oldest writer is not at or below the open outbox transaction's id %d", p, mine[0].Xid)
+	}
+	if err := writer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ws, err = d.OutboxWriters(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.PID == writer.Session() {
+			t.Fatalf("a committed transaction is still listed: %+v", w)
+		}
+	}
+}
