@@ -75,15 +75,15 @@ type claimer struct {
 	log   *slog.Logger
 	stats *Stats
 	obs   Observer
-	// share bounds the claims that run at once.
-	share *share
+	// budget bounds the claims that run at once.
+	budget *statementBudget
 	// ready is the engine's readiness: the last claim reached the database.
 	ready *atomic.Bool
 	// drained is closed once, when a drain has every outcome written.
 	drained chan struct{}
 
 	free     int
-	claiming int  // claim statements running (at most share.statements())
+	claiming int  // claim statements running (at most budget.statements())
 	more     bool // the last claim was full: more rows are likely waiting
 	again    bool // a wake came while a claim was running
 	// waitCredit: after a short claim, how many more rows must finish
@@ -197,7 +197,7 @@ func (c *claimer) checkDrained() {
 }
 
 func (c *claimer) maybeClaim(ctx actor.Context) {
-	for c.claiming < c.share.statements() && c.claimOne(ctx) {
+	for c.claiming < c.budget.statements() && c.claimOne(ctx) {
 		// A second claim only while the first is full: when the table is
 		// nearly drained, one is plenty.
 		if !c.more {

@@ -27,7 +27,7 @@ type (
 const secondFlushAt = 64
 
 // completer writes outcomes in few statements (group commit), up to
-// share.statements() of them at once. The outcomes of one actor step
+// budget.statements() of them at once. The outcomes of one actor step
 // always land in one statement, so a retry and the releases behind it are
 // written together. It never waits
 // on the database itself: each flush runs in a goroutine, which afterwards
@@ -40,11 +40,11 @@ type completer struct {
 	claimer, leaseKeeper *actor.PID
 	// bg ends when the engine stops: the flushes then give up after a few
 	// tries instead of retrying until the database is back.
-	bg    context.Context
-	log   *slog.Logger
-	stats *Stats
-	obs   Observer
-	share *share
+	bg     context.Context
+	log    *slog.Logger
+	stats  *Stats
+	obs    Observer
+	budget *statementBudget
 
 	buf      []dialects.Outcome
 	abandons []dialects.Claim
@@ -59,7 +59,7 @@ func (c *completer) Receive(ctx actor.Context) {
 	case *flushDone:
 		c.running--
 	}
-	if c.running == 0 || (c.running < c.share.statements() && len(c.buf) >= secondFlushAt) {
+	if c.running == 0 || (c.running < c.budget.statements() && len(c.buf) >= secondFlushAt) {
 		c.flush(ctx)
 	}
 }

@@ -23,7 +23,7 @@ type Stats struct {
 	// probes of an idle claimer (a claim probes too, uncounted).
 	ClaimStatements, CompleteStatements, Probes atomic.Int64
 	// OtherRelays is how many sessions other relays held on the database
-	// server at the last look (see share).
+	// server at the last look (see statementBudget).
 	OtherRelays atomic.Int64
 	// Idle says the claimer probes at the idle pace: nothing arrived,
 	// settled or was claimed for a while, and no row is in flight (nor
@@ -114,7 +114,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.bg = newBackground(ctx)
 	p := parts{
 		opts: &e.opts, log: e.log, stats: &e.Stats, sinks: e.sinks, routes: e.routes, mailboxes: &e.mailboxes,
-		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready, share: newShare(),
+		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready, budget: newStatementBudget(),
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
 		actor.WithSupervisor(&engineStrategy{crash: e.crash}))

@@ -25,8 +25,8 @@ type parts struct {
 	deliveryCtx context.Context
 	drained     chan struct{}
 	ready       *atomic.Bool
-	// share is how many claims and completions run at once.
-	share *share
+	// budget is how many claims and completions run at once.
+	budget *statementBudget
 }
 
 // supervisorActor is the engine supervisor: it spawns the engine's actors,
@@ -84,7 +84,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, leaseLength: o.Lease, bg: s.bg.ctx, log: s.log})
 	})
 	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
-		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, share: s.share}
+		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, budget: s.budget}
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
@@ -101,7 +101,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 			pool: poolPID, leaseKeeper: leaseKeeperPID,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
-			pace: probePace, share: s.share,
+			pace: probePace, budget: s.budget,
 		})
 	})
 	if err != nil {
@@ -121,7 +121,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
 	s.bg.everyPaced(probePace, func() { root.Send(claimerPID, &probeTick{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
-	watcher := &shareWatcher{share: s.share, dialect: o.Dialect, stats: s.stats, log: s.log, bg: s.bg.ctx}
+	watcher := &relayWatcher{budget: s.budget, dialect: o.Dialect, stats: s.stats, log: s.log, bg: s.bg.ctx}
 	s.bg.run(watcher.loop)
 	if o.Inbox.Enabled {
 		// The inbox relay sends only to itself and wakes the claimer; its

@@ -10,7 +10,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// share is how many claim statements, and how many completion statements,
+// statementBudget is how many claim statements, and how many completion statements,
 // a replica runs at once. Alone on its database server a replica overlaps
 // two of each (one in the database while the other's rows are dispatched,
 // or its outcomes gather), as two claim-complete loops beat one. Relays
@@ -18,45 +18,45 @@ import (
 // completions running, never fewer than one relay alone, rather than 2n
 // statements that wait on each other's pages and for the server's cores.
 // SKIP LOCKED keeps concurrent claims from taking the same rows either way.
-type share struct {
+type statementBudget struct {
 	n atomic.Int32
 }
 
-// The shares.
+// The budgets.
 const (
-	shareAlone  = 2
-	shareShared = 1
+	budgetAlone  = 2
+	budgetShared = 1
 )
 
 // lookEvery is how often a replica counts the other relays' sessions: a
 // read of the server's session list, which costs next to nothing.
 const lookEvery = time.Second
 
-func newShare() *share {
-	s := &share{}
-	s.n.Store(shareAlone)
+func newStatementBudget() *statementBudget {
+	s := &statementBudget{}
+	s.n.Store(budgetAlone)
 	return s
 }
 
 // statements is how many claims (or completions) may run at once.
-func (s *share) statements() int { return int(s.n.Load()) }
+func (s *statementBudget) statements() int { return int(s.n.Load()) }
 
-// shareWatcher counts the other relays' sessions on the database server and
-// sets the share from it, in a loop of the engine's background.
-type shareWatcher struct {
-	share   *share
+// relayWatcher counts the other relays' sessions on the database server and
+// sets the budget from it, in a loop of the engine's background.
+type relayWatcher struct {
+	budget  *statementBudget
 	dialect dialects.Relay
 	stats   *Stats
 	log     *slog.Logger
 	bg      context.Context
 	// off: the database cannot tell (ErrNotSupported) or will not
-	// (ErrNotPermitted); the share stays.
+	// (ErrNotPermitted); the budget stays.
 	off bool
 }
 
 // loop looks at once, then every lookEvery, until the engine stops or the
 // database says it cannot tell.
-func (w *shareWatcher) loop() {
+func (w *relayWatcher) loop() {
 	t := time.NewTicker(lookEvery)
 	defer t.Stop()
 	for {
@@ -71,7 +71,7 @@ func (w *shareWatcher) loop() {
 	}
 }
 
-func (w *shareWatcher) look() {
+func (w *relayWatcher) look() {
 	if w.off {
 		return
 	}
@@ -90,17 +90,17 @@ func (w *shareWatcher) look() {
 	case err != nil:
 		return // the claims and completions report an unreachable database
 	}
-	want := int32(shareAlone)
+	want := int32(budgetAlone)
 	if n > 0 {
-		want = shareShared
+		want = budgetShared
 	}
-	// The share first: whoever reads the count may rely on the share.
-	changed := w.share.n.Swap(want) != want
+	// The budget first: whoever reads the count may rely on the budget.
+	changed := w.budget.n.Swap(want) != want
 	w.stats.OtherRelays.Store(int64(n))
 	if !changed {
 		return
 	}
-	if want == shareShared {
+	if want == budgetShared {
 		w.log.Info("other relays share the database server: one claim and one completion at a time", "their_sessions", n)
 	} else {
 		w.log.Info("no other relay on the database server: two claims and two completions at a time")
