@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/backoff"
 )
 
 // Messages of the claimer.
@@ -93,20 +93,19 @@ type claimer struct {
 	waitCredit int
 	draining   bool
 	keys       map[string]*keyEntry
-	failures   int
-	retryAt    time.Time
-	heads      headPolicy
-	choice     claimChoice
+	// failed paces claims while the database refuses them.
+	failed  backoff.Capped
+	retryAt time.Time
+	heads   headPolicy
+	choice  claimChoice
 
-	// The gate (see gate.go): wm follows probes; gated is false where the
-	// database cannot tell settled rows (then every head is claimable).
-	wm      dialects.Watermark
-	gated   bool
+	// gate keeps keyed rows in insert order (see gate.go); probing is
+	// whether a probe of the idle clock is under way.
+	gate    gate
 	probing bool
 	// sawAtClaim and settledAtClaim are what the last claim knew: a probe
 	// that sees more claims again.
 	sawAtClaim, settledAtClaim int64
-	held                       heldBack
 	// pace is the clock of probeTick: idle (see idleAfter) once nothing
 	// has arrived, settled or been claimed for a while and no row is in
 	// flight. lastNews is when something last did.
@@ -119,12 +118,13 @@ type claimer struct {
 func newClaimer(c claimer) *claimer {
 	c.free = c.maxInFlight
 	c.keys = map[string]*keyEntry{}
-	c.gated = true
 	c.choice.keyed = 0.5
 	c.heads = newHeadPolicy()
-	c.held = heldBack{writers: c.dialect.OutboxWriters,
+	c.failed = backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
+	c.gate = gate{writers: c.dialect.OutboxWriters, log: c.log, clock: wallClock{},
 		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
-		flowing: "keyed rows flow again: the transactions they waited for have ended"}
+		flowing: "keyed rows flow again: the transactions they waited for have ended",
+		blindly: "cannot see other transactions, so rows of one key written by concurrent transactions may be delivered in commit order rather than insert order; grant the permission the error names"}
 	return &c
 }
 
@@ -152,9 +152,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *probeResult:
 		c.onProbe(ctx, m)
 	case *writersResult:
-		if c.held.onWriters(m, &c.wm, c.log) {
-			c.maybeClaim(ctx)
-		}
+		c.gate.onWriters(m)
 	case *claimResult:
 		c.onClaim(ctx, m)
 	case *credit:
@@ -222,24 +220,18 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim}
 	// A gated claim probes first, on a copy of the watermark: the claim
 	// then takes every row that arrived and settled up to that moment.
-	var wm *dialects.Watermark
-	if c.gated {
-		wm = c.wm.Clone()
-	}
-	c.sawAtClaim, c.settledAtClaim = c.wm.LastSeen(), c.wm.Settled()
+	wm, clk := c.gate.forStatement(), c.gate.clock
+	c.sawAtClaim, c.settledAtClaim = c.gate.wm.LastSeen(), c.gate.wm.Settled()
 	go func() {
 		res := &claimResult{requested: limit, run: run, heads: heads, lease: l, kind: kind}
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm != nil {
-			p, err := dialect.OutboxProbe(qctx)
-			if err != nil {
-				res.err = err
+			if res.probe, res.err = probeInto(qctx, dialect.OutboxProbe, wm, clk); res.err != nil {
 				root.Send(self, res)
 				return
 			}
-			wm.Observe(p, time.Now())
-			params.Gate, res.probe = wm.Gate(), &p
+			params.Gate = wm.Gate()
 			res.seen, res.settled = wm.LastSeen(), wm.Settled()
 		}
 		sentAt := time.Now()
@@ -258,7 +250,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 // one runs would learn nothing new.
 func (c *claimer) probe(ctx actor.Context) {
 	c.repace(time.Now())
-	if c.probing || c.claiming > 0 || c.draining || !c.gated || time.Now().Before(c.retryAt) {
+	if c.probing || c.claiming > 0 || c.draining || c.gate.blind || time.Now().Before(c.retryAt) {
 		return
 	}
 	c.probing = true
@@ -275,13 +267,12 @@ func (c *claimer) probe(ctx actor.Context) {
 func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 	c.probing = false
 	if m.err != nil {
-		c.gateFailed(m.err)
+		c.gate.refused(m.err)
 		return // claims find out whether the database is away
 	}
 	now := time.Now()
-	c.wm.Observe(m.probe, now)
-	c.held.check(ctx, c.bg, &c.wm, c.log, now)
-	if c.wm.LastSeen() > c.sawAtClaim || c.wm.Settled() > c.settledAtClaim {
+	c.gate.observe(ctx, c.bg, m.probe)
+	if c.gate.wm.LastSeen() > c.sawAtClaim || c.gate.wm.Settled() > c.settledAtClaim {
 		c.lastNews = now
 		c.maybeClaim(ctx)
 	}
@@ -302,29 +293,15 @@ func (c *claimer) repace(now time.Time) {
 	c.stats.Idle.Store(idle)
 }
 
-// gateFailed handles a probe the database refused for good: without the
-// permission to see other transactions, the claimer cannot tell settled
-// rows and claims every head, as before this gate existed.
-func (c *claimer) gateFailed(err error) {
-	if errors.Is(err, dialects.ErrNotPermitted) || errors.Is(err, dialects.ErrNotSupported) {
-		c.gated = false
-		c.log.Warn("cannot see other transactions, so rows of one key written by concurrent transactions may be delivered in commit order rather than insert order; grant the permission the error names",
-			"error", err)
-	}
-}
-
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.claiming--
 	// The clock resumes once no claim runs, whichever way this ends.
 	defer func() { c.repace(time.Now()) }()
 	c.free += m.requested - len(m.rows)
 	if m.probe != nil {
-		now := time.Now()
-		c.wm.Observe(*m.probe, now)
-		c.held.check(ctx, c.bg, &c.wm, c.log, now)
+		c.gate.observe(ctx, c.bg, *m.probe)
 	}
-	if m.err != nil && c.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
-		c.gateFailed(m.err)
+	if m.err != nil && c.gate.refused(m.err) {
 		c.maybeClaim(ctx)
 		return
 	}
@@ -332,11 +309,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		// It took nothing: what led to it is news to the next probe, which
 		// claims again once the backoff below has passed.
 		c.sawAtClaim, c.settledAtClaim = -1, -1
-		c.failures++
-		// Back off: 100ms, 200ms, ... up to 5s, so a database outage is
-		// not hammered; the tick resumes claiming.
-		c.retryAt = time.Now().Add(min(time.Duration(c.failures)*100*time.Millisecond, 5*time.Second))
-		if c.ready.Swap(false) || c.failures == 1 {
+		// Back off, so that a database outage is not hammered; the tick
+		// resumes claiming.
+		c.retryAt = time.Now().Add(c.failed.Next())
+		if c.ready.Swap(false) || c.failed.Failures() == 1 {
 			c.log.Warn("database unreachable; claims paused", "error", m.err)
 		}
 		if c.draining {
@@ -344,10 +320,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		}
 		return
 	}
-	if c.failures > 0 {
-		c.log.Info("database reachable again; claiming", "afterFailures", c.failures)
+	if n := c.failed.Failures(); n > 0 {
+		c.log.Info("database reachable again; claiming", "afterFailures", n)
 	}
-	c.failures = 0
+	c.failed.Reset()
 	c.ready.Store(true)
 	n := len(m.rows)
 	full := claimFull(m.rows, m.requested, m.heads)

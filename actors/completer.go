@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/backoff"
 )
 
 // Messages of the completer.
@@ -100,6 +101,7 @@ func (c *completer) write(out []dialects.Outcome) []dialects.Claim {
 	if len(out) == 0 {
 		return nil
 	}
+	wait := backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.bg), 30*time.Second)
 		c.stats.CompleteStatements.Add(1)
@@ -119,6 +121,6 @@ func (c *completer) write(out []dialects.Outcome) []dialects.Claim {
 			c.log.Error("giving up on outcomes while stopping; their leases will expire", "rows", len(out), "error", err)
 			return nil
 		}
-		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, 5*time.Second))
+		time.Sleep(wait.Next())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/backoff"
 )
 
 // The Inbox relay turns received inbox rows into outbox rows (see the
@@ -20,9 +21,7 @@ import (
 //
 // Replicas take turns through the relay's lock: a relay that finds it taken
 // tries again at its next tick. Keyed rows wait behind the gate as outbox
-// rows do; an epoch that waits long is checked against the open inbox
-// writers (InboxWriters), and a real writer that holds rows back for long is
-// logged, as the Claimer does for the outbox.
+// rows do (gate.go), and a writer that holds them back for long is logged.
 
 // Messages of the inbox relay.
 type (
@@ -61,19 +60,16 @@ type inboxRelay struct {
 	bg      context.Context
 	log     *slog.Logger
 
-	wm dialects.Watermark
-	// gated is false where the database cannot tell settled rows: every
-	// keyed row is then relayed as soon as it is seen.
-	gated bool
-	busy  bool
+	// gate keeps keyed inbox rows in receive order (see gate.go).
+	gate gate
+	busy bool
 	// again: relay at the next tick whatever the probe says (the last
 	// batch was full, or another replica held the lock).
 	again bool
 	// seenAt and settledAt are what the watermark knew at the last relay.
 	seenAt, settledAt int64
-	failures          int
+	failed            backoff.Capped
 	retryAt           time.Time
-	held              heldBack
 	// pace is the clock of relayTick: idle (see idleAfter) once the inbox
 	// has not moved for a while.
 	pace *pace
@@ -84,12 +80,13 @@ type inboxRelay struct {
 }
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
-	r.gated = true
+	r.failed = backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
 	// lastMove stays zero: the relay starts at the idle pace, like the
 	// claimer, and speeds up once the inbox moves.
-	r.held = heldBack{writers: r.dialect.InboxWriters,
+	r.gate = gate{writers: r.dialect.InboxWriters, log: r.log, clock: wallClock{},
 		waiting: "inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back",
-		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended"}
+		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended",
+		blindly: "inbox relay: cannot see other transactions, so inbox rows of one aggregate stored by concurrent transactions may be relayed in commit order rather than receive order; grant the permission the error names"}
 	return &r
 }
 
@@ -104,7 +101,7 @@ func (r *inboxRelay) Receive(ctx actor.Context) {
 	case *relayResult:
 		r.onResult(ctx, m)
 	case *writersResult:
-		r.held.onWriters(m, &r.wm, r.log)
+		r.gate.onWriters(m)
 	}
 }
 
@@ -121,24 +118,17 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
 	params := dialects.InboxRelayParams{Limit: r.batchSize, MaxAttempts: r.maxAttempts}
-	var wm *dialects.Watermark
-	if r.gated {
-		wm = r.wm.Clone()
-	}
+	wm, clk := r.gate.forStatement(), r.gate.clock
 	seenAt, settledAt := r.seenAt, r.settledAt
 	go func() {
 		res := &relayResult{}
 		qctx, cancel := context.WithTimeout(bg, timeout)
 		defer cancel()
 		if wm != nil {
-			p, err := dialect.InboxProbe(qctx)
-			if err != nil {
-				res.err = err
+			if res.probe, res.err = probeInto(qctx, dialect.InboxProbe, wm, clk); res.err != nil {
 				root.Send(self, res)
 				return
 			}
-			wm.Observe(p, time.Now())
-			res.probe = &p
 			if !force && wm.LastSeen() <= seenAt && wm.Settled() <= settledAt {
 				root.Send(self, res) // nothing new
 				return
@@ -173,30 +163,25 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 		// The first probe only learns where the sequence stands: rows
 		// stored before this replica started are no movement (the relay
 		// that moves them sets lastMove below).
-		if r.probed && m.probe.Last > r.wm.LastSeen() {
+		if r.probed && m.probe.Last > r.gate.wm.LastSeen() {
 			r.lastMove = now
 		}
 		r.probed = true
-		r.wm.Observe(*m.probe, now)
-		r.held.check(ctx, r.bg, &r.wm, r.log, now)
+		r.gate.observe(ctx, r.bg, *m.probe)
 	}
 	if m.err != nil {
-		if r.gated && (errors.Is(m.err, dialects.ErrNotPermitted) || errors.Is(m.err, dialects.ErrNotSupported)) {
-			r.gated = false
-			r.log.Warn("inbox relay: cannot see other transactions, so inbox rows of one aggregate stored by concurrent transactions may be relayed in commit order rather than receive order; grant the permission the error names",
-				"error", m.err)
+		if r.gate.refused(m.err) {
 			return
 		}
-		r.failures++
-		r.retryAt = now.Add(min(time.Duration(r.failures)*100*time.Millisecond, 5*time.Second))
-		if r.failures == 1 && !errors.Is(m.err, context.Canceled) {
+		r.retryAt = now.Add(r.failed.Next())
+		if r.failed.Failures() == 1 && !errors.Is(m.err, context.Canceled) {
 			r.log.Warn("inbox relay failed; retrying", "error", m.err)
 		}
 		return
 	}
-	if r.failures > 0 {
-		r.log.Info("inbox relay works again", "afterFailures", r.failures)
-		r.failures = 0
+	if n := r.failed.Failures(); n > 0 {
+		r.log.Info("inbox relay works again", "afterFailures", n)
+		r.failed.Reset()
 	}
 	if m.relayed == nil {
 		return // the probe saw nothing new

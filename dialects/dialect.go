@@ -496,6 +496,13 @@ var ErrNotSupported = errors.New("not supported by this database")
 // needs (on SQL Server, VIEW SERVER STATE for the transaction views).
 var ErrNotPermitted = errors.New("the database user is not permitted to run this statement")
 
+// Blind reports whether err says that the database will not show this user
+// other transactions (ErrNotPermitted), or cannot (ErrNotSupported): what
+// the gate, the count of other relays and the long-transaction view need.
+func Blind(err error) bool {
+	return errors.Is(err, ErrNotPermitted) || errors.Is(err, ErrNotSupported)
+}
+
 // LostClaims returns the claims of want that are not in held.
 func LostClaims(want []Claim, held map[uuid.UUID]struct{}) []Claim {
 	var lost []Claim
