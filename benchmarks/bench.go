@@ -30,7 +30,8 @@ type Options struct {
 	// PayloadBytes is the size of each row's JSON payload.
 	PayloadBytes int
 	// Seconds is how long the producer and latency scenarios run (each
-	// workload, each table).
+	// workload, each table), and how long long-transaction holds its
+	// transactions open (default 90 s there).
 	Seconds int
 	// Rate is the latency scenario's steady insert rate, rows per second.
 	Rate int
@@ -39,6 +40,9 @@ type Options struct {
 	Binary string
 	// JSON, when set, receives the results as a JSON list.
 	JSON string
+	// secondsGiven: Seconds came from the caller, not the default (the
+	// long-transaction hold has a default of its own).
+	secondsGiven bool
 	// CPUProfile, when set, is a folder that receives a CPU profile of each
 	// in-process scenario.
 	CPUProfile string
@@ -112,7 +116,9 @@ func Scenarios() []Scenario {
 		{"backlog", "drain a backlog ten times as deep, 1,000 keys", runBacklog},
 		{"hot-keys", "drain a backlog over 10 keys", runDrain(10)},
 		{"one-key", "drain a backlog of one key", runDrain(1)},
+		{"drain-held", "drain-keys while a snapshot is held from before the rows were inserted", runDrainHeld},
 		{"latency", "steady single-row inserts; commit to delivery", runLatency},
+		{"long-transaction", "steady single-row inserts while a reader, then a writer, holds a transaction open (--seconds, default 90); p50/p99 per 30 s window", runLongTransaction},
 		{"producer", "insert throughput with and without what QueueBox installs (pgbench, 8 clients)", runProducer},
 		{"replicas", "one relay process against three", runReplicas},
 		{"mailbox", "drain over 1,000 keys with every mailbox at 1, 16, 256, 4096 and unbounded", runMailbox},
@@ -141,6 +147,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if o.PayloadBytes == 0 {
 		o.PayloadBytes = 200
 	}
+	o.secondsGiven = o.Seconds > 0
 	if o.Seconds == 0 {
 		o.Seconds = 10
 	}
@@ -285,7 +292,7 @@ func selectScenarios(names []string) ([]Scenario, error) {
 			need("raw")
 		case "drain":
 			need("raw")
-		case "backlog":
+		case "backlog", "drain-held":
 			need("drain-keys")
 			need("raw")
 		}
@@ -360,7 +367,7 @@ func ratios(rs []Result) {
 			if raw != nil && raw.RowsPerSec > 0 {
 				r.RatioToRaw = ptr(r.RowsPerSec / raw.RowsPerSec)
 			}
-		case "backlog":
+		case "backlog", "drain-held":
 			if raw != nil && raw.RowsPerSec > 0 {
 				r.RatioToRaw = ptr(r.RowsPerSec / raw.RowsPerSec)
 			}

@@ -51,82 +51,23 @@ func runLatency(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	cfg := e.config(d)
-	l, err := bootstrap.FromConfig(cfg)
+	eng, rec, stop, err := e.recording(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	rd, err := bootstrap.OpenDialect(ctx, l)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	opts, err := bootstrap.EngineOptions(l, rd, e.log)
-	if err != nil {
-		return nil, err
-	}
-	rec := &recorder{seen: map[string]time.Time{}}
-	opts.Destinations = map[string]actors.SinkFactory{"bench": func() (sinks.Sink, error) { return rec, nil }}
-	eng, err := actors.New(opts)
-	if err != nil {
-		return nil, err
-	}
+	defer stop()
 	m := e.meter()
-	if err := eng.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer func() { _ = eng.Stop(context.WithoutCancel(ctx)) }()
-
-	var mu sync.Mutex
-	committed := map[string]time.Time{}
 	warmup := time.Now().Add(time.Second)
 	end := warmup.Add(time.Duration(e.o.Seconds) * time.Second)
-	interval := time.Duration(float64(time.Second) * latencyProducers / float64(e.o.Rate))
-	var failed int64
-	var wg sync.WaitGroup
-	for p := range latencyProducers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(uint64(p), 7))
-			// Producers start spread over one interval, then keep their pace.
-			next := time.Now().Add(time.Duration(p) * interval / latencyProducers)
-			for ctx.Err() == nil {
-				time.Sleep(time.Until(next))
-				next = next.Add(interval)
-				if time.Now().After(end) {
-					return
-				}
-				id := uuid.New()
-				key := fmt.Sprintf("key-%d", rnd.IntN(1000))
-				err := e.insertOne(ctx, d, id, key)
-				at := time.Now()
-				mu.Lock()
-				if err != nil {
-					failed++
-				} else if at.After(warmup) {
-					committed[id.String()] = at
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	// Let the last rows arrive.
-	arrived := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		for id := range committed {
-			if _, ok := rec.seen[id]; !ok {
-				return false
-			}
+	load := e.steadily(ctx, d, e.o.Rate, 1000, end)
+	committed := map[string]time.Time{}
+	for id, at := range load.committed {
+		if at.After(warmup) {
+			committed[id] = at
 		}
-		return true
 	}
-	for deadline := time.Now().Add(30 * time.Second); !arrived() && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	failed := load.failed
+	rec.waitFor(committed, 30*time.Second)
 	var lat []float64
 	missing := 0
 	rec.mu.Lock()
@@ -155,6 +96,100 @@ func runLatency(ctx context.Context, e *env) ([]Result, error) {
 			st.CompleteStatements.Load(), float64(st.CompleteTime.Load())/1e6/float64(max(1, st.CompleteStatements.Load())), st.ClaimKinds())
 	}
 	return []Result{r}, nil
+}
+
+// recording starts an engine built from cfg as `queuebox run` builds it,
+// whose destination is a recorder; stop stops it and closes its database.
+func (e *env) recording(ctx context.Context, cfg *bootstrap.Config) (eng *actors.Engine, rec *recorder, stop func(), err error) {
+	l, err := bootstrap.FromConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rd, err := bootstrap.OpenDialect(ctx, l)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts, err := bootstrap.EngineOptions(l, rd, e.log)
+	if err != nil {
+		rd.Close()
+		return nil, nil, nil, err
+	}
+	rec = &recorder{seen: map[string]time.Time{}}
+	opts.Destinations = map[string]actors.SinkFactory{"bench": func() (sinks.Sink, error) { return rec, nil }}
+	if eng, err = actors.New(opts); err == nil {
+		err = eng.Start(ctx)
+	}
+	if err != nil {
+		rd.Close()
+		return nil, nil, nil, err
+	}
+	return eng, rec, func() {
+		_ = eng.Stop(context.WithoutCancel(ctx))
+		rd.Close()
+	}, nil
+}
+
+// steadyLoad is what steadily inserted: when each row's transaction
+// committed, by id, and how many transactions failed.
+type steadyLoad struct {
+	committed map[string]time.Time
+	failed    int64
+}
+
+// steadily inserts single keyed rows (over keys) at a steady rate until
+// end, from latencyProducers producers, each row an application transaction
+// of one insert.
+func (e *env) steadily(ctx context.Context, d dialects.Operator, rate, keys int, end time.Time) steadyLoad {
+	var mu sync.Mutex
+	load := steadyLoad{committed: map[string]time.Time{}}
+	interval := time.Duration(float64(time.Second) * latencyProducers / float64(rate))
+	var wg sync.WaitGroup
+	for p := range latencyProducers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(p), 7))
+			// Producers start spread over one interval, then keep their pace.
+			next := time.Now().Add(time.Duration(p) * interval / latencyProducers)
+			for ctx.Err() == nil {
+				time.Sleep(time.Until(next))
+				next = next.Add(interval)
+				if time.Now().After(end) {
+					return
+				}
+				id := uuid.New()
+				key := fmt.Sprintf("key-%d", rnd.IntN(keys))
+				err := e.insertOne(ctx, d, id, key)
+				at := time.Now()
+				mu.Lock()
+				if err != nil {
+					load.failed++
+				} else {
+					load.committed[id.String()] = at
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return load
+}
+
+// waitFor waits until every committed row has arrived, or for at most d.
+func (r *recorder) waitFor(committed map[string]time.Time, d time.Duration) {
+	arrived := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for id := range committed {
+			if _, ok := r.seen[id]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(d); !arrived() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // insertOne is one application transaction: a single keyed row.

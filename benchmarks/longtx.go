@@ -1,0 +1,233 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/dialects/postgres"
+)
+
+// A transaction left open anywhere in the database (a pg_dump, a report, a
+// session idle in transaction) stops vacuum, and index scans can no longer
+// mark the row versions that claims and completions leave behind as dead.
+// The long-transaction scenario measures what that does to latency; the
+// drain-held scenario what it does to a drain.
+
+// holdWindow is the width of the windows that the long-transaction scenario
+// reports, and how long it runs before and after the hold.
+const holdWindow = 30 * time.Second
+
+// defaultHold is the hold when --seconds is not given.
+const defaultHold = 90 * time.Second
+
+// holder is one kind of long transaction.
+type holder struct {
+	name string
+	what string
+	// begin opens the transaction on conn.
+	begin func(ctx context.Context, conn *pgx.Conn, d *postgres.Dialect) (pgx.Tx, error)
+}
+
+var holders = []holder{
+	{"reader", "a REPEATABLE READ transaction that read pg_class and holds its snapshot (no transaction id)",
+		func(ctx context.Context, conn *pgx.Conn, _ *postgres.Dialect) (pgx.Tx, error) {
+			tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+			if err == nil {
+				_, err = tx.Exec(ctx, "SELECT count(*) FROM pg_class")
+			}
+			return tx, err
+		}},
+	{"writer", "a transaction that inserted a row into another table and holds its transaction id",
+		func(ctx context.Context, conn *pgx.Conn, d *postgres.Dialect) (pgx.Tx, error) {
+			other := pgx.Identifier{d.Names().Schema, "bench_other"}.Sanitize()
+			if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+other+" (n int)"); err != nil {
+				return nil, err
+			}
+			tx, err := conn.Begin(ctx)
+			if err == nil {
+				_, err = tx.Exec(ctx, "INSERT INTO "+other+" VALUES (1)")
+			}
+			return tx, err
+		}},
+}
+
+// hold returns the hold the options ask for.
+func (e *env) hold() time.Duration {
+	if e.o.Seconds > 0 && e.o.secondsGiven {
+		return time.Duration(e.o.Seconds) * time.Second
+	}
+	return defaultHold
+}
+
+// runLongTransaction inserts single keyed rows (1,000 keys) at the steady
+// rate for a window, then holds a transaction open for the hold while the
+// rows go on, then a window more with it ended; for each holder. Each row
+// is measured from its commit to its arrival at the destination, and the
+// results are p50 and p99 per window of commit time.
+func runLongTransaction(ctx context.Context, e *env) ([]Result, error) {
+	var out []Result
+	for _, h := range holders {
+		rs, err := e.longTransaction(ctx, h)
+		out = append(out, rs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
+	d, _, err := e.fresh(ctx, "long-transaction-"+h.name)
+	if err != nil {
+		return nil, err
+	}
+	cfg := e.config(d)
+	eng, rec, stop, err := e.recording(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	conn, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	m := e.meter()
+	hold := e.hold()
+	start := time.Now()
+	heldFrom, heldUntil := start.Add(holdWindow), start.Add(holdWindow+hold)
+	end := heldUntil.Add(holdWindow)
+	type held struct {
+		dead int64
+		err  error
+	}
+	done := make(chan held, 1)
+	go func() {
+		var r held
+		defer func() { done <- r }()
+		sleepUntil(ctx, heldFrom)
+		tx, err := h.begin(ctx, conn, d)
+		if err != nil {
+			r.err = fmt.Errorf("open the %s: %w", h.name, err)
+			return
+		}
+		sleepUntil(ctx, heldUntil)
+		// The dead row versions that the hold kept (the statistics lag by
+		// up to a second or so).
+		_ = d.Pool().QueryRow(ctx, `SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'`,
+			d.Names().Schema).Scan(&r.dead)
+		r.err = tx.Rollback(ctx)
+	}()
+	load := e.steadily(ctx, d, e.o.Rate, 1000, end)
+	hr := <-done
+	if hr.err != nil {
+		return nil, hr.err
+	}
+	rec.waitFor(load.committed, 60*time.Second)
+	var total Result
+	m.stop(&total)
+
+	// Latency per window of commit time.
+	windows := int((end.Sub(start) + holdWindow - 1) / holdWindow)
+	lat := make([][]float64, windows)
+	missing := 0
+	rec.mu.Lock()
+	for id, at := range load.committed {
+		got, ok := rec.seen[id]
+		if !ok {
+			missing++
+			continue
+		}
+		w := min(windows-1, int(at.Sub(start)/holdWindow))
+		lat[w] = append(lat[w], float64(got.Sub(at))/float64(time.Millisecond))
+	}
+	rec.mu.Unlock()
+	var out []Result
+	for w, l := range lat {
+		from, to := time.Duration(w)*holdWindow, time.Duration(w+1)*holdWindow
+		state := "nothing open"
+		switch {
+		case from >= holdWindow && to <= holdWindow+hold:
+			state = "held"
+		case from >= holdWindow+hold:
+			state = "ended"
+		}
+		r := Result{Scenario: "long-transaction", Variant: fmt.Sprintf("%s %d-%d s %s", h.name, int(from.Seconds()), int(to.Seconds()), state),
+			Rows: len(l), Keys: 1000, Replicas: 1, BatchSize: cfg.Outbox.BatchSize, Mailbox: mailboxes(cfg),
+			RowsPerSec: float64(len(l)) / holdWindow.Seconds(), Seconds: holdWindow.Seconds()}
+		if len(l) > 0 {
+			slices.Sort(l)
+			q := func(p float64) *float64 { return ptr(l[min(len(l)-1, int(p*float64(len(l))))]) }
+			r.P50, r.P95, r.P99 = q(0.50), q(0.95), q(0.99)
+		}
+		out = append(out, r)
+	}
+	// The verdict on the last window of the hold, against the window
+	// before it began; the first and last minute of a long hold.
+	last := holdWindow + hold - holdWindow
+	lastW := int(last / holdWindow)
+	before := out[0]
+	sum := &out[min(lastW, len(out)-1)]
+	sum.Failed = load.failed + int64(missing)
+	sum.PeakRSSMB, sum.RelayCPU, sum.DBCPU, sum.DBCPUShare = total.PeakRSSMB, total.RelayCPU, total.DBCPU, total.DBCPUShare
+	sum.Note = fmt.Sprintf("%s, open %s; %d dead row versions in the outbox when it ended; %d rows not delivered of %d",
+		h.what, hold, hr.dead, sum.Failed, len(load.committed))
+	if before.P99 != nil && sum.P99 != nil && *before.P99 > 0 {
+		sum.Ratio = ptr(*sum.P99 / *before.P99)
+		sum.Note += fmt.Sprintf("; p99 of the hold's last window %.1f ms = %.2fx the window before the hold", *sum.P99, *sum.Ratio)
+	}
+	if hold >= 4*time.Minute {
+		first, lastMin := minuteP99(lat, 1), minuteP99(lat, lastW-1)
+		if first > 0 {
+			sum.Note += fmt.Sprintf("; p99 of the hold's first minute %.1f ms, of its last minute %.1f ms (%.2fx)", first, lastMin, lastMin/first)
+		}
+	}
+	st := &eng.Stats
+	if c := st.ClaimStatements.Load(); c > 0 {
+		sum.Note += fmt.Sprintf("; %d claims (%.1f ms each), %s", c, float64(st.ClaimTime.Load())/1e6/float64(c), st.ClaimKinds())
+	}
+	return out, nil
+}
+
+// minuteP99 is the p99 of the two windows from window w on (one minute).
+func minuteP99(lat [][]float64, w int) float64 {
+	if w < 0 || w+1 >= len(lat) {
+		return 0
+	}
+	l := slices.Concat(lat[w], lat[w+1])
+	if len(l) == 0 {
+		return 0
+	}
+	slices.Sort(l)
+	return l[min(len(l)-1, int(0.99*float64(len(l))))]
+}
+
+func sleepUntil(ctx context.Context, t time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(t)):
+	}
+}
+
+// runDrainHeld drains the drain-keys backlog while a snapshot is held: the
+// snapshot is taken before the rows are inserted and held until the drain
+// ends, so that no row version the drain leaves behind can be removed.
+func runDrainHeld(ctx context.Context, e *env) ([]Result, error) {
+	conn, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tx, err := holders[0].begin(ctx, conn, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open the reader: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	r, err := e.drain(ctx, "drain-held", e.o.Rows, 1000, nil)
+	r.Note = "with a REPEATABLE READ snapshot held from before the rows were inserted until the drain ended; " + r.Note
+	return []Result{r}, err
+}
