@@ -286,7 +286,8 @@ func (e *env) explainClaim(ctx context.Context, d *postgres.Dialect) {
 	batch := bootstrap.Defaults().Outbox.BatchSize
 	var out []string
 	for _, c := range []struct{ name, sql string }{{"by key", q.OutboxClaimByKey}, {"in schedule order", q.OutboxClaim}} {
-		plan, err := explain(ctx, d, c.sql, batch, int64(30000), uuid.New(), batch/128, int64(1<<62), []int64{}, []int64{}, "")
+		plan, err := explain(ctx, d, c.sql, batch, int64(30000), uuid.New(), batch/128, int64(1<<62), []int64{}, []int64{}, "",
+			nil, nil, nil, []string{}, []int64{}, true)
 		if err != nil {
 			plan = "EXPLAIN failed: " + err.Error()
 		}

@@ -3,9 +3,61 @@ package dialects
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+// KeyPosition is where a key stands for the replica that finished a run of
+// it: every row of Key with a sequence up to After is delivered or dead.
+// Rows stay that way, but for a replay (see Bounds.Replays).
+type KeyPosition struct {
+	Key   string
+	After int64
+}
+
+// Bounds are what the relay knows that lets a claim start its index walks
+// past the row versions it left behind. While a transaction elsewhere in the
+// database stays open, vacuum can remove none of them, and an index scan can
+// no longer skip them cheaply: a claim that walked from the oldest entry
+// would walk every version since that transaction began. A bound only ever
+// leaves rows out of one claim's view, never lets a row be claimed out of
+// order: rows it leaves out are found by a later claim without it (the
+// relay's periodic full look), except Floors, which must be exact.
+type Bounds struct {
+	// Replays is the replay counter (Probe.Replays, Floors.Replays) that the
+	// bounds were made at. A replay may put a row back below any of them: a
+	// claim that finds the counter moved ignores them.
+	Replays int64
+	// Lookback is how long ago the oldest due row that the walk in schedule
+	// order looks at became due; 0 looks from the start.
+	Lookback time.Duration
+	// Floors, indexed by a hash of the key (FloorGroups of them), is a
+	// sequence per group of keys below which no row of those keys is
+	// pending or processing (OutboxFloors); nil when not known.
+	Floors []int64
+}
+
+// FloorGroups is how many groups of keys Bounds.Floors has: more groups
+// make a key whose head waits for a retry hold back fewer other keys' floors.
+const FloorGroups = 1024
+
+// Floors are the floors of the groups of keys, and the replay counter they
+// hold for (see Bounds).
+type Floors struct {
+	Replays int64
+	Groups  []int64
+}
+
+// ClaimReport is what a claim tells about its walk in schedule order.
+type ClaimReport struct {
+	// Cut is true when the walk stopped at its limit of heads: rows due
+	// after Reach (on the database clock) were not looked at.
+	Cut   bool
+	Reach time.Time
+	// Now is the claim's time on the database clock.
+	Now time.Time
+}
 
 // SortClaimed orders claimed rows by key, then sequence, so that the rows of
 // one key form one run in sequence order.

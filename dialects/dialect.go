@@ -123,6 +123,18 @@ type ClaimParams struct {
 	// few keys hold many rows. Both consider every due row; the rule and the
 	// result are the same. A dialect may ignore it (SQL Server does).
 	ByKey bool
+	// ContinueOnly, with ByKey, takes only the heads of the keys in
+	// Continue, and no unkeyed rows: no walk over the keys, whose cost
+	// follows every row version the runs left behind.
+	ContinueOnly bool
+	// Continue lists keys whose run this replica finished: their heads are
+	// taken first, each found in one probe that starts past the run.
+	Continue []KeyPosition
+	// Bounds, when set, bounds the claim's walks by what the relay knows;
+	// nil walks from the start.
+	Bounds *Bounds
+	// Report, when set, receives what the claim tells about its walk.
+	Report *ClaimReport
 }
 
 // Heads returns the effective MaxHeads.
@@ -345,6 +357,11 @@ type Relay interface {
 	// rows (on PostgreSQL: those that drew outbox sequence values), oldest
 	// first. They are what holds back keyed rows inserted after them.
 	OutboxWriters(ctx context.Context) ([]Writer, error)
+	// OutboxFloors reads the floor of every group of keys (see Bounds):
+	// every pending and processing row, so it is run rarely. settled is the
+	// gate's watermark: rows up to it are visible to the statement.
+	// ErrNotSupported where the dialect keeps no floors.
+	OutboxFloors(ctx context.Context, settled int64) (Floors, error)
 	// InboxRelay turns received inbox rows into outbox rows in one
 	// transaction (see the package doc, "The inbox relay"): up to p.Limit
 	// rows in sequence order, keyed ones only once settled by p.Gate,

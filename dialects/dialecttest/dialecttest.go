@@ -51,6 +51,9 @@ type Harness struct {
 	// the reason the server gives.
 	RefusedLogin   func(t *testing.T) error
 	RefusedBecause string
+	// Bounded: the dialect honours ClaimParams.Bounds, ContinueOnly and
+	// OutboxFloors (PostgreSQL). Others ignore them, as they may.
+	Bounded bool
 
 	// byKey runs the claims of a subtest with ClaimParams.ByKey.
 	byKey bool
@@ -87,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"OtherRelays", testOtherRelays},
 	}
 	tests = append(tests, runGate(t, h)...)
+	tests = append(tests, boundsTests(h)...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

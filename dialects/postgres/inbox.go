@@ -142,7 +142,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 
 // InboxProbe reads the inbox sequence, then a snapshot, in one round trip.
 func (d *Dialect) InboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.InboxProbeSequence, d.q.InboxProbeSnapshot)
+	return d.probe(ctx, d.q.InboxProbeSequence, d.q.InboxProbeSnapshot, false)
 }
 
 func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {

@@ -67,6 +67,7 @@ type Catalog struct {
 	OutboxPendingDue, OutboxCountByTopicState                        string
 	OutboxBlockedKeys, OutboxDeadGroups                              string
 	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
+	OutboxFloors                                                     string
 	OtherRelays                                                      string
 	dialects.HistoryStatements
 	InboxStatements
@@ -243,7 +244,22 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 			after = *c
 		}
 	}
-	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after)
+	var replays, lookback *int64
+	var floors []int64
+	if b := p.Bounds; b != nil {
+		replays = &b.Replays
+		if b.Lookback > 0 {
+			lb := ms(b.Lookback)
+			lookback = &lb
+		}
+		floors = b.Floors
+	}
+	keys, positions := make([]string, len(p.Continue)), make([]int64, len(p.Continue))
+	for i, c := range p.Continue {
+		keys[i], positions[i] = c.Key, c.After
+	}
+	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
+		replays, lookback, floors, keys, positions, !p.ContinueOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -251,13 +267,23 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	for rows.Next() {
 		var r dialects.Row
 		var cursor *string
+		var reach *time.Time
+		var now time.Time
 		if err := rows.Scan((*[16]byte)(&r.ID), &r.Topic, &r.Key, &r.Payload, &r.Headers, &r.AggregateType,
-			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor); err != nil {
+			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor, &reach, &now); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		if p.ByKey && cursor != nil && len(out) == 0 {
-			d.byKeyCursor.Store(cursor)
+		if len(out) == 0 {
+			if p.ByKey && cursor != nil {
+				d.byKeyCursor.Store(cursor)
+			}
+			if rep := p.Report; rep != nil {
+				rep.Now, rep.Cut = now, reach != nil
+				if reach != nil {
+					rep.Reach = *reach
+				}
+			}
 		}
 		r.Token, r.TypedJSON = p.Token, true
 		out = append(out, r)
@@ -388,11 +414,10 @@ func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states [
 	for i, s := range states {
 		ss[i] = string(s)
 	}
-	tag, err := d.pool.Exec(ctx, d.q.OutboxReplayIDs, ids, ss)
-	if err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected()), nil
+	var n int
+	var counter *int64
+	err = d.pool.QueryRow(ctx, d.q.OutboxReplayIDs, ids, ss).Scan(&n, &counter)
+	return n, err
 }
 
 func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []dialects.ListedRow, err error) {
@@ -428,13 +453,20 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 // OutboxProbe reads the sequence, then a snapshot, as two statements (the
 // snapshot must be taken after the read) in one round trip.
 func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.OutboxProbeSequence, d.q.OutboxProbeSnapshot)
+	return d.probe(ctx, d.q.OutboxProbeSequence, d.q.OutboxProbeSnapshot, true)
 }
 
-func (d *Dialect) probe(ctx context.Context, sequence, snapshot string) (p dialects.Probe, err error) {
+// probe runs the two statements of a probe in one round trip; the outbox's
+// first statement also reads the replay counter.
+func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, replays bool) (p dialects.Probe, err error) {
 	defer func() { err = mapError(err) }()
 	b := &pgx.Batch{}
-	b.Queue(sequence).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Last) })
+	b.Queue(sequence).QueryRow(func(r pgx.Row) error {
+		if replays {
+			return r.Scan(&p.Last, &p.Replays)
+		}
+		return r.Scan(&p.Last)
+	})
 	var writer *int64
 	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &writer) })
 	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
@@ -445,6 +477,14 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string) (p diale
 		p.Writer = *writer
 	}
 	return p, nil
+}
+
+// OutboxFloors reads the floors of the groups of keys, on the claim pool
+// (a generic plan: the statement is the same every time).
+func (d *Dialect) OutboxFloors(ctx context.Context, settled int64) (f dialects.Floors, err error) {
+	defer func() { err = mapError(err) }()
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxFloors, dialects.FloorGroups, settled).Scan(&f.Replays, &f.Groups)
+	return f, err
 }
 
 func (d *Dialect) OutboxWriters(ctx context.Context) ([]dialects.Writer, error) {

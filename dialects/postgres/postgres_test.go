@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,7 @@ func TestConformance(t *testing.T) {
 		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
 		Begin:           begin,
+		Bounded:         true,
 		RefusedLogin: func(t *testing.T) error {
 			// A database that does not exist: the server answers, then
 			// refuses.
@@ -226,7 +228,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	conn := claimSession(t, d)
 	for _, name := range []string{"claim", "claim_by_key"} {
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '')`)
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true)`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +240,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		if !strings.Contains(text, "idx_outbox_key_sequence") || (name == "claim" && !strings.Contains(text, "idx_outbox_pending_scheduled")) {
 			t.Fatalf("the generic plan of %s does not use the claim indexes:\n%s", name, text)
 		}
-		if strings.Contains(text, "Seq Scan on outbox") {
+		if regexp.MustCompile(`Seq Scan on outbox(\s|$)`).MatchString(text) {
 			t.Fatalf("the generic plan of %s scans the whole table:\n%s", name, text)
 		}
 	}
@@ -295,7 +297,7 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '')`
+	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true)`
 	stmts := []string{"claim", "claim_by_key"}
 	for _, name := range stmts {
 		// The first run makes the plan, on the empty table.
@@ -375,7 +377,7 @@ func claimSession(t *testing.T, d *postgres.Dialect) *pgxpool.Conn {
 	}
 	t.Cleanup(conn.Release)
 	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
-		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text) AS `+stmt); err != nil {
+		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text, bigint, bigint, bigint[], text[], bigint[], bool) AS `+stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -434,7 +436,7 @@ func TestClaimByKeyCostDoesNotGrowWithDepthBehindBusyHeads(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '')`).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true)`).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)

@@ -9,6 +9,54 @@ gate AS (
     SELECT $5::bigint IS NULL AS open,
            GREATEST($5::bigint, (SELECT max(e.l) FROM unnest($6::bigint[], $7::bigint[]) AS e(l, x)
                                   WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
+), bounds AS (
+    SELECT $9::bigint IS NOT NULL
+           AND $9::bigint = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{replays}}) AS ok
+)
+
+-- fragment: Settled
+-- The keyed row x (the dot names it) is settled: the gate is open, or its
+-- sequence is at or below the watermark.
+((SELECT open FROM gate) OR {{.}}.{{c "sequence"}} <= (SELECT w FROM gate))
+
+-- fragment: Floor
+-- The floor of the key (the dot): a sequence below which no row of the
+-- key's group ($11, indexed by a hash of the key) is pending or processing,
+-- while the bounds hold; 0 otherwise.
+CASE WHEN (SELECT ok FROM bounds)
+     THEN COALESCE(($11::bigint[])[(hashtext({{.}}) & (cardinality($11::bigint[]) - 1)) + 1], 0)
+     ELSE 0 END
+
+-- fragment: ClaimContinued
+-- The keys whose run this replica finished ($12), each with the run's last
+-- sequence ($13): every row of the key up to it is delivered or dead, so
+-- the key's first pending or processing row after it is its head, found in
+-- one probe that starts past every row version the runs left behind. While
+-- the bounds do not hold (a replay may have put an earlier row back) the
+-- probe starts at the key's floor. The head is taken when it is pending,
+-- due and settled; at most $4, in the order given.
+continued AS (
+    SELECT f.tid, f.k, f.seq
+      FROM unnest($12::text[], $13::bigint[]) WITH ORDINALITY AS c(k, pos, n)
+     CROSS JOIN LATERAL (
+           SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
+             FROM {{t}} AS x
+            WHERE x.{{c "key"}} = c.k
+              AND x.{{c "sequence"}} > GREATEST(CASE WHEN (SELECT ok FROM bounds) THEN c.pos ELSE 0 END,
+                                                {{template "Floor" "c.k"}} - 1)
+              AND x.{{c "state"}} IN ('pending', 'processing')
+            ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
+            LIMIT 1) AS h
+     CROSS JOIN LATERAL (
+           SELECT x.ctid AS tid, x.{{c "key"}}::text AS k, x.{{c "sequence"}} AS seq
+             FROM {{t}} AS x
+            WHERE x.{{c "key"}} = h.k AND x.{{c "sequence"}} = h.seq
+              AND x.{{c "state"}} = 'pending'
+              AND x.{{c "scheduled_at"}} <= now()
+              AND {{template "Settled" "x"}}
+              FOR UPDATE SKIP LOCKED) AS f
+     ORDER BY c.n
+     LIMIT $4
 )
 
 -- fragment: ClaimFollowers
@@ -26,7 +74,7 @@ followers AS (
                     WHERE x.{{c "key"}} = h.k
                       AND x.{{c "sequence"}} > h.seq
                       AND x.{{c "state"}} IN ('pending', 'processing')
-                      AND ((SELECT open FROM gate) OR x.{{c "sequence"}} <= (SELECT w FROM gate))
+                      AND {{template "Settled" "x"}}
                     ORDER BY x.{{c "sequence"}}
                     LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*) FILTER (WHERE k IS NOT NULL AND k <> ''), 1) FROM heads)) AS w
             WHERE NOT w.blocked) AS f
@@ -35,14 +83,16 @@ followers AS (
 
 -- fragment: ClaimUpdate
 -- Stamps the heads and followers, and returns the rows with the CTE
--- cursor's key (where the next claim by key goes on). The update finds the rows by ctid (a TID
--- scan), not by a second walk of the primary key: heads are locked, so
--- their ctid cannot change under us, and a follower that was updated
--- meanwhile is re-checked against the new version (state = 'pending') as
--- READ COMMITTED does. The state is compared with a subquery rather than a
--- constant so that the planner cannot use the partial pending index here:
--- a plan made while the table was empty chose that index (one row, it
--- thought) and then walked every pending row to find the claimed ones.
+-- cursor's key (where the next claim by key goes on) and the CTE walked's
+-- reach (how far in schedule order a walk that stopped at its limit got).
+-- The update finds the rows by ctid (a TID scan), not by a second walk of
+-- the primary key: heads are locked, so their ctid cannot change under us,
+-- and a follower that was updated meanwhile is re-checked against the new
+-- version (state = 'pending') as READ COMMITTED does. The state is compared
+-- with a subquery rather than a constant so that the planner cannot use
+-- the partial pending index here: a plan made while the table was empty
+-- chose that index (one row, it thought) and then walked every pending row
+-- to find the claimed ones.
 UPDATE {{t}} AS o
    SET {{c "state"}} = 'processing',
        {{c "claimed_at"}} = now(),
@@ -53,7 +103,7 @@ UPDATE {{t}} AS o
    AND o.{{c "state"}} = (SELECT 'pending')
 RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
           o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}},
-          (SELECT k FROM cursor)
+          (SELECT k FROM cursor), (SELECT reach FROM reach), now()
 
 -- name: OutboxClaim
 -- The claim that finds heads in schedule order: cheapest when heads are
@@ -61,50 +111,74 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
 -- $5 settled watermark (NULL: no gate), $6/$7 open epochs (sequence value,
 -- next transaction id) that this statement's own snapshot may settle, $8
--- (unused here: OutboxClaimByKey's cursor).
+-- and $14 (unused here: OutboxClaimByKey's cursor and discovery), $9 the
+-- replay counter the bounds were made at (NULL: no bounds), $10 how far
+-- back, in ms, the walk looks for due rows (NULL: from the start), $11 the
+-- floors of the groups of keys (NULL: none), $12/$13 the keys to continue
+-- and their positions.
 --
 -- gate: keyed rows are claimable only up to the watermark w: every
 -- transaction that could still commit an earlier row of their key has ended
 -- (see the dialects package doc). Epochs whose horizon is at or below this
 -- snapshot's xmin are settled here, so a claim never waits for a probe.
--- heads: due pending rows that are the first pending/processing row of their
--- key (or have no key), locked with SKIP LOCKED. A row behind a head is never
--- a head for anyone, so no concurrent claimer can take it. "No earlier row
--- of its key" is one probe of idx_outbox_key_sequence, backwards from the
--- row (ORDER BY ... DESC LIMIT 1), whatever the statistics say about the
--- key: with one hot key they make a sequential scan look cheaper, and that
--- plan is quadratic. Backwards, because the front of a busy key's range in
--- the index is full of entries of rows already delivered (dead until
--- vacuum): a row behind a busy head finds its live predecessor at once.
+-- bounds: whether what the relay knows still holds (no replay since).
+-- continued: the heads of the keys this replica just finished a run of.
+-- walked: due pending rows in schedule order, from $10 ago, that are the
+-- first pending/processing row of their key (or have no key), locked with
+-- SKIP LOCKED. A row behind a head is never a head for anyone, so no
+-- concurrent claimer can take it. "No earlier row of its key" is one probe
+-- of idx_outbox_key_sequence, backwards from the row (ORDER BY ... DESC
+-- LIMIT 1) and down to the key's floor, whatever the statistics say about
+-- the key: with one hot key they make a sequential scan look cheaper, and
+-- that plan is quadratic. Backwards, because the front of a busy key's range
+-- in the index is full of entries of rows already delivered (dead until
+-- vacuum): a row behind a busy head finds its live predecessor at once; the
+-- floor keeps a head's probe from walking the entries that a long
+-- transaction elsewhere keeps alive.
 -- followers: for each keyed head, the pending rows right behind it, in
 -- sequence order, up to the first row that is processing, waiting for a
 -- retry, or beyond the watermark; the claim stays within $1.
-WITH {{template "ClaimGate"}}, heads AS (
-    SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
+WITH {{template "ClaimGate"}}, {{template "ClaimContinued"}}, walked AS (
+    SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq, o.{{c "scheduled_at"}} AS at
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
+       AND o.{{c "scheduled_at"}} >= CASE WHEN (SELECT ok FROM bounds) AND $10::bigint IS NOT NULL
+                                         THEN now() - $10::bigint * interval '1 millisecond'
+                                         ELSE '-infinity'::timestamptz END
        AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
-            ((SELECT open FROM gate) OR o.{{c "sequence"}} <= (SELECT w FROM gate))
+            o.{{c "key"}} <> ALL($12::text[])
+            AND {{template "Settled" "o"}}
             AND (SELECT b.{{c "sequence"}} FROM {{t}} AS b
                   WHERE b.{{c "key"}} = o.{{c "key"}}
                     AND b.{{c "sequence"}} < o.{{c "sequence"}}
+                    AND b.{{c "sequence"}} >= {{template "Floor" (printf "o.%s" (c "key"))}}
                     AND b.{{c "state"}} IN ('pending', 'processing')
                   ORDER BY b.{{c "key"}} DESC, b.{{c "sequence"}} DESC
                   LIMIT 1) IS NULL))
      ORDER BY o.{{c "scheduled_at"}}
-     LIMIT $4
+     LIMIT $4 - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
+), heads AS (
+    SELECT tid, k, seq FROM continued
+    UNION ALL
+    SELECT tid, k, seq FROM walked
 ), cursor AS (
-    SELECT $8::text AS k
+    SELECT $8::text AS k, $14::bool AS discover
+), reach AS (
+    SELECT CASE WHEN count(*) > 0 AND count(*) >= $4 - (SELECT count(*) FROM continued) THEN max(at) END AS reach
+      FROM walked
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
 -- name: OutboxClaimByKey
 -- The claim that finds heads key by key: cheapest when few keys hold many
 -- rows (hot keys), where a scan in schedule order passes over every row
--- behind a busy head. Same parameters as OutboxClaim, and $8: the key to go
--- on after (the last claim's cursor; '' from the start).
+-- behind a busy head. Same parameters as OutboxClaim; $8 is the key to go
+-- on after (the last claim's cursor; '' from the start), and $14 whether to
+-- discover keys at all: without it the claim takes only the heads of the
+-- keys it continues ($12/$13), which start past the row versions their runs
+-- left behind, while the walk over the keys below passes over them.
 -- after, before: a skip scan of idx_outbox_key_sequence, one probe per key
 -- that has pending or processing rows, giving each key's first such row (its
 -- head): first the keys after $8, then, wrapping around, the keys up to it.
@@ -117,10 +191,10 @@ WITH {{template "ClaimGate"}}, heads AS (
 -- nullkey, emptykey: rows without a key, from the same index (its null and
 -- empty-key ranges, in sequence order), so that this claim, like
 -- OutboxClaim, considers every due row.
-WITH RECURSIVE {{template "ClaimGate"}}, after AS (
+WITH RECURSIVE {{template "ClaimGate"}}, {{template "ClaimContinued"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
+      WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
@@ -135,7 +209,7 @@ WITH RECURSIVE {{template "ClaimGate"}}, after AS (
 ), before AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= $8::text
+      WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= $8::text
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
@@ -158,32 +232,37 @@ WITH RECURSIVE {{template "ClaimGate"}}, after AS (
            SELECT x.ctid AS tid, x.{{c "key"}}::text AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
             WHERE x.{{c "key"}} = p.k AND x.{{c "sequence"}} = p.seq
+              AND x.{{c "key"}} <> ALL($12::text[])
               AND x.{{c "state"}} = 'pending'
               AND x.{{c "scheduled_at"}} <= now()
-              AND ((SELECT open FROM gate) OR x.{{c "sequence"}} <= (SELECT w FROM gate))
+              AND {{template "Settled" "x"}}
               FOR UPDATE SKIP LOCKED) AS o
-     LIMIT $4
+     LIMIT $4 - (SELECT count(*) FROM continued)
 ), nullkey AS (
     SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
-     WHERE o.{{c "key"}} IS NULL
+     WHERE $14::bool
+       AND o.{{c "key"}} IS NULL
        AND o.{{c "state"}} IN ('pending', 'processing')
        AND o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
      ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
-     LIMIT (SELECT $4 - count(*) FROM keyed)
+     LIMIT (SELECT $4 - count(*) FROM keyed) - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
 ), emptykey AS (
     SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
-     WHERE o.{{c "key"}} = ''
+     WHERE $14::bool
+       AND o.{{c "key"}} = ''
        AND o.{{c "state"}} IN ('pending', 'processing')
        AND o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
      ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
-     LIMIT (SELECT $4 - count(*) FROM keyed) - (SELECT count(*) FROM nullkey)
+     LIMIT (SELECT $4 - count(*) FROM keyed) - (SELECT count(*) FROM nullkey) - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
 ), heads AS (
+    SELECT tid, k, seq FROM continued
+    UNION ALL
     SELECT tid, k, seq FROM keyed
     UNION ALL
     SELECT tid, k, seq FROM nullkey
@@ -191,8 +270,28 @@ WITH RECURSIVE {{template "ClaimGate"}}, after AS (
     SELECT tid, k, seq FROM emptykey
 ), cursor AS (
     SELECT max(k) AS k FROM keyed
+), reach AS (
+    SELECT NULL::timestamptz AS reach, $10::bigint AS lookback
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
+
+-- name: OutboxFloors
+-- The floor of every group of keys: the smallest sequence of a pending or
+-- processing row of the group, or, for a group with none, the settled
+-- watermark plus one ($2: every row up to it is visible to this statement;
+-- a row beyond it may still commit). $1 the number of groups (a power of
+-- two; the same hash as the claims' Floor). The replay counter is read
+-- first: floors made before a replay are never taken for after it. This
+-- reads every pending and processing entry of idx_outbox_key_sequence, and
+-- every version a long transaction keeps there: the relay runs it rarely,
+-- as rarely as its cost asks.
+SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{replays}}),
+       array_agg(LEAST(f.floor, $2::bigint + 1) ORDER BY g.g)
+  FROM generate_series(0, $1::int - 1) AS g(g)
+  LEFT JOIN (SELECT hashtext(x.{{c "key"}}) & ($1::int - 1) AS g, min(x.{{c "sequence"}}) AS floor
+               FROM {{t}} AS x
+              WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > ''
+              GROUP BY 1) AS f ON f.g = g.g
 
 -- name: OutboxRenewLeases
 -- $1 claim tokens, $2 lease in ms. Rows that a completion is writing right
@@ -284,19 +383,27 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
  LIMIT $9
 
 -- name: OutboxReplayIDs
--- $1 ids, $2 states that may be replayed. Never a processing row.
-UPDATE {{t}}
-   SET {{c "state"}} = 'pending',
-       {{c "attempt"}} = 0,
-       {{c "last_error"}} = NULL,
-       {{c "scheduled_at"}} = now(),
-       {{c "claimed_at"}} = NULL,
-       {{c "claim_token"}} = NULL,
-       {{c "lease_expires_at"}} = NULL,
-       {{c "updated_at"}} = now()
- WHERE {{c "id"}} = ANY($1::uuid[])
-   AND {{c "state"}} = ANY($2::text[])
-   AND {{c "state"}} <> 'processing'
+-- $1 ids, $2 states that may be replayed. Never a processing row. Returns
+-- how many rows it put back, and moves the replay counter, before the
+-- commit: a claim whose snapshot sees a replayed row reads the counter
+-- after it was moved, and sets its bounds aside (see OutboxClaim).
+WITH r AS (
+    UPDATE {{t}}
+       SET {{c "state"}} = 'pending',
+           {{c "attempt"}} = 0,
+           {{c "last_error"}} = NULL,
+           {{c "scheduled_at"}} = now(),
+           {{c "claimed_at"}} = NULL,
+           {{c "claim_token"}} = NULL,
+           {{c "lease_expires_at"}} = NULL,
+           {{c "updated_at"}} = now()
+     WHERE {{c "id"}} = ANY($1::uuid[])
+       AND {{c "state"}} = ANY($2::text[])
+       AND {{c "state"}} <> 'processing'
+    RETURNING 1
+)
+SELECT n, CASE WHEN n > 0 THEN nextval({{lit replays}}) END
+  FROM (SELECT count(*)::int AS n FROM r) AS c
 
 -- name: OutboxPurge
 -- $1 state, $2 age in ms, $3 batch.
@@ -406,10 +513,13 @@ SELECT pg_advisory_unlock(hashtext($1))
 
 
 -- name: OutboxProbeSequence
--- The last value the outbox sequence handed out. Sequences are not
--- transactional: this reads the value as it stands, drawn by transactions
--- that may still be running. is_called is false until the first value.
-SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {{seq}}
+-- The last value the outbox sequence handed out, and the replay counter.
+-- Sequences are not transactional: this reads the values as they stand,
+-- drawn by transactions that may still be running. is_called is false
+-- until the first value.
+SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END,
+       (SELECT CASE WHEN r.is_called THEN r.last_value ELSE 0 END FROM {{replays}} AS r)
+  FROM {{seq}} AS s
 
 -- fragment: Horizon
 -- The next transaction id, widened to 64 bits from the snapshot's xmax (xmax

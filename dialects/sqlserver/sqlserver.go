@@ -537,6 +537,12 @@ func (d *Dialect) probe(ctx context.Context, query string) (p dialects.Probe, er
 	return p, nil
 }
 
+// OutboxFloors is not offered: SQL Server's claim walks from the start of
+// its indexes (see the package doc on long transactions).
+func (d *Dialect) OutboxFloors(context.Context, int64) (dialects.Floors, error) {
+	return dialects.Floors{}, dialects.ErrNotSupported
+}
+
 func (d *Dialect) OutboxWriters(ctx context.Context) ([]dialects.Writer, error) {
 	return d.writers(ctx, d.q.OutboxWriters)
 }

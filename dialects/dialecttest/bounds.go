@@ -1,0 +1,208 @@
+package dialecttest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// The claim's bounds (dialects.Bounds, ClaimParams.Continue): what the relay
+// knows narrows what one claim looks at, and never lets a row be claimed out
+// of order. Dialects that keep no bounds (Harness.Bounded false) ignore
+// them, and only the cases that hold either way run.
+func boundsTests(h Harness) []subtest {
+	tests := []subtest{
+		{"ClaimContinuesAKeyAfterItsRun", testContinue},
+		{"ClaimWithStaleBoundsAfterAReplayKeepsOrder", testBoundsAfterReplay},
+	}
+	if h.Bounded {
+		tests = append(tests,
+			subtest{"ClaimByKeyContinueOnlyTakesOnlyThoseKeys", testContinueOnly},
+			subtest{"ClaimLookbackLeavesOlderRowsForLater", testLookback},
+			subtest{"ClaimFloorsKeepTheHeadRule", testFloors},
+			subtest{"ReplayMovesTheCounter", testReplayCounter})
+	}
+	return tests
+}
+
+func (h Harness) claimWith(t *testing.T, d dialects.Dialect, p dialects.ClaimParams) []dialects.Row {
+	t.Helper()
+	p.Lease, p.Token, p.ByKey = lease, uuid.New(), p.ByKey || h.byKey
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	rows, err := d.OutboxClaim(ctx(t), p)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return rows
+}
+
+func deliverAll(t *testing.T, d dialects.Dialect, rows []dialects.Row) {
+	t.Helper()
+	var out []dialects.Outcome
+	for _, r := range rows {
+		out = append(out, outcome(r, dialects.OutcomeDelivered))
+	}
+	complete(t, d, out...)
+}
+
+func probe(t *testing.T, d dialects.Dialect) dialects.Probe {
+	t.Helper()
+	p, err := d.OutboxProbe(ctx(t))
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	return p
+}
+
+func seqs(rows []dialects.Row) []int64 {
+	var out []int64
+	for _, r := range rows {
+		out = append(out, r.Sequence)
+	}
+	return out
+}
+
+// A key's first run is delivered; its next rows arrived meanwhile. A claim
+// that continues the key from the run's last row takes them, in order.
+func testContinue(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("k", 2)...)
+	run := h.claim(t, d, 100)
+	if len(run) != 2 {
+		t.Fatalf("first run: %d rows, want 2", len(run))
+	}
+	insert(t, d, keyed("k", 3)...)
+	deliverAll(t, d, run)
+	got := h.claimWith(t, d, dialects.ClaimParams{Continue: []dialects.KeyPosition{{Key: "k", After: run[1].Sequence}},
+		Bounds: &dialects.Bounds{Replays: probe(t, d).Replays}})
+	if len(got) != 3 || got[0].Sequence <= run[1].Sequence || got[0].Sequence > got[1].Sequence || got[1].Sequence > got[2].Sequence {
+		t.Fatalf("continued claim took %v, want the three rows after %d in order", seqs(got), run[1].Sequence)
+	}
+}
+
+// Positions and floors made before a replay do not hold after it: the
+// replayed row, below them, is its key's head again, and a claim with the
+// old bounds takes it first, never the rows behind it alone.
+func testBoundsAfterReplay(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("k", 1)...)
+	first := h.claim(t, d, 100)
+	if len(first) != 1 {
+		t.Fatalf("claimed %d rows, want 1", len(first))
+	}
+	complete(t, d, dialects.Outcome{Claim: first[0].Claim, Kind: dialects.OutcomeDead, Error: "gone"})
+	before := probe(t, d).Replays
+	var floors []int64
+	if h.Bounded {
+		f, err := d.OutboxFloors(ctx(t), probe(t, d).Last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		floors = f.Groups
+	}
+	insert(t, d, keyed("k", 1)...)
+	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{first[0].ID}, []dialects.State{dialects.Dead}); err != nil || n != 1 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	if h.Bounded && probe(t, d).Replays == before {
+		t.Fatalf("the replay counter did not move (%d)", before)
+	}
+	got := h.claimWith(t, d, dialects.ClaimParams{Limit: 1, MaxHeads: 1,
+		Continue: []dialects.KeyPosition{{Key: "k", After: first[0].Sequence}},
+		Bounds:   &dialects.Bounds{Replays: before, Lookback: time.Millisecond, Floors: floors}})
+	if len(got) != 1 || got[0].ID != first[0].ID {
+		t.Fatalf("with bounds made before a replay, claimed %v, want the replayed row %d first", seqs(got), first[0].Sequence)
+	}
+}
+
+// A claim by key that only continues takes the continued keys' heads and
+// nothing else: not other keys, not unkeyed rows.
+func testContinueOnly(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("a", 1)...)
+	run := h.claim(t, d, 100)
+	insert(t, d, keyed("a", 1)...)
+	insert(t, d, keyed("b", 1)...)
+	insert(t, d, dialects.NewRow{})
+	deliverAll(t, d, run)
+	got := h.claimWith(t, d, dialects.ClaimParams{ByKey: true, ContinueOnly: true,
+		Continue: []dialects.KeyPosition{{Key: "a", After: run[0].Sequence}}, Bounds: &dialects.Bounds{Replays: probe(t, d).Replays}})
+	if len(got) != 1 || got[0].Key != "a" {
+		t.Fatalf("a claim that only continues a took %+v, want a's next row only", got)
+	}
+	if rest := h.claim(t, d, 100); len(rest) != 2 {
+		t.Fatalf("a claim that walks took %d rows, want b's and the unkeyed one", len(rest))
+	}
+}
+
+// The walk in schedule order looks back only as far as told: an older due
+// row is left for a claim without bounds (the relay's full look). A claim
+// by key walks the keys, not the schedule, and has no lookback.
+func testLookback(t *testing.T, h Harness) {
+	h.byKey = false
+	d := h.New(t, 0)
+	old := time.Now().Add(-time.Hour)
+	insert(t, d, dialects.NewRow{ScheduledAt: &old}, dialects.NewRow{})
+	b := &dialects.Bounds{Replays: probe(t, d).Replays, Lookback: time.Minute}
+	got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b})
+	if len(got) != 1 {
+		t.Fatalf("a claim that looks back a minute took %d rows, want the recent one", len(got))
+	}
+	if got = h.claim(t, d, 100); len(got) != 1 {
+		t.Fatalf("a claim without bounds took %d rows, want the hour-old one", len(got))
+	}
+}
+
+// Floors are exact: with a key's head processing, a claim bounded by floors
+// made meanwhile does not take the row behind it; once the head is
+// delivered, a claim continuing the key takes it.
+func testFloors(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	for i := range 50 {
+		insert(t, d, keyed(string(rune('a'+i%26))+"-key", 2)...)
+	}
+	heads := h.claimWith(t, d, dialects.ClaimParams{Limit: 1000, MaxHeads: 1000})
+	if len(heads) != 100 {
+		t.Fatalf("claimed %d rows, want all 100", len(heads))
+	}
+	// Every key now has rows processing: new rows of those keys are not
+	// heads, whatever the floors say.
+	insert(t, d, keyed("a-key", 1)...)
+	p := probe(t, d)
+	f, err := d.OutboxFloors(ctx(t), p.Last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Groups) != dialects.FloorGroups || f.Replays != p.Replays {
+		t.Fatalf("floors: %d groups at counter %d, want %d at %d", len(f.Groups), f.Replays, dialects.FloorGroups, p.Replays)
+	}
+	b := &dialects.Bounds{Replays: f.Replays, Floors: f.Groups}
+	if got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b}); len(got) != 0 {
+		t.Fatalf("with every key busy, a claim bounded by floors took %v", seqs(got))
+	}
+	deliverAll(t, d, heads)
+	if got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b}); len(got) != 1 || got[0].Key != "a-key" {
+		t.Fatalf("once the runs were delivered, a claim bounded by the same floors took %+v, want the row behind a-key's run", got)
+	}
+}
+
+// Every replay moves the counter that bounds are made at; a replay that
+// puts nothing back does not.
+func testReplayCounter(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{})
+	r := h.claim(t, d, 1)
+	complete(t, d, dialects.Outcome{Claim: r[0].Claim, Kind: dialects.OutcomeDead, Error: "x"})
+	at := probe(t, d).Replays
+	if n, _ := d.OutboxReplayIDs(ctx(t), []uuid.UUID{uuid.New()}, []dialects.State{dialects.Dead}); n != 0 || probe(t, d).Replays != at {
+		t.Fatalf("a replay of nothing moved the counter from %d", at)
+	}
+	if n, _ := d.OutboxReplayIDs(ctx(t), []uuid.UUID{r[0].ID}, []dialects.State{dialects.Dead}); n != 1 || probe(t, d).Replays <= at {
+		t.Fatalf("a replay of one row left the counter at %d", at)
+	}
+}
