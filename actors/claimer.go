@@ -16,7 +16,9 @@ import (
 // Messages of the claimer.
 type (
 	claimTick struct{}
-	wake      struct{}
+	// wake asks for a claim now; released says rows came back to pending
+	// with their old schedule (leases that expired).
+	wake struct{ released bool }
 	// probeTick asks an idle claimer to probe: has anything arrived?
 	probeTick   struct{}
 	probeResult struct {
@@ -37,10 +39,24 @@ type (
 		// seen and settled are what the claim's watermark knew from it.
 		probe         *dialects.Probe
 		seen, settled int64
+		// plan is what the claim took from the reach; report what it
+		// told of its walk.
+		plan   claimPlan
+		report dialects.ClaimReport
 	}
-	// credit returns room for n rows: their outcomes are written.
-	credit struct{ n int }
-	drain  struct{}
+	// floorsResult is a read of the floors (see reach.go).
+	floorsResult struct {
+		floors dialects.Floors
+		took   time.Duration
+		err    error
+	}
+	// credit returns room for n rows: their outcomes are written;
+	// continued are the keys whose runs ended well among them.
+	credit struct {
+		n         int
+		continued []continuation
+	}
+	drain struct{}
 	// keyIdle: a key actor has had nothing to do for keyIdleMs; done is how
 	// many rows it has finished.
 	keyIdle struct {
@@ -100,9 +116,11 @@ type claimer struct {
 	choice  claimChoice
 
 	// gate keeps keyed rows in insert order (see gate.go); probing is
-	// whether a probe of the idle clock is under way.
+	// whether a probe of the idle clock is under way. reach bounds the
+	// claims by what the claimer knows (see reach.go).
 	gate    gate
 	probing bool
+	reach   reach
 	// sawAtClaim and settledAtClaim are what the last claim knew: a probe
 	// that sees more claims again.
 	sawAtClaim, settledAtClaim int64
@@ -121,6 +139,7 @@ func newClaimer(c claimer) *claimer {
 	c.choice.keyed = 0.5
 	c.heads = newHeadPolicy()
 	c.failed = backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
+	c.reach = newReach(wallClock{})
 	c.gate = gate{writers: c.dialect.OutboxWriters, log: c.log, clock: wallClock{},
 		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
 		flowing: "keyed rows flow again: the transactions they waited for have ended",
@@ -143,10 +162,17 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *claimTick:
 		c.maybeClaim(ctx)
 	case *wake:
+		if m.released {
+			// Rows came back to pending with their old schedule: look at
+			// everything again.
+			c.reach.lowerTo(time.Time{})
+		}
 		if c.claiming > 0 {
 			c.again = true
 		}
 		c.maybeClaim(ctx)
+	case *floorsResult:
+		c.reach.floorsRead(m.floors, m.took, m.err)
 	case *probeTick:
 		c.probe(ctx)
 	case *probeResult:
@@ -163,8 +189,9 @@ func (c *claimer) Receive(ctx actor.Context) {
 		} else {
 			// Written outcomes can make the next rows of their keys heads:
 			// claim now rather than at the next poll.
+			c.reach.continued(m.continued)
 			c.waitCredit -= m.n
-			if c.waitCredit <= 0 {
+			if c.waitCredit <= 0 || len(c.reach.continuing) >= c.threshold() {
 				c.maybeClaim(ctx)
 			}
 		}
@@ -212,18 +239,33 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.free -= limit
 	c.claiming++
 	c.pace.hold() // the claim probes first; ticks meanwhile would be ignored
-	l := &lease{token: uuid.New()}
 	heads, run := c.heads.next(limit)
-	kind := c.choice.pick()
+	kind := c.choice.pick(c.heads.run)
+	plan := c.reach.plan(kind, heads, c.gate.wm.LastSeen())
+	if plan.continueOnly && len(plan.continued) == 0 {
+		// By key, with nothing to continue and the walk over the keys not
+		// due yet: nothing this claim could take.
+		c.free += limit
+		c.claiming--
+		c.repace(time.Now())
+		return false
+	}
+	l := &lease{token: uuid.New(), replays: c.reach.replays}
+	if plan.bounds != nil {
+		l.replays = plan.bounds.Replays
+	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
-	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim}
+	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim,
+		Continue: plan.continued, Bounds: plan.bounds, ContinueOnly: plan.continueOnly}
+	c.readFloors(ctx)
 	// A gated claim probes first, on a copy of the watermark: the claim
 	// then takes every row that arrived and settled up to that moment.
 	wm, clk := c.gate.forStatement(), c.gate.clock
 	c.sawAtClaim, c.settledAtClaim = c.gate.wm.LastSeen(), c.gate.wm.Settled()
 	go func() {
-		res := &claimResult{requested: limit, run: run, heads: heads, lease: l, kind: kind}
+		res := &claimResult{requested: limit, run: run, heads: heads, lease: l, kind: kind, plan: plan}
+		params.Report = &res.report
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm != nil {
@@ -243,6 +285,23 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		root.Send(self, res)
 	}()
 	return true
+}
+
+// readFloors starts a read of the floors when one is due (see reach.go).
+// It goes by the gate's watermark: every row up to it is visible to the
+// read.
+func (c *claimer) readFloors(ctx actor.Context) {
+	if c.gate.blind || !c.reach.floorsDue() {
+		return
+	}
+	root, self, dialect, bg, settled := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.gate.wm.Settled()
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, time.Minute)
+		defer cancel()
+		start := time.Now()
+		f, err := dialect.OutboxFloors(qctx, settled)
+		root.Send(self, &floorsResult{floors: f, took: time.Since(start), err: err})
+	}()
 }
 
 // probe asks the database, when no claim runs, whether rows arrived or
@@ -267,11 +326,14 @@ func (c *claimer) probe(ctx actor.Context) {
 func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 	c.probing = false
 	if m.err != nil {
-		c.gate.refused(m.err)
+		if c.gate.refused(m.err) {
+			c.reach.blind = true
+		}
 		return // claims find out whether the database is away
 	}
 	now := time.Now()
 	c.gate.observe(ctx, c.bg, m.probe)
+	c.reach.observe(m.probe)
 	if c.gate.wm.LastSeen() > c.sawAtClaim || c.gate.wm.Settled() > c.settledAtClaim {
 		c.lastNews = now
 		c.maybeClaim(ctx)
@@ -300,8 +362,16 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.free += m.requested - len(m.rows)
 	if m.probe != nil {
 		c.gate.observe(ctx, c.bg, *m.probe)
+		c.reach.observe(*m.probe)
+	}
+	if m.err != nil {
+		c.reach.failed(m.plan)
+	} else {
+		since, _ := c.gate.wm.Waiting()
+		c.reach.claimed(m.kind, m.plan, m.report, m.took, since)
 	}
 	if m.err != nil && c.gate.refused(m.err) {
+		c.reach.blind = true
 		c.maybeClaim(ctx)
 		return
 	}

@@ -5,11 +5,12 @@ import (
 )
 
 // The claimer has two kinds of claim (the dialects' ClaimParams), and both
-// consider every due row, so the choice is one of cost only:
+// keep the head rule, so the choice is one of cost only:
 //
 //   - in schedule order: heads are found by walking the due rows in
 //     scheduled_at order, stopping as soon as the claim has them. Cheapest
-//     when nearly every row is a head: unkeyed rows.
+//     when nearly every row is a head: unkeyed rows, and keys that hold a
+//     row or two at a time.
 //   - by key: heads are found key by key, the keys taking turns, stopping as
 //     soon as the claim has them. Its cost follows the keys it visits, not
 //     the rows behind them: in a keyed backlog, where most rows wait behind
@@ -17,11 +18,11 @@ import (
 //     them (seconds on a deep backlog), while the walk by key passes over a
 //     busy key in one step.
 //
-// The claimer follows the share of keyed rows in what it claims and claims
-// by key while most rows are keyed. Both kinds return keyed and unkeyed rows
-// alike, so the share follows the backlog whichever kind runs; the walk in
-// schedule order is never tried on a keyed backlog, where one such claim can
-// take seconds.
+// Both take the keys this replica just finished a run of first
+// (continuations, see reach.go). The claimer claims by key while most rows
+// are keyed and the runs are longer than shallowRun: a deep keyed backlog
+// is never walked in schedule order. Both kinds return keyed and unkeyed
+// rows alike, so the share follows the backlog whichever kind runs.
 type claimKind uint8
 
 const (
@@ -42,13 +43,20 @@ type claimChoice struct {
 	keyed float64
 }
 
-// pick returns the kind of the next claim.
-func (c *claimChoice) pick() claimKind {
-	if c.keyed >= 0.5 {
+// pick returns the kind of the next claim, given the run the head policy
+// aims for: by key while most rows are keyed and keys hold runs of more
+// than shallowRun rows. On shallow keys nearly every row is a head, and the
+// walk in schedule order, which looks only at what became due since the
+// last claim, finds them without walking the keys.
+func (c *claimChoice) pick(run int) claimKind {
+	if c.keyed >= 0.5 && run > shallowRun {
 		return byKeyClaim
 	}
 	return scheduleClaim
 }
+
+// shallowRun is the run at or below which keys count as shallow.
+const shallowRun = 2
 
 // observe learns from the rows a claim returned.
 func (c *claimChoice) observe(rows []dialects.Row) {

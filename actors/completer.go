@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,6 +19,8 @@ type (
 	finished struct {
 		outcomes []dialects.Outcome
 		abandons []dialects.Claim
+		// continued: a key's run ended well (see runState).
+		continued *continuation
 	}
 	flushDone struct{}
 )
@@ -47,9 +50,10 @@ type completer struct {
 	obs    Observer
 	budget *statementBudget
 
-	buf      []dialects.Outcome
-	abandons []dialects.Claim
-	running  int
+	buf       []dialects.Outcome
+	abandons  []dialects.Claim
+	continued []continuation
+	running   int
 }
 
 func (c *completer) Receive(ctx actor.Context) {
@@ -57,6 +61,9 @@ func (c *completer) Receive(ctx actor.Context) {
 	case *finished:
 		c.buf = append(c.buf, m.outcomes...)
 		c.abandons = append(c.abandons, m.abandons...)
+		if m.continued != nil {
+			c.continued = append(c.continued, *m.continued)
+		}
 	case *flushDone:
 		c.running--
 	}
@@ -69,8 +76,8 @@ func (c *completer) flush(ctx actor.Context) {
 	if len(c.buf) == 0 && len(c.abandons) == 0 {
 		return
 	}
-	out, abandons := c.buf, c.abandons
-	c.buf, c.abandons = nil, nil
+	out, abandons, continued := c.buf, c.abandons, c.continued
+	c.buf, c.abandons, c.continued = nil, nil, nil
 	c.running++
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	go func() {
@@ -86,8 +93,12 @@ func (c *completer) flush(ctx actor.Context) {
 			done = append(done, o.Claim)
 		}
 		done = append(done, abandons...)
+		// A position whose run's last outcome was lost is not the key's.
+		continued = slices.DeleteFunc(continued, func(k continuation) bool {
+			return slices.ContainsFunc(lost, func(l dialects.Claim) bool { return l.ID == k.last.ID })
+		})
 		root.Send(c.leaseKeeper, &untrackClaims{claims: done})
-		root.Send(c.claimer, &credit{n: len(done)})
+		root.Send(c.claimer, &credit{n: len(done), continued: continued})
 		root.Send(self, &flushDone{})
 	}()
 }

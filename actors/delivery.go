@@ -60,13 +60,41 @@ type deliverer struct {
 type deliveryQueue struct {
 	d *deliverer
 	// ordered: the rows are one key's, in sequence order (see above).
-	ordered    bool
+	ordered bool
+	// key is the key of an ordered queue. run follows its current run,
+	// for the position the claimer continues the key from.
+	key        string
+	run        runState
 	maxFlights int
 	queue      []claimed
 	flights    map[int]*flight
 	gen        int
 	lost       map[uuid.UUID]bool
 	draining   bool
+}
+
+// runState follows one run of a key: from the first rows it receives while
+// idle to the moment it is idle again. A run that ends with every row
+// delivered or dead tells the claimer where the key stands (a
+// continuation); one that stopped (a retry, a release, a lost claim), or
+// whose rows came from claims made at different replay counters, tells
+// nothing: the key's next head is found by the claims' walks.
+type runState struct {
+	last    dialects.Claim
+	lastSeq int64
+	replays int64
+	started bool
+	broken  bool
+}
+
+// continuation is where a key stands after a run that ended well, and the
+// replay counter that position holds for.
+type continuation struct {
+	pos     dialects.KeyPosition
+	replays int64
+	// last is the claim of the run's last row: if its outcome turns out
+	// lost, the position is not the key's.
+	last dialects.Claim
 }
 
 // flight is one Publish call in progress.
@@ -87,6 +115,7 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 	var out outcomes
 	switch m := ctx.Message().(type) {
 	case *deliverRun:
+		q.noteRun(m.rows)
 		q.queue = append(q.queue, m.rows...)
 		if q.draining {
 			q.releaseQueue(&out)
@@ -102,8 +131,45 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 		return 0, false
 	}
 	q.startDeliveries(ctx, &out)
+	q.endRun(&out)
 	q.d.send(ctx, &out)
 	return out.count(), true
+}
+
+// noteRun starts a run when rows arrive at an idle ordered queue.
+func (q *deliveryQueue) noteRun(rows []claimed) {
+	if !q.ordered || len(rows) == 0 {
+		return
+	}
+	if q.idle() && !q.run.started {
+		q.run = runState{started: true, replays: rows[0].lease.replays}
+	}
+	for _, r := range rows {
+		if r.lease.replays != q.run.replays {
+			q.run.broken = true
+		}
+	}
+}
+
+// endRun follows what this step decided, and when the run has ended well,
+// hands the key's position to the completer with the outcomes.
+func (q *deliveryQueue) endRun(out *outcomes) {
+	if !q.ordered || !q.run.started {
+		return
+	}
+	if out.stopped {
+		q.run.broken = true
+	}
+	if out.lastSeq > q.run.lastSeq {
+		q.run.lastSeq, q.run.last = out.lastSeq, out.last
+	}
+	if !q.idle() {
+		return
+	}
+	if !q.run.broken && q.run.lastSeq > 0 && !q.draining {
+		out.continued = &continuation{pos: dialects.KeyPosition{Key: q.key, After: q.run.lastSeq}, replays: q.run.replays, last: q.run.last}
+	}
+	q.run = runState{}
 }
 
 // idle reports whether the queue holds nothing.
@@ -309,10 +375,20 @@ type outcomes struct {
 	write    []dialects.Outcome
 	abandons []dialects.Claim
 	released int
+	// lastSeq and last are the delivered or dead row with the largest
+	// sequence; stopped says a row was retried, released or lost.
+	lastSeq int64
+	last    dialects.Claim
+	stopped bool
+	// continued is where the key stands when its run ended well.
+	continued *continuation
 }
 
-func (o *outcomes) abandon(c dialects.Claim) { o.abandons = append(o.abandons, c) }
-func (o *outcomes) count() int               { return len(o.write) + len(o.abandons) }
+func (o *outcomes) abandon(c dialects.Claim) {
+	o.abandons = append(o.abandons, c)
+	o.stopped = true
+}
+func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
 
 // finish decides the outcome of a delivery that returned err after publish
 // (0: the row never reached the sink) and records it.
@@ -334,10 +410,16 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 	case dialects.OutcomeRetry:
 		d.stats.Retried.Add(1)
 		kind = Retried
+		out.stopped = true
 	case dialects.OutcomeDead:
 		d.stats.Dead.Add(1)
 		kind = Dead
 		d.log.Info("row dead", "id", o.ID, "reason", o.Error)
+	}
+	if o.Kind == dialects.OutcomeDelivered || o.Kind == dialects.OutcomeDead {
+		if p.row.Sequence > out.lastSeq {
+			out.lastSeq, out.last = p.row.Sequence, p.row.Claim
+		}
 	}
 	p.obs.Finished(kind, publish, latency)
 }
@@ -346,6 +428,7 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 func (d *deliverer) release(out *outcomes, r dialects.Row) {
 	out.write = append(out.write, release(r))
 	out.released++
+	out.stopped = true
 }
 
 // send sends the collected outcomes to the completer.
@@ -357,5 +440,5 @@ func (d *deliverer) send(ctx actor.Context, out *outcomes) {
 		d.obs.Released(out.released)
 		d.stats.Released.Add(int64(out.released))
 	}
-	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons})
+	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons, continued: out.continued})
 }

@@ -68,8 +68,11 @@ type inboxRelay struct {
 	again bool
 	// seenAt and settledAt are what the watermark knew at the last relay.
 	seenAt, settledAt int64
-	failed            backoff.Capped
-	retryAt           time.Time
+	// after is a sequence below which no inbox row is received: relays
+	// start past it, and past the versions earlier relays left behind.
+	after   int64
+	failed  backoff.Capped
+	retryAt time.Time
 	// pace is the clock of relayTick: idle (see idleAfter) once the inbox
 	// has not moved for a while.
 	pace *pace
@@ -117,7 +120,7 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	force = force || r.again
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
-	params := dialects.InboxRelayParams{Limit: r.batchSize, MaxAttempts: r.maxAttempts}
+	params := dialects.InboxRelayParams{Limit: r.batchSize, MaxAttempts: r.maxAttempts, After: r.after}
 	wm, clk := r.gate.forStatement(), r.gate.clock
 	seenAt, settledAt := r.seenAt, r.settledAt
 	go func() {
@@ -188,6 +191,15 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	}
 	r.seenAt, r.settledAt = max(r.seenAt, m.seen), max(r.settledAt, m.settled)
 	res := *m.relayed
+	if !res.Busy && !r.gate.blind && m.settled > 0 {
+		// Every received row up to the watermark was visible to the relay;
+		// a relay cut at its limit relayed everything up to Through.
+		through := m.settled
+		if res.Relayed == r.batchSize {
+			through = min(res.Through, m.settled)
+		}
+		r.after = max(r.after, through)
+	}
 	if res.Relayed > 0 {
 		r.lastMove = now
 	}

@@ -67,7 +67,7 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 			return
 		}
 		j.log.Info("released rows whose leases had passed", "rows", n)
-		root.Send(j.claimer, &wake{})
+		root.Send(j.claimer, &wake{released: true})
 		if n < 1000 {
 			return
 		}

@@ -32,7 +32,9 @@ type keyActor struct {
 type idleCheck struct{}
 
 func newKeyActor(d *deliverer, key string, claimer *actor.PID, idleAfter time.Duration) *keyActor {
-	return &keyActor{deliveryQueue: newDeliveryQueue(d, true, 1), key: key, claimer: claimer, idleAfter: idleAfter}
+	q := newDeliveryQueue(d, true, 1)
+	q.key = key
+	return &keyActor{deliveryQueue: q, key: key, claimer: claimer, idleAfter: idleAfter}
 }
 
 func (k *keyActor) Receive(ctx actor.Context) {

@@ -54,6 +54,11 @@ type InboxRelayParams struct {
 	// settled ones, as it does for an outbox claim; nil relays every row, as
 	// a database that cannot tell must.
 	Gate *Gate
+	// After is a sequence below which no inbox row is received: the relay
+	// starts its walk past it, and so past every version that earlier
+	// relays left behind (see InboxRelayResult.Through). 0 starts from the
+	// oldest.
+	After int64
 }
 
 // InboxRelayResult is the result of one relay transaction.
@@ -65,6 +70,11 @@ type InboxRelayResult struct {
 	// inserted for them. Created is smaller when an outbox row with one of
 	// the ids existed already (it is left as it is).
 	Relayed, Created int
+	// Through is the largest inbox sequence this transaction relayed (0:
+	// none). Every received row up to the smaller of Through and the gate's
+	// watermark was visible to it, so was relayed: the next relay can start
+	// after that (InboxRelayParams.After).
+	Through int64
 }
 
 // InboxStats summarises the inbox table.

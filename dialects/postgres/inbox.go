@@ -116,18 +116,20 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 			res.Busy = true
 			return nil
 		}
-		rows, err := tx.Query(ctx, d.q.InboxRelay, p.Limit, settled, openLast, openNext, p.MaxAttempts)
+		rows, err := tx.Query(ctx, d.q.InboxRelay, p.Limit, settled, openLast, openNext, p.MaxAttempts, p.After)
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
 			var id uuid.UUID
 			var created bool
-			if err := rows.Scan(&id, &created); err != nil {
+			var seq int64
+			if err := rows.Scan(&id, &created, &seq); err != nil {
 				rows.Close()
 				return err
 			}
 			res.Relayed++
+			res.Through = max(res.Through, seq)
 			if created {
 				res.Created++
 			}

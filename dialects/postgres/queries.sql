@@ -663,6 +663,7 @@ WITH gate AS (
            i.{{ic "sequence"}} AS seq
       FROM {{it}} AS i
      WHERE i.{{ic "state"}} = 'received'
+       AND i.{{ic "sequence"}} > $6::bigint
        AND (i.{{ic "aggregate_id"}} IS NULL OR i.{{ic "aggregate_id"}} = ''
             OR (SELECT open FROM gate) OR i.{{ic "sequence"}} <= (SELECT w FROM gate))
      ORDER BY i.{{ic "sequence"}}
@@ -682,7 +683,7 @@ UPDATE {{it}} AS i
   FROM picked AS p
  WHERE i.{{ic "id"}} = p.id
    AND i.{{ic "state"}} = 'received'
-RETURNING i.{{ic "id"}}, EXISTS (SELECT 1 FROM created AS c WHERE c.id = i.{{ic "id"}})
+RETURNING i.{{ic "id"}}, EXISTS (SELECT 1 FROM created AS c WHERE c.id = i.{{ic "id"}}), i.{{ic "sequence"}}
 
 -- name: InboxProbeSequence
 -- The last value the inbox sequence handed out (see OutboxProbeSequence);

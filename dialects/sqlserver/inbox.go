@@ -130,19 +130,21 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 	if locked != 1 {
 		return dialects.InboxRelayResult{Busy: true}, nil
 	}
-	rows, err := tx.QueryContext(ctx, d.q.InboxRelay, p.Limit, settled, p.MaxAttempts)
+	rows, err := tx.QueryContext(ctx, d.q.InboxRelay, p.Limit, settled, p.MaxAttempts, p.After)
 	if err != nil {
 		return res, err
 	}
 	for rows.Next() {
 		var id string
 		var created int
-		if err := rows.Scan(&id, &created); err != nil {
+		var seq int64
+		if err := rows.Scan(&id, &created, &seq); err != nil {
 			rows.Close()
 			return dialects.InboxRelayResult{}, err
 		}
 		res.Relayed++
 		res.Created += created
+		res.Through = max(res.Through, seq)
 	}
 	if err := rows.Err(); err != nil {
 		return dialects.InboxRelayResult{}, err

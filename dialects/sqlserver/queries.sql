@@ -379,12 +379,13 @@ SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;
 
 -- name: InboxRelay
 -- Run under InboxRelayLock. @p1 limit, @p2 settled watermark of the inbox
--- sequence (NULL: no gate), @p3 max_attempts of the outbox rows. As in the
+-- sequence (NULL: no gate), @p3 max_attempts of the outbox rows, @p4 a
+-- sequence below which no row is received (0: from the oldest). As in the
 -- PostgreSQL dialect: received rows in sequence order, keyed ones (a
 -- non-empty aggregate_id) only up to the watermark; outbox rows with the
 -- same id, their sequence drawn in inbox sequence order, except where an
 -- outbox row has the id already; the rows marked relayed. One result row
--- per relayed row: its id, and 1 when it got a new outbox row.
+-- per relayed row: its id, 1 when it got a new outbox row, its sequence.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 DECLARE @picked TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, seq BIGINT NOT NULL);
@@ -392,6 +393,7 @@ INSERT INTO @picked (id, seq)
 SELECT TOP (@p1) i.{{ic "id"}}, i.{{ic "sequence"}}
   FROM {{it}} AS i
  WHERE i.{{ic "state"}} = N'received'
+   AND i.{{ic "sequence"}} > @p4
    AND (i.{{ic "aggregate_id"}} IS NULL OR i.{{ic "aggregate_id"}} = N'' OR @p2 IS NULL OR i.{{ic "sequence"}} <= @p2)
  ORDER BY i.{{ic "sequence"}};
 DECLARE @new TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, seq BIGINT NOT NULL);
@@ -413,8 +415,9 @@ OUTPUT inserted.{{ic "id"}} INTO @relayed (id)
   FROM {{it}} AS i
   JOIN @picked AS p ON p.id = i.{{ic "id"}}
  WHERE i.{{ic "state"}} = N'received';
-SELECT CAST(r.id AS NVARCHAR(36)), CASE WHEN w.id IS NULL THEN 0 ELSE 1 END
+SELECT CAST(r.id AS NVARCHAR(36)), CASE WHEN w.id IS NULL THEN 0 ELSE 1 END, p.seq
   FROM @relayed AS r
+  JOIN @picked AS p ON p.id = r.id
   LEFT JOIN @new AS w ON w.id = r.id;
 
 -- name: InboxProbe

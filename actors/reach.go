@@ -1,0 +1,233 @@
+package actors
+
+import (
+	"slices"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// reach is what the claimer knows that lets its claims start past the row
+// versions it left behind (dialects.Bounds). Every claim and every
+// completion leaves versions in the table's indexes; vacuum removes them
+// soon, but not while a transaction anywhere in the database stays open (a
+// pg_dump, a report, a session idle in transaction), and then a claim that
+// walked its indexes from the start would walk every version since that
+// transaction began: seen to take claims from milliseconds to a second
+// within two minutes. So each claim is bounded by three things:
+//
+//   - continuations: a key whose run this replica finished (every row
+//     delivered or dead) is continued from the run's last sequence: one
+//     probe that starts past the run finds the key's next head.
+//   - a lookback: the walk in schedule order looks only at rows that became
+//     due since the last claim looked (less lookbackMargin, for the
+//     transactions that committed meanwhile), or since keyed rows began to
+//     wait for a writer.
+//   - floors: per group of keys, a sequence below which no row is pending
+//     or processing (OutboxFloors); the head rule's probe stops there.
+//
+// Bounds only ever leave rows out of a claim's view; floors are exact, and a
+// replay (the one thing that puts a row back below them) moves a counter
+// that makes every claim set the bounds aside until new ones are made. The
+// rows a lookback leaves out (a lease that expired, rows released by a
+// stopping replica, a transaction that inserted long after it began) are
+// found by a full look: a claim without a lookback, and fresh floors. A
+// claim by key walks the keys only when its continuations leave room, and
+// not more often than its cost allows. The full look and the walk over the
+// keys run as often as their cost allows (fullLookFactor times their last
+// duration), so that they stay a small share of the claims' time however
+// many versions a long transaction keeps.
+type reach struct {
+	clock clock
+	// known: a probe has told the replay counter.
+	known   bool
+	replays int64
+	// continuing are the keys to continue, oldest first, and their
+	// positions.
+	continuing []dialects.KeyPosition
+	// anchor is when (on this replica's clock) the rows the next walk in
+	// schedule order must see began to become due; zero looks from the
+	// start. lowered counts the times it was moved back, so that a claim
+	// sent before a move cannot move it forward again.
+	anchor  time.Time
+	lowered int
+	// floors hold for the replay counter floorsAt; nil: none yet.
+	floors   []int64
+	floorsAt int64
+	// nextFull is when the next full look is due, nextFloors the next
+	// floors read (reading: one runs), nextWalk when a claim by key may
+	// next walk the keys; walkedAt is the newest sequence the last walk
+	// over the keys could see: rows inserted since are news, and news is
+	// worth a walk whatever its cost.
+	nextFull, nextFloors, nextWalk time.Time
+	reading                        bool
+	walkedAt                       int64
+	// blind: the gate cannot tell settled rows, so floors (which count on
+	// every row up to the watermark being visible) are not used.
+	blind bool
+}
+
+// lookbackMargin is how far before the last look a walk in schedule order
+// looks again: a row's scheduled_at is its transaction's start, and a
+// transaction that began before a look may commit after it.
+const lookbackMargin = 250 * time.Millisecond
+
+// fullLookFactor, minFullLook, maxFullLook: a full look (or a walk over the
+// keys) comes fullLookFactor times its last duration after it, within
+// these bounds: often while it is cheap, rarely while a long transaction
+// makes it walk many versions, and never less than once a minute, which
+// bounds how long a row left out by a lookback waits.
+const (
+	fullLookFactor = 20
+	minFullLook    = 10 * time.Millisecond
+	maxFullLook    = time.Minute
+)
+
+// maxContinuing bounds the keys the claimer remembers to continue; beyond
+// it the oldest are forgotten (their next rows are found by the walks).
+const maxContinuing = 65536
+
+func newReach(c clock) reach { return reach{clock: c} }
+
+// observe takes a probe's replay counter: a replay sets every bound aside.
+func (r *reach) observe(p dialects.Probe) {
+	if r.known && p.Replays == r.replays {
+		return
+	}
+	r.known, r.replays = true, p.Replays
+	r.continuing, r.floors = nil, nil
+	r.nextFloors = time.Time{}
+	r.lowerTo(time.Time{})
+}
+
+// lowerTo makes the next walk in schedule order look back to t at least
+// (zero: from the start), and the next claim by key walk the keys.
+func (r *reach) lowerTo(t time.Time) {
+	r.nextWalk = time.Time{}
+	if !r.anchor.IsZero() && (t.IsZero() || t.Before(r.anchor)) {
+		r.anchor = t
+		r.lowered++
+	}
+}
+
+// continued adds the keys whose runs ended well, for positions that hold
+// for the current counter.
+func (r *reach) continued(cs []continuation) {
+	for _, c := range cs {
+		if r.known && c.replays == r.replays {
+			r.continuing = append(r.continuing, c.pos)
+		}
+	}
+	if extra := len(r.continuing) - maxContinuing; extra > 0 {
+		r.continuing = slices.Delete(r.continuing, 0, extra)
+	}
+}
+
+// claimPlan is what one claim takes from the reach, and what it needs back.
+type claimPlan struct {
+	bounds       *dialects.Bounds
+	continued    []dialects.KeyPosition
+	continueOnly bool
+	// full: the claim walks from the start (a full look), or, by key, walks
+	// the keys; lowered is reach.lowered when it was planned, seen the
+	// newest sequence known then.
+	full    bool
+	lowered int
+	seen    int64
+	sentAt  time.Time
+}
+
+// plan fills a claim's bounds and continuations: at most heads keys, the
+// oldest first. seen is the newest sequence the claimer knows of.
+func (r *reach) plan(kind claimKind, heads int, seen int64) claimPlan {
+	now := r.clock.Now()
+	p := claimPlan{lowered: r.lowered, sentAt: now, seen: seen}
+	n := min(heads, len(r.continuing))
+	p.continued = slices.Clone(r.continuing[:n])
+	r.continuing = slices.Delete(r.continuing, 0, n)
+	if !r.known {
+		p.full = true
+		return p
+	}
+	b := &dialects.Bounds{Replays: r.replays}
+	if r.floors != nil && r.floorsAt == r.replays && !r.blind {
+		b.Floors = r.floors
+	}
+	switch kind {
+	case scheduleClaim:
+		if r.anchor.IsZero() || !now.Before(r.nextFull) {
+			p.full = true
+		} else {
+			b.Lookback = now.Sub(r.anchor) + lookbackMargin
+		}
+	case byKeyClaim:
+		// Walk the keys when the continuations leave room for heads, and
+		// rows arrived since the last walk or its cost allows another.
+		p.full = n < heads && (seen > r.walkedAt || !now.Before(r.nextWalk))
+		p.continueOnly = !p.full
+	}
+	p.bounds = b
+	return p
+}
+
+// failed puts back the continuations of a claim that did not run.
+func (r *reach) failed(p claimPlan) {
+	r.continuing = append(p.continued, r.continuing...)
+}
+
+// claimed learns from a claim: how far its walk looked, what a full look
+// or a walk over the keys cost. waitingSince is when keyed rows began to
+// wait for a writer (zero: none wait): rows of that time may commit later,
+// so the next walk looks back to it.
+func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, took time.Duration, waitingSince time.Time) {
+	now := r.clock.Now()
+	switch kind {
+	case scheduleClaim:
+		if p.full {
+			r.nextFull = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
+		}
+		if p.lowered != r.lowered || rep.Now.IsZero() {
+			return // the anchor moved back meanwhile, or the dialect keeps no bounds
+		}
+		to := p.sentAt
+		if rep.Cut {
+			to = p.sentAt.Add(-rep.Now.Sub(rep.Reach))
+		}
+		if !waitingSince.IsZero() && waitingSince.Before(to) {
+			to = waitingSince
+		}
+		if to.After(r.anchor) {
+			r.anchor = to
+		}
+	case byKeyClaim:
+		if p.full {
+			r.nextWalk = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
+			r.walkedAt = max(r.walkedAt, p.seen)
+		}
+	}
+}
+
+// floorsDue says whether to read the floors now (and marks the read
+// under way).
+func (r *reach) floorsDue() bool {
+	if r.reading || r.blind || !r.known || r.clock.Now().Before(r.nextFloors) {
+		return false
+	}
+	r.reading = true
+	return true
+}
+
+// floorsRead takes a floors read's result.
+func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
+	r.reading = false
+	if err != nil {
+		if dialects.Blind(err) {
+			r.blind = true
+		}
+		return
+	}
+	r.nextFloors = r.clock.Now().Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
+	if f.Replays == r.replays {
+		r.floors, r.floorsAt = f.Groups, f.Replays
+	}
+}

@@ -1,0 +1,187 @@
+package actors
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// manualClock is a clock that only moves when a test moves it.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*manualTimer
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) NewTimer() timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &manualTimer{c: c, ch: make(chan time.Time, 1)}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// advance moves the clock by d and fires the timers that came due.
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	now := c.now
+	var due []*manualTimer
+	for _, t := range c.timers {
+		if t.armed && !t.at.After(now) {
+			t.armed = false
+			due = append(due, t)
+		}
+	}
+	c.mu.Unlock()
+	for _, t := range due {
+		select {
+		case t.ch <- now:
+		default:
+		}
+	}
+}
+
+type manualTimer struct {
+	c     *manualClock
+	ch    chan time.Time
+	at    time.Time
+	armed bool
+}
+
+func (t *manualTimer) C() <-chan time.Time { return t.ch }
+
+func (t *manualTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	t.at, t.armed = t.c.now.Add(d), true
+	t.c.mu.Unlock()
+	t.c.advance(0)
+}
+
+func (t *manualTimer) Stop() {
+	t.c.mu.Lock()
+	t.armed = false
+	t.c.mu.Unlock()
+}
+
+// Until a probe has told the replay counter, claims walk from the start
+// and carry no bounds; afterwards a walk in schedule order looks back only
+// to where the last one looked, less the margin.
+func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	p := r.plan(scheduleClaim, 10, 0)
+	if !p.full || p.bounds != nil {
+		t.Fatalf("before any probe: %+v, want a full look without bounds", p)
+	}
+	r.observe(dialects.Probe{Replays: 3})
+	p = r.plan(scheduleClaim, 10, 0)
+	if !p.full || p.bounds == nil || p.bounds.Replays != 3 || p.bounds.Lookback != 0 {
+		t.Fatalf("first claim after the probe: %+v, want a full look at counter 3", p)
+	}
+	clk.advance(5 * time.Millisecond)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, 5*time.Millisecond, time.Time{})
+	clk.advance(time.Second) // the next full look is 100 ms after the last one: due
+	if p = r.plan(scheduleClaim, 10, 0); !p.full {
+		t.Fatalf("a second after a full look that took 5 ms: %+v, want another", p)
+	}
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, 50*time.Millisecond, time.Time{})
+	clk.advance(100 * time.Millisecond) // the next is a second away
+	p = r.plan(scheduleClaim, 10, 0)
+	if p.full || p.bounds.Lookback != 100*time.Millisecond+lookbackMargin {
+		t.Fatalf("100 ms after the last look: %+v, want a lookback of 100 ms plus the margin", p.bounds)
+	}
+	// A walk cut at its limit reached rows due 30 ms before the claim: the
+	// next one looks back to there.
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now(), Cut: true, Reach: clk.Now().Add(-30 * time.Millisecond)}, time.Millisecond, time.Time{})
+	clk.advance(10 * time.Millisecond)
+	if p = r.plan(scheduleClaim, 10, 0); p.bounds.Lookback != 40*time.Millisecond+lookbackMargin {
+		t.Fatalf("after a cut walk: lookback %s, want 40 ms plus the margin", p.bounds.Lookback)
+	}
+	// Keyed rows waiting for a writer since 5 ms ago hold the look back
+	// there, however long they wait.
+	waiting := clk.Now().Add(-5 * time.Millisecond)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
+	clk.advance(200 * time.Millisecond)
+	p = r.plan(scheduleClaim, 10, 0)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
+	if p = r.plan(scheduleClaim, 10, 0); p.bounds.Lookback != 205*time.Millisecond+lookbackMargin {
+		t.Fatalf("while rows wait for a writer: lookback %s, want 205 ms plus the margin", p.bounds.Lookback)
+	}
+}
+
+// A replay sets every bound aside: the continuations and floors made before
+// it, and the lookback (the next walk looks from the start). A claim
+// planned before a lowering cannot undo it.
+func TestReachForgetsEverythingAtAReplay(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{Replays: 1})
+	p := r.plan(scheduleClaim, 10, 0)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	r.floorsRead(dialects.Floors{Replays: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 7}, replays: 1}, {pos: dialects.KeyPosition{Key: "b", After: 9}, replays: 0}})
+	if len(r.continuing) != 1 || r.continuing[0].Key != "a" {
+		t.Fatalf("continuing %+v, want only a (b's position was made at another counter)", r.continuing)
+	}
+	clk.advance(10 * time.Millisecond) // the next full look is 20 ms after the first
+	before := r.plan(scheduleClaim, 10, 0)
+	if before.full || before.bounds.Floors == nil || len(before.continued) != 1 {
+		t.Fatalf("before the replay: %+v, want a bounded claim with floors that continues a", before)
+	}
+	r.observe(dialects.Probe{Replays: 2})
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "c", After: 1}, replays: 1}})
+	// The claim planned before the replay returns afterwards.
+	r.claimed(scheduleClaim, before, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	p = r.plan(scheduleClaim, 10, 0)
+	if !p.full || p.bounds.Replays != 2 || p.bounds.Floors != nil || len(p.continued) != 0 {
+		t.Fatalf("after a replay: %+v, want a full look at counter 2, no floors, no continuations", p)
+	}
+}
+
+// By key, a claim walks the keys only when its continuations leave room
+// for heads, and then not more often than the walk's cost allows.
+func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{})
+	p := r.plan(byKeyClaim, 2, 0)
+	if !p.full || p.continueOnly {
+		t.Fatalf("first claim by key: %+v, want a walk over the keys", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 50*time.Millisecond, time.Time{})
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a"}}, {pos: dialects.KeyPosition{Key: "b"}}, {pos: dialects.KeyPosition{Key: "c"}}})
+	if p = r.plan(byKeyClaim, 2, 0); p.full || !p.continueOnly || len(p.continued) != 2 {
+		t.Fatalf("with three keys to continue and room for two: %+v, want a and b only", p)
+	}
+	if p = r.plan(byKeyClaim, 2, 0); p.full || !p.continueOnly || len(p.continued) != 1 {
+		t.Fatalf("with c left and the walk not due: %+v, want c only", p)
+	}
+	if p = r.plan(byKeyClaim, 2, 10); !p.full || p.continueOnly {
+		t.Fatalf("rows arrived since the last walk: %+v, want a walk", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 50*time.Millisecond, time.Time{})
+	if p = r.plan(byKeyClaim, 2, 10); p.full {
+		t.Fatalf("nothing new since the last walk, 50 ms ago: %+v, want no walk", p)
+	}
+	clk.advance(time.Second)
+	if p = r.plan(byKeyClaim, 2, 10); !p.full || p.continueOnly {
+		t.Fatalf("a second after a walk of 50 ms: %+v, want a walk", p)
+	}
+	r.failed(claimPlan{continued: []dialects.KeyPosition{{Key: "z"}}})
+	if len(r.continuing) != 1 || r.continuing[0].Key != "z" {
+		t.Fatalf("a failed claim's continuations were not kept: %+v", r.continuing)
+	}
+}
