@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"regexp"
 	"runtime"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -159,15 +157,12 @@ func runCmd() *cobra.Command {
 		Use:   "run",
 		Short: "Run the relay: claim, deliver, renew, retain",
 		RunE: func(*cobra.Command, []string) error {
-			// The signals are caught from the first moment: a SIGTERM while
-			// the configuration loads must stop the relay cleanly (exit 0),
-			// not kill it by the signal's default action.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			return withDBAs(bootstrap.OpenDialect, func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			// Caught before the configuration is read: see StopSignals.
+			sig := bootstrap.CatchStopSignals()
+			defer sig.Release()
+			return withDBAs(bootstrap.OpenDialect, func(_ context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				log := bootstrap.NewLogger(l, bootstrap.Stderr)
-				return bootstrap.Run(ctx, l, d, log, bootstrap.RunOptions{Migrate: migrate, Signals: sigs})
+				return bootstrap.Run(sig.Stop, l, d, log, bootstrap.RunOptions{Migrate: migrate, Abort: sig.Abort})
 			})
 		},
 	}
@@ -184,7 +179,9 @@ func devCmd() *cobra.Command {
 			if rate < 0 {
 				return &usageError{fmt.Errorf("--rate: %v is negative; give the sample rows per second, or 0 for none", rate)}
 			}
-			return bootstrap.Dev(context.Background(), bootstrap.DevOptions{Rate: rate, Out: os.Stdout})
+			sig := bootstrap.CatchStopSignals()
+			defer sig.Release()
+			return bootstrap.Dev(sig.Stop, bootstrap.DevOptions{Rate: rate, Out: os.Stdout, Abort: sig.Abort})
 		},
 	}
 	c.Flags().Float64Var(&rate, "rate", 2, "sample rows inserted per second (0 for none)")
