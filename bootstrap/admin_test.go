@@ -290,11 +290,7 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 	}
 	defer d.Close()
 	var rows []dialects.NewRow
-	add := func(topic string, n int) {
-		for range n {
-			rows = append(rows, dialects.NewRow{Topic: topic, Payload: []byte(`{}`)})
-		}
-	}
+	add := func(topic string, n int) { rows = append(rows, testkit.Rows(n, topic, nil)...) }
 	add("order.created", 4)
 	add("order.gone", 2)
 	add("flaky.thing", 2)
@@ -405,13 +401,11 @@ func TestRetentionDeletesOldRowsInBatches(t *testing.T) {
 	later := time.Now().Add(time.Hour)
 	var rows []dialects.NewRow
 	for topic, n := range map[string]int{"old-delivered": 7, "new-delivered": 2, "old-dead": 5, "new-dead": 2, "old-pending": 3} {
-		for range n {
-			row := dialects.NewRow{Topic: topic, Payload: []byte(`{}`)}
-			if topic == "old-pending" {
-				row.ScheduledAt = &later // stays pending while the relay runs
-			}
-			rows = append(rows, row)
+		var opts []testkit.RowOption
+		if topic == "old-pending" {
+			opts = append(opts, testkit.ScheduledAt(later)) // stays pending while the relay runs
 		}
+		rows = append(rows, testkit.Rows(n, topic, nil, opts...)...)
 	}
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
