@@ -51,10 +51,10 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // and the rows still in flight go back to pending when their leases pass.
 //
 // Run returns its errors, never exits the process, and leaves no goroutine
-// of its own running when it returns (after a drain cut short, the engine
-// may still be writing its last outcomes for a moment: actors.Engine.Stop
-// does not wait for them then). The dialect is the caller's: Run does not
-// close its pools.
+// of its own running when it returns (after a drain cut short, goroutines
+// of the engine's may still end for a moment: actors.Engine.Stop does not
+// wait for a claim or an outcome write in progress then). The dialect is
+// the caller's: Run does not close its pools.
 func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
 	for _, w := range l.Warnings {
 		log.Warn("configuration: "+w.String(), "file", l.File)
@@ -120,9 +120,9 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		}
 	case fatal = <-e.Fatal():
 	}
-	stopErr := drain(abort, time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond, adm, consumers, e, log)
+	cut, stopErr := drain(abort, time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond, adm, consumers, e, log)
 	switch {
-	case abort.Err() != nil:
+	case cut:
 		why := fmt.Sprint(context.Cause(abort))
 		if s := signalOf(abort); s != nil {
 			why = "a second signal, " + s.String()
@@ -141,8 +141,9 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 // runs; the engine stops claiming, releases the rows it has not started,
 // lets the deliveries in flight finish (up to drainTimeout), writes their
 // outcomes and shuts its actors down. abort ending cuts all of it short;
-// drain logs that at once, and returns only once everything has stopped.
-func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener, consumers []inbox.Consumer, e *actors.Engine, log *slog.Logger) error {
+// drain logs that at once, reports it (cut), and returns only once
+// everything has stopped.
+func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener, consumers []inbox.Consumer, e *actors.Engine, log *slog.Logger) (cut bool, err error) {
 	adm.server.Draining()
 	drained := make(chan struct{})
 	watched := make(chan struct{})
@@ -150,19 +151,25 @@ func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener
 		defer close(watched)
 		select {
 		case <-abort.Done():
-			if s := signalOf(abort); s != nil {
-				log.Warn("second signal; exiting without draining", "signal", s.String())
-			} else {
-				log.Warn("drain cut short", "cause", context.Cause(abort))
-			}
 		case <-drained:
+			if !cut {
+				return
+			}
+		}
+		if s := signalOf(abort); s != nil {
+			log.Warn("second signal; exiting without draining", "signal", s.String())
+		} else {
+			log.Warn("drain cut short", "cause", context.Cause(abort))
 		}
 	}()
-	defer func() { close(drained); <-watched }()
 	consumersCtx, cancel := context.WithTimeout(abort, drainTimeout)
 	stopConsumers(consumersCtx, consumers, log)
 	cancel()
-	return e.Stop(abort)
+	err = e.Stop(abort)
+	cut = abort.Err() != nil
+	close(drained)
+	<-watched
+	return cut, err
 }
 
 // Backoff of the start-up wait for the database.
