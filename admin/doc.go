@@ -1,14 +1,58 @@
 // Package admin is the operator's view of the outbox, shared by the command
-// line and the admin listener: which rows to look at (Filter), how many
-// rows are in each state (Status), the dead rows and their errors (DeadRows,
-// GroupDead), and putting rows back to pending (Replay). A filter selects
-// the same rows, and fails with the same message, whether it came from
-// command-line flags, a URL query or a JSON body; each message names the
-// input as it was written in its source (--state, state=, "states").
+// line and the admin listener.
 //
-// The admin listener's handler is Server: /healthz, /readyz, /metrics, the
-// JSON API (/api/stats, /api/rows, /api/replay, /api/dead-groups,
-// /api/blocked-keys) and the web page, embedded from page/. Metrics hears
-// the engine as its Observer; Sampler counts the table on an interval that
-// follows the count's cost, so that viewers cost the database nothing.
+// # What both share
+//
+// Which rows to look at (Filter), how many rows are in each state (Status),
+// the dead rows and their errors (DeadRows, GroupDead), and putting rows
+// back to pending (Replay). A filter selects the same rows, and fails with
+// the same message, whether it came from command-line flags, a URL query or
+// a JSON body; each message names the input as it was written in its
+// source (--state, state=, "states"). text.go formats what the commands
+// print for people (Stats.WriteText, WriteDeadRows), so that cmd/queuebox
+// only declares flags and wires.
+//
+// # The admin listener's routes
+//
+// Server is the listener's handler (package bootstrap listens and mounts
+// it): GET /healthz (the process runs), GET /readyz (the database answers,
+// the schema is current, the relay is not stopping), GET /metrics
+// (Prometheus), the JSON API (GET /api/stats, GET /api/rows, POST
+// /api/replay, GET /api/dead-groups, GET /api/blocked-keys), POST /login,
+// and the web page, embedded from page/. Any other /api/ path answers 404
+// with the list of routes. The inbox's HTTP sources share the listener at
+// /inbox/, outside this handler and its token: each source checks
+// credentials of its own.
+//
+// # The token and loopback
+//
+// The API shows rows' errors and replays rows, so who may reach it matters:
+//
+//   - With admin.token set, every route but /healthz needs it, as
+//     "Authorization: Bearer <token>" or as the page's session cookie, which
+//     POST /login sets from a form (HttpOnly, SameSite=Strict, holding a
+//     hash of the token, not the token). Any bound address is then allowed.
+//   - Without a token, the listener must be bound to a loopback address
+//     (ListenAllowed; validation refuses a written-out address already, and
+//     bootstrap checks the address a host name resolved to): anyone on
+//     another machine could otherwise replay rows. On loopback only
+//     processes of the same machine reach it.
+//   - Without a token, a request must also name its host as an IP address
+//     or localhost (403 otherwise). A page of another site that points its
+//     own name at 127.0.0.1 (DNS rebinding) still sends its own name, and
+//     is refused. POST /api/replay takes only application/json, which a
+//     page of another site cannot send without the listener's consent.
+//
+// # The sampler
+//
+// Metrics hears the engine as its Observer (deliveries, retries, dead rows,
+// latencies, mailbox lengths). The table itself is read by one Sampler, so
+// that any number of viewers costs the database nothing more: it counts
+// rows per state and topic only while someone reads the counts (the page,
+// the API, a /metrics scrape), on an interval that follows the count's own
+// cost (CountCostFactor times the last count's duration, between the
+// minimum interval and MaxCountInterval), and reads the cheap figures (the
+// oldest due row, the open transactions) every FastInterval. Server.Start
+// starts it and the throughput recorder; Server.Stop ends both and waits
+// for them.
 package admin

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/migrations"
 )
 
@@ -49,9 +51,8 @@ func inboxServer(t *testing.T, d dialects.Dialect) (*Metrics, *httptest.Server) 
 	t.Helper()
 	m := NewMetrics([]string{"web"})
 	s := NewServer(Options{Dialect: d, Metrics: m, CountInterval: 50 * time.Millisecond, ThroughputStep: 50 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s.Start(ctx)
+	s.Start(context.Background())
+	t.Cleanup(s.Stop)
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)
 	return m, hs
@@ -61,8 +62,7 @@ func inboxServer(t *testing.T, d dialects.Dialect) (*Metrics, *httptest.Server) 
 // its labels, as the text format writes it) has a value that ok accepts.
 func scraped(t *testing.T, hs *httptest.Server, want map[string]func(float64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, "/metrics to get there", 0, func() error {
 		body := call(t, hs, "GET", "/metrics", "").body
 		missing := ""
 		for series, ok := range want {
@@ -75,14 +75,11 @@ func scraped(t *testing.T, hs *httptest.Server, want map[string]func(float64) bo
 				missing += fmt.Sprintf("\n%s: %s", series, m[1])
 			}
 		}
-		if missing == "" {
-			return
+		if missing != "" {
+			return errors.New(missing)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never got there:%s", missing)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func is(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
@@ -185,7 +182,7 @@ func TestStatsWithoutAnInboxTable(t *testing.T) {
 	}
 	names.Inbox = "no_such_inbox"
 	d := open(names)
-	if err := d.OutboxInsert(ctx, []dialects.NewRow{{Topic: "t", Payload: []byte(`{}`)}}); err != nil {
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("t")}); err != nil {
 		t.Fatal(err)
 	}
 	_, hs := inboxServer(t, d)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -20,12 +21,11 @@ func outbox(t *testing.T) dialects.Dialect {
 	t.Helper()
 	ctx := context.Background()
 	d := testdb.Migrated(t, 0)
-	key := "cust-1"
 	rows := []dialects.NewRow{
-		{Topic: "order.created", Key: &key, Payload: []byte(`{}`)},
-		{Topic: "order.created", Payload: []byte(`{}`)},
-		{Topic: "user.created", Payload: []byte(`{}`)},
-		{Topic: "order.paid", Payload: []byte(`{}`)},
+		testkit.Row("order.created", testkit.Key("cust-1")),
+		testkit.Row("order.created"),
+		testkit.Row("user.created"),
+		testkit.Row("order.paid"),
 	}
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func outbox(t *testing.T) dialects.Dialect {
 	if _, err := d.OutboxComplete(ctx, outcomes); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.OutboxInsert(ctx, []dialects.NewRow{{Topic: "later", Payload: []byte(`{}`)}}); err != nil {
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("later")}); err != nil {
 		t.Fatal(err)
 	}
 	return d

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // fakeCounts is a database for the sampler's schedule: it counts the count
@@ -96,23 +98,16 @@ func TestReadsDuringACountAreServedByIt(t *testing.T) {
 	if n := f.counts.Load(); n != 1 {
 		t.Fatalf("%d counts after the first read, want 1", n)
 	}
-	time.Sleep(60 * time.Millisecond) // the count is older than its interval
+	time.Sleep(60 * time.Millisecond) // time must pass: the count is older than its interval
 	f.hold.Store(true)
 	s.Demand(ctx) // starts the second count, which is held
-	deadline := time.Now().Add(5 * time.Second)
-	for f.counts.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("a read of a stale count started no count")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	for range 2 { // two more reads 40 ms apart while it runs
-		time.Sleep(40 * time.Millisecond)
-		s.Demand(ctx)
-	}
+	testkit.Eventually(t, "a count started by a read of a stale count", 5*time.Second, testkit.True(func() bool { return f.counts.Load() >= 2 }))
+	s.Demand(ctx) // two more reads while it runs (it runs until released)
+	s.Demand(ctx)
 	f.hold.Store(false)
 	close(f.release)
-	time.Sleep(300 * time.Millisecond) // well under the interval that follows a count of 80 ms
+	// A sleep, to show that no count follows for the reads it served.
+	time.Sleep(300 * time.Millisecond)
 	if n := f.counts.Load(); n != 2 {
 		t.Fatalf("%d counts, want 2: the reads during the second count started another", n)
 	}
@@ -134,7 +129,7 @@ func TestFailingCountsBackOff(t *testing.T) {
 		t.Fatalf("the first read waited %v for a count that failed", took)
 	}
 	var wg sync.WaitGroup
-	for range 20 { // 20 reads in a second, as the page and a scrape make
+	for range 20 { // 20 reads in a second, as the page and a scrape make: the pace is the test's subject
 		time.Sleep(50 * time.Millisecond)
 		wg.Add(1)
 		go func() { defer wg.Done(); s.Demand(ctx) }()
@@ -151,7 +146,7 @@ func TestFailingCountsBackOff(t *testing.T) {
 	if s.Snapshot().Err == "" {
 		t.Error("the snapshot does not say that counting fails")
 	}
-	time.Sleep(3 * minInterval)
+	time.Sleep(3 * minInterval) // to show that no attempt follows
 	if m := f.counts.Load(); m > n+1 {
 		t.Fatalf("%d count attempts after the reads stopped (%d before)", m, n)
 	}
@@ -175,22 +170,16 @@ func TestAWallClockStepBackDoesNotStopCounting(t *testing.T) {
 		t.Fatalf("%d counts after the first read, want 1", n)
 	}
 	back.Store(int64(time.Hour))
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(60 * time.Millisecond) // time must pass: the count is older than its interval
 	s.Demand(ctx)
-	deadline := time.Now().Add(500 * time.Millisecond) // under FastInterval: the read woke it
-	for f.counts.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no count after the wall clock stepped back")
+	// Within 500 ms, under FastInterval: the read woke it.
+	testkit.Eventually(t, "a count after the wall clock stepped back", 500*time.Millisecond, testkit.True(func() bool { return f.counts.Load() >= 2 }))
+	testkit.Eventually(t, "the snapshot's time to follow the wall clock", 5*time.Second, func() error {
+		if at := s.Snapshot().CountedAt; time.Since(at) < 59*time.Minute {
+			return fmt.Errorf("counted at %v", at)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	deadline = time.Now().Add(5 * time.Second)
-	for time.Since(s.Snapshot().CountedAt) < 59*time.Minute {
-		if time.Now().After(deadline) {
-			t.Fatalf("the snapshot's time does not follow the wall clock: %v", s.Snapshot().CountedAt)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A count of the inbox that fails does not hold back the outbox's figures:
@@ -220,13 +209,12 @@ func TestTheInboxAgeMovesBetweenCounts(t *testing.T) {
 	s.Demand(context.Background())
 	counts := f.counts.Load()
 	f.inboxAge.Store(int64(9 * time.Second))
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(s.m.inboxAge) != 9 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the gauge shows %v s, want 9 s without a count", testutil.ToFloat64(s.m.inboxAge))
+	testkit.Eventually(t, "the gauge to show 9 s without a count", 5*time.Second, func() error {
+		if v := testutil.ToFloat64(s.m.inboxAge); v != 9 {
+			return fmt.Errorf("it shows %v s", v)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if in := s.Snapshot().Inbox; in == nil || in.OldestReceived != 9*time.Second {
 		t.Errorf("the snapshot's inbox: %+v, want an oldest received wait of 9 s", in)
 	}

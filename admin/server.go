@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,8 +54,12 @@ type Server struct {
 	sampler  *Sampler
 	mux      *http.ServeMux
 	draining atomic.Bool
-	started  atomic.Bool
 	cookie   string
+
+	// What Start began, for Stop to end and wait for.
+	startOnce sync.Once
+	cancel    context.CancelFunc
+	running   sync.WaitGroup
 }
 
 // NewServer builds the handler. Nothing is read from the database until
@@ -78,14 +83,27 @@ func NewServer(o Options) *Server {
 	return s
 }
 
-// Start begins sampling the table and recording throughput; both stop with
-// ctx. Run calls it once the schema is known to be current.
+// Start begins sampling the table and recording throughput, until ctx ends
+// or Stop. bootstrap.Run calls it once the schema is known to be current; a
+// second call does nothing.
 func (s *Server) Start(ctx context.Context) {
-	if s.started.Swap(true) {
-		return
+	s.startOnce.Do(func() {
+		ctx, s.cancel = context.WithCancel(ctx)
+		s.running.Add(2)
+		go func() { defer s.running.Done(); s.sampler.Run(ctx) }()
+		go func() { defer s.running.Done(); s.o.Metrics.throughput.run(ctx, s.o.ThroughputStep) }()
+	})
+}
+
+// Stop ends what Start began and returns once it has ended, so that nothing
+// of the server runs after its owner returns. The handler still answers,
+// from the last samples. Stop before Start (or twice) does nothing more.
+func (s *Server) Stop() {
+	s.startOnce.Do(func() {}) // a Start after Stop begins nothing
+	if s.cancel != nil {
+		s.cancel()
 	}
-	go s.sampler.Run(ctx)
-	go s.o.Metrics.throughput.run(ctx, s.o.ThroughputStep)
+	s.running.Wait()
 }
 
 // Draining makes /readyz answer 503: the replica is stopping.

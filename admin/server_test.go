@@ -19,6 +19,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // server serves the admin routes over d with a sampler that counts often.
@@ -31,9 +32,8 @@ func server(t *testing.T, d dialects.Dialect, token string) (*Server, *httptest.
 			}
 			return "", ""
 		}})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s.Start(ctx)
+	s.Start(context.Background())
+	t.Cleanup(s.Stop)
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)
 	return s, hs
@@ -100,18 +100,16 @@ func expect(t *testing.T, a answer, code int, want ...string) {
 // counted waits until the sampler has counted the table with pred true.
 func counted(t *testing.T, hs *httptest.Server, pred func(StatsView) bool) StatsView {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var v StatsView
+	var v StatsView
+	testkit.Eventually(t, "the stats to get there", 0, func() error {
+		v = StatsView{}
 		call(t, hs, "GET", "/api/stats", "").json(t, &v)
 		if v.CountedAt != nil && pred(v) {
-			return v
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stats never got there: %+v", v)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the stats are %+v", v)
+	})
+	return v
 }
 
 func rowCounts(t *testing.T, d dialects.Dialect) map[dialects.State]int64 {
@@ -175,8 +173,8 @@ func TestStatsDeadGroupsAndBlockedKeys(t *testing.T) {
 	ctx := context.Background()
 	// A key whose head waits for a retry, with one row behind it; and a row
 	// in a state written by hand.
-	k := "cust-9"
-	if err := d.OutboxInsert(ctx, []dialects.NewRow{{Topic: "order.paid", Key: &k, Payload: []byte(`{}`)}, {Topic: "order.paid", Key: &k, Payload: []byte(`{}`)}}); err != nil {
+	const k = "cust-9"
+	if err := d.OutboxInsert(ctx, testkit.Rows(2, "order.paid", nil, testkit.Key(k))); err != nil {
 		t.Fatal(err)
 	}
 	claimed, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()})
@@ -507,22 +505,25 @@ func TestTheTableIsCountedOnlyWhileSomeoneReads(t *testing.T) {
 	t.Parallel()
 	d := &countingDialect{Dialect: outbox(t)}
 	_, hs := server(t, d, "")
-	time.Sleep(400 * time.Millisecond) // eight count intervals
+	// Eight count intervals pass: a sleep, to show that nothing happens.
+	time.Sleep(400 * time.Millisecond)
 	if n := d.n.Load(); n != 0 {
 		t.Fatalf("%d counts with nobody reading", n)
 	}
 	a := call(t, hs, "GET", "/metrics", "")
 	expect(t, a, 200, `queuebox_rows{state="dead"} 3`, `queuebox_rows{state="pending"} 1`)
 	// The interval is at least 50 ms, longer when a count takes long (on a
-	// loaded machine): scrape until three counts, for at most 5 s.
-	for deadline := time.Now().Add(5 * time.Second); d.n.Load() < 3 && time.Now().Before(deadline); {
+	// loaded machine): scrape until three counts.
+	testkit.Eventually(t, "three counts while /metrics is scraped", 0, func() error {
 		call(t, hs, "GET", "/metrics", "")
-		time.Sleep(60 * time.Millisecond)
-	}
+		if n := d.n.Load(); n < 3 {
+			return fmt.Errorf("%d counts", n)
+		}
+		return nil
+	})
 	read := d.n.Load()
-	if read < 3 {
-		t.Fatalf("%d counts while /metrics was scraped every 60 ms for 5 s with a 50 ms interval; want several", read)
-	}
+	// Again a sleep to show that nothing happens: no count once the
+	// scrapes stop.
 	time.Sleep(400 * time.Millisecond)
 	if n := d.n.Load(); n > read+1 {
 		t.Fatalf("%d counts after the reads stopped (%d before)", n, read)

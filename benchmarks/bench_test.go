@@ -66,7 +66,7 @@ func fakeReplica() {
 			}
 		}))
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the fake replica's life, before it fails
 	fmt.Fprintln(os.Stderr, "lost the database (from the fake replica)")
 	os.Exit(3)
 }

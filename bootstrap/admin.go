@@ -73,8 +73,10 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 	return a, nil
 }
 
-// close stops the listener, giving requests in progress a moment.
+// close stops the sampler and the listener, giving requests in progress a
+// moment, and returns once both have stopped.
 func (a *adminListener) close() {
+	a.server.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := a.http.Shutdown(ctx); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
@@ -55,10 +56,12 @@ func startRelay(t *testing.T, cfg *Config, wrap func(dialects.Dialect) dialects.
 		dd = wrap(d)
 	}
 	r := &relay{sigs: make(chan os.Signal, 2), done: make(chan error, 1), logs: &testlog.Buffer{}, token: cfg.Admin.Token}
+	stop := watchSignals(r.sigs)
+	t.Cleanup(stop.Release)
 	listening := make(chan string, 1)
 	go func() {
-		r.done <- Run(context.Background(), l, dd, slog.New(slog.NewTextHandler(r.logs, nil)), RunOptions{
-			Migrate: true, Signals: r.sigs, AdminListening: func(u string) { listening <- u },
+		r.done <- Run(stop.Stop, l, dd, slog.New(slog.NewTextHandler(r.logs, nil)), RunOptions{
+			Migrate: true, Abort: stop.Abort, AdminListening: func(u string) { listening <- u },
 			AdminCountInterval: 100 * time.Millisecond, AdminThroughputStep: 100 * time.Millisecond,
 		})
 	}()
@@ -151,18 +154,17 @@ next:
 
 func waitMetrics(t *testing.T, r *relay, what string, ok func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		fams := r.scrape(t)
-		if ok(fams) {
-			return fams
+	var fams map[string]*dto.MetricFamily
+	if err := testkit.Poll(time.Minute, func() error {
+		if fams = r.scrape(t); ok(fams) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			_, body := r.get(t, "/metrics")
-			t.Fatalf("timed out waiting for %s; /metrics:\n%s", what, grepQueuebox(body))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return errors.New("not in /metrics yet")
+	}); err != nil {
+		_, body := r.get(t, "/metrics")
+		t.Fatalf("%s: %v; /metrics:\n%s", what, err, grepQueuebox(body))
 	}
+	return fams
 }
 
 func grepQueuebox(body string) string {
@@ -205,7 +207,8 @@ func TestMetricsCountOtherRelaySessions(t *testing.T) {
 		return ok
 	})
 	// Three looks: the relay's own sessions, older than the two seconds
-	// after which a session counts, still do not.
+	// after which a session counts, still do not. (A sleep: this proves
+	// that something does not happen, which no signal reports.)
 	time.Sleep(3 * time.Second)
 	if v := sessions(r.scrape(t)); v != 0 {
 		t.Fatalf("alone, the relay counts %v sessions of other relays", v)
@@ -287,11 +290,7 @@ func TestMetricsFollowDeliveries(t *testing.T) {
 	}
 	defer d.Close()
 	var rows []dialects.NewRow
-	add := func(topic string, n int) {
-		for range n {
-			rows = append(rows, dialects.NewRow{Topic: topic, Payload: []byte(`{}`)})
-		}
-	}
+	add := func(topic string, n int) { rows = append(rows, testkit.Rows(n, topic, nil)...) }
 	add("order.created", 4)
 	add("order.gone", 2)
 	add("flaky.thing", 2)
@@ -402,13 +401,11 @@ func TestRetentionDeletesOldRowsInBatches(t *testing.T) {
 	later := time.Now().Add(time.Hour)
 	var rows []dialects.NewRow
 	for topic, n := range map[string]int{"old-delivered": 7, "new-delivered": 2, "old-dead": 5, "new-dead": 2, "old-pending": 3} {
-		for range n {
-			row := dialects.NewRow{Topic: topic, Payload: []byte(`{}`)}
-			if topic == "old-pending" {
-				row.ScheduledAt = &later // stays pending while the relay runs
-			}
-			rows = append(rows, row)
+		var opts []testkit.RowOption
+		if topic == "old-pending" {
+			opts = append(opts, testkit.ScheduledAt(later)) // stays pending while the relay runs
 		}
+		rows = append(rows, testkit.Rows(n, topic, nil, opts...)...)
 	}
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
@@ -469,7 +466,7 @@ func TestAdminPortInUse(t *testing.T) {
 	}
 	defer d.Close()
 	var pings atomic.Int64
-	err = Run(context.Background(), l, countedPings{d, &pings}, slog.New(slog.DiscardHandler), RunOptions{Migrate: true, Signals: make(chan os.Signal)})
+	err = Run(context.Background(), l, countedPings{Dialect: d, n: &pings}, slog.New(slog.DiscardHandler), RunOptions{Migrate: true})
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Code != 1 || !strings.Contains(err.Error(), "admin.listen "+ln.Addr().String()+": the address is already in use") {
 		t.Fatalf("Run on a port in use: %v", err)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,17 +23,25 @@ type DevOptions struct {
 	// Rate is how many sample rows to insert per second (0: none).
 	Rate float64
 	Out  io.Writer
+	// Abort cuts the relay's drain short, as RunOptions.Abort does.
+	Abort context.Context
 }
 
 // Dev is `queuebox dev`: a throwaway PostgreSQL cluster, the migrations, a
 // built-in HTTP receiver that prints what it receives, a configuration that
 // routes every topic to it, and sample rows inserted as an application would.
-// Ctrl-C drains the relay, stops the cluster and removes its folder.
+// It runs until ctx ends (Ctrl-C), then drains the relay, stops the cluster
+// and removes its folder.
 func Dev(ctx context.Context, o DevOptions) error {
 	out := o.Out
 	fmt.Fprintln(out, "Starting a throwaway PostgreSQL cluster ...")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Prefix: "queuebox-dev-"})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while the cluster started: Start removed what it made.
+			fmt.Fprintln(out, "Stopped before PostgreSQL was up; nothing is left behind.")
+			return nil
+		}
 		if errors.Is(err, pgcluster.ErrNoServer) {
 			return &ExitError{Code: 1, Err: fmt.Errorf("%w (`make run` does this for you)", err)}
 		}
@@ -49,8 +58,9 @@ func Dev(ctx context.Context, o DevOptions) error {
 	}
 	var received atomic.Int64
 	srv := &http.Server{Handler: receiver(out, &received), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); <-served }()
 	recvURL := "http://" + ln.Addr().String()
 
 	cfg := Defaults()
@@ -68,12 +78,15 @@ func Dev(ctx context.Context, o DevOptions) error {
 		return err
 	}
 	log := NewLogger(l, Stderr)
-	d, err := OpenDialect(ctx, l)
+	d, err := OpenDialect(context.WithoutCancel(ctx), l)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 
+	// The sample rows stop with ctx: none is inserted during the drain.
+	var sampling sync.WaitGroup
+	defer sampling.Wait()
 	sampleCtx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
 	var adminURL string
@@ -92,13 +105,15 @@ Insert a row the way your application would:
 `, adminURL, cluster.URL(), cluster.Dir, recvURL, cluster.URL())
 		if o.Rate > 0 {
 			fmt.Fprintf(out, "Sample traffic: %.3g rows per second. Ctrl-C stops everything.\n\n", o.Rate)
-			go samples(sampleCtx, d, o.Rate, log)
+			sampling.Add(1)
+			go func() { defer sampling.Done(); samples(sampleCtx, d, o.Rate, log) }()
 		} else {
 			fmt.Fprintln(out, "Ctrl-C stops everything.")
 		}
 	}
-	err = Run(ctx, l, d, log, RunOptions{Migrate: true, Started: started, AdminListening: func(u string) { adminURL = u }})
+	err = Run(ctx, l, d, log, RunOptions{Migrate: true, Started: started, Abort: o.Abort, AdminListening: func(u string) { adminURL = u }})
 	stopSamples()
+	sampling.Wait()
 	if n := received.Load(); n == 1 {
 		fmt.Fprintln(out, "The receiver got 1 delivery.")
 	} else {

@@ -27,6 +27,7 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/internal/testrabbit"
 	"github.com/queuebox/queuebox/internal/testrecv"
@@ -165,8 +166,10 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 	d := openDialect(t, l)
 	logs := &testlog.Buffer{}
 	sigs, started, done := make(chan os.Signal, 2), make(chan struct{}), make(chan error, 1)
+	stop := watchSignals(sigs)
+	t.Cleanup(stop.Release)
 	go func() {
-		done <- Run(ctx, l, d, slog.New(slog.NewTextHandler(logs, nil)), RunOptions{Migrate: true, Signals: sigs,
+		done <- Run(stop.Stop, l, d, slog.New(slog.NewTextHandler(logs, nil)), RunOptions{Migrate: true, Abort: stop.Abort,
 			Started: func(*actors.Engine) { close(started) }})
 	}()
 	select {
@@ -210,22 +213,22 @@ func TestRunConsumesBrokerSources(t *testing.T) {
 			msg.Header.Set("Device", fmt.Sprintf("dev-%d", i%3))
 			// The repeat goes again until the stream takes it, once the
 			// stream's window has passed.
-			for {
+			testkit.Eventually(t, "the stream to take the repeat", 0, func() error {
 				ack, err := js.PublishMsg(ctx, msg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if round == 0 || !ack.Duplicate {
-					break
+					return nil
 				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return errors.New("the stream still drops it as a duplicate")
+			})
 		}
 	}
 	if got := len(natsStream.Messages()); got != 2*n {
 		t.Fatalf("the stream holds %d messages, want both copies of %d", got, n)
 	}
-	waitFor(t, "every message delivered", time.Minute, func() bool { return recv.Delivered() == 3*n })
+	testkit.Eventually(t, "every message delivered", time.Minute, delivered(recv, 3*n))
 	if dups := recv.CheckOrder(t); dups != 0 {
 		t.Errorf("%d duplicate deliveries", dups)
 	}
@@ -296,10 +299,12 @@ func TestRunServesHTTPSources(t *testing.T) {
 		return res.StatusCode, string(b)
 	}
 	var first string
-	waitFor(t, "the database to take the message", time.Minute, func() bool {
+	testkit.Eventually(t, "the database to take the message", time.Minute, func() error {
 		code, body := post("web-secret", "m-1", `{"a":1}`)
-		first = body
-		return code == 202
+		if first = body; code != 202 {
+			return fmt.Errorf("answered %d %s", code, body)
+		}
+		return nil
 	})
 	if code, body := post("web-secret", "m-1", `{"a":1}`); code != 200 || !strings.Contains(body, `"duplicate":true`) ||
 		!strings.Contains(first, body[:strings.Index(body, ",")]) {
@@ -311,7 +316,7 @@ func TestRunServesHTTPSources(t *testing.T) {
 	if code, body := post("web-secret", "m-3", `{"a":`); code != 400 || !strings.Contains(body, "not JSON") {
 		t.Fatalf("a broken body: %d %s", code, body)
 	}
-	waitFor(t, "the message delivered", time.Minute, func() bool { return recv.Delivered() == 1 })
+	testkit.Eventually(t, "the message delivered", time.Minute, delivered(recv, 1))
 	if reqs := recv.Requests(); len(reqs) != 1 || reqs[0].Topic != "order.created" || reqs[0].Key != "o-1" {
 		t.Fatalf("deliveries %+v", reqs)
 	}
@@ -403,16 +408,19 @@ inbox:
 		kafkago.Message{Value: []byte(`{"n":2}`), Headers: []kafkago.Header{{Key: "X-Message-Id", Value: []byte("s2")}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both records stored", time.Minute, func() bool {
+	testkit.Eventually(t, "both records stored", time.Minute, func() error {
 		st, err := d.InboxStats(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		var n int64
 		for _, c := range st.Rows {
 			n += c
 		}
-		return n == 2
+		if n != 2 {
+			return fmt.Errorf("%d stored", n)
+		}
+		return nil
 	})
 }
 
@@ -434,4 +442,15 @@ func openDialect(t *testing.T, l *Loaded) dialects.Dialect {
 	}
 	t.Cleanup(d.Close)
 	return d
+}
+
+// delivered is a condition for testkit.Eventually: exactly n distinct rows
+// accepted at the receiver.
+func delivered(recv *testrecv.Receiver, n int) func() error {
+	return func() error {
+		if got := recv.Delivered(); got != n {
+			return fmt.Errorf("%d of %d rows delivered", got, n)
+		}
+		return nil
+	}
 }

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/internal/backoff"
 	"github.com/queuebox/queuebox/migrations"
 )
 
@@ -22,8 +21,9 @@ type RunOptions struct {
 	// Started is called once the engine runs (the dev mode prints its
 	// banner there).
 	Started func(e *actors.Engine)
-	// Signals, when set, replaces the process's SIGINT/SIGTERM (tests).
-	Signals <-chan os.Signal
+	// Abort, when it ends during the drain, cuts the drain short (the
+	// second signal: see StopSignals); nil lets every drain run its course.
+	Abort context.Context
 	// AdminListening is called with the admin page's URL once the admin
 	// listener listens (the dev mode prints it; tests find a port 0 there).
 	AdminListening func(url string)
@@ -41,23 +41,30 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// Run starts the admin listener, waits until the database answers, applies
-// the migrations (with Migrate) or checks that the schema is current, then
-// runs the engine until SIGTERM or SIGINT, drains it and returns nil (exit
-// 0). A signal while it
-// waits for the database also returns nil: nothing has started. A second
-// signal during the drain exits at once.
+// Run is `queuebox run`. It starts the admin listener, waits until the
+// database answers, applies the migrations (with Migrate) or checks that
+// the schema is current, then runs the engine and the inbox's consumers
+// until ctx ends (the first signal), drains them and returns nil (exit 0).
+// ctx ending while Run waits for the database returns nil at once: nothing
+// has started. ro.Abort ending during the drain (the second signal) cuts it
+// short: Run returns an ExitError of code 1 once everything has stopped,
+// and the rows still in flight go back to pending when their leases pass.
+//
+// Run returns its errors, never exits the process, and leaves no goroutine
+// of its own running when it returns (after a drain cut short, goroutines
+// of the engine's may still end for a moment: actors.Engine.Stop does not
+// wait for a claim or an outcome write in progress then). The dialect is
+// the caller's: Run does not close its pools.
 func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
 	for _, w := range l.Warnings {
 		log.Warn("configuration: "+w.String(), "file", l.File)
 	}
-	sigs := ro.Signals
-	if sigs == nil {
-		ch := make(chan os.Signal, 2)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-		defer signal.Stop(ch)
-		sigs = ch
+	abort := ro.Abort
+	if abort == nil {
+		abort = context.WithoutCancel(ctx)
 	}
+	// What runs until the drain must not end with ctx: the drain needs it.
+	life := context.WithoutCancel(ctx)
 	// The destinations' settings first: a file that a sink cannot read is
 	// the configuration's fault, and must not wait for the database.
 	opts, err := EngineOptions(l, d, log)
@@ -79,25 +86,25 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if ro.AdminListening != nil {
 		ro.AdminListening(adm.URL())
 	}
-	if !waitForDatabase(ctx, d, log, sigs) {
+	if !waitForDatabase(ctx, d, log) {
 		return nil
 	}
-	if err := checkSchema(ctx, d, log, ro.Migrate); err != nil {
+	// A migration is not cut short by the first signal (the engine then
+	// starts and drains at once), only by the second.
+	if err := checkSchema(abort, d, log, ro.Migrate); err != nil {
 		return err
 	}
 	e, err := actors.New(opts)
 	if err != nil {
 		return err
 	}
-	if err := e.Start(ctx); err != nil {
+	if err := e.Start(life); err != nil {
 		return err
 	}
 	metrics.SetEngine(e)
-	sampling, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopSampling()
-	adm.server.Start(sampling)
+	adm.server.Start(life)
 	if err := startConsumers(consumers, log); err != nil {
-		_ = e.Stop(context.Background())
+		_ = e.Stop(abort)
 		return err
 	}
 	if ro.Started != nil {
@@ -105,33 +112,64 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	}
 	var fatal error
 	select {
-	case s := <-sigs:
-		log.Info("signal received; draining (a second signal exits at once)", "signal", s.String())
-	case fatal = <-e.Fatal():
 	case <-ctx.Done():
-	}
-	go func() {
-		select {
-		case s := <-sigs:
-			log.Warn("second signal; exiting without draining", "signal", s.String())
-			os.Exit(1)
-		case <-time.After(time.Hour):
+		if s := signalOf(ctx); s != nil {
+			log.Info("signal received; draining (a second signal exits at once)", "signal", s.String())
+		} else {
+			log.Info("stopping; draining", "cause", context.Cause(ctx))
 		}
-	}()
-	adm.server.Draining()
-	// The inbox's consumers first: what they hold is stored and
-	// acknowledged while the engine still runs.
-	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond)
-	stopConsumers(drain, consumers, log)
-	cancelDrain()
-	stopErr := e.Stop(context.Background())
-	if fatal != nil {
-		return &ExitError{Code: 1, Err: fatal}
+	case fatal = <-e.Fatal():
 	}
-	if stopErr != nil {
+	cut, stopErr := drain(abort, time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond, adm, consumers, e, log)
+	switch {
+	case cut:
+		why := fmt.Sprint(context.Cause(abort))
+		if s := signalOf(abort); s != nil {
+			why = "a second signal, " + s.String()
+		}
+		return &ExitError{Code: 1, Err: fmt.Errorf("the drain was cut short (%s): the rows still in flight go back to pending when their leases pass", why)}
+	case fatal != nil:
+		return &ExitError{Code: 1, Err: fatal}
+	case stopErr != nil:
 		log.Warn("drain incomplete", "error", stopErr)
 	}
 	return nil
+}
+
+// drain stops a running replica in order: /readyz answers 503; the inbox's
+// consumers store and acknowledge what they hold while the engine still
+// runs; the engine stops claiming, releases the rows it has not started,
+// lets the deliveries in flight finish (up to drainTimeout), writes their
+// outcomes and shuts its actors down. abort ending cuts all of it short;
+// drain logs that at once, reports it (cut), and returns only once
+// everything has stopped.
+func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener, consumers []inbox.Consumer, e *actors.Engine, log *slog.Logger) (cut bool, err error) {
+	adm.server.Draining()
+	drained := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-abort.Done():
+		case <-drained:
+			if !cut {
+				return
+			}
+		}
+		if s := signalOf(abort); s != nil {
+			log.Warn("second signal; exiting without draining", "signal", s.String())
+		} else {
+			log.Warn("drain cut short", "cause", context.Cause(abort))
+		}
+	}()
+	consumersCtx, cancel := context.WithTimeout(abort, drainTimeout)
+	stopConsumers(consumersCtx, consumers, log)
+	cancel()
+	err = e.Stop(abort)
+	cut = abort.Err() != nil
+	close(drained)
+	<-watched
+	return cut, err
 }
 
 // Backoff of the start-up wait for the database.
@@ -141,63 +179,44 @@ const (
 )
 
 // waitForDatabase pings the database until it answers, with backoff, and
-// reports true; false when a signal or ctx ended the wait first. A database
-// that is down when the relay starts is common (both start together under
-// an orchestrator), so it is waited for, not fatal; the schema can only be
-// checked or migrated once it answers. It logs once when it starts
-// waiting and once when the database answers.
-func waitForDatabase(ctx context.Context, d dialects.Dialect, log *slog.Logger, sigs <-chan os.Signal) bool {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// A signal cancels a ping in progress too: a connection attempt can
-	// take seconds.
-	got := make(chan os.Signal, 1)
-	stop, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		select {
-		case s := <-sigs:
-			got <- s
-			cancel()
-		case <-stop:
-		}
-	}()
-	signalled := func() bool {
-		close(stop)
-		<-exited
-		select {
-		case s := <-got:
+// reports true; false when ctx ended the wait first (a ping in progress
+// too: a connection attempt can take seconds). A database that is down
+// when the relay starts is common (both start together under an
+// orchestrator), so it is waited for, not fatal; the schema can only be
+// checked or migrated once it answers. It logs once when it starts waiting
+// and once when the database answers.
+func waitForDatabase(ctx context.Context, d dialects.Dialect, log *slog.Logger) bool {
+	delays := backoff.Capped{First: startRetryFirst, Max: startRetryMax}
+	stopped := func() bool {
+		if s := signalOf(ctx); s != nil {
 			log.Info("signal received while waiting for the database; exiting", "signal", s.String())
-			return true
-		default:
-			return false
+		} else {
+			log.Info("stopped while waiting for the database; exiting", "cause", context.Cause(ctx))
 		}
+		return false
 	}
-	delay, waiting := startRetryFirst, false
 	for {
-		pctx, pcancel := context.WithTimeout(wctx, 10*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := d.Ping(pctx)
-		pcancel()
-		if err == nil {
-			if signalled() {
-				return false
-			}
-			if waiting {
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return stopped()
+		case err == nil:
+			if delays.Failures() > 0 {
 				log.Info("database reachable; starting")
 			}
 			return true
-		}
-		if wctx.Err() == nil && !waiting {
+		case delays.Failures() == 0:
 			log.Warn("database unreachable at start; retrying", "error", err)
-			waiting = true
 		}
+		t := time.NewTimer(delays.Next())
 		select {
-		case <-wctx.Done():
-			signalled()
-			return false
-		case <-time.After(delay):
+		case <-ctx.Done():
+			t.Stop()
+			return stopped()
+		case <-t.C:
 		}
-		delay = min(2*delay, startRetryMax)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testlog"
 
 	"github.com/queuebox/queuebox/actors"
@@ -23,34 +24,27 @@ import (
 	"github.com/queuebox/queuebox/migrations"
 )
 
-func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 type runResult struct{ err error }
 
 // countedPings counts the pings Run makes; every call goes to the real
-// database.
+// database. each, when set, hears every ping's number.
 type countedPings struct {
 	dialects.Dialect
-	n *atomic.Int64
+	n    *atomic.Int64
+	each func(n int64)
 }
 
 func (c countedPings) Ping(ctx context.Context) error {
-	c.n.Add(1)
+	n := c.n.Add(1)
+	if c.each != nil {
+		c.each(n)
+	}
 	return c.Dialect.Ping(ctx)
 }
 
-// startRun runs Run against dbURL in the background with signals the test
-// sends, logging to the returned buffer.
-func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *testlog.Buffer, started chan struct{}, done chan runResult, pings *atomic.Int64) {
+// runConfig loads the configuration of a relay on dbURL that delivers every
+// topic to recvURL, and opens its database until the test ends.
+func runConfig(t *testing.T, dbURL, recvURL string) (*Loaded, dialects.Dialect) {
 	t.Helper()
 	cfg := Defaults()
 	cfg.Database.URL = dbURL
@@ -63,17 +57,20 @@ func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	d, err := OpenDialect(ctx, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	return l, openDialect(t, l)
+}
+
+// startRun runs Run against dbURL in the background with signals the test
+// sends, logging to the returned buffer.
+func startRun(t *testing.T, dbURL, recvURL string) (sigs chan os.Signal, logs *testlog.Buffer, started chan struct{}, done chan runResult, pings *atomic.Int64) {
+	t.Helper()
+	l, d := runConfig(t, dbURL, recvURL)
 	logs = &testlog.Buffer{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
 	sigs, started, done, pings = make(chan os.Signal, 2), make(chan struct{}), make(chan runResult, 1), &atomic.Int64{}
+	stop := watchSignals(sigs)
+	t.Cleanup(stop.Release)
 	go func() {
-		err := Run(ctx, l, countedPings{d, pings}, log, RunOptions{Migrate: true, Signals: sigs, Started: func(*actors.Engine) { close(started) }})
+		err := Run(stop.Stop, l, countedPings{Dialect: d, n: pings}, logs.Logger(), RunOptions{Migrate: true, Abort: stop.Abort, Started: func(*actors.Engine) { close(started) }})
 		done <- runResult{err}
 	}()
 	return sigs, logs, started, done, pings
@@ -96,10 +93,8 @@ func TestRunMigratesWhenTheDatabaseComesUpLater(t *testing.T) {
 	recv := testrecv.New(t, nil)
 	sigs, logs, started, done, pings := startRun(t, cluster.URL(), recv.URL)
 
-	waitFor(t, "the unreachable log line", 30*time.Second, func() bool {
-		return strings.Contains(logs.String(), "database unreachable at start; retrying")
-	})
-	waitFor(t, "a few retries", 30*time.Second, func() bool { return pings.Load() >= 4 })
+	logs.WaitFor(t, "database unreachable at start; retrying")
+	testkit.Eventually(t, "a few retries", 0, testkit.True(func() bool { return pings.Load() >= 4 }))
 	select {
 	case <-started:
 		t.Fatal("the engine started while the database was down")
@@ -117,20 +112,21 @@ func TestRunMigratesWhenTheDatabaseComesUpLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	waitFor(t, "the migrations", time.Minute, func() bool {
+	testkit.Eventually(t, "the migrations", time.Minute, func() error {
 		current, err := migrations.Current(ctx, d)
-		return err == nil && current
+		if err == nil && !current {
+			err = errors.New("the schema is not current")
+		}
+		return err
 	})
 	select {
 	case <-started:
 	case <-time.After(time.Minute):
 		t.Fatalf("the engine did not start:\n%s", logs.String())
 	}
-	var rows []dialects.NewRow
-	for i := range 20 {
-		key := fmt.Sprintf("k%d", i%3)
-		rows = append(rows, dialects.NewRow{Topic: "order.created", Key: &key, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
-	}
+	rows := testkit.Rows(20, "order.created", func(i int) []testkit.RowOption {
+		return []testkit.RowOption{testkit.Key(fmt.Sprintf("k%d", i%3)), testkit.Payload(fmt.Sprintf(`{"n":%d}`, i))}
+	})
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
@@ -169,9 +165,7 @@ func TestRunStopsCleanlyWhileWaitingForTheDatabase(t *testing.T) {
 	dbURL := cluster.URL()
 	cluster.Stop()
 	sigs, logs, started, done, _ := startRun(t, dbURL, "http://127.0.0.1:1")
-	waitFor(t, "the unreachable log line", 30*time.Second, func() bool {
-		return strings.Contains(logs.String(), "database unreachable at start; retrying")
-	})
+	logs.WaitFor(t, "database unreachable at start; retrying")
 	sigs <- syscall.SIGTERM
 	select {
 	case r := <-done:

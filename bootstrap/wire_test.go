@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -123,22 +122,6 @@ func TestJSONLogWritesDurationsAsText(t *testing.T) {
 		NewLogger(l, &buf).Info("engine started", "lease", 30*time.Second)
 		if !strings.Contains(buf.String(), "30s") || strings.Contains(buf.String(), "30000000000") {
 			t.Errorf("%s log: %s", format, buf.String())
-		}
-	}
-}
-
-func TestVCSCommit(t *testing.T) {
-	for _, c := range []struct {
-		settings []debug.BuildSetting
-		want     string
-	}{
-		{[]debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.modified", Value: "false"}}, "0123456"},
-		{[]debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.modified", Value: "true"}}, "0123456-dirty"},
-		{[]debug.BuildSetting{{Key: "GOOS", Value: "linux"}}, "unknown"},
-		{nil, "unknown"},
-	} {
-		if got := vcsCommit(c.settings, "unknown"); got != c.want {
-			t.Errorf("vcsCommit(%v) = %q, want %q", c.settings, got, c.want)
 		}
 	}
 }

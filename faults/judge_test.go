@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -31,11 +32,25 @@ func (s *script) send(id, replica string, o outcome) {
 }
 
 func (s *script) fault(name string, dups bool) *faultRecord {
-	time.Sleep(time.Millisecond)
-	f := &faultRecord{Name: name, Dups: dups, Start: time.Now()}
+	f := &faultRecord{Name: name, Dups: dups, Start: later()}
 	s.faults = append(s.faults, f)
-	time.Sleep(time.Millisecond)
+	moveOn()
 	return f
+}
+
+// moveOn returns once the clock has moved on, so that what the script
+// records after it is strictly later than what it recorded before.
+func moveOn() {
+	t0 := time.Now()
+	for !time.Now().After(t0) {
+		runtime.Gosched()
+	}
+}
+
+// later is the time after moveOn.
+func later() time.Time {
+	moveOn()
+	return time.Now()
 }
 
 func (s *script) judge() *verdict {
@@ -146,9 +161,8 @@ func TestVerdictCatchesAStaleSendAfterSIGCONT(t *testing.T) {
 	f := s.fault("SIGSTOP r1", true)
 	f.Stopped = "r1"
 	s.send("a", "r2", accepted) // r2 took the row over after r1's lease passed
-	time.Sleep(time.Millisecond)
-	f.Healed = time.Now()
-	time.Sleep(time.Millisecond)
+	f.Healed = later()
+	moveOn()
 	s.send("a", "r1", accepted) // r1 sends it again after SIGCONT
 	v := s.judge()
 	wantProblem(t, v, v.Stale, "after SIGCONT")

@@ -51,6 +51,9 @@ type ledger struct {
 	mu sync.Mutex
 	n  int
 	ds []*delivery
+	// arrived is closed at the next arrival (and then replaced): a wait
+	// for a request in flight hears of each one instead of polling.
+	arrived chan struct{}
 }
 
 // arrive records a delivery that reached its destination and returns it.
@@ -64,6 +67,10 @@ func (l *ledger) arrive(d delivery) *delivery {
 	}
 	p := &d
 	l.ds = append(l.ds, p)
+	if l.arrived != nil {
+		close(l.arrived)
+		l.arrived = nil
+	}
 	return p
 }
 
@@ -93,18 +100,30 @@ func (l *ledger) snapshot() []delivery {
 	return out
 }
 
-// inFlightFrom counts the requests of a replica that arrived and have no
-// answer yet.
-func (l *ledger) inFlightFrom(replica string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for i := len(l.ds) - 1; i >= 0 && i >= len(l.ds)-2000; i-- {
-		if d := l.ds[i]; d.Replica == replica && d.Outcome == inFlight {
-			n++
+// waitInFlightFrom waits, for at most limit, until a replica has a request
+// that arrived and has no answer yet.
+func (l *ledger) waitInFlightFrom(replica string, limit time.Duration) {
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	for {
+		l.mu.Lock()
+		for i := len(l.ds) - 1; i >= 0 && i >= len(l.ds)-2000; i-- {
+			if d := l.ds[i]; d.Replica == replica && d.Outcome == inFlight {
+				l.mu.Unlock()
+				return
+			}
+		}
+		if l.arrived == nil {
+			l.arrived = make(chan struct{})
+		}
+		next := l.arrived
+		l.mu.Unlock()
+		select {
+		case <-next:
+		case <-timeout.C:
+			return
 		}
 	}
-	return n
 }
 
 // row is one row a producer committed.

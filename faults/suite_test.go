@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // fault is one kind of fault the suite injects: inject starts it and
@@ -40,7 +43,8 @@ var faults = []fault{
 		w.waitInFlight("r2")
 		f.Stopped = "r2"
 		r.signal(w.t, syscall.SIGSTOP)
-		time.Sleep(2 * time.Duration(w.s.leaseMs) * time.Millisecond)
+		time.Sleep(2 * time.Duration(w.s.leaseMs) * time.Millisecond) // the fault's length
+
 		return func() {
 			r.signal(w.t, syscall.SIGCONT)
 			f.Healed = time.Now() // the stop's end, precisely: stale sends are judged from here
@@ -62,7 +66,7 @@ var faults = []fault{
 		n := 0
 		for range 3 {
 			n += w.terminate()
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond) // the fault's rhythm
 		}
 		f.Note = fmt.Sprintf("%d sessions terminated", n)
 		return func() {}
@@ -141,12 +145,7 @@ var faults = []fault{
 
 // waitInFlight waits (a little) until the replica has a request at the
 // receiver that is not answered yet, so that a fault lands mid-delivery.
-func (w *world) waitInFlight(name string) {
-	deadline := time.Now().Add(3 * time.Second)
-	for w.ledger.inFlightFrom(name) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-}
+func (w *world) waitInFlight(name string) { w.ledger.waitInFlightFrom(name, 3*time.Second) }
 
 // TestFaults runs the suite: reduced by default, all of it with
 // QUEUEBOX_FAULTS=full.
@@ -175,7 +174,7 @@ func TestFaults(t *testing.T) {
 			w.prod.halt()
 		}
 	}()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // load before the first fault: time must pass
 
 	for _, f := range faults {
 		if f.full && !s.full {
@@ -189,7 +188,7 @@ func TestFaults(t *testing.T) {
 			w.faults = w.faults[:len(w.faults)-1]
 			continue
 		}
-		time.Sleep(f.hold)
+		time.Sleep(f.hold) // the fault's length
 		heal()
 		if rec.Healed.IsZero() {
 			rec.Healed = time.Now()
@@ -199,20 +198,25 @@ func TestFaults(t *testing.T) {
 		if rec.Stopped != "" {
 			// The continued replica finds its claims lost as its writes
 			// come back matching nothing; give it a moment.
-			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			_ = testkit.Poll(5*time.Second, func() error { // what it found is reported, not asserted here
 				rec.LostClaims, rec.LostClaimsKnown = w.replica(rec.Stopped).metric("queuebox_lost_claims_total")
-				if rec.LostClaims > 0 {
-					break
+				if rec.LostClaims == 0 {
+					return errors.New("no lost claim yet")
 				}
-			}
+				return nil
+			})
 		}
 		t.Logf("%-70s recovered in %s %s", f.name, rec.Recovered.Round(10*time.Millisecond), rec.Note)
 	}
 
 	// The producers go on until enough rows are written, then stop.
-	deadline := time.Now().Add(10 * time.Minute)
-	for w.prod.count() < s.minRows && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	if err := testkit.Poll(10*time.Minute, func() error {
+		if n := w.prod.count(); n < s.minRows {
+			return fmt.Errorf("%d rows written, want %d", n, s.minRows)
+		}
+		return nil
+	}); err != nil {
+		t.Logf("the producers stop early: %v", err)
 	}
 	w.prod.halt()
 	prodStopped = true
@@ -320,8 +324,7 @@ func (w *world) waitConsumed() {
 		}
 		want[r.Dest][r.ID] = true
 	}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	_ = testkit.Poll(time.Minute, func() error { // the verdict names what is missing
 		w.poll()
 		got := map[string]map[string]bool{}
 		for _, d := range w.ledger.snapshot() {
@@ -338,11 +341,11 @@ func (w *world) waitConsumed() {
 				}
 			}
 		}
-		if missing == 0 {
-			return
+		if missing > 0 {
+			return fmt.Errorf("%d rows not read", missing)
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // report is the table of docs/reliability.md: one line per fault.

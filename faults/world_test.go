@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/internal/testbin"
+	"github.com/queuebox/queuebox/internal/testkit"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
@@ -317,20 +319,22 @@ func (r *replica) signal(t *testing.T, sig syscall.Signal) {
 // adminAddr is the replica's admin listener, from its start log line.
 func (r *replica) adminAddr(t *testing.T) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var addr string
+	if err := testkit.Poll(0, func() error {
 		sc := bufio.NewScanner(strings.NewReader(r.logs.String()))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			var e struct{ Msg, Address string }
 			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Msg == "admin listening" {
-				return e.Address
+				addr = e.Address
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return errors.New("not logged yet")
+	}); err != nil {
+		t.Fatalf("%s never logged its admin address (%v):\n%s", r.name, err, tail(r.logs.String(), 3000))
 	}
-	t.Fatalf("%s never logged its admin address:\n%s", r.name, tail(r.logs.String(), 3000))
-	return ""
+	return addr
 }
 
 // metric reads one unlabelled metric of the replica.
@@ -521,13 +525,11 @@ func (p *producers) startInbox(senders, aggregates int, rate float64) {
 
 func (p *producers) sendInbox(client *http.Client, rng *rand.Rand, aggregate string, n int, msgID string) {
 	body := fmt.Sprintf(`{"aggregate":%q,"n":%d}`, aggregate, n)
-	deadline := time.Now().Add(time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
+	// Sent again, with backoff, until a replica takes it.
+	err := testkit.Poll(time.Minute, func() error {
 		addrs := p.w.liveAddrs()
 		if len(addrs) == 0 {
-			time.Sleep(100 * time.Millisecond)
-			continue
+			return errors.New("no replica is up")
 		}
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addrs[rng.IntN(len(addrs))]+"/inbox/faults", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer inbox-token-1")
@@ -537,31 +539,25 @@ func (p *producers) sendInbox(client *http.Client, rng *rand.Rand, aggregate str
 		req.Header.Set("Content-Type", "application/json")
 		res, err := client.Do(req)
 		if err != nil {
-			last = err.Error()
-			time.Sleep(100 * time.Millisecond)
-			continue
+			return err
 		}
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		if res.StatusCode != http.StatusAccepted && res.StatusCode != http.StatusOK {
-			last = fmt.Sprintf("%d %s", res.StatusCode, b)
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
 		var a struct{ ID string }
-		if err := json.Unmarshal(b, &a); err != nil || a.ID == "" {
-			last = fmt.Sprintf("%d %s", res.StatusCode, b)
-			continue
+		if res.StatusCode != http.StatusAccepted && res.StatusCode != http.StatusOK || json.Unmarshal(b, &a) != nil || a.ID == "" {
+			return fmt.Errorf("%d %s", res.StatusCode, b)
 		}
 		p.mu.Lock()
 		p.rows = append(p.rows, row{ID: a.ID, Key: aggregate, Dest: "http", CommittedAt: time.Now(), Inbox: true, N: n})
 		p.inbox++
 		p.mu.Unlock()
-		return
+		return nil
+	})
+	if err != nil {
+		p.mu.Lock()
+		p.failures = append(p.failures, fmt.Sprintf("inbox message %s (aggregate %s) was not taken: %v", msgID, aggregate, err))
+		p.mu.Unlock()
 	}
-	p.mu.Lock()
-	p.failures = append(p.failures, fmt.Sprintf("inbox message %s (aggregate %s) was not taken within a minute: %s", msgID, aggregate, last))
-	p.mu.Unlock()
 }
 
 // pause stops new transactions and waits for those running to end.
@@ -662,17 +658,10 @@ func (w *world) poll() {
 // dbNow is the database's clock.
 func (w *world) dbNow() time.Time {
 	var now time.Time
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := w.check.QueryRow(w.ctx, `SELECT now()`).Scan(&now)
-		if err == nil {
-			return now
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("the database does not answer: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := testkit.Poll(time.Minute, func() error { return w.check.QueryRow(w.ctx, `SELECT now()`).Scan(&now) }); err != nil {
+		w.t.Fatalf("the database does not answer: %v", err)
 	}
+	return now
 }
 
 // undelivered counts rows created at or before at that are not delivered
@@ -699,6 +688,8 @@ func (w *world) settle(at time.Time, since time.Time, what string) time.Duration
 		if time.Now().After(deadline) {
 			w.t.Fatalf("%s: %d rows written before it ended were not delivered %s later:\n%s", what, w.undelivered(at), w.s.settleLimit, w.stuckRows())
 		}
+		// A fixed pace, not testkit.Poll's backoff: the time this returns
+		// is reported (within 50 ms), and a wait of 200 ms would blur it.
 		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
@@ -158,9 +159,9 @@ routes: [ { topicPattern: "#", destination: n } ]
 	ctx := context.Background()
 	due, ahead := time.Now().Add(-90*time.Minute), time.Now().Add(time.Hour)
 	if err := d.OutboxInsert(ctx, []dialects.NewRow{
-		{Topic: "late", Payload: []byte(`{}`), ScheduledAt: &due},
-		{Topic: "ahead", Payload: []byte(`{}`), ScheduledAt: &ahead},
-		{Topic: "ahead", Payload: []byte(`{}`), ScheduledAt: &ahead},
+		testkit.Row("late", testkit.ScheduledAt(due)),
+		testkit.Row("ahead", testkit.ScheduledAt(ahead)),
+		testkit.Row("ahead", testkit.ScheduledAt(ahead)),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -235,17 +236,12 @@ routes: [ { topicPattern: "#", destination: n } ]
 			t.Errorf("/%s with a wrong token: %d %s", path, code, body)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := httpGet(t, page+"readyz", token)
-		if code == 200 && body == "ready\n" {
-			break
+	testkit.Eventually(t, "/readyz to answer ready", 0, func() error {
+		if code, body := httpGet(t, page+"readyz", token); code != 200 || body != "ready\n" {
+			return fmt.Errorf("/readyz: %d %s", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if code, body := httpGet(t, page+"api/rows?id=12", token); code != 400 || !strings.Contains(body, `id \"12\": is not a row id`) {
 		t.Errorf("a malformed id: %d %s", code, body)
 	}
@@ -320,29 +316,25 @@ inbox:
 	}
 	d := openPostgres(t, dbURL)
 	ctx := context.Background()
-	var rows []dialects.NewRow
-	for i := range 4 {
-		rows = append(rows, dialects.NewRow{Topic: "order.created", Payload: []byte(fmt.Sprintf(`{"order": %d}`, i))})
-	}
-	acct := "acct-7"
-	rows = append(rows,
-		dialects.NewRow{Topic: "shipment.sent", Payload: []byte(`{}`)}, dialects.NewRow{Topic: "shipment.sent", Payload: []byte(`{}`)},
-		dialects.NewRow{Topic: "invoice.sent", Key: &acct, Payload: []byte(`{"n": 1}`)}, dialects.NewRow{Topic: "invoice.sent", Key: &acct, Payload: []byte(`{"n": 2}`)})
+	rows := testkit.Rows(4, "order.created", func(i int) []testkit.RowOption {
+		return []testkit.RowOption{testkit.Payload(fmt.Sprintf(`{"order": %d}`, i))}
+	})
+	rows = append(rows, testkit.Rows(2, "shipment.sent", nil)...)
+	rows = append(rows, testkit.Row("invoice.sent", testkit.Key("acct-7"), testkit.Payload(`{"n": 1}`)),
+		testkit.Row("invoice.sent", testkit.Key("acct-7"), testkit.Payload(`{"n": 2}`)))
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
 	r := startRelay(t, "--config", cfg)
 	page := r.pageURL(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := testkit.Poll(0, func() error {
 		st, err := d.OutboxStats(ctx)
-		if err == nil && st.Rows[dialects.Dead] == 6 && st.ScheduledLater == 1 {
-			break
+		if err == nil && (st.Rows[dialects.Dead] != 6 || st.ScheduledLater != 1) {
+			err = fmt.Errorf("%+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rows did not fail as planned: %+v %v\n%s", st, err, r.log())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("the rows did not fail as planned: %v\n%s", err, r.log())
 	}
 	accepting.Store(true)
 
@@ -352,12 +344,7 @@ inbox:
 	}
 	t.Cleanup(func() {
 		// The browser's helpers may write a moment after it stops.
-		for range 50 {
-			if os.RemoveAll(profile) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		_ = testkit.Poll(5*time.Second, func() error { return os.RemoveAll(profile) })
 	})
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(browser),
@@ -473,11 +460,7 @@ routes: [ { topicPattern: "#", destination: n } ]
 	}
 	d := openPostgres(t, dbURL)
 	ctx := context.Background()
-	var rows []dialects.NewRow
-	for range 3 {
-		rows = append(rows, dialects.NewRow{Topic: "order.created", Payload: []byte(`{}`)})
-	}
-	if err := d.OutboxInsert(ctx, rows); err != nil {
+	if err := d.OutboxInsert(ctx, testkit.Rows(3, "order.created", nil)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Pool().Exec(ctx, `UPDATE outbox SET state = 'dead', last_error = 'HTTP 410 Gone'`); err != nil {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -32,28 +30,19 @@ func benchCmd() *cobra.Command {
 				}
 			}
 			// The first SIGINT or SIGTERM stops the run, which still
-			// prints what finished; a second ends the process at once.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-			var got atomic.Value
-			go func() {
-				select {
-				case s := <-sigs:
-					got.Store(s)
-					signal.Stop(sigs)
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
+			// prints what finished. Its clean-up cannot be cut short, so
+			// the handler lets go at once: a second signal takes its
+			// default action and ends the process.
+			sig := bootstrap.CatchStopSignals()
+			defer sig.Release()
+			defer context.AfterFunc(sig.Stop, sig.Release)()
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			results, err := benchmarks.Run(ctx, o)
-			signal.Stop(sigs)
+			results, err := benchmarks.Run(sig.Stop, o)
+			sig.Release()
 			if benchmarks.IsUsage(err) {
 				return &usageError{err}
 			}
-			if s, ok := got.Load().(os.Signal); ok && err != nil {
+			if s := sig.Signal(); s != nil && err != nil {
 				return interrupted(s, o, results, err)
 			}
 			return err

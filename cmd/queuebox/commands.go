@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"regexp"
 	"runtime"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -159,15 +157,12 @@ func runCmd() *cobra.Command {
 		Use:   "run",
 		Short: "Run the relay: claim, deliver, renew, retain",
 		RunE: func(*cobra.Command, []string) error {
-			// The signals are caught from the first moment: a SIGTERM while
-			// the configuration loads must stop the relay cleanly (exit 0),
-			// not kill it by the signal's default action.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			return withDBAs(bootstrap.OpenDialect, func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			// Caught before the configuration is read: see StopSignals.
+			sig := bootstrap.CatchStopSignals()
+			defer sig.Release()
+			return withDBAs(bootstrap.OpenDialect, func(_ context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				log := bootstrap.NewLogger(l, bootstrap.Stderr)
-				return bootstrap.Run(ctx, l, d, log, bootstrap.RunOptions{Migrate: migrate, Signals: sigs})
+				return bootstrap.Run(sig.Stop, l, d, log, bootstrap.RunOptions{Migrate: migrate, Abort: sig.Abort})
 			})
 		},
 	}
@@ -184,7 +179,9 @@ func devCmd() *cobra.Command {
 			if rate < 0 {
 				return &usageError{fmt.Errorf("--rate: %v is negative; give the sample rows per second, or 0 for none", rate)}
 			}
-			return bootstrap.Dev(context.Background(), bootstrap.DevOptions{Rate: rate, Out: os.Stdout})
+			sig := bootstrap.CatchStopSignals()
+			defer sig.Release()
+			return bootstrap.Dev(sig.Stop, bootstrap.DevOptions{Rate: rate, Out: os.Stdout, Abort: sig.Abort})
 		},
 	}
 	c.Flags().Float64Var(&rate, "rate", 2, "sample rows inserted per second (0 for none)")
@@ -294,45 +291,7 @@ func statusCmd() *cobra.Command {
 				if asJSON {
 					return json.NewEncoder(os.Stdout).Encode(st)
 				}
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "STATE\tROWS")
-				for _, s := range dialects.States {
-					fmt.Fprintf(w, "%s\t%d\n", s, st.Rows[s])
-				}
-				for _, s := range st.OtherStateNames() {
-					fmt.Fprintf(w, "%s\t%d\t(not a QueueBox state: written by hand; never claimed, replayed or deleted)\n", s, st.OtherStates[s])
-				}
-				w.Flush()
-				if st.OldestDue > 0 {
-					fmt.Printf("\noldest due pending: %s (waiting since it became due)\n", st.OldestDue.Round(time.Millisecond))
-				} else {
-					fmt.Printf("\noldest due pending: none is due\n")
-				}
-				fmt.Printf("scheduled later: %d (pending rows not due yet: retries and rows scheduled ahead)\n", st.ScheduledLater)
-				fmt.Printf("inbox: %d received, %d relayed", st.Inbox.Received, st.Inbox.Relayed)
-				if st.Inbox.Received > 0 {
-					fmt.Printf(" (the oldest received row has waited %s for the inbox relay)", st.Inbox.OldestReceived.Round(time.Millisecond))
-				}
-				fmt.Println()
-				if len(st.HeldBackBy) > 0 {
-					fmt.Println("\nkeyed rows inserted after these transactions began wait until they commit or roll back:")
-					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(w, "  PID\tOPEN\tSINCE\tSTATE\tAPPLICATION\tQUERY")
-					for _, x := range st.HeldBackBy {
-						fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%s\n", x.PID, time.Duration(x.OpenSeconds*float64(time.Second)).Round(time.Second),
-							x.Since.UTC().Format(time.RFC3339), x.State, x.Application, strings.Join(strings.Fields(x.Query), " "))
-					}
-					w.Flush()
-				}
-				if topics := st.DeadTopics(); len(topics) > 0 {
-					fmt.Println("\ndead rows per topic:")
-					w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-					for _, t := range topics {
-						fmt.Fprintf(w, "  %s\t%d\n", t, st.DeadByTopic[t])
-					}
-					w.Flush()
-				}
-				return nil
+				return st.WriteText(os.Stdout)
 			})
 		},
 	}
@@ -417,19 +376,7 @@ func deadCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tTOPIC\tKEY\tATTEMPT\tUPDATED_AT\tLAST_ERROR")
-				for _, r := range rows {
-					key, le := "", ""
-					if r.Key != nil {
-						key = *r.Key
-					}
-					if r.LastError != nil {
-						le = strings.ReplaceAll(*r.LastError, "\n", " ")
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Topic, key, r.Attempt, r.UpdatedAt.UTC().Format(time.RFC3339), le)
-				}
-				return w.Flush()
+				return admin.WriteDeadRows(os.Stdout, rows)
 			})
 		},
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testlog"
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
@@ -58,6 +60,23 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 		t.Fatal(err)
 	}
 	return o.String(), e.String(), code
+}
+
+// startRun starts `queuebox run` on cfg, with its stderr in a buffer that
+// the test reads while it runs; done hears its end. It is killed when the
+// test ends.
+func startRun(t *testing.T, cfg string) (relay *exec.Cmd, done chan error, logs *testlog.Buffer) {
+	t.Helper()
+	logs = &testlog.Buffer{}
+	relay = exec.Command(testbin.Path(t), "run", "--config", cfg)
+	relay.Stderr = logs
+	if err := relay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- relay.Wait() }()
+	t.Cleanup(func() { _ = relay.Process.Kill() })
+	return relay, done, logs
 }
 
 // Bad configuration fails with a message that names the key and the reason,
@@ -181,14 +200,13 @@ admin: { listen: "127.0.0.1:0" }
 	const keys, perKey, unkeyed = 60, 40, 600
 	var rows []dialects.NewRow
 	for n := range perKey {
-		for k := range keys {
-			key := fmt.Sprintf("k%d", k)
-			rows = append(rows, dialects.NewRow{Topic: "order.updated", Key: &key, Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))})
-		}
+		rows = append(rows, testkit.Rows(keys, "order.updated", func(k int) []testkit.RowOption {
+			return []testkit.RowOption{testkit.Key(fmt.Sprintf("k%d", k))}
+		}, testkit.Payload(fmt.Sprintf(`{"n":%d}`, n)))...)
 	}
-	for i := range unkeyed {
-		rows = append(rows, dialects.NewRow{Topic: "audit", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
-	}
+	rows = append(rows, testkit.Rows(unkeyed, "audit", func(i int) []testkit.RowOption {
+		return []testkit.RowOption{testkit.Payload(fmt.Sprintf(`{"i":%d}`, i))}
+	})...)
 	if err := d.OutboxInsert(context.Background(), rows); err != nil {
 		t.Fatal(err)
 	}
@@ -221,17 +239,14 @@ admin: { listen: "127.0.0.1:0" }
 	// killed replica delivered but could not record stay processing until
 	// their leases pass, and are then sent again (duplicates). Wait for the
 	// database to record every row delivered.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	if err := testkit.Poll(time.Minute, func() error {
 		st, err := d.OutboxStats(context.Background())
-		if err != nil {
-			t.Fatal(err)
+		if err == nil && st.Rows[dialects.Delivered] != int64(total) {
+			err = fmt.Errorf("the database holds %v", st.Rows)
 		}
-		if st.Rows[dialects.Delivered] == int64(total) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the receiver had every row, the database holds %v", st.Rows)
-		}
+		return err
+	}); err != nil {
+		t.Fatalf("after the receiver had every row: %v", err)
 	}
 
 	dups := recv.CheckOrder(t)
@@ -394,7 +409,7 @@ admin: { listen: "127.0.0.1:0" }
 		if i%2 == 0 {
 			topic = "user.created" // no route: dead
 		}
-		rows = append(rows, dialects.NewRow{Topic: topic, Payload: []byte(`{}`)})
+		rows = append(rows, testkit.Row(topic))
 	}
 	if err := d.OutboxInsert(context.Background(), rows); err != nil {
 		t.Fatal(err)
@@ -404,17 +419,13 @@ admin: { listen: "127.0.0.1:0" }
 	if err := relay.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, _ := d.OutboxStats(context.Background())
-		if st.Rows[dialects.Dead] == 3 && st.Rows[dialects.Delivered] == 3 {
-			break
+	testkit.Eventually(t, "the rows to settle", 0, func() error {
+		st, err := d.OutboxStats(context.Background())
+		if err == nil && (st.Rows[dialects.Dead] != 3 || st.Rows[dialects.Delivered] != 3) {
+			err = fmt.Errorf("rows %v", st.Rows)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rows did not settle: %v", st.Rows)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	_ = relay.Process.Signal(syscall.SIGTERM)
 	if err := relay.Wait(); err != nil {
 		t.Fatalf("run exited with %v after SIGTERM", err)
@@ -480,8 +491,7 @@ admin: { listen: "127.0.0.1:0" }
 		t.Fatal(err)
 	}
 	defer d.Close()
-	zero := 0
-	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{{Topic: "x", Payload: []byte(`{}`), MaxAttempts: &zero}}); err != nil {
+	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{testkit.Row("x", testkit.MaxAttempts(0))}); err != nil {
 		t.Fatal(err)
 	}
 	relay := exec.Command(testbin.Path(t), "run", "--config", cfg)
@@ -490,12 +500,14 @@ admin: { listen: "127.0.0.1:0" }
 	if err := relay.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	var listed []dialects.ListedRow
-	for len(listed) == 0 && time.Now().Before(deadline) {
-		listed, _, _ = dialects.List(context.Background(), d, dialects.Filter{}, nil, 1)
-		time.Sleep(50 * time.Millisecond)
-	}
+	_ = testkit.Poll(0, func() error { // checked below
+		var err error
+		if listed, _, err = dialects.List(context.Background(), d, dialects.Filter{}, nil, 1); err == nil && len(listed) == 0 {
+			err = errors.New("no row listed yet")
+		}
+		return err
+	})
 	_ = relay.Process.Signal(syscall.SIGTERM)
 	_ = relay.Wait()
 	if len(listed) != 1 || listed[0].LastError == nil {
@@ -646,13 +658,16 @@ routes: [ { topicPattern: "#", destination: n } ]
 	if err := tx.QueryRow(ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('invoice.created', 'acct-1', '{}') RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1200 * time.Millisecond)
-	out, stderr, code := run(t, "status", "--config", cfg)
-	if code != 0 || !strings.Contains(out, "wait until they commit or roll back") || !strings.Contains(out, fmt.Sprint(pid)) ||
-		!strings.Contains(out, "billing-batch") || !strings.Contains(out, "idle in transaction") {
-		t.Fatalf("status while a transaction holds rows back (pid %d): exit %d\n%s%s", pid, code, out, stderr)
-	}
-	out, _, code = run(t, "status", "--json", "--config", cfg)
+	// Status names a transaction once it has been open for a second.
+	testkit.Eventually(t, "status to name the open transaction", 0, func() error {
+		out, stderr, code := run(t, "status", "--config", cfg)
+		if code != 0 || !strings.Contains(out, "wait until they commit or roll back") || !strings.Contains(out, fmt.Sprint(pid)) ||
+			!strings.Contains(out, "billing-batch") || !strings.Contains(out, "idle in transaction") {
+			return fmt.Errorf("status while a transaction holds rows back (pid %d): exit %d\n%s%s", pid, code, out, stderr)
+		}
+		return nil
+	})
+	out, _, code := run(t, "status", "--json", "--config", cfg)
 	var st struct {
 		HeldBackBy []struct {
 			PID         int64   `json:"pid"`
@@ -700,22 +715,25 @@ admin: { listen: "127.0.0.1:0" }
 		}
 		done := make(chan error, 1)
 		go func() { done <- relay.Wait() }()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var w *os.File
+		if err := testkit.Poll(0, func() error {
 			// A non-blocking open succeeds once the relay has opened the
 			// FIFO for reading; until then it fails with ENXIO.
-			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-				return relay, logs, done, w
+			var err error
+			if w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				return nil
 			}
 			select {
 			case err := <-done:
 				t.Fatalf("%s: the relay ended before reading its configuration: %v\n%s", name, err, logs.String())
 			default:
 			}
-			if time.Now().After(deadline) {
-				_ = relay.Process.Kill()
-				t.Fatalf("%s: the relay did not read its configuration within 30 s", name)
-			}
+			return err
+		}); err != nil {
+			_ = relay.Process.Kill()
+			t.Fatalf("%s: the relay did not read its configuration: %v", name, err)
 		}
+		return relay, logs, done, w
 	}
 	wait := func(name string, relay *exec.Cmd, logs *bytes.Buffer, done chan error) {
 		select {
@@ -732,6 +750,8 @@ admin: { listen: "127.0.0.1:0" }
 	// While the configuration is being read.
 	relay, logs, done, w := start("SIGTERM while reading the configuration")
 	_ = relay.Process.Signal(syscall.SIGTERM)
+	// A sleep that no signal can replace: the relay shows nothing of the
+	// signal while it reads, and the test wants it to arrive first.
 	time.Sleep(100 * time.Millisecond)
 	_, _ = w.WriteString(text)
 	_ = w.Close()
@@ -743,7 +763,7 @@ admin: { listen: "127.0.0.1:0" }
 		relay, logs, done, w := start(name)
 		_, _ = w.WriteString(text)
 		_ = w.Close()
-		time.Sleep(after)
+		time.Sleep(after) // the moments are the test's subject
 		_ = relay.Process.Signal(syscall.SIGTERM)
 		wait(name, relay, logs, done)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/queuebox/queuebox/internal/testbin"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testlog"
 	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/internal/testrabbit"
@@ -112,18 +112,7 @@ admin: { listen: "127.0.0.1:0" }
 		}
 		return n
 	}
-	start := func() (*exec.Cmd, chan error, *testlog.Buffer) {
-		logs := &testlog.Buffer{}
-		cmd := exec.Command(testbin.Path(t), "run", "--config", cfg)
-		cmd.Stderr = logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		return cmd, done, logs
-	}
+	start := func() (*exec.Cmd, chan error, *testlog.Buffer) { return startRun(t, cfg) }
 	// Two kills, each as soon as the inbox has grown past a mark: mid-run,
 	// with messages stored and not yet acknowledged, rows relayed and not
 	// yet delivered.
@@ -133,17 +122,18 @@ admin: { listen: "127.0.0.1:0" }
 		if i > 0 {
 			restarted = append(restarted, logs)
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for stored() < mark {
+		if err := testkit.Poll(2*time.Minute, func() error {
 			select {
 			case err := <-done:
 				t.Fatalf("queuebox run ended (%v) before the kill:\n%s", err, logs.String())
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the inbox holds %d rows after two minutes, want %d:\n%s", stored(), mark, logs.String())
+			if n := stored(); n < mark {
+				return fmt.Errorf("the inbox holds %d rows, want %d", n, mark)
 			}
-			time.Sleep(10 * time.Millisecond)
+			return nil
+		}); err != nil {
+			t.Fatalf("%v:\n%s", err, logs.String())
 		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -153,39 +143,42 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	cmd, done, logs := start()
 	restarted = append(restarted, logs)
-	for deadline := time.Now().Add(2 * time.Minute); recv.Delivered() < total; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			var report []string
-			rows, err := d.Pool().Query(ctx, `SELECT 'inbox '||source||' '||state||' '||count(*) FROM public.inbox GROUP BY source, state
-				UNION ALL SELECT 'outbox '||topic||' '||state||' '||count(*) FROM public.outbox GROUP BY topic, state`)
-			if err == nil {
-				for rows.Next() {
-					var line string
-					_ = rows.Scan(&line)
-					report = append(report, line)
-				}
-				rows.Close()
-			}
-			have := map[string]bool{}
-			if rows, err := d.Pool().Query(ctx, `SELECT message_id FROM public.inbox`); err == nil {
-				for rows.Next() {
-					var id string
-					_ = rows.Scan(&id)
-					have[id] = true
-				}
-				rows.Close()
-			}
-			var missing []string
-			for _, p := range []string{"r", "n"} {
-				for i := range perSource {
-					if id := fmt.Sprintf("%s%d", p, i); !have[id] {
-						missing = append(missing, id)
-					}
-				}
-			}
-			t.Fatalf("the receiver accepted %d distinct rows in two minutes, want %d; the tables: %v; %d messages never stored: %v; the last log:\n%s",
-				recv.Delivered(), total, report, len(missing), missing[:min(len(missing), 60)], tail(logs.String(), 4000))
+	if waitErr := testkit.Poll(2*time.Minute, func() error {
+		if n := recv.Delivered(); n < total {
+			return fmt.Errorf("the receiver accepted %d distinct rows, want %d", n, total)
 		}
+		return nil
+	}); waitErr != nil {
+		var report []string
+		rows, err := d.Pool().Query(ctx, `SELECT 'inbox '||source||' '||state||' '||count(*) FROM public.inbox GROUP BY source, state
+			UNION ALL SELECT 'outbox '||topic||' '||state||' '||count(*) FROM public.outbox GROUP BY topic, state`)
+		if err == nil {
+			for rows.Next() {
+				var line string
+				_ = rows.Scan(&line)
+				report = append(report, line)
+			}
+			rows.Close()
+		}
+		have := map[string]bool{}
+		if rows, err := d.Pool().Query(ctx, `SELECT message_id FROM public.inbox`); err == nil {
+			for rows.Next() {
+				var id string
+				_ = rows.Scan(&id)
+				have[id] = true
+			}
+			rows.Close()
+		}
+		var missing []string
+		for _, p := range []string{"r", "n"} {
+			for i := range perSource {
+				if id := fmt.Sprintf("%s%d", p, i); !have[id] {
+					missing = append(missing, id)
+				}
+			}
+		}
+		t.Fatalf("%v; the tables: %v; %d messages never stored: %v; the last log:\n%s",
+			waitErr, report, len(missing), missing[:min(len(missing), 60)], tail(logs.String(), 4000))
 	}
 
 	// The inbox: one row per message id, per source.

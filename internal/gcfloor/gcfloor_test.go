@@ -1,10 +1,13 @@
 package gcfloor
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/metrics"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 func TestPercentFor(t *testing.T) {
@@ -48,14 +51,14 @@ func TestStartFollowsTheLiveHeap(t *testing.T) {
 	defer stop()
 	waitFor := func(what string, ok func(int64) bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !ok(gogc()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the percent stayed %d", what, gogc())
+		// Each look collects: the floor follows what a cycle left live.
+		testkit.Eventually(t, what, 10*time.Second, func() error {
+			if p := gogc(); !ok(p) {
+				runtime.GC()
+				return fmt.Errorf("the percent is %d", p)
 			}
-			runtime.GC()
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("a small live heap", func(p int64) bool { return p > 300 })
 	// 256 MiB live, four times the headroom: GOGC's own rule gives more.
@@ -77,6 +80,8 @@ func TestStartLeavesGOGCAlone(t *testing.T) {
 	t.Setenv("GOGC", "100")
 	stop := Start(64 << 20)
 	defer stop()
+	// Cycles, and time for the floor to react to them: sleeps, since this
+	// shows that nothing happens.
 	for range 3 {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)

@@ -4,8 +4,13 @@ package testlog
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
+	"strings"
 	"sync"
+	"testing"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // Buffer collects what is written to it; safe for concurrent use.
@@ -29,3 +34,17 @@ func (l *Buffer) String() string {
 
 // Logger logs text lines into the buffer.
 func (l *Buffer) Logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// WaitFor waits until the log holds text (testkit.Wait at most), and fails
+// the test with the log so far when it does not.
+func (l *Buffer) WaitFor(t testing.TB, text string) {
+	t.Helper()
+	if err := testkit.Poll(0, func() error {
+		if strings.Contains(l.String(), text) {
+			return nil
+		}
+		return errors.New("not logged yet")
+	}); err != nil {
+		t.Fatalf("the log lacks %q: %v; the log:\n%s", text, err, l.String())
+	}
+}

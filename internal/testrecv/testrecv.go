@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // Request is one request the receiver got.
@@ -105,14 +107,12 @@ func (r *Receiver) Delivered() int {
 // WaitDelivered waits until n distinct ids were accepted, or fails.
 func (r *Receiver) WaitDelivered(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if r.Delivered() >= n {
-			return
+	testkit.Eventually(t, "the receiver to accept every row", timeout, func() error {
+		if got := r.Delivered(); got < n {
+			return fmt.Errorf("it accepted %d distinct rows, want %d", got, n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the receiver accepted %d distinct rows in %s, want %d", r.Delivered(), timeout, n)
+		return nil
+	})
 }
 
 // OrderReport checks per-key order at the receiver and returns problems.

@@ -24,6 +24,7 @@ import (
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/internal/testrabbit"
 )
@@ -164,13 +165,12 @@ admin: { listen: "127.0.0.1:0" }
 				agg := aggs[k%2]
 				topic := fmt.Sprintf("%s.%s", dests[k%3], []string{"created", "updated"}[next[key]%2])
 				next[key]++
-				rows = append(rows, dialects.NewRow{Topic: topic, Key: &key, AggregateType: &agg, MaxAttempts: &maxAttempts,
-					Payload: []byte(fmt.Sprintf(`{"key":%q,"n":%d}`, key, next[key]))})
+				rows = append(rows, testkit.Row(topic, testkit.Key(key), testkit.AggregateType(agg), testkit.MaxAttempts(maxAttempts),
+					testkit.Payload(fmt.Sprintf(`{"key":%q,"n":%d}`, key, next[key]))))
 			}
 		}
 		for i := range unkeyed * 3 {
-			agg := aggs[i%2]
-			rows = append(rows, dialects.NewRow{Topic: dests[i%3] + ".audit", AggregateType: &agg, MaxAttempts: &maxAttempts, Payload: []byte(`{"audit":true}`)})
+			rows = append(rows, testkit.Row(dests[i%3]+".audit", testkit.AggregateType(aggs[i%2]), testkit.MaxAttempts(maxAttempts), testkit.Payload(`{"audit":true}`)))
 		}
 		if err := d.OutboxInsert(ctx, rows); err != nil {
 			t.Fatal(err)
@@ -179,8 +179,7 @@ admin: { listen: "127.0.0.1:0" }
 	// One row per destination whose address needs the missing aggregate type.
 	var nullRows []dialects.NewRow
 	for _, dest := range dests {
-		key := "no-aggregate-" + dest
-		nullRows = append(nullRows, dialects.NewRow{Topic: dest + ".created", Key: &key, Payload: []byte(`{}`)})
+		nullRows = append(nullRows, testkit.Row(dest+".created", testkit.Key("no-aggregate-"+dest)))
 	}
 	if err := d.OutboxInsert(ctx, nullRows); err != nil {
 		t.Fatal(err)
@@ -213,12 +212,8 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(3 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 3 minutes; the relay's log:\n%s", what, tail(logs(), 4000))
-			}
-			time.Sleep(50 * time.Millisecond)
+		if err := testkit.Poll(3*time.Minute, testkit.True(cond)); err != nil {
+			t.Fatalf("%s: %v; the relay's log:\n%s", what, err, tail(logs(), 4000))
 		}
 	}
 
