@@ -30,7 +30,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -40,6 +40,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 )
 
 // DefaultServiceName is service.name when neither OTEL_SERVICE_NAME nor
@@ -244,28 +245,28 @@ func redactURL(s string) string {
 }
 
 // errorLog reports the SDK's errors (an export that failed: the collector
-// is away) through the logger, at most one line per interval, with how many
-// were left out in between: a collector that is down must not flood the log.
+// is away) through the logger, the first at once and then at most one line
+// per interval, with how many were left out in between: a collector that
+// is down must not flood the log.
 type errorLog struct {
-	log      *slog.Logger
-	interval time.Duration
-	mu       sync.Mutex
-	last     time.Time
-	dropped  int
+	log     *slog.Logger
+	every   rate.Sometimes
+	dropped atomic.Int64
+}
+
+func newErrorLog(log *slog.Logger, interval time.Duration) *errorLog {
+	return &errorLog{log: log, every: rate.Sometimes{First: 1, Interval: interval}}
 }
 
 func (e *errorLog) Handle(err error) {
-	e.mu.Lock()
-	now := time.Now()
-	if !e.last.IsZero() && now.Sub(e.last) < e.interval {
-		e.dropped++
-		e.mu.Unlock()
-		return
+	logged := false
+	e.every.Do(func() {
+		logged = true
+		e.log.Warn("tracing: "+err.Error(), "suppressed", e.dropped.Swap(0))
+	})
+	if !logged {
+		e.dropped.Add(1)
 	}
-	dropped := e.dropped
-	e.last, e.dropped = now, 0
-	e.mu.Unlock()
-	e.log.Warn("tracing: "+err.Error(), "suppressed", dropped)
 }
 
 // setErrorHandler sends OpenTelemetry's errors to log. The handler is the
@@ -274,5 +275,5 @@ func setErrorHandler(log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	otel.SetErrorHandler(&errorLog{log: log, interval: 10 * time.Second})
+	otel.SetErrorHandler(newErrorLog(log, 10*time.Second))
 }

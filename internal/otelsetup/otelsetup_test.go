@@ -160,19 +160,17 @@ func TestCheck(t *testing.T) {
 }
 
 // An exporter that fails (a collector that is away) is logged, at most a
-// line per interval, with how many were left out.
+// line per interval, and the lines left out are counted for the next.
 func TestExportErrorsAreLoggedSparingly(t *testing.T) {
 	var buf bytes.Buffer
-	e := &errorLog{log: slog.New(slog.NewTextHandler(&buf, nil)), interval: time.Hour}
+	e := newErrorLog(slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
 	for range 5 {
 		e.Handle(errors.New("traces export: connection refused"))
 	}
-	if n := strings.Count(buf.String(), "connection refused"); n != 1 {
+	if n := strings.Count(buf.String(), "connection refused"); n != 1 || !strings.Contains(buf.String(), "suppressed=0") {
 		t.Fatalf("%d lines for 5 errors in one interval:\n%s", n, buf.String())
 	}
-	e.last = time.Now().Add(-2 * time.Hour)
-	e.Handle(errors.New("traces export: connection refused"))
-	if !strings.Contains(buf.String(), "suppressed=4") {
-		t.Errorf("the next line does not count the 4 left out:\n%s", buf.String())
+	if n := e.dropped.Load(); n != 4 {
+		t.Errorf("%d errors counted for the next line, want 4", n)
 	}
 }
