@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/binding/format"
 	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/google/uuid"
 
@@ -304,6 +306,55 @@ func TestFromHTTP(t *testing.T) {
 			if strings.TrimSpace(string(in.Data)) != data {
 				t.Errorf("%s: data %q, want %q", c.name, in.Data, data)
 			}
+		}
+	}
+}
+
+// The inbox reads what the SDK's HTTP binding writes, in both modes, and
+// what a QueueBox HTTP destination with cloudEvents sends, so that one
+// QueueBox can feed another.
+func TestFromHTTPReadsWhatSendersWrite(t *testing.T) {
+	e := event.New()
+	e.SetID("evt-9")
+	e.SetSource("/payments")
+	e.SetType("payment.captured")
+	e.SetSubject("pay-9")
+	e.SetTime(created)
+	if err := e.SetData("application/json", map[string]int{"amount": 9}); err != nil {
+		t.Fatal(err)
+	}
+	for _, structured := range []bool{false, true} {
+		req, _ := http.NewRequest(http.MethodPost, "http://inbox.invalid/inbox/payments", nil)
+		ctx := context.Background()
+		if structured {
+			ctx = binding.WithForceStructured(ctx)
+		} else {
+			ctx = binding.WithForceBinary(ctx)
+		}
+		if err := cehttp.WriteRequest(ctx, binding.ToMessage(&e), req); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(req.Body)
+		in, ok, err := FromHTTP(req.Header, body)
+		if !ok || err != nil || in.ID != "evt-9" || in.AggregateID != "pay-9" || in.Headers["Ce-Type"] != "payment.captured" || strings.TrimSpace(string(in.Data)) != `{"amount":9}` {
+			t.Errorf("structured %v: %+v, ok %v, err %v", structured, in, ok, err)
+		}
+	}
+	for _, mode := range []string{"binary", "structured"} {
+		d := testdest.Open(t, "http", testdest.Options{})
+		m := rows()[0]
+		testdest.PublishThrough(t, Wrap(d.Sink, compile(t, "http", Settings{Mode: mode, Source: source})), m)
+		r := d.Wait(t, 1)[0]
+		h := http.Header{}
+		for _, x := range r.Headers {
+			h.Add(x.Name, x.Value)
+		}
+		if mode == "structured" && !sinksSendContentType {
+			h.Set("Content-Type", StructuredContentType) // what the sink will send
+		}
+		in, ok, err := FromHTTP(h, r.Body)
+		if !ok || err != nil || in.ID != m.ID || in.AggregateID != m.Key || in.Headers["Ce-Type"] != m.Topic || string(in.Data) != string(m.Body) {
+			t.Errorf("%s: read back %+v (data %s), ok %v, err %v", mode, in, in.Data, ok, err)
 		}
 	}
 }
