@@ -392,22 +392,8 @@ func TestStatusOnlyReads(t *testing.T) {
 	if _, err := migrations.Up(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	role := "r_" + schema
-	for _, q := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
-	} {
-		if _, err := d.Pool().Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = d.Pool().Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
-	})
-	u, _ := nurl.Parse(url)
-	u.User = nurl.User(role)
-	ro, err := postgres.Open(ctx, postgres.Options{URL: u.String(), Names: names})
+	_, roleURL := testdb.RuntimeRole(t, url, schema)
+	ro, err := postgres.Open(ctx, postgres.Options{URL: roleURL, Names: names})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	osexec "os/exec"
 	"strings"
@@ -245,22 +244,8 @@ func TestWakeupsRoleWithoutReplication(t *testing.T) {
 	d := open(t, 0)
 	ctx := context.Background()
 	schema := d.Names().Schema
-	role := "r_" + schema
-	for _, q := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
-	} {
-		if _, err := d.Pool().Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = d.Pool().Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
-	})
-	u, _ := url.Parse(d.Pool().Config().ConnConfig.ConnString())
-	u.User = url.User(role)
-	rd := openAt(t, u.String(), schema)
+	role, roleURL := testdb.RuntimeRole(t, d.Pool().Config().ConnConfig.ConnString(), schema)
+	rd := openAt(t, roleURL, schema)
 	want := "ALTER ROLE " + `"` + role + `"` + " REPLICATION"
 
 	l, err := rd.Wakeups(ctx, postgres.WakeupOptions{Mode: dialects.WakeupsAuto})
