@@ -96,6 +96,15 @@ func (s WakeupStatus) Kind() string {
 // listening, the consumer looks once for the rows that committed before
 // the listener could see them; on losing the connection, it wakes, reads
 // Status and returns to its probe pace.
+//
+// A nudge can come an instant before the transaction it announces is
+// visible to other sessions: PostgreSQL flushes the commit record and wakes
+// its WAL senders before it marks the transaction ended (and, with a
+// synchronous standby, waits for the standby in between). The probe that
+// follows sees the sequence advanced already (sequences are not
+// transactional) but the writer still open; the consumer must then keep
+// probing at its busy pace until the gate settles, as it does for any
+// open writer, rather than take the nudge's empty claim for "nothing new".
 type Wakeups interface {
 	Outbox() <-chan struct{}
 	Inbox() <-chan struct{}
