@@ -84,7 +84,8 @@ type WakeupOptions struct {
 	Recheck time.Duration
 	// Heartbeat is how often the listener reports its position and asks the
 	// server for a sign of life; zero: 10 s. A server silent for three
-	// heartbeats is taken for lost.
+	// heartbeats, and at least 30 s, is taken for lost (a busy server may
+	// be slow to answer; taking it for lost would cost a new slot).
 	Heartbeat time.Duration
 }
 
@@ -391,10 +392,11 @@ func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables) 
 	// inserted says which tables the transaction being read inserted into.
 	var inserted [3]bool
 	beat := l.opts.Heartbeat
+	silence := max(3*beat, 30*time.Second)
 	next, heard := time.Now().Add(beat), time.Now()
 	for {
 		if !time.Now().Before(next) {
-			if silent := time.Since(heard); silent > 3*beat {
+			if silent := time.Since(heard); silent > silence {
 				return fmt.Errorf("the server sent nothing for %s", silent.Round(time.Second))
 			}
 			// The position is acknowledged as written, flushed and applied:
