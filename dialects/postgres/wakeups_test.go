@@ -94,12 +94,17 @@ func (lt *listening) nudged(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// quiet fails when ch holds a nudge.
-func quiet(t *testing.T, ch <-chan struct{}, what string) {
+// quiet fails when ch holds a nudge, naming the changes of state since
+// the last await (each nudges too).
+func (lt *listening) quiet(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-ch:
-		t.Fatalf("a %s nudge that nothing committed", what)
+		var changes []dialects.WakeupStatus
+		for len(lt.states) > 0 {
+			changes = append(changes, <-lt.states)
+		}
+		t.Fatalf("a %s nudge that nothing committed (changes of state meanwhile: %+v)", what, changes)
 	default:
 	}
 }
@@ -147,7 +152,7 @@ func TestWakeupsNudgeOnCommit(t *testing.T) {
 	}
 	exec(t, d, inboxInsert)
 	lt.nudged(t, lt.l.Inbox(), "inbox")
-	quiet(t, lt.l.Outbox(), "outbox")
+	lt.quiet(t, lt.l.Outbox(), "outbox")
 
 	// An open transaction's insert nudges at its commit, not before: the
 	// nudge of a later, committed inbox insert comes first.
@@ -161,12 +166,12 @@ func TestWakeupsNudgeOnCommit(t *testing.T) {
 	}
 	exec(t, d, inboxInsert)
 	lt.nudged(t, lt.l.Inbox(), "inbox")
-	quiet(t, lt.l.Outbox(), "outbox")
+	lt.quiet(t, lt.l.Outbox(), "outbox")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lt.nudged(t, lt.l.Outbox(), "outbox")
-	quiet(t, lt.l.Inbox(), "inbox")
+	lt.quiet(t, lt.l.Inbox(), "inbox")
 
 	// Many commits while nobody takes the nudges: one waits, no send blocks.
 	for range 5 {
@@ -175,7 +180,7 @@ func TestWakeupsNudgeOnCommit(t *testing.T) {
 	exec(t, d, inboxInsert)
 	lt.nudged(t, lt.l.Inbox(), "inbox")
 	lt.nudged(t, lt.l.Outbox(), "outbox")
-	quiet(t, lt.l.Outbox(), "outbox")
+	lt.quiet(t, lt.l.Outbox(), "outbox")
 
 	// The slot's confirmed position passes the last commit: the server may
 	// recycle the WAL behind it.
@@ -231,10 +236,10 @@ func TestWakeupsRenamedTablesInASchema(t *testing.T) {
 	lt := listen(t, d, postgres.WakeupOptions{})
 	exec(t, d, outboxInsert)
 	lt.nudged(t, lt.l.Outbox(), "outbox")
-	quiet(t, lt.l.Inbox(), "inbox")
+	lt.quiet(t, lt.l.Inbox(), "inbox")
 	exec(t, d, inboxInsert)
 	lt.nudged(t, lt.l.Inbox(), "inbox")
-	quiet(t, lt.l.Outbox(), "outbox")
+	lt.quiet(t, lt.l.Outbox(), "outbox")
 }
 
 // A role that may not replicate gets the fallback with auto, with the
