@@ -136,6 +136,8 @@ func TestBadValues(t *testing.T) {
 		{name: "an unknown log level", yaml: "+log: { level: verbose }\n", key: "log.level", reason: "use debug, info, warn or error"},
 		{name: "an unknown log format", yaml: "+log: { format: xml }\n", key: "log.format", reason: "use json or text"},
 		{name: "an unknown dialect", yaml: "+database: { dialect: mysql }\n", key: "database.dialect", reason: "use postgresql or sqlserver"},
+		{name: "an unknown kind of wake-up", yaml: "+database: { wakeups: notify }\n", key: "database.wakeups", reason: `"notify" is not a kind of wake-up; use auto, logical or probe`},
+		{name: "logical wake-ups on SQL Server", yaml: "~  url: postgres://queuebox@localhost:5432/app\n~  dialect: sqlserver\n  url: sqlserver://queuebox@localhost:1433?database=app\n  wakeups: logical\n~", key: "database.wakeups", reason: "SQL Server does not have; use auto or probe"},
 		{name: "an unset environment variable", yaml: "+admin: { token: \"${ADMIN_TOKEN}\" }\n", key: "admin.token", reason: "ADMIN_TOKEN is not set; set it, or give a default as ${ADMIN_TOKEN:-value}"},
 		{name: "an environment variable that does not fit a number", yaml: "+outbox: { batchSize: \"${BATCH}\" }\n", env: map[string]string{"BATCH": "many"}, key: "outbox.batchSize", reason: `expected a whole number, got "many"`},
 	})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/queuebox/queuebox/dialects"
 )
 
 // Config is the whole configuration file. Every key of the product exists
@@ -31,6 +33,9 @@ type DatabaseConfig struct {
 	OutboxTableName string        `yaml:"outboxTableName"`
 	InboxTableName  string        `yaml:"inboxTableName"`
 	ColumnMapping   ColumnMapping `yaml:"columnMapping"`
+	// Wakeups is how the relay learns that rows arrived: auto, logical or
+	// probe (dialects.WakeupMode; docs/operations.md, "Wake-ups").
+	Wakeups string `yaml:"wakeups"`
 }
 
 type ColumnMapping struct {
@@ -240,6 +245,7 @@ func Defaults() *Config {
 			MaxConnections:  10,
 			OutboxTableName: "outbox",
 			InboxTableName:  "inbox",
+			Wakeups:         string(dialects.WakeupsAuto),
 		},
 		Outbox: OutboxConfig{
 			MaxAttempts:     5,

@@ -104,6 +104,7 @@ func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
 		v.add("database.dialect", "%q is not a dialect; use postgresql or sqlserver", c.Database.Dialect)
 	}
 	v.databaseURL(c)
+	v.wakeups(c)
 	for _, p := range c.Names().Validate() {
 		v.add(p.Key, "%s", p.Reason)
 	}
@@ -153,6 +154,22 @@ func (v *validator) databaseURL(c *Config) {
 			}
 			v.add(key, "starts with %s://, which does not fit database.dialect %s (expected %s://)%s", u.Scheme, c.Database.Dialect, want[0], fix)
 		}
+	}
+}
+
+// wakeups checks database.wakeups. Only PostgreSQL has logical
+// replication, so logical on SQL Server could never start.
+func (v *validator) wakeups(c *Config) {
+	const key = "database.wakeups"
+	modes := make([]string, len(dialects.WakeupModes))
+	for i, m := range dialects.WakeupModes {
+		modes[i] = string(m)
+	}
+	switch {
+	case !oneOf(c.Database.Wakeups, modes...):
+		v.add(key, "%q is not a kind of wake-up; use auto, logical or probe", c.Database.Wakeups)
+	case c.Database.Wakeups == string(dialects.WakeupsLogical) && c.Database.Dialect == "sqlserver":
+		v.add(key, "logical needs PostgreSQL's logical replication, which SQL Server does not have; use auto or probe")
 	}
 }
 

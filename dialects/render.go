@@ -30,6 +30,7 @@ type Quoting struct {
 //	{{replays}}             the outbox's replay counter (a sequence), schema-qualified
 //	{{idx "topic"}}         an index name (bare): idx_outbox_topic
 //	{{obj "xid_first"}}     a helper object name (bare): outbox_xid_first
+//	{{pub}}                 the wake-ups publication's name (bare; Names.Publication)
 //	{{q name}}              quote a bare name
 //	{{qualify quoted}}      prefix a quoted name with the schema
 //	{{lit s}}               a string literal
@@ -52,6 +53,7 @@ func TemplateFuncs(n Names, q Quoting) template.FuncMap {
 		"idx":     n.Index,
 		"iidx":    n.InboxIndex,
 		"obj":     n.Object,
+		"pub":     n.Publication,
 		"iobj":    func(what string) string { return n.Inbox + "_" + what },
 		"q":       q.Ident,
 		"qualify": qualify,

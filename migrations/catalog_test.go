@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
@@ -96,7 +97,8 @@ func TestCatalogMatchesSeed(t *testing.T) {
 		{"default names", dialects.DefaultNames()},
 		{"renamed table and columns", dialects.Names{
 			Outbox: "events_out", Inbox: "events_in",
-			OutboxColumns: map[string]string{"key": "message_key", "payload": "body", "sequence": "seq_no", "state": "status", "topic": "subject"},
+			OutboxColumns: map[string]string{"id": "event_id", "key": "message_key", "payload": "body", "sequence": "seq_no", "state": "status", "topic": "subject"},
+			InboxColumns:  map[string]string{"id": "message_uuid"},
 		}},
 	}
 	for _, tc := range cases {
@@ -106,6 +108,7 @@ func TestCatalogMatchesSeed(t *testing.T) {
 			names := d.Names()
 			checkColumns(t, d, schema, names)
 			checkIndexes(t, d, schema, names)
+			checkPublication(t, d, schema, names)
 		})
 	}
 }
@@ -389,22 +392,8 @@ func TestStatusOnlyReads(t *testing.T) {
 	if _, err := migrations.Up(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	role := "r_" + schema
-	for _, q := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
-	} {
-		if _, err := d.Pool().Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = d.Pool().Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role)
-	})
-	u, _ := nurl.Parse(url)
-	u.User = nurl.User(role)
-	ro, err := postgres.Open(ctx, postgres.Options{URL: u.String(), Names: names})
+	_, roleURL := testdb.RuntimeRole(t, url, schema)
+	ro, err := postgres.Open(ctx, postgres.Options{URL: roleURL, Names: names})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,4 +401,138 @@ func TestStatusOnlyReads(t *testing.T) {
 	if current, err := migrations.Current(ctx, ro); err != nil || !current {
 		t.Fatalf("a runtime role could not check the schema: current=%v err=%v", current, err)
 	}
+}
+
+// publication is the wake-ups publication as the catalog has it.
+type publication struct {
+	insert, update, delete, truncate bool
+	// tables maps each published table to its published columns.
+	tables map[string][]string
+}
+
+// readPublication reads the publication of names; ok is false when there
+// is none.
+func readPublication(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, names dialects.Names) (p publication, ok bool) {
+	t.Helper()
+	ctx := context.Background()
+	err := pool.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`, names.Publication()).
+		Scan(&p.insert, &p.update, &p.delete, &p.truncate)
+	if err == pgx.ErrNoRows {
+		return p, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pg_publication_tables names the published columns from PostgreSQL 15 on.
+	rows, err := pool.Query(ctx, `SELECT schemaname || '.' || tablename, attnames::text[] FROM pg_publication_tables WHERE pubname = $1`, names.Publication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.tables = map[string][]string{}
+	var table string
+	var cols []string
+	if _, err := pgx.ForEachRow(rows, []any{&table, &cols}, func() error { p.tables[table] = cols; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return p, true
+}
+
+// checkPublication: V16 publishes the inserts, and only those, into both
+// tables, and only their id column.
+func checkPublication(t *testing.T, d *postgres.Dialect, schema string, names dialects.Names) {
+	t.Helper()
+	p, ok := readPublication(t, d.Pool(), names)
+	if !ok {
+		t.Fatalf("no publication %s", names.Publication())
+	}
+	if !p.insert || p.update || p.delete || p.truncate {
+		t.Errorf("publication %s publishes insert=%v update=%v delete=%v truncate=%v, want inserts only", names.Publication(), p.insert, p.update, p.delete, p.truncate)
+	}
+	want := map[string][]string{schema + "." + names.Outbox: {names.Col("id")}, schema + "." + names.Inbox: {names.InboxCol("id")}}
+	if len(p.tables) != len(want) {
+		t.Errorf("publication %s publishes %v, want %v", names.Publication(), p.tables, want)
+	}
+	for table, cols := range want {
+		if !slices.Equal(p.tables[table], cols) {
+			t.Errorf("publication %s publishes %s with columns %v, want %v", names.Publication(), table, p.tables[table], cols)
+		}
+	}
+}
+
+// A publication of the same name that publishes nothing (left by dropped
+// tables) is replaced; a migrating role that may not create publications
+// gets V16 applied without one (the relay then probes and says why).
+func TestV16Publication(t *testing.T) {
+	t.Parallel()
+	t.Run("left over", func(t *testing.T) {
+		t.Parallel()
+		d, schema, _ := fresh(t, dialects.DefaultNames())
+		names := d.Names()
+		ctx := context.Background()
+		old := pgx.Identifier{schema, "dropped"}.Sanitize()
+		for _, q := range []string{
+			`CREATE TABLE ` + old + ` (id int)`,
+			`CREATE PUBLICATION ` + pgx.Identifier{names.Publication()}.Sanitize() + ` FOR TABLE ` + old,
+			`DROP TABLE ` + old,
+		} {
+			if _, err := d.Pool().Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := migrations.Up(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		checkPublication(t, d, schema, names)
+	})
+	t.Run("no CREATE on the database", func(t *testing.T) {
+		// A database of its own, and no schema configured: CREATE SCHEMA
+		// IF NOT EXISTS needs CREATE on the database too, so the role
+		// migrates into a schema of its own through its search_path.
+		t.Parallel()
+		dbURL := testdb.Database(t)
+		ctx := context.Background()
+		admin, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close(ctx)
+		role := "m_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+		for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `CREATE SCHEMA app AUTHORIZATION ` + role} {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			if c, err := pgx.Connect(context.Background(), testdb.ServerURL(t)); err == nil {
+				_, _ = c.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+				c.Close(context.Background())
+			}
+		})
+		u, _ := nurl.Parse(testdb.WithParam(dbURL, "search_path", "app"))
+		u.User = nurl.User(role)
+		d, err := postgres.Open(ctx, postgres.Options{URL: u.String(), Names: dialects.DefaultNames()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := migrations.Up(ctx, d); err != nil {
+			d.Close()
+			t.Fatalf("a role without CREATE on the database could not migrate: %v", err)
+		}
+		current, err := migrations.Current(ctx, d)
+		d.Close()
+		if err != nil || !current {
+			t.Fatalf("after migrating: current=%v err=%v", current, err)
+		}
+		var pubs int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_publication`).Scan(&pubs); err != nil || pubs != 0 {
+			t.Fatalf("a role without CREATE on the database created %d publications (%v)", pubs, err)
+		}
+		// The role owns the objects: drop them before the role.
+		if _, err := admin.Exec(ctx, `DROP SCHEMA app CASCADE`); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -62,9 +62,10 @@ var oldRows = [][]oldRow{{
 	{topic: "null.p2", state: dialects.Pending, due: true, claimable: true},
 }}
 
-// V14 and V15 keep every row of a table that V13 filled, in every state,
+// V14 to V16 keep every row of a table that V13 filled, in every state,
 // drop V12's key locks and V13's notify trigger, and the claim then takes
-// the due pending rows per key in sequence order, through the gate.
+// the due pending rows per key in sequence order, through the gate; V16
+// publishes the inserts.
 func TestUpgradeFromV13KeepsRowsAndClaimsInOrder(t *testing.T) {
 	t.Parallel()
 	for _, byKey := range []bool{false, true} {
@@ -190,6 +191,8 @@ func upgradeFromV13(t *testing.T, byKey bool) {
 			}
 		}
 	}
+	// V16's publication of the inserts is there, for logical wake-ups.
+	checkPublication(t, d, schema, names)
 	// What V14 drops is gone; the xid_first triggers are all that is left.
 	got := objects(t, pool, schema, names.Outbox)
 	if !slices.Equal(got.triggers, []string{names.Object("xid_first")}) ||

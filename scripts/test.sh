@@ -5,6 +5,8 @@
 #   - one throwaway PostgreSQL cluster (initdb into a temporary folder, a free
 #     loopback port, durability off), stopped and removed when the tests end,
 #     whatever their outcome. Each test takes its own schema or database in it.
+#     It runs with wal_level=logical, so that relays can listen for wake-ups,
+#     and with room for many replicas' WAL senders and temporary slots.
 #   - RabbitMQ (installed when missing), the system server on 127.0.0.1:5672,
 #     started when nothing listens there, and left running afterwards like any
 #     system service. Tests use it with unique exchange and queue names; the
@@ -40,11 +42,13 @@ trap cleanup EXIT INT TERM
 # server's defaults so that figures mean what they would in production.
 settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 if [ "${QUEUEBOX_TEST_DURABLE:-}" = "1" ]; then settings=""; fi
+# What internal/pgcluster gives its clusters too (walArgs there).
+wal="-c wal_level=logical -c max_wal_senders=64 -c max_replication_slots=64"
 port=""
 for _ in 1 2 3 4 5; do
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo $((20000 + RANDOM % 20000)))"
   if "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -w -t 60 -l "$dir/server.log" \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 $settings" \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 $wal $settings" \
       start >/dev/null; then
     break
   fi

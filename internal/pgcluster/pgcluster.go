@@ -47,6 +47,11 @@ type Options struct {
 	Prefix string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
+	// WALLevel is the server's wal_level. Empty means logical, so that
+	// relays on the cluster can listen for wake-ups, with room for many
+	// replicas' temporary slots; "replica" starts a server without logical
+	// replication (the relays then probe), as many managed services are.
+	WALLevel string
 }
 
 // ErrNoServer means no PostgreSQL server binaries were found.
@@ -150,6 +155,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Port = port
 		args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
 			"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=128MB"}
+		args = append(args, walArgs(opts.WALLevel)...)
 		if opts.TestSettings {
 			args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 		}
@@ -172,6 +178,20 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	_ = os.RemoveAll(dir)
 	return nil, errors.New("postgres could not find a free port")
+}
+
+// walArgs are the server settings for a wal_level (see Options.WALLevel).
+// Each listening relay holds one WAL sender and one slot; tests run many
+// relays at once, more than the defaults of 10 allow.
+func walArgs(level string) []string {
+	if level == "" {
+		level = "logical"
+	}
+	args := []string{"-c", "wal_level=" + level}
+	if level == "minimal" {
+		return append(args, "-c", "max_wal_senders=0")
+	}
+	return append(args, "-c", "max_wal_senders=64", "-c", "max_replication_slots=64")
 }
 
 // launch starts the server process and a goroutine that notices its end.

@@ -171,3 +171,42 @@ func Migrated(t testing.TB, maxConns int) *postgres.Dialect {
 	}
 	return d
 }
+
+// RuntimeRole creates a role that may log in, use schema and read and
+// write its tables as they are now, and nothing more (as a relay's role in
+// production: no CREATE, no REPLICATION); it is dropped when the test
+// ends. It returns the role's name and dbURL with the role as its user.
+func RuntimeRole(t testing.TB, dbURL, schema string) (role, roleURL string) {
+	t.Helper()
+	role = "r_" + schema
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("connect to the test database: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + role,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, dbURL); err == nil {
+			_, _ = conn.Exec(ctx, `DROP OWNED BY `+role+`; DROP ROLE `+role)
+			conn.Close(ctx)
+		}
+	})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return role, u.String()
+}

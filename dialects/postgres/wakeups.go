@@ -1,0 +1,521 @@
+package postgres
+
+// Logical wake-ups: the server tells the relay that rows arrived.
+//
+// A Listener holds one replication connection (replication=database) with
+// a TEMPORARY logical slot and the pgoutput plugin, subscribed to the
+// publication of migration V16, which publishes the inserts into the outbox
+// and inbox tables (only their id, from PostgreSQL 15 on). pgoutput sends a
+// transaction's changes when it commits, and nothing of one that rolls
+// back; the listener reads the Relation messages to know which relation id
+// is which table, by schema and name (renamed tables and schemas work), and
+// on each Commit whose transaction inserted into a table it nudges that
+// table's channel (dialects.Wakeups). The protocol is jackc/pglogrepl's.
+//
+// What it may cost, and what not:
+//
+//   - No history. A nudge says "something was inserted after I started
+//     listening", so the slot is created for now (no snapshot exported),
+//     and every position the server reports is acknowledged at once: the
+//     server keeps no WAL for it beyond what it is decoding. The slot is
+//     temporary: the server drops it when the session ends, however it
+//     ends (a crash, kill -9, a lost network), so nothing is left behind.
+//   - Never the engine's time. Nudges are coalesced into channels that hold
+//     one each; a send never waits.
+//   - Never a row. A nudge is a hint; claims, the gate and the head rule
+//     decide what is delivered. A lost or late nudge costs latency: the
+//     relay keeps a slow probe while listening and its probe pace while not.
+//
+// The listener reconnects after a lost connection with a capped backoff
+// (internal/backoff), and reports where it stands (dialects.WakeupStatus):
+// listening, connecting, reconnecting, unavailable (a missing setting or
+// grant, named; asked again every few minutes, so that a grant takes effect
+// without a restart) or off. Each change of state nudges both channels, so
+// that the engine looks at once and adapts its probe pace.
+//
+// Wakeups decides at start: with database.wakeups = logical, a server that
+// cannot provide logical replication fails it with a sentence that names
+// the missing setting or grant; with auto, the relay probes and the status
+// says why; with probe, nothing connects.
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/backoff"
+)
+
+//go:embed wakeups.sql
+var wakeupsFS embed.FS
+
+// wakeupStatements is the catalog of wakeups.sql.
+type wakeupStatements struct {
+	WakeupsServer string
+}
+
+// WakeupOptions configure a Listener. Only Mode is required.
+type WakeupOptions struct {
+	Mode dialects.WakeupMode
+	// Logger receives the decision at start and every change of state;
+	// nil discards them.
+	Logger *slog.Logger
+	// OnStatus, when set, is called with every new status, on the
+	// listener's goroutine: it must not block (a metric, a log line).
+	OnStatus func(dialects.WakeupStatus)
+	// Retry paces reconnection after a failure; zero: from 100 ms, doubling
+	// up to 30 s. It starts over once the listener listens again.
+	Retry backoff.Capped
+	// Recheck is how long the listener waits before asking again a server
+	// that was unavailable; zero: 5 minutes.
+	Recheck time.Duration
+	// Heartbeat is how often the listener reports its position and asks the
+	// server for a sign of life; zero: 10 s. A server silent for three
+	// heartbeats, and at least 30 s, is taken for lost (a busy server may
+	// be slow to answer; taking it for lost would cost a new slot).
+	Heartbeat time.Duration
+}
+
+// Listener is the logical wake-up source of one relay (see the top of this
+// file). It implements dialects.Wakeups; Run does the work.
+type Listener struct {
+	d      *Dialect
+	q      wakeupStatements
+	opts   WakeupOptions
+	log    *slog.Logger
+	outbox chan struct{}
+	inbox  chan struct{}
+	status atomic.Pointer[dialects.WakeupStatus]
+	// role is the server's name of the connecting role, for the sentences
+	// about grants (set by each check).
+	role    string
+	running atomic.Bool
+}
+
+var _ dialects.Wakeups = (*Listener)(nil)
+
+// unavailable is why the server cannot provide logical wake-ups: a sentence
+// that names the missing setting or grant.
+type unavailable struct{ reason string }
+
+func (u *unavailable) Error() string { return u.reason }
+
+// relation is a table as the replication stream names it.
+type relation struct{ schema, name string }
+
+// tables are the outbox and inbox tables as the server names them; a
+// missing inbox table has an empty name.
+type tables struct{ outbox, inbox relation }
+
+// Wakeups makes the wake-up source that opts.Mode asks for, and decides
+// what it can be: with WakeupsProbe it never connects (Status says off);
+// otherwise it checks the server and opens a replication connection once,
+// then closes it (Run opens its own). With WakeupsLogical, a server that
+// cannot provide logical replication, or that cannot be asked, is an error
+// whose text names what is missing; with WakeupsAuto the listener is then
+// unavailable or reconnecting, and the relay probes. Call Run to listen.
+func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, error) {
+	l := &Listener{d: d, opts: opts, log: opts.Logger, outbox: make(chan struct{}, 1), inbox: make(chan struct{}, 1)}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.opts.Retry.First <= 0 {
+		l.opts.Retry = backoff.Capped{First: 100 * time.Millisecond, Max: 30 * time.Second}
+	}
+	l.opts.Recheck = cmp.Or(l.opts.Recheck, 5*time.Minute)
+	l.opts.Heartbeat = cmp.Or(l.opts.Heartbeat, 10*time.Second)
+	switch opts.Mode {
+	case dialects.WakeupsProbe:
+		l.set(dialects.WakeupsOff, "database.wakeups is probe", "")
+		return l, nil
+	case dialects.WakeupsAuto, dialects.WakeupsLogical:
+	default:
+		return nil, fmt.Errorf("database.wakeups is %q; use %s, %s or %s", opts.Mode, dialects.WakeupsAuto, dialects.WakeupsLogical, dialects.WakeupsProbe)
+	}
+	if err := dialects.Catalog(d.names, Quoting, wakeupsFS, "wakeups.sql", &l.q); err != nil {
+		return nil, err
+	}
+	conn, _, err := l.prepare(ctx)
+	if err == nil {
+		l.close(conn)
+		l.set(dialects.WakeupsConnecting, "", "")
+		return l, nil
+	}
+	var u *unavailable
+	if opts.Mode == dialects.WakeupsLogical {
+		if errors.As(err, &u) {
+			return nil, fmt.Errorf("database.wakeups is logical, but %s", u.reason)
+		}
+		return nil, fmt.Errorf("database.wakeups is logical, but the server could not be asked for logical replication: %w", err)
+	}
+	if errors.As(err, &u) {
+		l.set(dialects.WakeupsUnavailable, u.reason, "")
+	} else {
+		l.set(dialects.WakeupsConnecting, err.Error(), "")
+	}
+	return l, nil
+}
+
+// Outbox receives a nudge after inserts into the outbox table committed.
+func (l *Listener) Outbox() <-chan struct{} { return l.outbox }
+
+// Inbox receives a nudge after inserts into the inbox table committed.
+func (l *Listener) Inbox() <-chan struct{} { return l.inbox }
+
+// Status says where the listener stands.
+func (l *Listener) Status() dialects.WakeupStatus { return *l.status.Load() }
+
+// Run listens until ctx ends: it sets up the replication connection,
+// streams, and after a failure sets it up again (after the backoff, or
+// after Recheck when the server was unavailable). It returns nil when ctx
+// ends, once the connection is closed (and with it the slot dropped), and
+// at once for a listener that is off. Call it once.
+func (l *Listener) Run(ctx context.Context) error {
+	if l.Status().State == dialects.WakeupsOff {
+		<-ctx.Done()
+		return nil
+	}
+	if !l.running.CompareAndSwap(false, true) {
+		return errors.New("the wake-up listener runs already")
+	}
+	retry := l.opts.Retry
+	var wait time.Duration
+	if l.Status().State == dialects.WakeupsUnavailable {
+		wait = l.opts.Recheck
+	}
+	for {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+		conn, tbl, err := l.prepare(ctx)
+		if err == nil {
+			err = l.session(ctx, conn, tbl, &retry)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var u *unavailable
+		if errors.As(err, &u) {
+			l.set(dialects.WakeupsUnavailable, u.reason, "")
+			wait = l.opts.Recheck
+			continue
+		}
+		l.set(dialects.WakeupsReconnecting, err.Error(), "")
+		wait = retry.Next()
+	}
+}
+
+// prepare checks what logical wake-ups need from the server and opens the
+// replication connection. A missing setting or grant is an *unavailable.
+func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) {
+	var tbl tables
+	var walLevel string
+	var mayReplicate, published, outboxPublished, inboxPublished bool
+	var maxSlots, slots, maxSenders, senders int
+	var inboxSchema, inboxName *string
+	var outboxSchema, outboxName *string
+	err := l.d.pool.QueryRow(ctx, l.q.WakeupsServer).Scan(&walLevel, &l.role, &mayReplicate, &maxSlots, &slots, &maxSenders, &senders,
+		&outboxSchema, &outboxName, &inboxSchema, &inboxName, &published, &outboxPublished, &inboxPublished)
+	if err != nil {
+		return nil, tbl, mapError(err)
+	}
+	pub := l.d.names.Publication()
+	outbox := l.d.names.Outbox
+	if l.d.names.Schema != "" {
+		outbox = l.d.names.Schema + "." + outbox
+	}
+	switch {
+	case walLevel != "logical":
+		return nil, tbl, &unavailable{fmt.Sprintf("the server's wal_level is %s, and logical replication needs wal_level = logical "+
+			"(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", walLevel)}
+	case outboxName == nil:
+		return nil, tbl, &unavailable{fmt.Sprintf("the outbox table %s does not exist (run queuebox migrate up)", outbox)}
+	case !published:
+		return nil, tbl, &unavailable{fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
+			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", pub)}
+	case !outboxPublished:
+		return nil, tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *outboxSchema, *outboxName)}
+	case inboxName != nil && !inboxPublished:
+		return nil, tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *inboxSchema, *inboxName)}
+	case slots >= maxSlots:
+		return nil, tbl, &unavailable{slotsReason(maxSlots)}
+	case senders >= maxSenders:
+		return nil, tbl, &unavailable{sendersReason(maxSenders)}
+	}
+	tbl.outbox = relation{*outboxSchema, *outboxName}
+	if inboxName != nil {
+		tbl.inbox = relation{*inboxSchema, *inboxName}
+	}
+	cfg := l.d.cfg.ConnConfig.Config.Copy()
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		var u *unavailable
+		if c := l.classify(err); errors.As(c, &u) {
+			return nil, tbl, c
+		}
+		return nil, tbl, mapError(err)
+	}
+	if !mayReplicate {
+		// A membership allowed it (Amazon RDS's rds_replication): fine.
+		l.log.Debug("wake-ups: the role has no REPLICATION attribute, yet may replicate", "role", l.role)
+	}
+	return conn, tbl, nil
+}
+
+// slotsReason and sendersReason say that the server has no room for one
+// more listener; n is the limit, or 0 when it is not known.
+func slotsReason(n int) string {
+	return fmt.Sprintf("all%s replication slots of the server are in use (max_replication_slots); each listening replica needs one: "+
+		"raise max_replication_slots (a restart) or drop the slots that nothing uses", count(n))
+}
+
+func sendersReason(n int) string {
+	return fmt.Sprintf("all%s WAL senders of the server are in use (max_wal_senders); each listening replica needs one: "+
+		"raise max_wal_senders (a restart)", count(n))
+}
+
+func count(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" %d", n)
+}
+
+// classify turns the server's refusals that a setting or grant would lift
+// into an *unavailable that names it; other errors are returned as they are.
+func (l *Listener) classify(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	role := l.role
+	switch {
+	case pgErr.Code == "42501":
+		return &unavailable{fmt.Sprintf("the role %s may not open a replication connection: grant it with ALTER ROLE %s REPLICATION "+
+			"(on Amazon RDS: GRANT rds_replication TO %s)", role, Quoting.Ident(role), Quoting.Ident(role))}
+	case pgErr.Code == "53400":
+		return &unavailable{slotsReason(0)}
+	case pgErr.Code == "53300" && strings.Contains(pgErr.Message, "max_wal_senders"):
+		return &unavailable{sendersReason(0)}
+	case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
+		return &unavailable{"the server's wal_level is below logical, and logical replication needs wal_level = logical " +
+			"(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)"}
+	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
+		return &unavailable{fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
+			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", l.d.names.Publication())}
+	case strings.HasPrefix(pgErr.Code, "28"):
+		return &unavailable{fmt.Sprintf("the server refused the role %s a replication connection (%s): "+
+			"a pg_hba.conf line must allow it for this database", role, pgErr.Message)}
+	}
+	return err
+}
+
+// session creates the temporary slot on conn, starts streaming and
+// streams until the connection fails or ctx ends. It closes conn.
+func (l *Listener) session(ctx context.Context, conn *pgconn.PgConn, tbl tables, retry *backoff.Capped) error {
+	pid := conn.PID()
+	// The walsender carries the relay's application_name: it is not
+	// another relay (OtherRelays).
+	l.d.own.add(pid)
+	defer l.d.own.remove(pid)
+	defer l.close(conn)
+	slot, err := slotName()
+	if err != nil {
+		return err
+	}
+	if l.Status().State == dialects.WakeupsConnecting {
+		l.log.Debug("wake-ups: creating the replication slot; it waits for the transactions running now to end", "slot", slot)
+	}
+	// NOEXPORT_SNAPSHOT: no snapshot to hand out, the slot is for now on.
+	// The old spelling works on every supported server.
+	if _, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
+		Temporary: true, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication,
+	}); err != nil {
+		return fmt.Errorf("create the replication slot: %w", l.classify(err))
+	}
+	// publication_names is a list of identifiers: quoted, so that a name
+	// with capitals keeps them.
+	args := []string{"proto_version '1'", "publication_names '" + Quoting.Ident(l.d.names.Publication()) + "'"}
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+		return fmt.Errorf("start replication: %w", l.classify(err))
+	}
+	retry.Reset()
+	l.set(dialects.WakeupsListening, "", slot)
+	return l.stream(ctx, conn, tbl)
+}
+
+func (l *Listener) close(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+func slotName() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "queuebox_" + hex.EncodeToString(b), nil
+}
+
+// Which table a relation id of the stream is.
+const (
+	otherTable = iota
+	outboxTable
+	inboxTable
+)
+
+// stream reads the replication stream until it fails or ctx ends.
+func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables) error {
+	var acked pglogrepl.LSN
+	relations := map[uint32]int{}
+	// inserted says which tables the transaction being read inserted into.
+	var inserted [3]bool
+	beat := l.opts.Heartbeat
+	silence := max(3*beat, 30*time.Second)
+	next, heard := time.Now().Add(beat), time.Now()
+	for {
+		if !time.Now().Before(next) {
+			if silent := time.Since(heard); silent > silence {
+				return fmt.Errorf("the server sent nothing for %s", silent.Round(time.Second))
+			}
+			// The position is acknowledged as written, flushed and applied:
+			// the server may recycle WAL up to it. ReplyRequested asks for
+			// a keepalive, so that a dead server is noticed.
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked, ReplyRequested: true}); err != nil {
+				return fmt.Errorf("send a status update: %w", err)
+			}
+			next = time.Now().Add(beat)
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && pgconn.Timeout(err):
+			continue
+		case err != nil:
+			return err
+		}
+		heard = time.Now()
+		var data []byte
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			data = m.Data
+		case *pgproto3.ErrorResponse:
+			return l.classify(pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the replication stream")
+		default:
+			continue
+		}
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return err
+			}
+			acked = max(acked, k.ServerWALEnd)
+			if k.ReplyRequested {
+				next = time.Time{}
+			}
+		case pglogrepl.XLogDataByteID:
+			x, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return err
+			}
+			m, err := pglogrepl.Parse(x.WALData)
+			if err != nil {
+				return fmt.Errorf("decode a message of the replication stream: %w", err)
+			}
+			switch m := m.(type) {
+			case *pglogrepl.RelationMessage:
+				r := relation{m.Namespace, m.RelationName}
+				switch r {
+				case tbl.outbox:
+					relations[m.RelationID] = outboxTable
+				case tbl.inbox:
+					relations[m.RelationID] = inboxTable
+				default:
+					relations[m.RelationID] = otherTable
+				}
+			case *pglogrepl.BeginMessage:
+				inserted = [3]bool{}
+			case *pglogrepl.InsertMessage:
+				inserted[relations[m.RelationID]] = true
+			case *pglogrepl.CommitMessage:
+				if inserted[outboxTable] {
+					nudge(l.outbox)
+				}
+				if inserted[inboxTable] {
+					nudge(l.inbox)
+				}
+				inserted = [3]bool{}
+				acked = max(acked, m.TransactionEndLSN)
+			}
+		}
+	}
+}
+
+// nudge sends on a channel that holds one value, without waiting: a value
+// already there says the same.
+func nudge(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// set changes the status, logs the change, reports it, and nudges both
+// channels (see dialects.Wakeups). A status that does not change is not
+// reported again.
+func (l *Listener) set(state dialects.WakeupState, reason, slot string) {
+	if old := l.status.Load(); old != nil && old.State == state && old.Reason == reason && old.Slot == slot {
+		return
+	}
+	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Since: time.Now()}
+	l.status.Store(&st)
+	switch state {
+	case dialects.WakeupsListening:
+		l.log.Info("wake-ups: listening for inserts with logical replication", "slot", slot, "publication", l.d.names.Publication())
+	case dialects.WakeupsConnecting:
+		if reason != "" {
+			l.log.Warn("wake-ups: probing until logical replication is set up", "reason", reason)
+		}
+	case dialects.WakeupsReconnecting:
+		l.log.Warn("wake-ups: the replication connection failed; probing until it is back", "reason", reason)
+	case dialects.WakeupsUnavailable:
+		l.log.Info("wake-ups: probing, logical replication is not available", "reason", reason)
+	case dialects.WakeupsOff:
+		l.log.Info("wake-ups: probing", "reason", reason)
+	}
+	if l.opts.OnStatus != nil {
+		l.opts.OnStatus(st)
+	}
+	nudge(l.outbox)
+	nudge(l.inbox)
+}
