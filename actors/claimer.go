@@ -50,6 +50,14 @@ type (
 		took   time.Duration
 		err    error
 	}
+	// stragglersResult is a look for stragglers (see reach.go).
+	stragglersResult struct {
+		ago    time.Duration
+		found  bool
+		sentAt time.Time
+		took   time.Duration
+		err    error
+	}
 	// credit returns room for n rows: their outcomes are written;
 	// continued are the keys whose runs ended well among them.
 	credit struct {
@@ -173,6 +181,11 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.maybeClaim(ctx)
 	case *floorsResult:
 		c.reach.floorsRead(m.floors, m.took, m.err)
+	case *stragglersResult:
+		c.reach.stragglersFound(m.ago, m.found, m.sentAt, m.took, m.err)
+		if m.found {
+			c.maybeClaim(ctx)
+		}
 	case *probeTick:
 		c.probe(ctx)
 	case *probeResult:
@@ -250,15 +263,16 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		c.repace(time.Now())
 		return false
 	}
-	l := &lease{token: uuid.New(), replays: c.reach.replays}
+	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds}
 	if plan.bounds != nil {
-		l.replays = plan.bounds.Replays
+		l.rewinds = plan.bounds.Rewinds
 	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
 	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim,
 		Continue: plan.continued, Bounds: plan.bounds, ContinueOnly: plan.continueOnly}
 	c.readFloors(ctx)
+	c.lookForStragglers(ctx)
 	// A gated claim probes first, on a copy of the watermark: the claim
 	// then takes every row that arrived and settled up to that moment.
 	wm, clk := c.gate.forStatement(), c.gate.clock
@@ -301,6 +315,27 @@ func (c *claimer) readFloors(ctx actor.Context) {
 		start := time.Now()
 		f, err := dialect.OutboxFloors(qctx, settled)
 		root.Send(self, &floorsResult{floors: f, took: time.Since(start), err: err})
+	}()
+}
+
+// lookForStragglers starts a look for stragglers when one is due (see
+// reach.go), on the gate as it stands: a row the gate holds back is no
+// straggler yet.
+func (c *claimer) lookForStragglers(ctx actor.Context) {
+	if c.gate.blind {
+		return
+	}
+	b, ok := c.reach.stragglersDue()
+	if !ok {
+		return
+	}
+	root, self, dialect, bg, g := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.gate.wm.Gate()
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, time.Minute)
+		defer cancel()
+		start := time.Now()
+		ago, found, err := dialect.OutboxStragglers(qctx, g, b)
+		root.Send(self, &stragglersResult{ago: ago, found: found, sentAt: start, took: time.Since(start), err: err})
 	}()
 }
 

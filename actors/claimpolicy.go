@@ -55,8 +55,11 @@ func (c *claimChoice) pick(run int) claimKind {
 	return scheduleClaim
 }
 
-// shallowRun is the run at or below which keys count as shallow.
-const shallowRun = 2
+// shallowRun is the run at or below which keys count as shallow. Runs of
+// keys that get a row now and then swing between one and a few (a claim
+// that finds two rows of one key doubles the run it asks for); a deep
+// backlog reaches maxRun within a few claims.
+const shallowRun = 8
 
 // observe learns from the rows a claim returned.
 func (c *claimChoice) observe(rows []dialects.Row) {

@@ -21,6 +21,8 @@ type (
 		abandons []dialects.Claim
 		// continued: a key's run ended well (see runState).
 		continued *continuation
+		// rewind: move the rewind counter once these are written.
+		rewind bool
 	}
 	flushDone struct{}
 )
@@ -53,6 +55,7 @@ type completer struct {
 	buf       []dialects.Outcome
 	abandons  []dialects.Claim
 	continued []continuation
+	rewind    bool
 	running   int
 }
 
@@ -64,6 +67,7 @@ func (c *completer) Receive(ctx actor.Context) {
 		if m.continued != nil {
 			c.continued = append(c.continued, *m.continued)
 		}
+		c.rewind = c.rewind || m.rewind
 	case *flushDone:
 		c.running--
 	}
@@ -76,12 +80,21 @@ func (c *completer) flush(ctx actor.Context) {
 	if len(c.buf) == 0 && len(c.abandons) == 0 {
 		return
 	}
-	out, abandons, continued := c.buf, c.abandons, c.continued
-	c.buf, c.abandons, c.continued = nil, nil, nil
+	out, abandons, continued, rewind := c.buf, c.abandons, c.continued, c.rewind
+	c.buf, c.abandons, c.continued, c.rewind = nil, nil, nil, false
 	c.running++
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	go func() {
 		lost := c.write(out)
+		if rewind {
+			// The released rows keep their old schedule: every replica's
+			// claims set their bounds aside once (see reach.go).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(c.bg), 5*time.Second)
+			if err := c.dialect.OutboxRewind(rctx); err != nil {
+				c.log.Warn("could not tell the other replicas that rows went back to pending; they find them at their next look for stragglers", "error", err)
+			}
+			cancel()
+		}
 		if n := len(lost) + len(abandons); n > 0 {
 			c.obs.LostClaims(n)
 			c.stats.LostClaims.Add(int64(n))

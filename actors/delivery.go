@@ -82,7 +82,7 @@ type deliveryQueue struct {
 type runState struct {
 	last    dialects.Claim
 	lastSeq int64
-	replays int64
+	rewinds int64
 	started bool
 	broken  bool
 }
@@ -91,7 +91,7 @@ type runState struct {
 // replay counter that position holds for.
 type continuation struct {
 	pos     dialects.KeyPosition
-	replays int64
+	rewinds int64
 	// last is the claim of the run's last row: if its outcome turns out
 	// lost, the position is not the key's.
 	last dialects.Claim
@@ -118,6 +118,7 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 		q.noteRun(m.rows)
 		q.queue = append(q.queue, m.rows...)
 		if q.draining {
+			out.rewind = true
 			q.releaseQueue(&out)
 		}
 	case *deliveryDone:
@@ -126,6 +127,7 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 		q.onLost(m.ids, &out)
 	case *drain:
 		q.draining = true
+		out.rewind = len(q.queue) > 0
 		q.releaseQueue(&out)
 	default:
 		return 0, false
@@ -142,10 +144,10 @@ func (q *deliveryQueue) noteRun(rows []claimed) {
 		return
 	}
 	if q.idle() && !q.run.started {
-		q.run = runState{started: true, replays: rows[0].lease.replays}
+		q.run = runState{started: true, rewinds: rows[0].lease.rewinds}
 	}
 	for _, r := range rows {
-		if r.lease.replays != q.run.replays {
+		if r.lease.rewinds != q.run.rewinds {
 			q.run.broken = true
 		}
 	}
@@ -167,7 +169,7 @@ func (q *deliveryQueue) endRun(out *outcomes) {
 		return
 	}
 	if !q.run.broken && q.run.lastSeq > 0 && !q.draining {
-		out.continued = &continuation{pos: dialects.KeyPosition{Key: q.key, After: q.run.lastSeq}, replays: q.run.replays, last: q.run.last}
+		out.continued = &continuation{pos: dialects.KeyPosition{Key: q.key, After: q.run.lastSeq}, rewinds: q.run.rewinds, last: q.run.last}
 	}
 	q.run = runState{}
 }
@@ -184,6 +186,7 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 			// The lease may have passed: delivering now could race another
 			// replica. Hand the row back.
 			q.d.release(out, head.Row)
+			out.rewind = true
 			q.stopIfOrdered(out)
 			continue
 		}
@@ -283,6 +286,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 		case err != nil && q.d.ctx.Err() != nil:
 			// The replica is stopping and cancelled this delivery.
 			q.d.release(out, p.row)
+			out.rewind = true
 			stopped = q.ordered
 		default:
 			if q.d.finish(out, p, err, m.took) == dialects.OutcomeRetry {
@@ -382,6 +386,10 @@ type outcomes struct {
 	stopped bool
 	// continued is where the key stands when its run ended well.
 	continued *continuation
+	// rewind: rows went back to pending that no one else will continue
+	// (a stopping replica's, or past their trust window); the completer
+	// moves the rewind counter once they are written (see reach.go).
+	rewind bool
 }
 
 func (o *outcomes) abandon(c dialects.Claim) {
@@ -440,5 +448,5 @@ func (d *deliverer) send(ctx actor.Context, out *outcomes) {
 		d.obs.Released(out.released)
 		d.stats.Released.Add(int64(out.released))
 	}
-	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons, continued: out.continued})
+	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons, continued: out.continued, rewind: out.rewind})
 }

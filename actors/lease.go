@@ -17,10 +17,10 @@ import (
 type lease struct {
 	token        uuid.UUID
 	trustedUntil atomic.Int64 // unix nanoseconds
-	// replays is the replay counter the claim's bounds were made at (see
+	// rewinds is the replay counter the claim's bounds were made at (see
 	// reach.go): a key's position learnt from its rows holds only while
 	// the counter stands there.
-	replays int64
+	rewinds int64
 }
 
 func (l *lease) trusted(now time.Time) bool { return now.UnixNano() < l.trustedUntil.Load() }

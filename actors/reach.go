@@ -22,26 +22,30 @@ import (
 //   - a lookback: the walk in schedule order looks only at rows that became
 //     due since the last claim looked (less lookbackMargin, for the
 //     transactions that committed meanwhile), or since keyed rows began to
-//     wait for a writer.
+//     wait for a writer. A row's scheduled_at is its transaction's start:
+//     a transaction that inserts more than lookbackMargin after it began,
+//     and commits between two probes, leaves a row behind the lookback (a
+//     straggler).
 //   - floors: per group of keys, a sequence below which no row is pending
 //     or processing (OutboxFloors); the head rule's probe stops there.
 //
-// Bounds only ever leave rows out of a claim's view; floors are exact, and a
-// replay (the one thing that puts a row back below them) moves a counter
-// that makes every claim set the bounds aside until new ones are made. The
-// rows a lookback leaves out (a lease that expired, rows released by a
-// stopping replica, a transaction that inserted long after it began) are
-// found by a full look: a claim without a lookback, and fresh floors. A
+// Bounds only ever leave rows out of a claim's view; floors are exact.
+// Rows that go back to pending behind the bounds (a replay, a lease that
+// expired, a stopping replica's releases) move a rewind counter, and every
+// claim that finds it moved sets its bounds aside: the replica's next walk
+// looks from the start. Stragglers are found by a look of their own
+// (OutboxStragglers): read only, off the claims' path, as often as its cost
+// allows (fullLookFactor times its last duration, at least every
+// maxFullLook), and it lets the next claim look back to the straggler. A
 // claim by key walks the keys only when its continuations leave room, and
-// not more often than its cost allows. The full look and the walk over the
-// keys run as often as their cost allows (fullLookFactor times their last
-// duration), so that they stay a small share of the claims' time however
-// many versions a long transaction keeps.
+// rows arrived or its cost allows. So the looks that read every version
+// stay a small share of the time however many versions a long transaction
+// keeps, and none of them holds a claim up.
 type reach struct {
 	clock clock
 	// known: a probe has told the replay counter.
 	known   bool
-	replays int64
+	rewinds int64
 	// continuing are the keys to continue, oldest first, and their
 	// positions.
 	continuing []dialects.KeyPosition
@@ -60,7 +64,7 @@ type reach struct {
 	// over the keys could see: rows inserted since are news, and news is
 	// worth a walk whatever its cost.
 	nextFull, nextFloors, nextWalk time.Time
-	reading                        bool
+	reading, looking               bool
 	walkedAt                       int64
 	// blind: the gate cannot tell settled rows, so floors (which count on
 	// every row up to the watermark being visible) are not used.
@@ -72,15 +76,17 @@ type reach struct {
 // transaction that began before a look may commit after it.
 const lookbackMargin = 250 * time.Millisecond
 
-// fullLookFactor, minFullLook, maxFullLook: a full look (or a walk over the
-// keys) comes fullLookFactor times its last duration after it, within
-// these bounds: often while it is cheap, rarely while a long transaction
-// makes it walk many versions, and never less than once a minute, which
-// bounds how long a row left out by a lookback waits.
+// fullLookFactor, minFullLook, maxFullLook: a look for stragglers, a read
+// of the floors or a walk over the keys comes fullLookFactor times its last
+// duration after the last, within these bounds: often while it is cheap,
+// rarely while a long transaction makes it read many versions, and never
+// less than once a minute. minStragglerLook is the shortest time between
+// two looks for stragglers, which are rare.
 const (
-	fullLookFactor = 20
-	minFullLook    = 10 * time.Millisecond
-	maxFullLook    = time.Minute
+	fullLookFactor   = 20
+	minFullLook      = 10 * time.Millisecond
+	maxFullLook      = time.Minute
+	minStragglerLook = time.Second
 )
 
 // maxContinuing bounds the keys the claimer remembers to continue; beyond
@@ -91,10 +97,10 @@ func newReach(c clock) reach { return reach{clock: c} }
 
 // observe takes a probe's replay counter: a replay sets every bound aside.
 func (r *reach) observe(p dialects.Probe) {
-	if r.known && p.Replays == r.replays {
+	if r.known && p.Rewinds == r.rewinds {
 		return
 	}
-	r.known, r.replays = true, p.Replays
+	r.known, r.rewinds = true, p.Rewinds
 	r.continuing, r.floors = nil, nil
 	r.nextFloors = time.Time{}
 	r.lowerTo(time.Time{})
@@ -114,7 +120,7 @@ func (r *reach) lowerTo(t time.Time) {
 // for the current counter.
 func (r *reach) continued(cs []continuation) {
 	for _, c := range cs {
-		if r.known && c.replays == r.replays {
+		if r.known && c.rewinds == r.rewinds {
 			r.continuing = append(r.continuing, c.pos)
 		}
 	}
@@ -128,9 +134,9 @@ type claimPlan struct {
 	bounds       *dialects.Bounds
 	continued    []dialects.KeyPosition
 	continueOnly bool
-	// full: the claim walks from the start (a full look), or, by key, walks
-	// the keys; lowered is reach.lowered when it was planned, seen the
-	// newest sequence known then.
+	// full: the claim walks from the start, or, by key, walks the keys;
+	// lowered is reach.lowered when it was planned, seen the newest
+	// sequence known then.
 	full    bool
 	lowered int
 	seen    int64
@@ -149,16 +155,14 @@ func (r *reach) plan(kind claimKind, heads int, seen int64) claimPlan {
 		p.full = true
 		return p
 	}
-	b := &dialects.Bounds{Replays: r.replays}
-	if r.floors != nil && r.floorsAt == r.replays && !r.blind {
+	b := &dialects.Bounds{Rewinds: r.rewinds}
+	if r.floors != nil && r.floorsAt == r.rewinds && !r.blind {
 		b.Floors = r.floors
 	}
 	switch kind {
 	case scheduleClaim:
-		if r.anchor.IsZero() || !now.Before(r.nextFull) {
-			p.full = true
-		} else {
-			b.Lookback = now.Sub(r.anchor) + lookbackMargin
+		if p.full = r.anchor.IsZero(); !p.full {
+			b.Lookback = r.lookback(now)
 		}
 	case byKeyClaim:
 		// Walk the keys when the continuations leave room for heads, and
@@ -183,9 +187,6 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 	now := r.clock.Now()
 	switch kind {
 	case scheduleClaim:
-		if p.full {
-			r.nextFull = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
-		}
 		if p.lowered != r.lowered || rep.Now.IsZero() {
 			return // the anchor moved back meanwhile, or the dialect keeps no bounds
 		}
@@ -204,6 +205,36 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 			r.nextWalk = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
 			r.walkedAt = max(r.walkedAt, p.seen)
 		}
+	}
+}
+
+// lookback is how far back a walk planned now looks.
+func (r *reach) lookback(now time.Time) time.Duration {
+	return now.Sub(r.anchor) + lookbackMargin
+}
+
+// stragglersDue says whether to look for stragglers now, and with which
+// bounds (marking the look under way).
+func (r *reach) stragglersDue() (dialects.Bounds, bool) {
+	now := r.clock.Now()
+	if r.looking || !r.known || r.anchor.IsZero() || now.Before(r.nextFull) {
+		return dialects.Bounds{}, false
+	}
+	r.looking = true
+	b := dialects.Bounds{Rewinds: r.rewinds, Lookback: r.lookback(now)}
+	if r.floors != nil && r.floorsAt == r.rewinds && !r.blind {
+		b.Floors = r.floors
+	}
+	return b, true
+}
+
+// stragglersFound takes a look's result: a straggler that became due ago
+// before the look was sent (at sentAt) makes the next walk look back to it.
+func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time, took time.Duration, err error) {
+	r.looking = false
+	r.nextFull = r.clock.Now().Add(min(max(fullLookFactor*took, minStragglerLook), maxFullLook))
+	if err == nil && found {
+		r.lowerTo(sentAt.Add(-ago))
 	}
 }
 
@@ -227,7 +258,7 @@ func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
 		return
 	}
 	r.nextFloors = r.clock.Now().Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
-	if f.Replays == r.replays {
-		r.floors, r.floorsAt = f.Groups, f.Replays
+	if f.Rewinds == r.rewinds {
+		r.floors, r.floorsAt = f.Groups, f.Rewinds
 	}
 }

@@ -86,22 +86,17 @@ func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 	if !p.full || p.bounds != nil {
 		t.Fatalf("before any probe: %+v, want a full look without bounds", p)
 	}
-	r.observe(dialects.Probe{Replays: 3})
+	r.observe(dialects.Probe{Rewinds: 3})
 	p = r.plan(scheduleClaim, 10, 0)
-	if !p.full || p.bounds == nil || p.bounds.Replays != 3 || p.bounds.Lookback != 0 {
+	if !p.full || p.bounds == nil || p.bounds.Rewinds != 3 || p.bounds.Lookback != 0 {
 		t.Fatalf("first claim after the probe: %+v, want a full look at counter 3", p)
 	}
 	clk.advance(5 * time.Millisecond)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, 5*time.Millisecond, time.Time{})
-	clk.advance(time.Second) // the next full look is 100 ms after the last one: due
-	if p = r.plan(scheduleClaim, 10, 0); !p.full {
-		t.Fatalf("a second after a full look that took 5 ms: %+v, want another", p)
-	}
-	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, 50*time.Millisecond, time.Time{})
-	clk.advance(100 * time.Millisecond) // the next is a second away
+	clk.advance(100 * time.Millisecond)
 	p = r.plan(scheduleClaim, 10, 0)
-	if p.full || p.bounds.Lookback != 100*time.Millisecond+lookbackMargin {
-		t.Fatalf("100 ms after the last look: %+v, want a lookback of 100 ms plus the margin", p.bounds)
+	if p.full || p.bounds.Lookback != 105*time.Millisecond+lookbackMargin {
+		t.Fatalf("105 ms after the last claim was planned: %+v, want a lookback of 105 ms plus the margin", p.bounds)
 	}
 	// A walk cut at its limit reached rows due 30 ms before the claim: the
 	// next one looks back to there.
@@ -128,11 +123,11 @@ func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 func TestReachForgetsEverythingAtAReplay(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
-	r.observe(dialects.Probe{Replays: 1})
+	r.observe(dialects.Probe{Rewinds: 1})
 	p := r.plan(scheduleClaim, 10, 0)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
-	r.floorsRead(dialects.Floors{Replays: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
-	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 7}, replays: 1}, {pos: dialects.KeyPosition{Key: "b", After: 9}, replays: 0}})
+	r.floorsRead(dialects.Floors{Rewinds: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 7}, rewinds: 1}, {pos: dialects.KeyPosition{Key: "b", After: 9}, rewinds: 0}})
 	if len(r.continuing) != 1 || r.continuing[0].Key != "a" {
 		t.Fatalf("continuing %+v, want only a (b's position was made at another counter)", r.continuing)
 	}
@@ -141,13 +136,49 @@ func TestReachForgetsEverythingAtAReplay(t *testing.T) {
 	if before.full || before.bounds.Floors == nil || len(before.continued) != 1 {
 		t.Fatalf("before the replay: %+v, want a bounded claim with floors that continues a", before)
 	}
-	r.observe(dialects.Probe{Replays: 2})
-	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "c", After: 1}, replays: 1}})
+	r.observe(dialects.Probe{Rewinds: 2})
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "c", After: 1}, rewinds: 1}})
 	// The claim planned before the replay returns afterwards.
 	r.claimed(scheduleClaim, before, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
 	p = r.plan(scheduleClaim, 10, 0)
-	if !p.full || p.bounds.Replays != 2 || p.bounds.Floors != nil || len(p.continued) != 0 {
+	if !p.full || p.bounds.Rewinds != 2 || p.bounds.Floors != nil || len(p.continued) != 0 {
 		t.Fatalf("after a replay: %+v, want a full look at counter 2, no floors, no continuations", p)
+	}
+}
+
+// A look for stragglers comes no more often than its cost allows, and a
+// straggler it finds makes the next walk look back to it.
+func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	if _, due := r.stragglersDue(); due {
+		t.Fatal("a look for stragglers before any probe")
+	}
+	r.observe(dialects.Probe{Rewinds: 4})
+	p := r.plan(scheduleClaim, 10, 0)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	b, due := r.stragglersDue()
+	if !due || b.Rewinds != 4 || b.Lookback != lookbackMargin {
+		t.Fatalf("first look: %+v %v", b, due)
+	}
+	if _, again := r.stragglersDue(); again {
+		t.Fatal("a second look while one runs")
+	}
+	sent := clk.Now()
+	clk.advance(200 * time.Millisecond)
+	r.stragglersFound(0, false, sent, 200*time.Millisecond, nil) // next in 4 s
+	clk.advance(3 * time.Second)
+	if _, due = r.stragglersDue(); due {
+		t.Fatal("a look 3 s after one that took 200 ms")
+	}
+	clk.advance(2 * time.Second)
+	if _, due = r.stragglersDue(); !due {
+		t.Fatal("no look 5 s after one that took 200 ms")
+	}
+	sent = clk.Now()
+	r.stragglersFound(time.Minute, true, sent, time.Millisecond, nil)
+	if p = r.plan(scheduleClaim, 10, 0); p.bounds.Lookback != time.Minute+lookbackMargin {
+		t.Fatalf("after a straggler a minute old: lookback %s, want a minute plus the margin", p.bounds.Lookback)
 	}
 }
 

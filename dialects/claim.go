@@ -10,7 +10,7 @@ import (
 
 // KeyPosition is where a key stands for the replica that finished a run of
 // it: every row of Key with a sequence up to After is delivered or dead.
-// Rows stay that way, but for a replay (see Bounds.Replays).
+// Rows stay that way, but for a replay (see Bounds.Rewinds).
 type KeyPosition struct {
 	Key   string
 	After int64
@@ -23,12 +23,14 @@ type KeyPosition struct {
 // would walk every version since that transaction began. A bound only ever
 // leaves rows out of one claim's view, never lets a row be claimed out of
 // order: rows it leaves out are found by a later claim without it (the
-// relay's periodic full look), except Floors, which must be exact.
+// relay's periodic look for stragglers), except Floors, which must be exact.
 type Bounds struct {
-	// Replays is the replay counter (Probe.Replays, Floors.Replays) that the
-	// bounds were made at. A replay may put a row back below any of them: a
-	// claim that finds the counter moved ignores them.
-	Replays int64
+	// Rewinds is the rewind counter (Probe.Rewinds, Floors.Rewinds) that
+	// the bounds were made at. A replay, a lease that expired, or the
+	// release of a stopping replica's rows may put a row back below any of
+	// them, and each moves the counter: a claim that finds it moved ignores
+	// them.
+	Rewinds int64
 	// Lookback is how long ago the oldest due row that the walk in schedule
 	// order looks at became due; 0 looks from the start.
 	Lookback time.Duration
@@ -42,10 +44,10 @@ type Bounds struct {
 // make a key whose head waits for a retry hold back fewer other keys' floors.
 const FloorGroups = 1024
 
-// Floors are the floors of the groups of keys, and the replay counter they
+// Floors are the floors of the groups of keys, and the rewind counter they
 // hold for (see Bounds).
 type Floors struct {
-	Replays int64
+	Rewinds int64
 	Groups  []int64
 }
 

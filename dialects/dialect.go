@@ -357,6 +357,17 @@ type Relay interface {
 	// rows (on PostgreSQL: those that drew outbox sequence values), oldest
 	// first. They are what holds back keyed rows inserted after them.
 	OutboxWriters(ctx context.Context) ([]Writer, error)
+	// OutboxStragglers finds the oldest due row that a claim with gate g
+	// would take but that a walk looking back only b.Lookback would not
+	// see, and says how long ago it became due (false: there is none). It
+	// reads every row version behind the lookback: the relay runs it off
+	// its claims' path, rarely. ErrNotSupported where the dialect keeps no
+	// bounds.
+	OutboxStragglers(ctx context.Context, g *Gate, b Bounds) (time.Duration, bool, error)
+	// OutboxRewind moves the rewind counter (see Bounds): rows went back to
+	// pending behind what the relays have looked at. A no-op where the
+	// dialect keeps no bounds.
+	OutboxRewind(ctx context.Context) error
 	// OutboxFloors reads the floor of every group of keys (see Bounds):
 	// every pending and processing row, so it is run rarely. settled is the
 	// gate's watermark: rows up to it are visible to the statement.

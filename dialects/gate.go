@@ -19,9 +19,9 @@ type Probe struct {
 	// (PostgreSQL's snapshot xmax is not that bound: it is one past the
 	// newest id that ended, and a transaction with a newer id may run.)
 	Next int64
-	// Replays is the table's replay counter (see Bounds), read with Last;
+	// Rewinds is the table's rewind counter (see Bounds), read with Last;
 	// 0 where the dialect keeps none.
-	Replays int64
+	Rewinds int64
 	// Writer is the id of the oldest open transaction that drew a value of
 	// the table's sequence, read after Last: NoWriters when none is open,
 	// 0 when the dialect cannot tell (then only Xmin settles). Transactions

@@ -27,7 +27,7 @@ type Quoting struct {
 //	{{t}} {{it}}            the outbox / inbox table, schema-qualified
 //	{{c "key"}} {{ic "x"}}  a column of the outbox / inbox table, by logical name
 //	{{seq}} {{iseq}}        the outbox / inbox sequence, schema-qualified
-//	{{replays}}             the outbox's replay counter (a sequence), schema-qualified
+//	{{rewinds}}             the outbox's rewind counter (a sequence), schema-qualified
 //	{{idx "topic"}}         an index name (bare): idx_outbox_topic
 //	{{obj "xid_first"}}     a helper object name (bare): outbox_xid_first
 //	{{pub}}                 the wake-ups publication's name (bare; Names.Publication)
@@ -49,7 +49,7 @@ func TemplateFuncs(n Names, q Quoting) template.FuncMap {
 		"ic":      func(l string) string { return q.Ident(n.InboxCol(l)) },
 		"seq":     func() string { return qualify(q.Ident(n.Sequence())) },
 		"iseq":    func() string { return qualify(q.Ident(n.InboxSequence())) },
-		"replays": func() string { return qualify(q.Ident(n.Object("replays"))) },
+		"rewinds": func() string { return qualify(q.Ident(n.Object("rewinds"))) },
 		"idx":     n.Index,
 		"iidx":    n.InboxIndex,
 		"obj":     n.Object,

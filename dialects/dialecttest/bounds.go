@@ -23,7 +23,9 @@ func boundsTests(h Harness) []subtest {
 			subtest{"ClaimByKeyContinueOnlyTakesOnlyThoseKeys", testContinueOnly},
 			subtest{"ClaimLookbackLeavesOlderRowsForLater", testLookback},
 			subtest{"ClaimFloorsKeepTheHeadRule", testFloors},
-			subtest{"ReplayMovesTheCounter", testReplayCounter})
+			subtest{"ReplayMovesTheCounter", testReplayCounter},
+			subtest{"ExpiredLeasesAndRewindMoveTheCounter", testRewinds},
+			subtest{"StragglersAreHeadsBehindTheLookback", testStragglers})
 	}
 	return tests
 }
@@ -79,7 +81,7 @@ func testContinue(t *testing.T, h Harness) {
 	insert(t, d, keyed("k", 3)...)
 	deliverAll(t, d, run)
 	got := h.claimWith(t, d, dialects.ClaimParams{Continue: []dialects.KeyPosition{{Key: "k", After: run[1].Sequence}},
-		Bounds: &dialects.Bounds{Replays: probe(t, d).Replays}})
+		Bounds: &dialects.Bounds{Rewinds: probe(t, d).Rewinds}})
 	if len(got) != 3 || got[0].Sequence <= run[1].Sequence || got[0].Sequence > got[1].Sequence || got[1].Sequence > got[2].Sequence {
 		t.Fatalf("continued claim took %v, want the three rows after %d in order", seqs(got), run[1].Sequence)
 	}
@@ -96,7 +98,7 @@ func testBoundsAfterReplay(t *testing.T, h Harness) {
 		t.Fatalf("claimed %d rows, want 1", len(first))
 	}
 	complete(t, d, dialects.Outcome{Claim: first[0].Claim, Kind: dialects.OutcomeDead, Error: "gone"})
-	before := probe(t, d).Replays
+	before := probe(t, d).Rewinds
 	var floors []int64
 	if h.Bounded {
 		f, err := d.OutboxFloors(ctx(t), probe(t, d).Last)
@@ -109,12 +111,12 @@ func testBoundsAfterReplay(t *testing.T, h Harness) {
 	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{first[0].ID}, []dialects.State{dialects.Dead}); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v", n, err)
 	}
-	if h.Bounded && probe(t, d).Replays == before {
+	if h.Bounded && probe(t, d).Rewinds == before {
 		t.Fatalf("the replay counter did not move (%d)", before)
 	}
 	got := h.claimWith(t, d, dialects.ClaimParams{Limit: 1, MaxHeads: 1,
 		Continue: []dialects.KeyPosition{{Key: "k", After: first[0].Sequence}},
-		Bounds:   &dialects.Bounds{Replays: before, Lookback: time.Millisecond, Floors: floors}})
+		Bounds:   &dialects.Bounds{Rewinds: before, Lookback: time.Millisecond, Floors: floors}})
 	if len(got) != 1 || got[0].ID != first[0].ID {
 		t.Fatalf("with bounds made before a replay, claimed %v, want the replayed row %d first", seqs(got), first[0].Sequence)
 	}
@@ -131,7 +133,7 @@ func testContinueOnly(t *testing.T, h Harness) {
 	insert(t, d, dialects.NewRow{})
 	deliverAll(t, d, run)
 	got := h.claimWith(t, d, dialects.ClaimParams{ByKey: true, ContinueOnly: true,
-		Continue: []dialects.KeyPosition{{Key: "a", After: run[0].Sequence}}, Bounds: &dialects.Bounds{Replays: probe(t, d).Replays}})
+		Continue: []dialects.KeyPosition{{Key: "a", After: run[0].Sequence}}, Bounds: &dialects.Bounds{Rewinds: probe(t, d).Rewinds}})
 	if len(got) != 1 || got[0].Key != "a" {
 		t.Fatalf("a claim that only continues a took %+v, want a's next row only", got)
 	}
@@ -148,7 +150,7 @@ func testLookback(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	old := time.Now().Add(-time.Hour)
 	insert(t, d, dialects.NewRow{ScheduledAt: &old}, dialects.NewRow{})
-	b := &dialects.Bounds{Replays: probe(t, d).Replays, Lookback: time.Minute}
+	b := &dialects.Bounds{Rewinds: probe(t, d).Rewinds, Lookback: time.Minute}
 	got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b})
 	if len(got) != 1 {
 		t.Fatalf("a claim that looks back a minute took %d rows, want the recent one", len(got))
@@ -178,10 +180,10 @@ func testFloors(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Groups) != dialects.FloorGroups || f.Replays != p.Replays {
-		t.Fatalf("floors: %d groups at counter %d, want %d at %d", len(f.Groups), f.Replays, dialects.FloorGroups, p.Replays)
+	if len(f.Groups) != dialects.FloorGroups || f.Rewinds != p.Rewinds {
+		t.Fatalf("floors: %d groups at counter %d, want %d at %d", len(f.Groups), f.Rewinds, dialects.FloorGroups, p.Rewinds)
 	}
-	b := &dialects.Bounds{Replays: f.Replays, Floors: f.Groups}
+	b := &dialects.Bounds{Rewinds: f.Rewinds, Floors: f.Groups}
 	if got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b}); len(got) != 0 {
 		t.Fatalf("with every key busy, a claim bounded by floors took %v", seqs(got))
 	}
@@ -198,11 +200,68 @@ func testReplayCounter(t *testing.T, h Harness) {
 	insert(t, d, dialects.NewRow{})
 	r := h.claim(t, d, 1)
 	complete(t, d, dialects.Outcome{Claim: r[0].Claim, Kind: dialects.OutcomeDead, Error: "x"})
-	at := probe(t, d).Replays
-	if n, _ := d.OutboxReplayIDs(ctx(t), []uuid.UUID{uuid.New()}, []dialects.State{dialects.Dead}); n != 0 || probe(t, d).Replays != at {
+	at := probe(t, d).Rewinds
+	if n, _ := d.OutboxReplayIDs(ctx(t), []uuid.UUID{uuid.New()}, []dialects.State{dialects.Dead}); n != 0 || probe(t, d).Rewinds != at {
 		t.Fatalf("a replay of nothing moved the counter from %d", at)
 	}
-	if n, _ := d.OutboxReplayIDs(ctx(t), []uuid.UUID{r[0].ID}, []dialects.State{dialects.Dead}); n != 1 || probe(t, d).Replays <= at {
+	if n, _ := d.OutboxReplayIDs(ctx(t), []uuid.UUID{r[0].ID}, []dialects.State{dialects.Dead}); n != 1 || probe(t, d).Rewinds <= at {
 		t.Fatalf("a replay of one row left the counter at %d", at)
+	}
+}
+
+// Rows that go back to pending behind what the relays looked at move the
+// counter: leases that expired, and a stopping replica's releases
+// (OutboxRewind).
+func testRewinds(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{})
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v %v", rows, err)
+	}
+	at := probe(t, d).Rewinds
+	time.Sleep(5 * time.Millisecond) // the lease of one millisecond passes
+	if n, err := d.OutboxReleaseExpired(ctx(t), 10, nil); err != nil || n != 1 {
+		t.Fatalf("release: %d, %v", n, err)
+	}
+	released := probe(t, d).Rewinds
+	if released <= at {
+		t.Fatalf("releasing an expired lease left the counter at %d", at)
+	}
+	if n, _ := d.OutboxReleaseExpired(ctx(t), 10, nil); n != 0 || probe(t, d).Rewinds != released {
+		t.Fatal("a release of nothing moved the counter")
+	}
+	if err := d.OutboxRewind(ctx(t)); err != nil || probe(t, d).Rewinds <= released {
+		t.Fatalf("a rewind left the counter at %d (%v)", released, err)
+	}
+}
+
+// The look for stragglers finds the oldest due head that a lookback leaves
+// out, and only a head: not a row behind a busy one, nor a recent row.
+func testStragglers(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	b := dialects.Bounds{Rewinds: probe(t, d).Rewinds, Lookback: time.Minute}
+	if _, found, err := d.OutboxStragglers(ctx(t), nil, b); err != nil || found {
+		t.Fatalf("an empty table has a straggler: %v, %v", found, err)
+	}
+	hour, twoHours := time.Now().Add(-time.Hour), time.Now().Add(-2*time.Hour)
+	head := keyed("busy", 1)
+	head[0].ScheduledAt = &twoHours
+	insert(t, d, head...)
+	busy := h.claim(t, d, 10)
+	if len(busy) != 1 {
+		t.Fatalf("claimed %d rows, want the busy key's head", len(busy))
+	}
+	behind := keyed("busy", 1)
+	behind[0].ScheduledAt = &twoHours
+	insert(t, d, behind...)
+	insert(t, d, dialects.NewRow{}) // recent
+	if _, found, _ := d.OutboxStragglers(ctx(t), nil, b); found {
+		t.Fatal("a row behind a busy head, or a recent one, counts as a straggler")
+	}
+	insert(t, d, dialects.NewRow{ScheduledAt: &hour})
+	ago, found, err := d.OutboxStragglers(ctx(t), nil, b)
+	if err != nil || !found || ago < 59*time.Minute || ago > 61*time.Minute {
+		t.Fatalf("straggler an hour old: %s, %v, %v", ago, found, err)
 	}
 }

@@ -99,14 +99,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 	if p.Limit <= 0 {
 		return res, nil
 	}
-	var settled *int64
-	openLast, openNext := []int64{}, []int64{}
-	if g := p.Gate; g != nil {
-		settled = &g.Settled
-		for _, e := range g.Open {
-			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
-		}
-	}
+	settled, openLast, openNext := gateArgs(p.Gate)
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var locked bool
 		if err := tx.QueryRow(ctx, d.q.InboxRelayLock, dialects.InboxRelayLockName(d.names)).Scan(&locked); err != nil {

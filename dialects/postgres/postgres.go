@@ -67,7 +67,7 @@ type Catalog struct {
 	OutboxPendingDue, OutboxCountByTopicState                        string
 	OutboxBlockedKeys, OutboxDeadGroups                              string
 	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
-	OutboxFloors                                                     string
+	OutboxFloors, OutboxRewind, OutboxStragglers                     string
 	OtherRelays                                                      string
 	dialects.HistoryStatements
 	InboxStatements
@@ -229,14 +229,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	var settled *int64
-	var openLast, openNext []int64
-	if g := p.Gate; g != nil {
-		settled = &g.Settled
-		for _, e := range g.Open {
-			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
-		}
-	}
+	settled, openLast, openNext := gateArgs(p.Gate)
 	stmt, after := d.q.OutboxClaim, ""
 	if p.ByKey {
 		stmt = d.q.OutboxClaimByKey
@@ -244,10 +237,10 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 			after = *c
 		}
 	}
-	var replays, lookback *int64
+	var rewinds, lookback *int64
 	var floors []int64
 	if b := p.Bounds; b != nil {
-		replays = &b.Replays
+		rewinds = &b.Rewinds
 		if b.Lookback > 0 {
 			lb := ms(b.Lookback)
 			lookback = &lb
@@ -259,7 +252,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		keys[i], positions[i] = c.Key, c.After
 	}
 	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
-		replays, lookback, floors, keys, positions, !p.ContinueOnly)
+		rewinds, lookback, floors, keys, positions, !p.ContinueOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -370,11 +363,41 @@ func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uu
 	if keep == nil {
 		keep = []uuid.UUID{}
 	}
-	tag, err := d.pool.Exec(ctx, d.q.OutboxReleaseExpired, limit, keep)
-	if err != nil {
-		return 0, err
+	var n int
+	var counter *int64
+	err = d.pool.QueryRow(ctx, d.q.OutboxReleaseExpired, limit, keep).Scan(&n, &counter)
+	return n, err
+}
+
+// OutboxStragglers finds the oldest due head that a walk looking back
+// b.Lookback would not see.
+func (d *Dialect) OutboxStragglers(ctx context.Context, g *dialects.Gate, b dialects.Bounds) (_ time.Duration, _ bool, err error) {
+	defer func() { err = mapError(err) }()
+	settled, openLast, openNext := gateArgs(g)
+	var ago int64
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, b.Floors, ms(b.Lookback)).Scan(&ago)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
 	}
-	return int(tag.RowsAffected()), nil
+	return time.Duration(ago) * time.Millisecond, err == nil, err
+}
+
+// gateArgs binds a gate: the watermark (NULL: no gate) and the open epochs.
+func gateArgs(g *dialects.Gate) (settled *int64, openLast, openNext []int64) {
+	openLast, openNext = []int64{}, []int64{}
+	if g != nil {
+		settled = &g.Settled
+		for _, e := range g.Open {
+			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
+		}
+	}
+	return settled, openLast, openNext
+}
+
+// OutboxRewind moves the rewind counter (see dialects.Bounds).
+func (d *Dialect) OutboxRewind(ctx context.Context) error {
+	_, err := d.pool.Exec(ctx, d.q.OutboxRewind)
+	return mapError(err)
 }
 
 // filterArgs binds the filter parameters that every operator statement
@@ -458,12 +481,12 @@ func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
 
 // probe runs the two statements of a probe in one round trip; the outbox's
 // first statement also reads the replay counter.
-func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, replays bool) (p dialects.Probe, err error) {
+func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds bool) (p dialects.Probe, err error) {
 	defer func() { err = mapError(err) }()
 	b := &pgx.Batch{}
 	b.Queue(sequence).QueryRow(func(r pgx.Row) error {
-		if replays {
-			return r.Scan(&p.Last, &p.Replays)
+		if rewinds {
+			return r.Scan(&p.Last, &p.Rewinds)
 		}
 		return r.Scan(&p.Last)
 	})
@@ -483,7 +506,7 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, replays 
 // (a generic plan: the statement is the same every time).
 func (d *Dialect) OutboxFloors(ctx context.Context, settled int64) (f dialects.Floors, err error) {
 	defer func() { err = mapError(err) }()
-	err = d.claimPool.QueryRow(ctx, d.q.OutboxFloors, dialects.FloorGroups, settled).Scan(&f.Replays, &f.Groups)
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxFloors, dialects.FloorGroups, settled).Scan(&f.Rewinds, &f.Groups)
 	return f, err
 }
 

@@ -2,16 +2,25 @@
 -- configured table and column names. See the dialects package doc for the
 -- claim's two steps, and docs/internals.md for the plans on a large table.
 
--- fragment: ClaimGate
+-- fragment: Gate
 -- The settled watermark (see OutboxClaim) as the CTE gate: open (no gate)
--- and w.
+-- and w. The dot names the parameters: the watermark, then the open
+-- epochs' sequence values and horizons, which this statement's own
+-- snapshot may settle.
 gate AS (
-    SELECT $5::bigint IS NULL AS open,
-           GREATEST($5::bigint, (SELECT max(e.l) FROM unnest($6::bigint[], $7::bigint[]) AS e(l, x)
+    SELECT {{index . 0}}::bigint IS NULL AS open,
+           GREATEST({{index . 0}}::bigint, (SELECT max(e.l) FROM unnest({{index . 1}}::bigint[], {{index . 2}}::bigint[]) AS e(l, x)
                                   WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
-), bounds AS (
-    SELECT $9::bigint IS NOT NULL
-           AND $9::bigint = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{replays}}) AS ok
+)
+
+-- fragment: Bounds
+-- The relay's bounds as the CTE bounds: ok while the rewind counter stands
+-- where they were made (the dot's first parameter; NULL: no bounds), and
+-- the floors of the groups of keys (its second).
+bounds AS (
+    SELECT {{index . 0}}::bigint IS NOT NULL
+           AND {{index . 0}}::bigint = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}) AS ok,
+           {{index . 1}}::bigint[] AS floors
 )
 
 -- fragment: Settled
@@ -21,19 +30,38 @@ gate AS (
 
 -- fragment: Floor
 -- The floor of the key (the dot): a sequence below which no row of the
--- key's group ($11, indexed by a hash of the key) is pending or processing,
--- while the bounds hold; 0 otherwise.
+-- key's group (the bounds' floors, indexed by a hash of the key) is pending
+-- or processing, while the bounds hold; 0 otherwise.
 CASE WHEN (SELECT ok FROM bounds)
-     THEN COALESCE(($11::bigint[])[(hashtext({{.}}) & (cardinality($11::bigint[]) - 1)) + 1], 0)
+     THEN COALESCE((SELECT fl.f[(hashtext({{.}}) & (cardinality(fl.f) - 1)) + 1] FROM (SELECT floors AS f FROM bounds) AS fl), 0)
      ELSE 0 END
+
+-- fragment: Head
+-- The row o (the dot names it), keyed, is the head of its key: no earlier
+-- row of its key is pending or processing. One probe of
+-- idx_outbox_key_sequence, backwards from the row (ORDER BY ... DESC LIMIT
+-- 1) and down to the key's floor, whatever the statistics say about the
+-- key: with one hot key they make a sequential scan look cheaper, and that
+-- plan is quadratic. Backwards, because the front of a busy key's range in
+-- the index is full of entries of rows already delivered (dead until
+-- vacuum): a row behind a busy head finds its live predecessor at once; the
+-- floor keeps a head's probe from walking the entries that a long
+-- transaction elsewhere keeps alive.
+(SELECT b.{{c "sequence"}} FROM {{t}} AS b
+  WHERE b.{{c "key"}} = {{.}}.{{c "key"}}
+    AND b.{{c "sequence"}} < {{.}}.{{c "sequence"}}
+    AND b.{{c "sequence"}} >= {{template "Floor" (printf "%s.%s" . (c "key"))}}
+    AND b.{{c "state"}} IN ('pending', 'processing')
+  ORDER BY b.{{c "key"}} DESC, b.{{c "sequence"}} DESC
+  LIMIT 1) IS NULL
 
 -- fragment: ClaimContinued
 -- The keys whose run this replica finished ($12), each with the run's last
 -- sequence ($13): every row of the key up to it is delivered or dead, so
 -- the key's first pending or processing row after it is its head, found in
 -- one probe that starts past every row version the runs left behind. While
--- the bounds do not hold (a replay may have put an earlier row back) the
--- probe starts at the key's floor. The head is taken when it is pending,
+-- the bounds do not hold (a rewind may have put an earlier row back) the
+-- probe starts at the key's first row. The head is taken when it is pending,
 -- due and settled; at most $4, in the order given.
 continued AS (
     SELECT f.tid, f.k, f.seq
@@ -112,7 +140,7 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- $5 settled watermark (NULL: no gate), $6/$7 open epochs (sequence value,
 -- next transaction id) that this statement's own snapshot may settle, $8
 -- and $14 (unused here: OutboxClaimByKey's cursor and discovery), $9 the
--- replay counter the bounds were made at (NULL: no bounds), $10 how far
+-- rewind counter the bounds were made at (NULL: no bounds), $10 how far
 -- back, in ms, the walk looks for due rows (NULL: from the start), $11 the
 -- floors of the groups of keys (NULL: none), $12/$13 the keys to continue
 -- and their positions.
@@ -121,24 +149,17 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- transaction that could still commit an earlier row of their key has ended
 -- (see the dialects package doc). Epochs whose horizon is at or below this
 -- snapshot's xmin are settled here, so a claim never waits for a probe.
--- bounds: whether what the relay knows still holds (no replay since).
+-- bounds: whether what the relay knows still holds (no rewind since: a
+-- replay, an expired lease, a stopping replica's release).
 -- continued: the heads of the keys this replica just finished a run of.
 -- walked: due pending rows in schedule order, from $10 ago, that are the
--- first pending/processing row of their key (or have no key), locked with
--- SKIP LOCKED. A row behind a head is never a head for anyone, so no
--- concurrent claimer can take it. "No earlier row of its key" is one probe
--- of idx_outbox_key_sequence, backwards from the row (ORDER BY ... DESC
--- LIMIT 1) and down to the key's floor, whatever the statistics say about
--- the key: with one hot key they make a sequential scan look cheaper, and
--- that plan is quadratic. Backwards, because the front of a busy key's range
--- in the index is full of entries of rows already delivered (dead until
--- vacuum): a row behind a busy head finds its live predecessor at once; the
--- floor keeps a head's probe from walking the entries that a long
--- transaction elsewhere keeps alive.
+-- first pending/processing row of their key (or have no key; see Head),
+-- locked with SKIP LOCKED. A row behind a head is never a head for anyone,
+-- so no concurrent claimer can take it.
 -- followers: for each keyed head, the pending rows right behind it, in
 -- sequence order, up to the first row that is processing, waiting for a
 -- retry, or beyond the watermark; the claim stays within $1.
-WITH {{template "ClaimGate"}}, {{template "ClaimContinued"}}, walked AS (
+WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11")}}, {{template "ClaimContinued"}}, walked AS (
     SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq, o.{{c "scheduled_at"}} AS at
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
@@ -149,13 +170,7 @@ WITH {{template "ClaimGate"}}, {{template "ClaimContinued"}}, walked AS (
        AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
             o.{{c "key"}} <> ALL($12::text[])
             AND {{template "Settled" "o"}}
-            AND (SELECT b.{{c "sequence"}} FROM {{t}} AS b
-                  WHERE b.{{c "key"}} = o.{{c "key"}}
-                    AND b.{{c "sequence"}} < o.{{c "sequence"}}
-                    AND b.{{c "sequence"}} >= {{template "Floor" (printf "o.%s" (c "key"))}}
-                    AND b.{{c "state"}} IN ('pending', 'processing')
-                  ORDER BY b.{{c "key"}} DESC, b.{{c "sequence"}} DESC
-                  LIMIT 1) IS NULL))
+            AND {{template "Head" "o"}}))
      ORDER BY o.{{c "scheduled_at"}}
      LIMIT $4 - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
@@ -191,7 +206,7 @@ WITH {{template "ClaimGate"}}, {{template "ClaimContinued"}}, walked AS (
 -- nullkey, emptykey: rows without a key, from the same index (its null and
 -- empty-key ranges, in sequence order), so that this claim, like
 -- OutboxClaim, considers every due row.
-WITH RECURSIVE {{template "ClaimGate"}}, {{template "ClaimContinued"}}, after AS (
+WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11")}}, {{template "ClaimContinued"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
       WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
@@ -275,17 +290,33 @@ WITH RECURSIVE {{template "ClaimGate"}}, {{template "ClaimContinued"}}, after AS
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
+-- name: OutboxStragglers
+-- The oldest due row that a claim would take but that a walk looking back
+-- $6 ms would not see: how long ago, in ms, it became due (no row: none).
+-- $1 the settled watermark, $2/$3 open epochs, $4 the rewind counter of the
+-- bounds, $5 the floors. It reads every version behind the lookback, and
+-- takes no lock: the relay runs it off the claims' path, as rarely as its
+-- cost asks, and lets its next claim look back that far.
+WITH {{template "Gate" (list "$1" "$2" "$3")}}, {{template "Bounds" (list "$4" "$5")}}
+SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
+  FROM {{t}} AS o
+ WHERE o.{{c "state"}} = 'pending'
+   AND o.{{c "scheduled_at"}} < now() - $6::bigint * interval '1 millisecond'
+   AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR ({{template "Settled" "o"}} AND {{template "Head" "o"}}))
+ ORDER BY o.{{c "scheduled_at"}}
+ LIMIT 1
+
 -- name: OutboxFloors
 -- The floor of every group of keys: the smallest sequence of a pending or
 -- processing row of the group, or, for a group with none, the settled
 -- watermark plus one ($2: every row up to it is visible to this statement;
 -- a row beyond it may still commit). $1 the number of groups (a power of
--- two; the same hash as the claims' Floor). The replay counter is read
+-- two; the same hash as the claims' Floor). The rewind counter is read
 -- first: floors made before a replay are never taken for after it. This
 -- reads every pending and processing entry of idx_outbox_key_sequence, and
 -- every version a long transaction keeps there: the relay runs it rarely,
 -- as rarely as its cost asks.
-SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{replays}}),
+SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}),
        array_agg(LEAST(f.floor, $2::bigint + 1) ORDER BY g.g)
   FROM generate_series(0, $1::int - 1) AS g(g)
   LEFT JOIN (SELECT hashtext(x.{{c "key"}}) & ($1::int - 1) AS g, min(x.{{c "sequence"}}) AS floor
@@ -331,23 +362,36 @@ UPDATE {{t}} AS o
 RETURNING o.{{c "id"}}
 
 -- name: OutboxReleaseExpired
--- $1 limit, $2 claim tokens the caller still holds (not released).
-UPDATE {{t}}
-   SET {{c "state"}} = 'pending',
-       {{c "claimed_at"}} = NULL,
-       {{c "claim_token"}} = NULL,
-       {{c "lease_expires_at"}} = NULL,
-       {{c "updated_at"}} = now()
- WHERE {{c "id"}} = ANY(ARRAY(
-         SELECT {{c "id"}} FROM {{t}}
-          WHERE {{c "state"}} = 'processing'
-            AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
-            AND ({{c "claim_token"}} IS NULL OR {{c "claim_token"}} <> ALL($2::uuid[]))
-          ORDER BY {{c "claimed_at"}}
-          LIMIT $1
-            FOR UPDATE SKIP LOCKED))
-   AND {{c "state"}} = 'processing'
-   AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
+-- $1 limit, $2 claim tokens the caller still holds (not released). Returns
+-- how many rows went back to pending, and moves the rewind counter when any
+-- did: they keep their old schedule, behind what the relays have looked at.
+WITH r AS (
+    UPDATE {{t}}
+       SET {{c "state"}} = 'pending',
+           {{c "claimed_at"}} = NULL,
+           {{c "claim_token"}} = NULL,
+           {{c "lease_expires_at"}} = NULL,
+           {{c "updated_at"}} = now()
+     WHERE {{c "id"}} = ANY(ARRAY(
+             SELECT {{c "id"}} FROM {{t}}
+              WHERE {{c "state"}} = 'processing'
+                AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
+                AND ({{c "claim_token"}} IS NULL OR {{c "claim_token"}} <> ALL($2::uuid[]))
+              ORDER BY {{c "claimed_at"}}
+              LIMIT $1
+                FOR UPDATE SKIP LOCKED))
+       AND {{c "state"}} = 'processing'
+       AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
+    RETURNING 1
+)
+SELECT n, CASE WHEN n > 0 THEN nextval({{lit rewinds}}) END
+  FROM (SELECT count(*)::int AS n FROM r) AS c
+
+-- name: OutboxRewind
+-- Moves the rewind counter: rows went back to pending behind what the
+-- relays have looked at (a stopping replica released the rows it had not
+-- started).
+SELECT nextval({{lit rewinds}})
 
 -- fragment: Filter
 -- The operator filter: $1 states, $2 ids or NULL, $3 key or NULL,
@@ -384,7 +428,7 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
 
 -- name: OutboxReplayIDs
 -- $1 ids, $2 states that may be replayed. Never a processing row. Returns
--- how many rows it put back, and moves the replay counter, before the
+-- how many rows it put back, and moves the rewind counter, before the
 -- commit: a claim whose snapshot sees a replayed row reads the counter
 -- after it was moved, and sets its bounds aside (see OutboxClaim).
 WITH r AS (
@@ -402,7 +446,7 @@ WITH r AS (
        AND {{c "state"}} <> 'processing'
     RETURNING 1
 )
-SELECT n, CASE WHEN n > 0 THEN nextval({{lit replays}}) END
+SELECT n, CASE WHEN n > 0 THEN nextval({{lit rewinds}}) END
   FROM (SELECT count(*)::int AS n FROM r) AS c
 
 -- name: OutboxPurge
@@ -513,12 +557,12 @@ SELECT pg_advisory_unlock(hashtext($1))
 
 
 -- name: OutboxProbeSequence
--- The last value the outbox sequence handed out, and the replay counter.
+-- The last value the outbox sequence handed out, and the rewind counter.
 -- Sequences are not transactional: this reads the values as they stand,
 -- drawn by transactions that may still be running. is_called is false
 -- until the first value.
 SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END,
-       (SELECT CASE WHEN r.is_called THEN r.last_value ELSE 0 END FROM {{replays}} AS r)
+       (SELECT CASE WHEN r.is_called THEN r.last_value ELSE 0 END FROM {{rewinds}} AS r)
   FROM {{seq}} AS s
 
 -- fragment: Horizon
@@ -653,11 +697,7 @@ SELECT pg_try_advisory_xact_lock(hashtext($1))
 -- outbox row that has the id already is left as it is.
 -- The update marks the picked rows relayed and says which got a new
 -- outbox row.
-WITH gate AS (
-    SELECT $2::bigint IS NULL AS open,
-           GREATEST($2::bigint, (SELECT max(e.l) FROM unnest($3::bigint[], $4::bigint[]) AS e(l, x)
-                                  WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
-), picked AS (
+WITH {{template "Gate" (list "$2" "$3" "$4")}}, picked AS (
     SELECT i.{{ic "id"}} AS id, i.{{ic "topic"}} AS topic, i.{{ic "aggregate_type"}} AS aggregate_type,
            i.{{ic "aggregate_id"}} AS aggregate_id, i.{{ic "payload"}} AS payload, i.{{ic "headers"}} AS headers,
            i.{{ic "sequence"}} AS seq

@@ -537,6 +537,14 @@ func (d *Dialect) probe(ctx context.Context, query string) (p dialects.Probe, er
 	return p, nil
 }
 
+// OutboxStragglers is not offered: SQL Server's claims keep no bounds.
+func (d *Dialect) OutboxStragglers(context.Context, *dialects.Gate, dialects.Bounds) (time.Duration, bool, error) {
+	return 0, false, dialects.ErrNotSupported
+}
+
+// OutboxRewind does nothing: SQL Server's claims keep no bounds.
+func (d *Dialect) OutboxRewind(context.Context) error { return nil }
+
 // OutboxFloors is not offered: SQL Server's claim walks from the start of
 // its indexes (see the package doc on long transactions).
 func (d *Dialect) OutboxFloors(context.Context, int64) (dialects.Floors, error) {
