@@ -70,6 +70,16 @@ func NewRestartable(t testing.TB) *Cluster {
 	return c
 }
 
+// NewFor starts the cluster of a conformance case: NewRestartable for the
+// cases that restart it (faults), else New.
+func NewFor(t testing.TB, faults bool) *Cluster {
+	t.Helper()
+	if faults {
+		return NewRestartable(t)
+	}
+	return New(t)
+}
+
 func start(opts []kfake.Opt) (*Cluster, error) {
 	f, err := kfake.NewCluster(opts...)
 	if err != nil {

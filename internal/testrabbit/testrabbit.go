@@ -423,6 +423,15 @@ func (q *Queue) drain() error {
 func DurableQueue(t testing.TB, url, prefix string, args amqp.Table) string {
 	t.Helper()
 	name := Unique(prefix)
+	DeclareQueue(t, url, name, args)
+	return name
+}
+
+// DeclareQueue declares the durable queue name on the server at url (with
+// args), deleted when the test ends: for a test that needs the name before
+// the queue exists.
+func DeclareQueue(t testing.TB, url, name string, args amqp.Table) {
+	t.Helper()
 	ch := Channel(t, url)
 	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		t.Fatal(err)
@@ -435,7 +444,6 @@ func DurableQueue(t testing.TB, url, prefix string, args amqp.Table) string {
 			c.Close()
 		}
 	})
-	return name
 }
 
 // Channel opens a connection and a channel to the server at url, closed
