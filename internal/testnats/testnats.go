@@ -3,9 +3,8 @@
 // store in the test's temporary folder. $QUEUEBOX_TEST_NATS_URL points the
 // same tests at an external server instead (the fault tests then skip).
 //
-// Importing this package compiles the NATS server (about two minutes cold on
-// two cores): only the tests that need it import it, each in its own
-// package.
+// Importing this package compiles the whole NATS server, a long build: only
+// the tests that need it import it, each in its own package.
 package testnats
 
 import (

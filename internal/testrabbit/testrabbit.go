@@ -93,7 +93,8 @@ func Run(m interface{ Run() int }) int {
 }
 
 // Private returns the test binary's private node, starting it on first use
-// (about 10 s). The package's TestMain must call Main.
+// (a whole broker boots: seconds, not milliseconds). The package's TestMain
+// must call Main.
 func Private(t testing.TB) *Node {
 	t.Helper()
 	privateMu.Lock()
