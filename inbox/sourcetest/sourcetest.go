@@ -359,22 +359,35 @@ func storesOnce(t *testing.T, h Harness) {
 
 var errCrash = errors.New("a crash between the insert and the acknowledgement")
 
+// afterFirstStore returns an AfterStore hook that returns result, and a
+// channel that it closes when a first batch is stored.
+func afterFirstStore(result error) (func() error, <-chan struct{}) {
+	stored := make(chan struct{})
+	var once sync.Once
+	return func() error {
+		once.Do(func() { close(stored) })
+		return result
+	}, stored
+}
+
+// await waits for ch to close, or fails the test.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(Wait):
+		t.Fatalf("%s: not within %s", what, Wait)
+	}
+}
+
 // crashAfterOneBatch starts a consumer that dies once it has stored its
 // first batch, before acknowledging it, waits for that, and returns how
 // many rows it stored.
 func crashAfterOneBatch(t *testing.T, tg *Target) int {
 	t.Helper()
-	crashed := make(chan struct{})
-	var once sync.Once
-	start(t, tg, Options{Observer: &inboxtest.Counter{}, AfterStore: func() error {
-		once.Do(func() { close(crashed) })
-		return errCrash
-	}})
-	select {
-	case <-crashed:
-	case <-time.After(Wait):
-		t.Fatalf("the first consumer stored no batch within %s", Wait)
-	}
+	crash, crashed := afterFirstStore(errCrash)
+	start(t, tg, Options{Observer: &inboxtest.Counter{}, AfterStore: crash})
+	await(t, crashed, "the first consumer stores a batch")
 	stored := len(inboxtest.Rows(t, tg.Inbox))
 	if stored == 0 || stored > tg.MaxBatch {
 		t.Fatalf("the first consumer stored %d rows before it died, want one batch (at most %d)", stored, tg.MaxBatch)
@@ -454,15 +467,14 @@ func stopDrains(t *testing.T, h Harness) {
 	tg := h.Open(t, false)
 	const n = 400
 	tg.Send(t, series(n, 1)...)
-	c := start(t, tg, Options{Observer: &inboxtest.Counter{}})
-	eventually(t, "a first batch", func() error {
-		if len(inboxtest.Rows(t, tg.Inbox)) == 0 {
-			return errors.New("no row")
-		}
-		return nil
-	})
+	// Stop comes as soon as a first batch is stored, while the rest is on
+	// its way.
+	hook, first := afterFirstStore(nil)
+	c := start(t, tg, Options{Observer: &inboxtest.Counter{}, AfterStore: hook})
+	await(t, first, "a first batch stored")
 	stop(t, c)
 	stored := len(inboxtest.Rows(t, tg.Inbox))
+	t.Logf("Stop came after %d of %d messages were stored", stored, n)
 	// Every message is either stored and acknowledged, or left to the
 	// broker, never both and never neither.
 	leftIs(t, tg, n-stored, fmt.Sprintf("the %d messages not stored left for the next consumer", n-stored))
