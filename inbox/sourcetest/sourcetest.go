@@ -440,6 +440,9 @@ func refuses(t *testing.T, h Harness) {
 	}
 	switch h.Features.Refusal {
 	case Answered:
+		if tg.Refusals == nil {
+			t.Fatal("the harness declares Answered but the target gives no Refusals")
+		}
 		reasons := tg.Refusals()
 		for id, want := range map[string]string{"bad-1": "not JSON", "bad-2": "needs the header", "bad-3": ""} {
 			if r, ok := reasons[id]; !ok || !strings.Contains(r, want) {
@@ -452,6 +455,9 @@ func refuses(t *testing.T, h Harness) {
 			}
 		}
 	case DeadLettered:
+		if tg.SetAside == nil {
+			t.Fatal("the harness declares DeadLettered but the target gives no SetAside")
+		}
 		eventually(t, "the refused messages dead-lettered", func() error {
 			if n := tg.SetAside(t); n != 3 {
 				return fmt.Errorf("%d dead-lettered, want 3", n)
@@ -571,9 +577,11 @@ func toDestination(t *testing.T, h Harness) {
 
 	// Per aggregate, the ids in the inbox's receive order and in the order
 	// the destination got them; and each sender's messages in its order.
+	// The deliveries carry the inbox ids: ids names them by message id.
 	received, delivered := map[string][]string{}, map[string][]string{}
-	aggregate := map[string]string{}
+	aggregate, ids := map[string]string{}, map[string]string{}
 	for _, r := range inboxtest.Rows(t, tg.Inbox) {
+		ids[r.ID] = r.MessageID
 		if sent[r.MessageID] {
 			received[*r.AggregateID] = append(received[*r.AggregateID], r.MessageID)
 			aggregate[r.MessageID] = *r.AggregateID
@@ -581,17 +589,12 @@ func toDestination(t *testing.T, h Harness) {
 	}
 	last := map[int]int{}
 	for _, q := range recv.Requests()[1:] {
-		delivered[q.Key] = append(delivered[q.Key], q.ID)
+		delivered[q.Key] = append(delivered[q.Key], ids[q.ID])
 		p, n := testrecv.JSONField(q.Body, "client"), testrecv.JSONField(q.Body, "n")
 		if l, ok := last[p]; ok && n <= l {
 			t.Errorf("sender %d: message %d delivered after %d", p, n, l)
 		}
 		last[p] = n
-	}
-	// The deliveries carry the inbox ids; name them by message id.
-	ids := map[string]string{}
-	for _, r := range inboxtest.Rows(t, tg.Inbox) {
-		ids[r.ID] = r.MessageID
 	}
 	if len(received) != senders/2 {
 		t.Fatalf("%d aggregates received, want %d", len(received), senders/2)
@@ -600,15 +603,14 @@ func toDestination(t *testing.T, h Harness) {
 		if len(want) != 2*each {
 			t.Errorf("%s: %d messages received, want %d", k, len(want), 2*each)
 		}
-		var got []string
-		for _, id := range delivered[k] {
-			got = append(got, ids[id])
-		}
-		if !slices.Equal(got, want) {
+		if got := delivered[k]; !slices.Equal(got, want) {
 			t.Errorf("%s: delivered in order %v, received in order %v", k, got, want)
 		}
 	}
 	if h.Features.BrokerOrder {
+		if tg.BrokerOrder == nil {
+			t.Fatal("the harness declares BrokerOrder but the target gives no BrokerOrder")
+		}
 		held := map[string][]string{}
 		for _, id := range tg.BrokerOrder(t) {
 			if sent[id] {
