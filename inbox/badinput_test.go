@@ -79,11 +79,10 @@ func TestHTTPBadInputCatalogue(t *testing.T) {
 	}
 }
 
-// A body that is JSON but not an object or array is stored today and
-// answered 202, and its outbox row then goes dead at its first delivery
-// ("the payload is a JSON number"): the sender was told it was accepted,
-// and it never will be delivered. The inbox should refuse it at the door,
-// as it refuses a body that is not JSON, in the outbox's words.
+// A body that is JSON but not an object or array would make an outbox row
+// that goes dead at its first delivery ("the payload is a JSON number"),
+// after its sender was told it was accepted: the inbox refuses it at the
+// door, as it refuses a body that is not JSON, and says what to send.
 func TestHTTPRefusesAPayloadTheOutboxCannotDeliver(t *testing.T) {
 	t.Parallel()
 	d := testdb.Migrated(t, 20)

@@ -11,13 +11,11 @@ import (
 
 // batcher stores the messages of concurrent HTTP requests together:
 // requests that arrive while a statement runs wait for the next one and
-// share it (group commit). At most batchInFlight statements run at once
+// share it (group commit), so that each commit carries several messages
+// when senders outnumber the database's connections, and the database
+// spends less on statements. At most batchInFlight statements run at once
 // (one gathers while the other commits); no goroutine lives longer than
-// there are requests waiting. Measured with eight senders on two cores,
-// the rate is what one statement per request gives (concurrent commits
-// share a WAL flush anyway), with a third of the statements and a smaller
-// share of the database's CPU; with more senders than connections it is
-// what keeps each commit carrying several messages.
+// there are requests waiting.
 type batcher struct {
 	store dialects.Inbox
 	mu    sync.Mutex

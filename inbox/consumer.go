@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/backoff"
 )
 
 // Consumer is a broker source (the rabbitmq, kafka and nats subpackages).
@@ -65,7 +66,7 @@ func (s *Storer) Store(ctx context.Context, msgs []dialects.InboxMessage) (refus
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	delay, failing := storeRetryFirst, false
+	delay, failing := backoff.Capped{First: storeRetryFirst, Max: storeRetryMax}, false
 	for {
 		receipts, err := s.Inbox.InboxReceive(ctx, msgs)
 		if err == nil {
@@ -105,10 +106,9 @@ func (s *Storer) Store(ctx context.Context, msgs []dialects.InboxMessage) (refus
 			failing = true
 			s.Log.Warn("inbox: storing messages failed; they stay unacknowledged and are retried", "source", s.Source, "messages", len(msgs), "error", err)
 		}
-		if !Sleep(ctx, delay) {
+		if !Sleep(ctx, delay.Next()) {
 			return nil, ctx.Err()
 		}
-		delay = min(2*delay, storeRetryMax)
 	}
 }
 
@@ -136,18 +136,50 @@ func (s *Storer) Reject(messageID string, err error) {
 		"reason", reason, "refusedSinceLastLine", quiet)
 }
 
-// Backoff is the reconnect delay of a consumer: 250 ms doubling to 10 s.
-type Backoff struct{ n int }
-
-// Next returns the next delay.
-func (b *Backoff) Next() time.Duration {
-	d := 250 * time.Millisecond << min(b.n, 6)
-	b.n++
-	return min(d, 10*time.Second)
+// ReconnectDelay is the delay between a consumer's tries to reach its
+// broker: 250 ms doubling to 10 s, short enough that a broker restart is
+// hardly noticed, long enough that a broker that stays away is not
+// hammered.
+func ReconnectDelay() backoff.Capped {
+	return backoff.Capped{First: 250 * time.Millisecond, Max: 10 * time.Second}
 }
 
-// Reset starts over after a success.
-func (b *Backoff) Reset() { b.n = 0 }
+// Reconnect paces the sessions of a consumer with its broker: after a
+// session that failed it waits (ReconnectDelay) and logs the first failure
+// of a spell; once a session consumes again it says so and starts the
+// delays over. Each consumer goroutine keeps its own.
+type Reconnect struct {
+	log *slog.Logger
+	// lost is the warning logged when sessions start failing.
+	lost  string
+	delay backoff.Capped
+	down  bool
+}
+
+// NewReconnect paces a consumer that logs to log, and logs lost (with the
+// error) when it cannot consume.
+func NewReconnect(log *slog.Logger, lost string) *Reconnect {
+	return &Reconnect{log: log, lost: lost, delay: ReconnectDelay()}
+}
+
+// Consuming marks a session that reached its broker and consumes.
+func (r *Reconnect) Consuming() {
+	r.delay.Reset()
+	if r.down {
+		r.log.Info("inbox: consuming again")
+		r.down = false
+	}
+}
+
+// Failed takes a session's failure: it logs the first of a spell and waits
+// before the next session. It reports false when ctx ended first.
+func (r *Reconnect) Failed(ctx context.Context, err error) bool {
+	if !r.down {
+		r.log.Warn(r.lost, "error", err)
+		r.down = true
+	}
+	return Sleep(ctx, r.delay.Next())
+}
 
 // Sleep waits d or until ctx ends, and reports whether ctx is still alive.
 func Sleep(ctx context.Context, d time.Duration) bool {

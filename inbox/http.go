@@ -80,6 +80,10 @@ type HTTP struct {
 	batch *batcher
 	// lastFailure throttles the log line of storage failures.
 	lastFailure atomic.Int64
+	// afterStore, when set (tests), runs after the message committed and
+	// before the answer; an error drops the request unanswered, as a crash
+	// of the replica would.
+	afterStore func() error
 }
 
 // Prefix is where the handler is mounted.
@@ -183,6 +187,9 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		answer(w, http.StatusServiceUnavailable, httpAnswer{Error: "the inbox could not store the message just now; send it again"})
 		return
+	}
+	if h.afterStore != nil && h.afterStore() != nil {
+		panic(http.ErrAbortHandler)
 	}
 	dup := !rc.Stored
 	if dup {

@@ -140,7 +140,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 	}
 	r := kafkago.NewReader(rc)
 	defer r.Close()
-	var backoff inbox.Backoff
+	delay := inbox.ReconnectDelay()
 	batch := make([]kafkago.Message, 0, c.cfg.MaxBatch)
 	for {
 		batch = batch[:0]
@@ -150,12 +150,12 @@ func (c *Consumer) run(consume, hard context.Context) {
 				return
 			}
 			errs.printf("fetch: %v", err)
-			if !inbox.Sleep(consume, backoff.Next()) {
+			if !inbox.Sleep(consume, delay.Next()) {
 				return
 			}
 			continue
 		}
-		backoff.Reset()
+		delay.Reset()
 		batch = append(batch, m)
 		for len(batch) < c.cfg.MaxBatch {
 			gctx, cancel := context.WithTimeout(consume, gather)

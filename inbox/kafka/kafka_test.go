@@ -2,98 +2,114 @@ package kafka
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/queuebox/queuebox/internal/inboxtest"
-
-	"github.com/queuebox/queuebox/internal/testlog"
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/inbox/sourcetest"
+	"github.com/queuebox/queuebox/internal/inboxtest"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testlog"
 	kafkasink "github.com/queuebox/queuebox/sinks/kafka"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// record is a record to produce: key, value and the X-Message-Id header
-// ("" for none).
-type record struct {
-	key, id, typ string
-	n            int
-	value        string
+// The Kafka source passes the sources' conformance suite: it refuses a
+// record by committing past it, its templates read the record key as
+// {{ headers.key }} (the aggregate id), and a key's records keep their
+// partition's order. kfake cannot close a member's connections; the suite
+// restarts it instead, keeping its data.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	sourcetest.Run(t, sourcetest.Harness{
+		Features: sourcetest.Features{Refusal: sourcetest.SkippedPast, HeaderNUL: true, BrokerOrder: true, Restart: true},
+		Open: func(t *testing.T, faults bool) *sourcetest.Target {
+			cl := testkafka.NewFor(t, faults)
+			topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
+			const partitions = 3
+			cl.CreateTopic(t, topic, partitions)
+			tg := &sourcetest.Target{Inbox: testdb.Migrated(t, 10), MaxBatch: 10, Stop: cl.Stop, Start: cl.Start,
+				GeneratedID: regexp.MustCompile("^" + regexp.QuoteMeta(topic) + `/\d+/\d+$`)}
+			tg.Send = func(t *testing.T, msgs ...sourcetest.Message) { produce(t, cl.Brokers, cl.Transport(), topic, msgs...) }
+			tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
+				return New(Config{Mapping: sourcetest.Mapping(t, "orders", "type", "key"), Storer: inbox.NewStorer("orders", tg.Inbox, o.Observer, nil),
+					Brokers: cl.Brokers, Topic: topic, GroupID: group, MaxBatch: tg.MaxBatch, afterStore: o.AfterStore, sessionTimeout: 6 * time.Second})
+			}
+			tg.Left = func(*testing.T) (int, error) {
+				got, end, err := offsets(&kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: cl.Transport()}, topic, group, partitions)
+				return int(end - got), err
+			}
+			reader := cl.NewReader(topic, partitions)
+			tg.BrokerOrder = func(*testing.T) []string {
+				var ids []string
+				for _, r := range reader.Poll() {
+					ids = append(ids, r.Headers["X-Message-Id"])
+				}
+				return ids
+			}
+			return tg
+		},
+	})
 }
 
-func produce(t *testing.T, c *testkafka.Cluster, topic string, recs ...record) {
+// produce writes msgs to topic, each with its aggregate as the record key
+// and its type in the header "type". It reports a failure with t.Error: the
+// suite may call it from a goroutine of its own.
+func produce(t *testing.T, brokers []string, transport kafkago.RoundTripper, topic string, msgs ...sourcetest.Message) {
 	t.Helper()
-	w := &kafkago.Writer{Addr: kafkago.TCP(c.Brokers...), Topic: topic, Balancer: &kafkago.Hash{}, BatchTimeout: time.Millisecond,
-		RequiredAcks: kafkago.RequireAll, Transport: c.Transport()}
+	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: topic, Balancer: &kafkago.Hash{}, BatchTimeout: time.Millisecond,
+		RequiredAcks: kafkago.RequireAll, Transport: transport}
 	defer w.Close()
-	msgs := make([]kafkago.Message, len(recs))
-	for i, r := range recs {
-		v := r.value
-		if v == "" {
-			v = fmt.Sprintf(`{"n":%d}`, r.n)
+	recs := make([]kafkago.Message, len(msgs))
+	for i, m := range msgs {
+		recs[i] = kafkago.Message{Key: []byte(m.Aggregate), Value: m.Body}
+		for name, v := range m.Headers {
+			recs[i].Headers = append(recs[i].Headers, kafkago.Header{Key: name, Value: []byte(v)})
 		}
-		m := kafkago.Message{Key: []byte(r.key), Value: []byte(v), Headers: []kafkago.Header{{Key: "type", Value: []byte(r.typ)}}}
-		if r.id != "" {
-			m.Headers = append(m.Headers, kafkago.Header{Key: "X-Message-Id", Value: []byte(r.id)})
+		if m.Type != "" {
+			recs[i].Headers = append(recs[i].Headers, kafkago.Header{Key: "type", Value: []byte(m.Type)})
 		}
-		msgs[i] = m
+		if m.ID != "" {
+			recs[i].Headers = append(recs[i].Headers, kafkago.Header{Key: "X-Message-Id", Value: []byte(m.ID)})
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
+	if err := w.WriteMessages(ctx, recs...); err != nil {
+		t.Errorf("produce to %s: %v", topic, err)
 	}
-}
-
-func consumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, obs inbox.Observer, hook func() error) *Consumer {
-	t.Helper()
-	tp, _ := inbox.ParseTemplate("orders.{{ headers.type }}")
-	agg, _ := inbox.ParseTemplate("{{ headers.key }}")
-	m, err := inbox.NewMapping("orders", tp, nil, agg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return started(t, Config{Mapping: m, Storer: inbox.NewStorer("orders", d, obs, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
-		MaxBatch: 10, afterStore: hook, sessionTimeout: 6 * time.Second})
-}
-
-// started starts a consumer, stopped when the test ends.
-func started(t *testing.T, cfg Config) *Consumer {
-	t.Helper()
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return c
 }
 
 // committed returns the group's committed offset summed over partitions,
 // and the topic's end offsets summed.
 func committed(t *testing.T, cl *testkafka.Cluster, topic, group string, partitions int) (int64, int64) {
 	t.Helper()
-	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: cl.Transport()}, topic, group, partitions)
+	return mustOffsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: cl.Transport()}, topic, group, partitions)
 }
 
-func offsets(t *testing.T, client *kafkago.Client, topic, group string, partitions int) (int64, int64) {
+func mustOffsets(t *testing.T, client *kafkago.Client, topic, group string, partitions int) (int64, int64) {
 	t.Helper()
+	got, end, err := offsets(client, topic, group, partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, end
+}
+
+// offsets returns what the group committed and the end offsets, each
+// summed over the topic's partitions.
+func offsets(client *kafkago.Client, topic, group string, partitions int) (got, end int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ps := make([]int, partitions)
@@ -104,137 +120,25 @@ func offsets(t *testing.T, client *kafkago.Client, topic, group string, partitio
 	}
 	res, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
-	var got int64
 	for _, p := range res.Topics[topic] {
 		got += max(p.CommittedOffset, 0)
 	}
 	lo, err := client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: ends}})
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
-	var end int64
 	for _, p := range lo.Topics[topic] {
 		end += p.LastOffset
 	}
-	return got, end
+	return got, end, nil
 }
 
-// Records are stored once per message id, with the templates' topic and
-// the record key as aggregate; the offsets are committed once stored.
-func TestStoresOnceAndCommits(t *testing.T) {
-	t.Parallel()
-	cl := testkafka.New(t)
-	d := testdb.Migrated(t, 10)
-	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
-	cl.CreateTopic(t, topic, 3)
-	produce(t, cl, topic,
-		record{key: "o-1", id: "m1", typ: "created", n: 1},
-		record{key: "o-2", id: "m2", typ: "paid", n: 2},
-		record{key: "o-1", id: "m1", typ: "created", n: 1}, // the producer retried
-		record{key: "o-3", typ: "created", n: 3},           // no id: topic/partition/offset
-	)
-	obs := &inboxtest.Counter{}
-	c := consumer(t, d, cl, topic, group, obs, nil)
-	inboxtest.WaitFor(t, "three rows and a duplicate", func() bool { return len(inboxtest.Rows(t, d)) == 3 && obs.Get(inbox.Duplicate) == 1 })
-	inboxtest.WaitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 3); return got == end && end == 4 })
-	if err := c.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	byID := map[string]inboxtest.Row{}
-	for _, r := range inboxtest.Rows(t, d) {
-		byID[r.MessageID] = r
-	}
-	if r := byID["m1"]; r.Topic != "orders.created" || r.AggregateID == nil || *r.AggregateID != "o-1" {
-		t.Errorf("m1: %+v", r)
-	}
-	var generated []string
-	for id := range byID {
-		if id != "m1" && id != "m2" {
-			generated = append(generated, id)
-		}
-	}
-	if len(generated) != 1 || len(generated[0]) < len(topic)+4 || generated[0][:len(topic)+1] != topic+"/" {
-		t.Errorf("the record without X-Message-Id got id %v, want topic/partition/offset", generated)
-	}
-}
-
-// A member that dies between the insert and the offset commit loses
-// nothing and stores nothing twice: the next member reads the batch again
-// and finds duplicates.
-func TestCrashBetweenInsertAndCommit(t *testing.T) {
-	t.Parallel()
-	cl := testkafka.New(t)
-	d := testdb.Migrated(t, 10)
-	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
-	cl.CreateTopic(t, topic, 1)
-	const n = 40
-	var recs []record
-	for i := range n {
-		recs = append(recs, record{key: fmt.Sprintf("o-%d", i%3), id: fmt.Sprintf("m%d", i), typ: "created", n: i})
-	}
-	produce(t, cl, topic, recs...)
-	var crashed atomic.Bool
-	consumer(t, d, cl, topic, group, nil, func() error {
-		crashed.Store(true)
-		return errors.New("crash")
-	})
-	inboxtest.WaitFor(t, "the first member to store a batch and die", crashed.Load)
-	stored := len(inboxtest.Rows(t, d))
-	if stored == 0 || stored > 10 {
-		t.Fatalf("the first member stored %d rows, want one batch", stored)
-	}
-	obs := &inboxtest.Counter{}
-	consumer(t, d, cl, topic, group, obs, nil)
-	inboxtest.WaitFor(t, "every record", func() bool { return len(inboxtest.Rows(t, d)) == n })
-	inboxtest.WaitFor(t, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end })
-	if obs.Get(inbox.Duplicate) != stored || obs.Get(inbox.Stored) != n-stored {
-		t.Fatalf("the second member counted %v; want %d duplicates and %d stored", obs, stored, n-stored)
-	}
-	// Receive order per key is the partition's order.
-	last := map[string]int{}
-	for _, r := range inboxtest.Rows(t, d) {
-		if l, ok := last[*r.AggregateID]; ok && r.N < l {
-			t.Errorf("key %s: record %d stored after %d", *r.AggregateID, r.N, l)
-		}
-		last[*r.AggregateID] = r.N
-	}
-}
-
-// A record that can never be stored is committed past, and the records
-// behind it are stored.
-func TestRefusedRecordsAreSkipped(t *testing.T) {
-	t.Parallel()
-	cl := testkafka.New(t)
-	d := testdb.Migrated(t, 10)
-	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
-	cl.CreateTopic(t, topic, 1)
-	produce(t, cl, topic, record{key: "o", id: "bad", typ: "x", value: "not json"}, record{key: "o", id: "no-type", typ: ""},
-		record{key: "o", id: "ok", typ: "created", n: 1})
-	obs := &inboxtest.Counter{}
-	consumer(t, d, cl, topic, group, obs, nil)
-	inboxtest.WaitFor(t, "the good record", func() bool { return len(inboxtest.Rows(t, d)) == 1 && obs.Get(inbox.Rejected) == 2 })
-	inboxtest.WaitFor(t, "the offsets committed past the refused records", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end && end == 3 })
-	if r := inboxtest.Rows(t, d); r[0].MessageID != "ok" {
-		t.Fatalf("rows %+v", r)
-	}
-}
-
-// The member keeps reading across a restart of the cluster.
-func TestReadsAcrossARestart(t *testing.T) {
-	t.Parallel()
-	cl := testkafka.NewRestartable(t)
-	d := testdb.Migrated(t, 10)
-	topic, group := testkafka.Unique("qbt-in"), testkafka.Unique("qbt-group")
-	cl.CreateTopic(t, topic, 1)
-	produce(t, cl, topic, record{key: "o", id: "before", typ: "created", n: 1})
-	consumer(t, d, cl, topic, group, nil, nil)
-	inboxtest.WaitFor(t, "the first record", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
-	cl.Stop(t)
-	cl.Start(t)
-	produce(t, cl, topic, record{key: "o", id: "after", typ: "created", n: 2})
-	inboxtest.WaitFor(t, "the record sent after the restart", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
+// twoRecords are what the tests of SASL and TLS produce and expect stored.
+var twoRecords = []sourcetest.Message{
+	{ID: "m1", Type: "created", Aggregate: "o-1", Body: sourcetest.Body(1)},
+	{ID: "m2", Type: "paid", Aggregate: "o-2", Body: sourcetest.Body(2)},
 }
 
 // A cluster that requires SASL: with the right credentials (PLAIN and both
@@ -257,7 +161,7 @@ func TestSASL(t *testing.T) {
 			if err := admin.CreateTopic(topic, 1, nil); err != nil {
 				t.Fatal(err)
 			}
-			produceAs(t, cl, creds, topic, record{key: "o-1", id: "m1", typ: "created", n: 1}, record{key: "o-2", id: "m2", typ: "paid", n: 2})
+			produce(t, cl.Brokers, saslTransport(t, creds), topic, twoRecords...)
 
 			// A wrong password: nothing stored, the refusal logged.
 			wrong := creds
@@ -295,75 +199,49 @@ func TestSASL(t *testing.T) {
 	}
 }
 
-func saslConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, logs *testlog.Buffer) *Consumer {
+func saslConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, logs *testlog.Buffer) inbox.Consumer {
 	t.Helper()
 	return securedConsumer(t, d, cl, topic, group, creds, kafkasink.TLS{}, logs)
 }
 
 // securedConsumer starts a source with the given sasl and tls settings;
 // logs, when set, receives its log.
-func securedConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, tlsCfg kafkasink.TLS, logs *testlog.Buffer) *Consumer {
+func securedConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topic, group string, creds kafkasink.SASL, tlsCfg kafkasink.TLS, logs *testlog.Buffer) inbox.Consumer {
 	t.Helper()
-	tp, _ := inbox.ParseTemplate("orders.{{ headers.type }}")
-	m, err := inbox.NewMapping("orders", tp, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.DiscardHandler)
 	if logs != nil {
 		log = slog.New(slog.NewTextHandler(logs, nil))
 	}
-	return started(t, Config{Mapping: m, Storer: inbox.NewStorer("orders", d, nil, nil), Brokers: cl.Brokers, Topic: topic, GroupID: group,
-		SASL: creds, TLS: tlsCfg, Log: log, sessionTimeout: 6 * time.Second})
+	c, err := New(Config{Mapping: sourcetest.Mapping(t, "orders", "type", "key"), Storer: inbox.NewStorer("orders", d, nil, nil),
+		Brokers: cl.Brokers, Topic: topic, GroupID: group, SASL: creds, TLS: tlsCfg, Log: log, sessionTimeout: 6 * time.Second})
+	return sourcetest.Started(t, c, err)
 }
 
-// produceAs writes records to a cluster that requires SASL.
-func produceAs(t *testing.T, cl *testkafka.Cluster, creds kafkasink.SASL, topic string, recs ...record) {
+// saslTransport connects to a cluster that requires SASL.
+func saslTransport(t *testing.T, creds kafkasink.SASL) *kafkago.Transport {
 	t.Helper()
 	mech, err := kafkasink.Mechanism(creds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &kafkago.Writer{Addr: kafkago.TCP(cl.Brokers...), Topic: topic, BatchTimeout: time.Millisecond, RequiredAcks: kafkago.RequireAll,
-		Transport: &kafkago.Transport{SASL: mech}}
-	defer w.Close()
-	msgs := make([]kafkago.Message, len(recs))
-	for i, r := range recs {
-		msgs[i] = kafkago.Message{Key: []byte(r.key), Value: fmt.Appendf(nil, `{"n":%d}`, r.n),
-			Headers: []kafkago.Header{{Key: "type", Value: []byte(r.typ)}, {Key: "X-Message-Id", Value: []byte(r.id)}}}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	return &kafkago.Transport{SASL: mech}
 }
 
 // committedAs returns a group's committed offset and the end offset of a
 // one-partition topic, on a cluster that requires SASL.
 func committedAs(t *testing.T, cl *testkafka.Cluster, creds kafkasink.SASL, topic, group string) (int64, int64) {
 	t.Helper()
-	mech, err := kafkasink.Mechanism(creds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return offsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: &kafkago.Transport{SASL: mech}}, topic, group, 1)
+	return mustOffsets(t, &kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: saslTransport(t, creds)}, topic, group, 1)
 }
 
 // within waits up to limit for cond.
 func within(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, "waiting for "+what, limit, testkit.True(cond))
 }
 
 // stopWithin stops c, which must not take more than five seconds.
-func stopWithin(t *testing.T, c *Consumer) {
+func stopWithin(t *testing.T, c inbox.Consumer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -382,9 +260,9 @@ func storesOver(t *testing.T, cl *testkafka.Cluster, topic string, creds kafkasi
 	within(t, 15*time.Second, "both records in the inbox", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
 	within(t, 15*time.Second, "the offsets committed", func() bool { got, end := committed(t, cl, topic, group, 1); return got == end && end == 2 })
 	rows := inboxtest.Rows(t, d)
-	if rows[0].MessageID != "m1" || rows[0].Topic != "orders.created" || rows[0].N != 1 ||
-		rows[1].MessageID != "m2" || rows[1].Topic != "orders.paid" || rows[1].N != 2 {
-		t.Errorf("stored %+v, want m1 (orders.created, n 1) then m2 (orders.paid, n 2)", rows)
+	if rows[0].MessageID != "m1" || rows[0].Topic != "in.created" || rows[0].N != 1 ||
+		rows[1].MessageID != "m2" || rows[1].Topic != "in.paid" || rows[1].N != 2 {
+		t.Errorf("stored %+v, want m1 (in.created, n 1) then m2 (in.paid, n 2)", rows)
 	}
 }
 
@@ -397,7 +275,7 @@ func TestTLS(t *testing.T) {
 	cl := testkafka.NewSecure(t, testkafka.Security{CA: ca})
 	topic := testkafka.Unique("qbt-in-tls")
 	cl.CreateTopic(t, topic, 1)
-	produce(t, cl, topic, record{key: "o-1", id: "m1", typ: "created", n: 1}, record{key: "o-2", id: "m2", typ: "paid", n: 2})
+	produce(t, cl.Brokers, cl.Transport(), topic, twoRecords...)
 
 	t.Run("caFile", func(t *testing.T) {
 		t.Parallel()
@@ -434,7 +312,7 @@ func TestTLSWithSASL(t *testing.T) {
 			cl := testkafka.NewSecure(t, testkafka.Security{CA: ca, Users: []testkafka.User{u}})
 			topic := testkafka.Unique("qbt-in-tls-sasl")
 			cl.CreateTopic(t, topic, 1)
-			produce(t, cl, topic, record{key: "o-1", id: "m1", typ: "created", n: 1}, record{key: "o-2", id: "m2", typ: "paid", n: 2})
+			produce(t, cl.Brokers, cl.Transport(), topic, twoRecords...)
 			storesOver(t, cl, topic, kafkasink.SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password},
 				kafkasink.TLS{Enabled: true, CAFile: ca.File})
 		})

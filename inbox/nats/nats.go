@@ -141,27 +141,16 @@ func (c *Consumer) run(consume, hard context.Context) {
 		log.Error("inbox: the NATS source cannot use JetStream", "error", err)
 		return
 	}
-	var backoff inbox.Backoff
-	down := false
+	reconnect := inbox.NewReconnect(log, "inbox: the NATS source cannot consume; retrying")
 	for consume.Err() == nil {
-		err := c.session(consume, hard, nc, js, reconnected, func() {
-			backoff.Reset()
-			if down {
-				log.Info("inbox: consuming again")
-				down = false
-			}
-		})
+		err := c.session(consume, hard, nc, js, reconnected, reconnect.Consuming)
 		if err == nil || errors.Is(err, errStopped) || consume.Err() != nil {
 			return
 		}
 		if errors.Is(err, errReconnected) {
 			continue // a new session at once, which resets the durable
 		}
-		if !down {
-			log.Warn("inbox: the NATS source cannot consume; retrying", "error", err)
-			down = true
-		}
-		if !inbox.Sleep(consume, backoff.Next()) {
+		if !reconnect.Failed(consume, err) {
 			return
 		}
 	}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/queuebox/queuebox/internal/inboxtest"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	natsgo "github.com/nats-io/nats.go"
@@ -17,188 +15,217 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/inbox/sourcetest"
+	"github.com/queuebox/queuebox/internal/inboxtest"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testlog"
 	"github.com/queuebox/queuebox/internal/testnats"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-type event struct {
-	id, typ, order string
-	n              int
-	body           string
+// The NATS source passes the sources' conformance suite: it terminates a
+// message it cannot store, and receives a stream's messages in stream
+// order. Its durable has an ack wait far longer than the suite waits, so
+// that a message delivered and not acknowledged comes back only through
+// the source's reset (see TestCrashResetsTheDurable). The stream's
+// duplicate window is the shortest the server allows, so that a repeat of
+// a Nats-Msg-Id can get past it and reach the source.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	sourcetest.Run(t, sourcetest.Harness{
+		Features: sourcetest.Features{Refusal: sourcetest.Terminated, BrokerOrder: true, CloseConnections: true, Restart: true},
+		Open: func(t *testing.T, _ bool) *sourcetest.Target {
+			f := newFixture(t, testnats.Start(t))
+			f.longAckWait(t)
+			tg := &sourcetest.Target{Inbox: f.d, MaxBatch: 10, GeneratedID: regexp.MustCompile("^" + f.stream + `/\d+$`),
+				Send: f.publish, Stop: f.s.Stop, Start: f.s.Start}
+			tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
+				return New(f.config(t, f.s.URL, o.Observer, o.AfterStore, nil))
+			}
+			tg.Left = func(*testing.T) (int, error) {
+				i, err := f.state()
+				if err != nil {
+					return 0, err
+				}
+				return unacknowledged(i), nil
+			}
+			tg.BrokerOrder = func(*testing.T) []string {
+				var ids []string
+				for _, m := range f.st.Messages() {
+					ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+				}
+				return ids
+			}
+			tg.CloseConnections = func(t testing.TB) { f.s.Disconnect(t, "queuebox inbox orders") }
+			return tg
+		},
+	})
 }
 
-// publish sends events to subject (through JetStream, with Nats-Msg-Id
-// when the event has an id).
-func publish(t *testing.T, s *testnats.Server, subject string, evs ...event) {
+// fixture is a server, a stream on it over subject, a database of the
+// test's own, and a connection for the test's own requests.
+type fixture struct {
+	s               *testnats.Server
+	js              jetstream.JetStream
+	st              *testnats.Stream
+	d               *postgres.Dialect
+	stream, subject string
+}
+
+// durable is the name of the durable consumer every test uses.
+const durable = "qb-inbox"
+
+func newFixture(t *testing.T, s *testnats.Server) *fixture {
 	t.Helper()
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
+	f := &fixture{s: s, d: testdb.Migrated(t, 10), stream: testnats.Unique("QBT")}
+	f.subject = f.stream + ".in"
+	// The shortest duplicate window the server allows (see publish).
+	f.st = s.NewStreamConfig(t, jetstream.StreamConfig{Name: f.stream, Subjects: []string{f.subject}, Storage: jetstream.FileStorage,
+		Duplicates: 100 * time.Millisecond})
+	var err error
+	if f.js, err = jetstream.New(s.Connect(t)); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range evs {
-		body := e.body
-		if body == "" {
-			body = fmt.Sprintf(`{"n":%d}`, e.n)
+	return f
+}
+
+var errDuplicate = errors.New("the stream dropped it as a duplicate")
+
+// publish sends msgs to the stream's subject through JetStream, with
+// Nats-Msg-Id when the message has an id. The stream drops a repeat of an
+// id within its duplicate window: such a repeat is sent again until the
+// stream takes it, so that the source receives it twice as a sender's
+// late retry would make it. It reports a failure with t.Error: the suite
+// may call it from a goroutine of its own.
+func (f *fixture) publish(t *testing.T, msgs ...sourcetest.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		nm := natsgo.NewMsg(f.subject)
+		nm.Data = m.Body
+		for name, v := range m.Headers {
+			nm.Header.Set(name, v)
 		}
-		m := natsgo.NewMsg(subject)
-		m.Data = []byte(body)
-		m.Header.Set("Event-Type", e.typ)
-		m.Header.Set("Order-Id", e.order)
-		if e.id != "" {
-			m.Header.Set(jetstream.MsgIDHeader, e.id)
+		for name, v := range map[string]string{"Event-Type": m.Type, "Order-Id": m.Aggregate, jetstream.MsgIDHeader: m.ID} {
+			if v != "" {
+				nm.Header.Set(name, v)
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := js.PublishMsg(ctx, m)
-		cancel()
+		var err error
+		if perr := testkit.Poll(sourcetest.Wait, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var ack *jetstream.PubAck
+			if ack, err = f.js.PublishMsg(ctx, nm); err == nil && ack.Duplicate {
+				return errDuplicate
+			}
+			return nil // taken, or an error that sending again could store twice
+		}); perr != nil {
+			err = perr
+		}
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("publish %s: %v", m.ID, err)
+			return
 		}
 	}
 }
 
-func mapping(t *testing.T) *inbox.Mapping {
-	t.Helper()
-	tp, _ := inbox.ParseTemplate("orders.{{ headers.Event-Type }}")
-	agg, _ := inbox.ParseTemplate("{{ headers.order-id }}")
-	m, err := inbox.NewMapping("orders", tp, nil, agg)
-	if err != nil {
-		t.Fatal(err)
+// config is a consumer of the durable on the server at url, with batches
+// of 10 and an ack wait of a second when it creates the durable itself.
+func (f *fixture) config(t *testing.T, url string, obs inbox.Observer, hook func() error, logs *testlog.Buffer) Config {
+	cfg := Config{Mapping: sourcetest.Mapping(t, "orders", "Event-Type", "Order-Id"), Storer: inbox.NewStorer("orders", f.d, obs, nil),
+		URL: url, Stream: f.stream, Durable: durable, MaxBatch: 10, ackWait: time.Second, afterStore: hook}
+	if logs != nil {
+		cfg.Log = logs.Logger()
 	}
-	return m
+	return cfg
 }
 
-// fixture gives a test a migrated database of its own and a new stream on
-// s over the subject it returns.
-func fixture(t *testing.T, s *testnats.Server) (d *postgres.Dialect, stream, subject string) {
+// consume starts a consumer (see config) that logs to the buffer it
+// returns, stopped when the test ends.
+func (f *fixture) consume(t *testing.T, url string, hook func() error) *testlog.Buffer {
 	t.Helper()
-	d = testdb.Migrated(t, 10)
-	stream = testnats.Unique("QBT")
-	subject = stream + ".in"
-	s.NewStream(t, stream, subject)
-	return d, stream, subject
+	logs := &testlog.Buffer{}
+	c, err := New(f.config(t, url, nil, hook, logs))
+	sourcetest.Started(t, c, err)
+	return logs
 }
 
-func consumer(t *testing.T, d dialects.Inbox, s *testnats.Server, stream, durable string, obs inbox.Observer, hook func() error) *Consumer {
+// longAckWait creates the durable with an ack wait far longer than a test
+// waits, so that a message delivered and not acknowledged can only come
+// back through the source's reset.
+func (f *fixture) longAckWait(t *testing.T) {
 	t.Helper()
-	return start(t, Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, obs, nil), URL: s.URL, Stream: stream, Durable: durable,
-		MaxBatch: 10, ackWait: time.Second, afterStore: hook})
-}
-
-// start runs a consumer of cfg until the test ends.
-func start(t *testing.T, cfg Config) *Consumer {
-	t.Helper()
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return c
-}
-
-// info reads the durable's state.
-func info(t *testing.T, s *testnats.Server, stream, durable string) *jetstream.ConsumerInfo {
-	t.Helper()
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := js.Consumer(ctx, stream, durable)
-	if err != nil {
+	if _, err := f.js.CreateConsumer(ctx, f.stream, jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 10 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	i, err := c.Info(ctx)
+}
+
+// state reads the durable's state.
+func (f *fixture) state() (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := f.js.Consumer(ctx, f.stream, durable)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(ctx)
+}
+
+// info is state, failing the test on an error.
+func (f *fixture) info(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
+	i, err := f.state()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return i
 }
 
-// pending is how many messages the durable has not had acknowledged
-// (delivered and waiting, or not yet delivered).
-func pending(t *testing.T, s *testnats.Server, stream, durable string) uint64 {
-	t.Helper()
-	i := info(t, s, stream, durable)
-	return i.NumPending + uint64(i.NumAckPending)
-}
+// unacknowledged is how many messages the durable has not had
+// acknowledged (delivered and waiting, or not yet delivered).
+func unacknowledged(i *jetstream.ConsumerInfo) int { return int(i.NumPending) + i.NumAckPending }
 
-// Messages are stored once per message id (Nats-Msg-Id, else
-// stream/sequence); the durable is created when missing, and every message
-// is acknowledged.
-func TestStoresOnceAndAcknowledges(t *testing.T) {
-	t.Parallel()
-	s := testnats.Start(t)
-	d, stream, subject := fixture(t, s)
-	// A republish with the same Nats-Msg-Id beyond the stream's duplicate
-	// window would reach the stream twice; here the second is a distinct
-	// message without an id, and one more has an id of its own.
-	publish(t, s, subject, event{id: "m1", typ: "created", order: "o-1", n: 1}, event{typ: "paid", order: "o-1", n: 2},
-		event{id: "m3", typ: "created", order: "o-2", n: 3})
-	obs := &inboxtest.Counter{}
-	c := consumer(t, d, s, stream, "qb-inbox", obs, nil)
-	inboxtest.WaitFor(t, "three rows", func() bool { return len(inboxtest.Rows(t, d)) == 3 })
-	if err := c.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	got := inboxtest.Rows(t, d)
-	if got[0].MessageID != "m1" || got[0].Topic != "orders.created" || *got[0].AggregateID != "o-1" ||
-		got[1].MessageID != stream+"/2" || got[1].Topic != "orders.paid" {
-		t.Fatalf("rows %+v", got)
-	}
-	if p := pending(t, s, stream, "qb-inbox"); p != 0 {
-		t.Fatalf("%d messages not acknowledged after a drain", p)
-	}
-	if obs.Get(inbox.Stored) != 3 {
-		t.Errorf("counted %v", obs)
-	}
-}
+func (f *fixture) rows(t *testing.T) int { return len(inboxtest.Rows(t, f.d)) }
 
-// crashAfterOneBatch publishes n messages over three orders to the
-// stream's subject, and runs a consumer of the durable qb-inbox that dies
-// (as a crash would) once it has stored its first batch and before it
-// acknowledges it.
-func crashAfterOneBatch(t *testing.T, d dialects.Inbox, s *testnats.Server, stream string, n int) {
+// crashAfterOneBatch publishes n messages over three orders, and runs a
+// consumer that dies (as a crash would) once it has stored its first batch
+// and before it acknowledges it.
+func (f *fixture) crashAfterOneBatch(t *testing.T, n int) {
 	t.Helper()
-	var evs []event
-	for i := range n {
-		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
+	msgs := make([]sourcetest.Message, n)
+	for i := range msgs {
+		msgs[i] = sourcetest.Message{ID: fmt.Sprintf("m%d", i), Type: "created", Aggregate: fmt.Sprintf("o-%d", i%3), Body: sourcetest.Body(i)}
 	}
-	publish(t, s, stream+".in", evs...)
-	var crashed atomic.Bool
-	consumer(t, d, s, stream, "qb-inbox", nil, func() error {
-		crashed.Store(true)
+	f.publish(t, msgs...)
+	crashed := make(chan struct{})
+	f.consume(t, f.s.URL, func() error {
+		select {
+		case <-crashed:
+		default:
+			close(crashed)
+		}
 		return errors.New("crash")
 	})
-	inboxtest.WaitFor(t, "the first consumer to store a batch and die", crashed.Load)
-}
-
-// startLogged runs a consumer of the durable qb-inbox on stream at url,
-// with batches of 10 and hook after each store (nil: none), until the test
-// ends, and returns its log.
-func startLogged(t *testing.T, d dialects.Inbox, url, stream string, hook func() error) *testlog.Buffer {
-	t.Helper()
-	logs := &testlog.Buffer{}
-	start(t, Config{Mapping: mapping(t), Storer: inbox.NewStorer("orders", d, nil, nil), URL: url, Stream: stream,
-		Durable: "qb-inbox", MaxBatch: 10, Log: logs.Logger(), afterStore: hook})
-	return logs
+	select {
+	case <-crashed:
+	case <-time.After(sourcetest.Wait):
+		t.Fatal("the first consumer stored no batch")
+	}
 }
 
 // checkReceiveOrder fails the test where an order's messages (their "n")
 // were received out of the order they were published in.
-func checkReceiveOrder(t *testing.T, d *postgres.Dialect) {
+func (f *fixture) checkReceiveOrder(t *testing.T) {
 	t.Helper()
 	last := map[string]int{}
-	for _, r := range inboxtest.Rows(t, d) {
+	for _, r := range inboxtest.Rows(t, f.d) {
 		if prev, ok := last[*r.AggregateID]; ok && r.N < prev {
 			t.Errorf("order %s: message %d received after %d", *r.AggregateID, r.N, prev)
 		}
@@ -206,169 +233,119 @@ func checkReceiveOrder(t *testing.T, d *postgres.Dialect) {
 	}
 }
 
-// A consumer that dies between the insert and the acknowledgement loses
-// nothing and stores nothing twice: the next consumer's reset (or, without
-// one, the ack wait) brings the batch back, and the repeats are duplicates.
-func TestCrashBetweenInsertAndAck(t *testing.T) {
+// Only NATS resets its durable: JetStream would deliver a dead consumer's
+// unacknowledged messages (a stored batch, and the pulled batch behind it
+// that it never stored) again only after the ack wait, behind the messages
+// that followed them. The suite checks the order that the reset keeps;
+// this checks the reset itself: the dead consumer left more than a batch
+// unacknowledged, the next one says that it delivers again from the first
+// of them, and everything comes long before the ack wait.
+func TestCrashResetsTheDurable(t *testing.T) {
 	t.Parallel()
-	s := testnats.Start(t)
-	d, stream, _ := fixture(t, s)
-	const n = 40
-	crashAfterOneBatch(t, d, s, stream, n)
-	stored := len(inboxtest.Rows(t, d))
-	if stored == 0 || stored > 10 {
-		t.Fatalf("the first consumer stored %d rows, want one batch", stored)
-	}
-	obs := &inboxtest.Counter{}
-	consumer(t, d, s, stream, "qb-inbox", obs, nil)
-	inboxtest.WaitFor(t, "every message, and the batch again", func() bool { return len(inboxtest.Rows(t, d)) == n && obs.Get(inbox.Duplicate) >= stored })
-	inboxtest.WaitFor(t, "every message acknowledged", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
-	if got := len(inboxtest.Rows(t, d)); got != n {
-		t.Fatalf("%d rows for %d messages", got, n)
-	}
-	if obs.Get(inbox.Stored) != n-stored {
-		t.Fatalf("the second consumer counted %v; want %d stored", obs, n-stored)
-	}
-}
-
-// Messages a dead consumer was delivered and never acknowledged (a stored
-// batch, and the pulled batch behind it that it never stored) come again at
-// once and in stream order when the next consumer starts, not after the
-// durable's ack wait behind the messages that followed them: every order's
-// messages are received in the order they were published.
-func TestCrashKeepsStreamOrder(t *testing.T) {
-	t.Parallel()
-	s := testnats.Start(t)
-	d, stream, _ := fixture(t, s)
-	longAckWait(t, s, stream)
+	f := newFixture(t, testnats.Start(t))
+	f.longAckWait(t)
 	const n = 60
-	crashAfterOneBatch(t, d, s, stream, n)
-	if p := info(t, s, stream, "qb-inbox").NumAckPending; p <= 10 {
+	f.crashAfterOneBatch(t, n)
+	if p := f.info(t).NumAckPending; p <= 10 {
 		t.Fatalf("the dead consumer left %d messages unacknowledged; want its stored batch and more pulled behind it", p)
 	}
-	logs := startLogged(t, d, s.URL, stream, nil)
-	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
-	checkReceiveOrder(t, d)
+	logs := f.consume(t, f.s.URL, nil)
+	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return f.rows(t) == n })
+	f.checkReceiveOrder(t)
 	if !strings.Contains(logs.String(), "delivering again from the first of them") {
 		t.Errorf("the log does not say the durable was reset:\n%s", logs.String())
 	}
 }
 
-// A connection that breaks in the middle of a stream, with messages the
-// server sent and the source never received, ends the session, and the
-// next one resets the durable: those messages come again at once and in
-// stream order, not after the durable's ten-minute ack wait behind the ones
-// that followed them. A proxy between the source and the server swallows
-// what the server sends for a moment, then the server drops the
-// connection.
+// Only NATS: a connection that breaks in the middle of a stream, with
+// messages the server sent and the source never received, ends the
+// session, and the next one resets the durable: those messages come again
+// at once and in stream order, not after the durable's ten-minute ack wait
+// behind the ones that followed them. A proxy between the source and the
+// server holds back what the server sends, then the server drops the
+// connection, and what the proxy held is lost.
 func TestReconnectKeepsStreamOrder(t *testing.T) {
 	t.Parallel()
-	s := testnats.Start(t)
-	d, stream, subject := fixture(t, s)
-	longAckWait(t, s, stream)
+	f := newFixture(t, testnats.Start(t))
+	f.longAckWait(t)
 	tox := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	proxy := toxiproxy.NewProxy(tox, "nats", "127.0.0.1:0", strings.TrimPrefix(s.URL, "nats://"))
+	proxy := toxiproxy.NewProxy(tox, "nats", "127.0.0.1:0", strings.TrimPrefix(f.s.URL, "nats://"))
 	if err := tox.Collection.Add(proxy, true); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Stop)
 	const n = 400
-	var evs []event
-	for i := range n {
-		evs = append(evs, event{id: fmt.Sprintf("m%d", i), typ: "created", order: fmt.Sprintf("o-%d", i%3), n: i})
+	msgs := make([]sourcetest.Message, n)
+	for i := range msgs {
+		msgs[i] = sourcetest.Message{ID: fmt.Sprintf("m%d", i), Type: "created", Aggregate: fmt.Sprintf("o-%d", i%3), Body: sourcetest.Body(i)}
 	}
-	publish(t, s, subject, evs...)
-	logs := startLogged(t, d, "nats://"+proxy.Listen, stream, func() error {
-		time.Sleep(3 * time.Millisecond) // a slow database: the pull runs ahead
+	f.publish(t, msgs...)
+	// The source stops in the middle of the stream, after a batch that
+	// brings it to 80 and to 240 messages stored, until the test has put
+	// the proxy in its way.
+	breaks := []int{80, 240}
+	reached, resume := make(chan struct{}), make(chan struct{})
+	obs := &inboxtest.Counter{}
+	next := 0
+	logs := &testlog.Buffer{}
+	c, err := New(f.config(t, "nats://"+proxy.Listen, obs, func() error {
+		// A slow database, so that the pull runs ahead of the stores.
+		time.Sleep(3 * time.Millisecond)
+		if next < len(breaks) && obs.Get(inbox.Stored) >= breaks[next] {
+			next++
+			select {
+			case reached <- struct{}{}:
+				<-resume
+			case <-t.Context().Done():
+			}
+		}
 		return nil
-	})
-	for _, at := range []int{80, 240} {
-		inboxtest.WaitFor(t, fmt.Sprintf("%d messages stored", at), func() bool { return len(inboxtest.Rows(t, d)) >= at })
+	}, logs))
+	sourcetest.Started(t, c, err)
+	for _, at := range breaks {
+		select {
+		case <-reached:
+		case <-time.After(sourcetest.Wait):
+			t.Fatalf("the source did not store %d messages", at)
+		}
 		if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name": "swallow", "type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}`)); err != nil {
 			t.Fatal(err)
 		}
-		inboxtest.WaitFor(t, "messages sent and never received", func() bool {
-			return info(t, s, stream, "qb-inbox").NumAckPending > 0 && len(inboxtest.Rows(t, d)) >= at
-		})
-		time.Sleep(200 * time.Millisecond) // what was on its way is swallowed too
-		s.Disconnect(t, "queuebox inbox orders")
+		resume <- struct{}{}
+		inboxtest.WaitFor(t, "messages sent and never received", func() bool { return f.info(t).NumAckPending > 0 })
+		// A quiet spell, not a wait for an event: the source stores what
+		// it already has in hand, and what the server sends meanwhile, the
+		// proxy holds back. Without it the connection may break while
+		// everything sent is still in the source's buffer, and nothing is
+		// lost for a reset to bring back. Nothing reports that the
+		// source's buffer is empty.
+		time.Sleep(200 * time.Millisecond)
+		f.s.Disconnect(t, "queuebox inbox orders")
 		if err := proxy.Toxics.RemoveToxic(context.Background(), "swallow"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return len(inboxtest.Rows(t, d)) == n })
-	checkReceiveOrder(t, d)
+	inboxtest.WaitFor(t, "every message, long before the ack wait", func() bool { return f.rows(t) == n })
+	f.checkReceiveOrder(t)
 	if got := strings.Count(logs.String(), "delivering again from the first of them"); got < 2 {
 		t.Errorf("%d resets after two broken connections with messages lost on their way, want 2:\n%s", got, logs.String())
 	}
 }
 
-// longAckWait creates the durable qb-inbox with an ack wait far longer than
-// a test waits, so that a message delivered and not acknowledged can only
-// come back through the source's reset.
-func longAckWait(t *testing.T, s *testnats.Server, stream string) {
-	t.Helper()
-	js, err := jetstream.New(s.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "qb-inbox", AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 10 * time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A user who may not reset the durable (or a server older than 2.14) only
-// costs the order: after a crash the source says once that it cannot
-// reset, goes on consuming, and the unacknowledged messages come back after
-// the ack wait; nothing is lost or stored twice.
+// Only NATS: a user who may not reset the durable (or a server older than
+// 2.14) only costs the order. After a crash the source, which created the
+// durable itself (a second's ack wait), says once that it cannot reset,
+// goes on consuming, and the unacknowledged messages come back after the
+// ack wait; nothing is lost or stored twice.
 func TestNoResetStillConsumes(t *testing.T) {
 	t.Parallel()
-	s := testnats.StartDenying(t, "$JS.API.CONSUMER.RESET.>")
-	d, stream, _ := fixture(t, s)
+	f := newFixture(t, testnats.StartDenying(t, "$JS.API.CONSUMER.RESET.>"))
 	const n = 40
-	crashAfterOneBatch(t, d, s, stream, n) // the durable it makes has an ack wait of 1 s
-	logs := startLogged(t, d, s.URL, stream, nil)
-	inboxtest.WaitFor(t, "every message", func() bool { return len(inboxtest.Rows(t, d)) == n })
-	inboxtest.WaitFor(t, "every message acknowledged", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
+	f.crashAfterOneBatch(t, n)
+	logs := f.consume(t, f.s.URL, nil)
+	inboxtest.WaitFor(t, "every message", func() bool { return f.rows(t) == n })
+	inboxtest.WaitFor(t, "every message acknowledged", func() bool { return unacknowledged(f.info(t)) == 0 })
 	if got := strings.Count(logs.String(), "could not be reset"); got != 1 {
 		t.Errorf("the refused reset was logged %d times, want once:\n%s", got, logs.String())
 	}
-}
-
-// A message that can never be stored is terminated, and the messages
-// behind it are stored.
-func TestRefusedMessagesAreTerminated(t *testing.T) {
-	t.Parallel()
-	s := testnats.Start(t)
-	d, stream, subject := fixture(t, s)
-	publish(t, s, subject, event{id: "bad", typ: "x", order: "o", body: "nope"}, event{id: "no-type", order: "o", n: 1},
-		event{id: "ok", typ: "created", order: "o", n: 2})
-	obs := &inboxtest.Counter{}
-	consumer(t, d, s, stream, "qb-inbox", obs, nil)
-	inboxtest.WaitFor(t, "the good message and two refusals", func() bool { return len(inboxtest.Rows(t, d)) == 1 && obs.Get(inbox.Rejected) == 2 })
-	inboxtest.WaitFor(t, "nothing left to deliver", func() bool { return pending(t, s, stream, "qb-inbox") == 0 })
-	if r := inboxtest.Rows(t, d); r[0].MessageID != "ok" {
-		t.Fatalf("rows %+v", r)
-	}
-}
-
-// The consumer comes back by itself after the server closed its
-// connection, and after a restart of the server.
-func TestReconnects(t *testing.T) {
-	t.Parallel()
-	s := testnats.Start(t)
-	d, stream, subject := fixture(t, s)
-	consumer(t, d, s, stream, "qb-inbox", nil, nil)
-	publish(t, s, subject, event{id: "a", typ: "created", order: "o", n: 1})
-	inboxtest.WaitFor(t, "the first message", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
-	s.Disconnect(t, "queuebox inbox orders")
-	publish(t, s, subject, event{id: "b", typ: "created", order: "o", n: 2})
-	inboxtest.WaitFor(t, "the message sent after the disconnect", func() bool { return len(inboxtest.Rows(t, d)) == 2 })
-	s.Stop(t)
-	s.Start(t)
-	publish(t, s, subject, event{id: "c", typ: "created", order: "o", n: 3})
-	inboxtest.WaitFor(t, "the message sent after the restart", func() bool { return len(inboxtest.Rows(t, d)) == 3 })
 }

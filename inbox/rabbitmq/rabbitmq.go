@@ -112,28 +112,14 @@ var errStopped = errors.New("stopped by a test hook")
 // run connects and consumes until consume ends, reconnecting after a
 // failure.
 func (c *Consumer) run(consume, hard context.Context) {
-	var backoff inbox.Backoff
 	log := c.cfg.Log.With("source", c.Source(), "queue", c.cfg.Queue, "broker", c.addr)
-	down := false
+	reconnect := inbox.NewReconnect(log, "inbox: the RabbitMQ source lost its broker; reconnecting")
 	for consume.Err() == nil {
-		err := c.session(consume, hard, func() {
-			backoff.Reset()
-			if down {
-				log.Info("inbox: consuming again")
-				down = false
-			}
-		})
-		if errors.Is(err, errStopped) {
+		err := c.session(consume, hard, reconnect.Consuming)
+		if errors.Is(err, errStopped) || consume.Err() != nil {
 			return
 		}
-		if consume.Err() != nil {
-			return
-		}
-		if !down {
-			log.Warn("inbox: the RabbitMQ source lost its broker; reconnecting", "error", err)
-			down = true
-		}
-		if !inbox.Sleep(consume, backoff.Next()) {
+		if !reconnect.Failed(consume, err) {
 			return
 		}
 	}

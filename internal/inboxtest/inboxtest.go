@@ -1,6 +1,7 @@
 // Package inboxtest holds what the tests of the inbox's sources share: the
 // stored rows, an observer that counts outcomes, a bounded wait, and a relay
-// engine that takes the inbox through the outbox to an HTTP receiver.
+// engine that takes the inbox through the outbox to an HTTP receiver. The
+// cases every source must pass are in inbox/sourcetest.
 package inboxtest
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	httpsink "github.com/queuebox/queuebox/sinks/http"
@@ -24,6 +26,8 @@ import (
 
 // Row is a stored inbox row; N is the payload's "n" (-1 without one).
 type Row struct {
+	// ID is the inbox id, which the outbox row relayed from it keeps.
+	ID               string
 	MessageID, Topic string
 	AggregateID      *string
 	Headers          map[string]string
@@ -34,13 +38,13 @@ type Row struct {
 func Rows(t *testing.T, d *postgres.Dialect) []Row {
 	t.Helper()
 	tbl := pgx.Identifier{d.Names().Schema, "inbox"}.Sanitize()
-	rs, err := d.Pool().Query(context.Background(), `SELECT message_id, topic, aggregate_id, headers, COALESCE((payload->>'n')::int, -1) FROM `+tbl+` ORDER BY sequence`)
+	rs, err := d.Pool().Query(context.Background(), `SELECT id::text, message_id, topic, aggregate_id, headers, COALESCE((payload->>'n')::int, -1) FROM `+tbl+` ORDER BY sequence`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (Row, error) {
 		var x Row
-		err := r.Scan(&x.MessageID, &x.Topic, &x.AggregateID, &x.Headers, &x.N)
+		err := r.Scan(&x.ID, &x.MessageID, &x.Topic, &x.AggregateID, &x.Headers, &x.N)
 		return x, err
 	})
 	if err != nil {
@@ -78,17 +82,14 @@ func (c *Counter) String() string {
 	return fmt.Sprint(c.n)
 }
 
-// WaitFor waits up to 90 s for cond.
+// Wait is how long WaitFor waits: brokers' consumer groups and sessions
+// take their time on a loaded machine.
+const Wait = 90 * time.Second
+
+// WaitFor polls cond (testkit.Eventually) for up to Wait.
 func WaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("waited 90 s for %s", what)
+	testkit.Eventually(t, "waiting for "+what, Wait, testkit.True(cond))
 }
 
 // Relay runs the relay engine on d, with the inbox relay on, delivering

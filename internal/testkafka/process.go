@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // ProcessOptions shape the cluster of NewProcess.
@@ -183,14 +185,7 @@ func (p *process) reap() (string, error) {
 // restart starts the stopped process again; the ports of the last run may
 // linger a moment.
 func (p *process) restart() error {
-	var err error
-	for range 50 {
-		if err = p.start(); err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
+	return testkit.Poll(5*time.Second, p.start)
 }
 
 func (p *process) running() bool {

@@ -2,6 +2,7 @@ package testkafka
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -71,15 +74,16 @@ func produce(t *testing.T, c *Cluster, topic, value string) {
 func readValues(t *testing.T, r *Reader, want ...string) {
 	t.Helper()
 	var got []string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	_ = testkit.Poll(30*time.Second, func() error {
 		got = got[:0]
 		for _, rec := range r.Poll() {
 			got = append(got, string(rec.Value))
 		}
-		if len(got) >= len(want) {
-			break
+		if len(got) < len(want) {
+			return fmt.Errorf("read %d of %d", len(got), len(want))
 		}
-	}
+		return nil
+	})
 	if !slices.Equal(got, want) {
 		t.Fatalf("read %q, want %q (last error: %v)", got, want, r.Err())
 	}

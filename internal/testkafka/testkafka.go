@@ -25,6 +25,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // Cluster is a running cluster.
@@ -68,6 +70,16 @@ func NewRestartable(t testing.TB) *Cluster {
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// NewFor starts the cluster of a conformance case: NewRestartable for the
+// cases that restart it (faults), else New.
+func NewFor(t testing.TB, faults bool) *Cluster {
+	t.Helper()
+	if faults {
+		return NewRestartable(t)
+	}
+	return New(t)
 }
 
 func start(opts []kfake.Opt) (*Cluster, error) {
@@ -134,14 +146,15 @@ func (c *Cluster) Start(t testing.TB) {
 	if c.fake != nil {
 		return
 	}
-	var err error
-	for range 50 { // the old sockets may linger a moment
-		if c.fake, err = kfake.NewCluster(append(c.opts, kfake.Ports(c.ports...))...); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	// The old sockets may linger a moment: try until the ports are free.
+	err := testkit.Poll(5*time.Second, func() error {
+		var err error
+		c.fake, err = kfake.NewCluster(append(c.opts, kfake.Ports(c.ports...))...)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("kfake did not start again on %v: %v", c.ports, err)
 	}
-	t.Fatalf("kfake did not start again on %v: %v", c.ports, err)
 }
 
 // Fake returns the in-process cluster, for tests that look at or steer

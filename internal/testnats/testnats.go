@@ -3,9 +3,8 @@
 // store in the test's temporary folder. $QUEUEBOX_TEST_NATS_URL points the
 // same tests at an external server instead (the fault tests then skip).
 //
-// Importing this package compiles the NATS server (about two minutes cold on
-// two cores): only the tests that need it import it, each in its own
-// package.
+// Importing this package compiles the whole NATS server, a long build: only
+// the tests that need it import it, each in its own package.
 package testnats
 
 import (
@@ -20,6 +19,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // Server is a running server.
@@ -122,14 +123,10 @@ func (s *Server) Start(t testing.TB) {
 	if s.srv != nil {
 		return
 	}
-	var err error
-	for range 50 { // the old socket may linger a moment
-		if err = s.run(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	// The old socket may linger a moment: try until the port is free.
+	if err := testkit.Poll(5*time.Second, s.run); err != nil {
+		t.Fatalf("the NATS server did not start again: %v", err)
 	}
-	t.Fatalf("the NATS server did not start again: %v", err)
 }
 
 // Disconnect closes, from the server's side, every client connection whose
@@ -141,23 +138,27 @@ func (s *Server) Disconnect(t testing.TB, name string) {
 	s.mu.Lock()
 	srv := s.srv
 	s.mu.Unlock()
-	n := 0
-	for end := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	err := testkit.Poll(10*time.Second, func() error {
 		cz, err := srv.Connz(&server.ConnzOptions{Limit: 10000})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
+		n := 0
 		for _, c := range cz.Conns {
 			if c.Name == name {
 				if err := srv.DisconnectClientByID(c.Cid); err != nil {
-					t.Fatal(err)
+					return err
 				}
 				n++
 			}
 		}
-	}
-	if n == 0 {
-		t.Fatalf("no connection named %q to close", name)
+		if n == 0 {
+			return fmt.Errorf("no connection named %q to close", name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // URL returns the shared server's URL, failing the test with what to do when
@@ -91,7 +93,8 @@ func Run(m interface{ Run() int }) int {
 }
 
 // Private returns the test binary's private node, starting it on first use
-// (about 10 s). The package's TestMain must call Main.
+// (a whole broker boots: seconds, not milliseconds). The package's TestMain
+// must call Main.
 func Private(t testing.TB) *Node {
 	t.Helper()
 	privateMu.Lock()
@@ -191,35 +194,43 @@ func (n *Node) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	n.cmd, n.exited = cmd, exited
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	gone := false
+	err = testkit.Poll(90*time.Second, func() error {
 		select {
 		case <-exited:
-			return fmt.Errorf("the node exited while starting; its output:\n%s", n.tail())
+			gone = true
+			return nil
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", n.Addr, time.Second); err == nil {
+		c, err := net.DialTimeout("tcp", n.Addr, time.Second)
+		if err == nil {
 			_ = c.Close()
-			return n.ready()
 		}
-		time.Sleep(200 * time.Millisecond)
+		return err
+	})
+	switch {
+	case gone:
+		return fmt.Errorf("the node exited while starting; its output:\n%s", n.tail())
+	case err != nil:
+		return fmt.Errorf("the node did not open %s: %v; its output:\n%s", n.Addr, err, n.tail())
 	}
-	return fmt.Errorf("the node did not open %s within 90 s; its output:\n%s", n.Addr, n.tail())
+	return n.ready()
 }
 
 // ready waits until the node accepts an AMQP connection (the port opens a
 // moment before the broker takes logins).
 func (n *Node) ready() error {
-	var err error
-	for range 100 {
-		var c *amqp.Connection
-		if c, err = amqp.Dial(n.URL); err == nil {
+	err := testkit.Poll(10*time.Second, func() error {
+		c, err := amqp.Dial(n.URL)
+		if err == nil {
 			_ = c.Close()
-			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("the node does not accept connections: %v", err)
 	}
-	return fmt.Errorf("the node does not accept connections: %v", err)
+	return nil
 }
 
 func (n *Node) tail() string {
@@ -423,6 +434,15 @@ func (q *Queue) drain() error {
 func DurableQueue(t testing.TB, url, prefix string, args amqp.Table) string {
 	t.Helper()
 	name := Unique(prefix)
+	DeclareQueue(t, url, name, args)
+	return name
+}
+
+// DeclareQueue declares the durable queue name on the server at url (with
+// args), deleted when the test ends: for a test that needs the name before
+// the queue exists.
+func DeclareQueue(t testing.TB, url, name string, args amqp.Table) {
+	t.Helper()
 	ch := Channel(t, url)
 	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		t.Fatal(err)
@@ -435,7 +455,6 @@ func DurableQueue(t testing.TB, url, prefix string, args amqp.Table) string {
 			c.Close()
 		}
 	})
-	return name
 }
 
 // Channel opens a connection and a channel to the server at url, closed
