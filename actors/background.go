@@ -37,7 +37,22 @@ func (b *background) run(loop func()) {
 // every calls tick every d until b.ctx ends (the wait starts when a tick
 // returns): a paced clock whose pace never changes.
 func (b *background) every(d time.Duration, tick func()) {
-	b.everyPaced(newPace(d), tick)
+	b.everyPaced(newPace(d, wallClock{}), tick)
+}
+
+// nudges calls nudge for each value from ch (a wake-up source's channel),
+// until b.ctx ends.
+func (b *background) nudges(ch <-chan struct{}, nudge func()) {
+	b.run(func() {
+		for {
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-ch:
+				nudge()
+			}
+		}
+	})
 }
 
 // stop ends the loops and waits for them.

@@ -19,6 +19,15 @@ type (
 	// wake asks for a claim now; released says rows came back to pending
 	// with their old schedule (leases that expired).
 	wake struct{ released bool }
+	// nudged: logical replication says rows committed, or its state
+	// changed (see dialects.Wakeups).
+	nudged struct{}
+	// dueResult: how long until the next row scheduled later comes due.
+	dueResult struct {
+		in    time.Duration
+		found bool
+		err   error
+	}
 	// probeTick asks an idle claimer to probe: has anything arrived?
 	probeTick   struct{}
 	probeResult struct {
@@ -63,6 +72,9 @@ type (
 	credit struct {
 		n         int
 		continued []continuation
+		// retryIn is how soon the earliest retry among them comes due (0:
+		// none was retried).
+		retryIn time.Duration
 	}
 	drain struct{}
 	// keyIdle: a key actor has had nothing to do for keyIdleMs; done is how
@@ -137,7 +149,30 @@ type claimer struct {
 	// flight. lastNews is when something last did.
 	pace     *pace
 	lastNews time.Time
+	// wakeups nudges the claimer as rows commit (nil: it probes);
+	// listening says nudges flow now.
+	wakeups          dialects.Wakeups
+	listening, heard bool
+	// root and self let goroutines started outside Receive's context
+	// report back.
+	root *actor.RootContext
+	self *actor.PID
+	// While idle, the poll claims only once the next row scheduled later
+	// is due (nextDue, known from OutboxNextDue), and at least every
+	// idlePoll: an idle replica then runs next to no statements. asking
+	// says an OutboxNextDue runs.
+	pollInterval time.Duration
+	nextDue      time.Time
+	dueKnown     bool
+	asking       bool
+	// exhausted: the last claim that looked at every key found nothing to
+	// take, so the table holds nothing claimable until rows arrive, settle,
+	// come back or come due.
+	exhausted bool
 }
+
+// idlePoll is the longest an idle claimer goes without a claim.
+const idlePoll = 30 * time.Second
 
 // newClaimer takes a claimer with its collaborators filled in and sets its
 // starting state: all the credit, no keys.
@@ -166,15 +201,36 @@ func (c *claimer) Receive(ctx actor.Context) {
 		// speeds up when its first claim finds rows, so starting one
 		// beside busy replicas, or on an empty table, costs no burst of
 		// probes.
+		c.root, c.self = ctx.ActorSystem().Root, ctx.Self()
+		c.hearWakeups()
 		c.maybeClaim(ctx)
 	case *claimTick:
+		if c.exhausted && c.stats.Idle.Load() && c.dueKnown && time.Now().Before(c.nextDue) {
+			return // nothing is due until then, and probes watch for arrivals
+		}
 		c.maybeClaim(ctx)
+	case *nudged:
+		c.stats.Nudges.Add(1)
+		c.hearWakeups()
+		// Rows committed: look now, and at the busy pace for a while (the
+		// transaction may become visible an instant after the nudge).
+		c.lastNews = time.Now()
+		c.probe(ctx)
+	case *dueResult:
+		c.asking = false
+		if m.err == nil {
+			c.dueKnown, c.nextDue = true, time.Now().Add(min(idlePoll, max(c.pollInterval, m.in)))
+			if !m.found {
+				c.nextDue = time.Now().Add(idlePoll)
+			}
+		}
 	case *wake:
 		if m.released {
 			// Rows came back to pending with their old schedule: look at
 			// everything again.
 			c.reach.lowerTo(time.Time{})
 		}
+		c.exhausted = false
 		if c.claiming > 0 {
 			c.again = true
 		}
@@ -184,6 +240,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *stragglersResult:
 		c.reach.stragglersFound(m.ago, m.found, m.sentAt, m.took, m.err)
 		if m.found {
+			c.exhausted = false
 			c.maybeClaim(ctx)
 		}
 	case *probeTick:
@@ -203,6 +260,9 @@ func (c *claimer) Receive(ctx actor.Context) {
 			// Written outcomes can make the next rows of their keys heads:
 			// claim now rather than at the next poll.
 			c.reach.continued(m.continued)
+			if m.retryIn > 0 {
+				c.reach.walkBy(time.Now().Add(m.retryIn))
+			}
 			c.waitCredit -= m.n
 			if c.waitCredit <= 0 || len(c.reach.continuing) >= c.threshold() {
 				c.maybeClaim(ctx)
@@ -368,8 +428,9 @@ func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
 	}
 	now := time.Now()
 	c.gate.observe(ctx, c.bg, m.probe)
-	c.reach.observe(m.probe)
-	if c.gate.wm.LastSeen() > c.sawAtClaim || c.gate.wm.Settled() > c.settledAtClaim {
+	rewound := c.reach.observe(m.probe)
+	if c.gate.wm.LastSeen() > c.sawAtClaim || c.gate.wm.Settled() > c.settledAtClaim || rewound {
+		c.exhausted = false
 		c.lastNews = now
 		c.maybeClaim(ctx)
 	}
@@ -387,7 +448,40 @@ func (c *claimer) repace(now time.Time) {
 	}
 	idle := c.free == c.maxInFlight && now.Sub(c.lastNews) > idleAfter
 	c.pace.set(idle)
-	c.stats.Idle.Store(idle)
+	if c.stats.Idle.Swap(idle) != idle && !idle {
+		c.dueKnown = false
+	}
+	if idle && !c.dueKnown && !c.asking {
+		c.askNextDue()
+	}
+}
+
+// askNextDue asks when the next row scheduled later comes due, for the
+// idle poll; the answer comes as a *dueResult.
+func (c *claimer) askNextDue() {
+	if c.self == nil {
+		return
+	}
+	c.asking = true
+	root, self, dialect, bg := c.root, c.self, c.dialect, c.bg
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		in, found, err := dialect.OutboxNextDue(qctx)
+		cancel()
+		root.Send(self, &dueResult{in: in, found: found, err: err})
+	}()
+}
+
+// hearWakeups sets the idle pace for the wake-up source's state: a safety
+// net while nudges flow, a backing-off probe otherwise.
+func (c *claimer) hearWakeups() {
+	if c.wakeups == nil {
+		return
+	}
+	if l := c.wakeups.Status().Listening(); l != c.listening || !c.heard {
+		c.listening, c.heard = l, true
+		c.pace.setIdle(l)
+	}
 }
 
 func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
@@ -439,6 +533,11 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	}
 	c.obs.Claimed(n, m.took)
+	if n > 0 {
+		c.exhausted = false
+	} else if !m.plan.continueOnly {
+		c.exhausted = true
+	}
 	c.heads.observe(m.rows, m.requested, m.run)
 	if n > 0 {
 		c.lastNews = time.Now()

@@ -111,7 +111,15 @@ func (c *completer) flush(ctx actor.Context) {
 			return slices.ContainsFunc(lost, func(l dialects.Claim) bool { return l.ID == k.last.ID })
 		})
 		root.Send(c.leaseKeeper, &untrackClaims{claims: done})
-		root.Send(c.claimer, &credit{n: len(done), continued: continued})
+		// The earliest retry: a claimer that walks its keys rarely walks
+		// them again when it comes due.
+		var retryIn time.Duration
+		for _, o := range out {
+			if o.Kind == dialects.OutcomeRetry && (retryIn == 0 || o.Delay < retryIn) {
+				retryIn = max(o.Delay, time.Millisecond)
+			}
+		}
+		root.Send(c.claimer, &credit{n: len(done), continued: continued, retryIn: retryIn})
 		root.Send(self, &flushDone{})
 	}()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/queuebox/queuebox/dialects"
 )
 
 // Stats are the engine's counters, read at any time.
@@ -31,8 +32,13 @@ type Stats struct {
 	Idle atomic.Bool
 	// ClaimTime and CompleteTime add up the statements' durations.
 	ClaimTime, CompleteTime atomic.Int64
-	// Claims counts the claims of each kind (plain, windowed, by key): how
-	// many, the rows they took and their time.
+	// Nudges counts the wake-ups that logical replication brought.
+	Nudges atomic.Int64
+	// Horizon is what held the database's horizon back at the Janitor's
+	// last look (nil before the first).
+	Horizon atomic.Pointer[dialects.Horizon]
+	// Claims counts the claims of each kind (in schedule order, by key):
+	// how many, the rows they took and their time.
 	Claims [claimKinds]struct{ Statements, Rows, Time atomic.Int64 }
 }
 

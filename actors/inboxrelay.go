@@ -29,7 +29,10 @@ type (
 	relayTick struct{}
 	// relayPoll: relay whatever the probe says (rows that arrived
 	// unnoticed, or a gate the database cannot keep).
-	relayPoll   struct{}
+	relayPoll struct{}
+	// relayNudged: logical replication says inbox rows committed, or its
+	// state changed.
+	relayNudged struct{}
 	relayResult struct {
 		probe   *dialects.Probe
 		relayed *dialects.InboxRelayResult
@@ -80,6 +83,10 @@ type inboxRelay struct {
 	// moved rows; probed, whether a probe has answered yet.
 	lastMove time.Time
 	probed   bool
+	// wakeups nudges the relay as inbox rows commit; listening says
+	// nudges flow now.
+	wakeups          dialects.Wakeups
+	listening, heard bool
 }
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
@@ -96,11 +103,19 @@ func newInboxRelay(r inboxRelay) *inboxRelay {
 func (r *inboxRelay) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		r.hearWakeups()
 		r.run(ctx, true)
 	case *relayTick:
 		r.run(ctx, false)
 	case *relayPoll:
+		if r.pace.idling.Load() && !r.gate.blind {
+			return // idle: probes (and nudges) say when inbox rows arrive
+		}
 		r.run(ctx, true)
+	case *relayNudged:
+		r.hearWakeups()
+		r.lastMove = time.Now()
+		r.run(ctx, false)
 	case *relayResult:
 		r.onResult(ctx, m)
 	case *writersResult:
@@ -146,6 +161,17 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 		}
 		root.Send(self, res)
 	}()
+}
+
+// hearWakeups sets the idle pace for the wake-up source's state.
+func (r *inboxRelay) hearWakeups() {
+	if r.wakeups == nil {
+		return
+	}
+	if l := r.wakeups.Status().Listening(); l != r.listening || !r.heard {
+		r.listening, r.heard = l, true
+		r.pace.setIdle(l)
+	}
 }
 
 // repace sets the relay's clock: held while a run is under way, idle once

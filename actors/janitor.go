@@ -24,13 +24,27 @@ type janitor struct {
 	leaseKeeper, claimer *actor.PID
 	log                  *slog.Logger
 	bg                   *background
+	stats                *Stats
+	// warnAfter is how long a transaction may hold the horizon back before
+	// the janitor warns (0: never); warned is the holder it warned about.
+	warnAfter time.Duration
+	warned    *dialects.HorizonHolder
 }
+
+// horizonEvery is how often the janitor looks at what holds the database's
+// horizon back: one read of the server's session list.
+const horizonEvery = 10 * time.Second
 
 func (j *janitor) Receive(ctx actor.Context) {
 	// Retention's loop starts with the actor, as the release loop does, so
 	// that Engine.Start returns only once both are counted.
-	if _, ok := ctx.Message().(*actor.Started); ok && j.retention.Interval > 0 {
-		j.bg.every(j.retention.Interval, j.purge)
+	if _, ok := ctx.Message().(*actor.Started); ok {
+		if j.retention.Interval > 0 {
+			j.bg.every(j.retention.Interval, j.purge)
+		}
+		if j.stats != nil {
+			j.bg.every(horizonEvery, j.watchHorizon)
+		}
 	}
 	runLoop(ctx, j.bg, j.loop)
 }
@@ -100,5 +114,31 @@ func (j *janitor) purge() {
 		if total > 0 {
 			j.log.Info("retention deleted rows", "state", p.state, "rows", total)
 		}
+	}
+}
+
+// watchHorizon reads what holds the horizon back, for the metrics and the
+// page, and warns once a transaction has held it for longer than warnAfter:
+// while it stays open no row version the relay leaves behind can be
+// removed (the claims are bounded so that they do not slow down, but the
+// table and its indexes grow).
+func (j *janitor) watchHorizon() {
+	ctx, cancel := context.WithTimeout(j.bg.ctx, 5*time.Second)
+	h, err := j.dialect.OutboxHorizon(ctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	j.stats.Horizon.Store(&h)
+	held := h.Holder != nil && !h.Holder.Since.IsZero() && time.Since(h.Holder.Since) >= j.warnAfter
+	switch {
+	case held && j.warnAfter > 0 && (j.warned == nil || j.warned.PID != h.Holder.PID || !j.warned.Since.Equal(h.Holder.Since)):
+		j.warned = h.Holder
+		j.log.Warn("a long transaction holds the database's horizon back: vacuum can remove no row version the relay leaves behind until it ends (see queuebox status)",
+			"kind", h.Holder.Kind, "pid", h.Holder.PID, "openFor", time.Since(h.Holder.Since).Round(time.Second),
+			"state", h.Holder.State, "application", h.Holder.Name, "deadRowVersions", h.DeadVersions)
+	case !held && j.warned != nil:
+		j.log.Info("the long transaction that held the horizon back has ended", "pid", j.warned.PID)
+		j.warned = nil
 	}
 }

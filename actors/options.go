@@ -41,10 +41,16 @@ type Options struct {
 	PollInterval time.Duration
 	// ProbeInterval is how often a claimer that is not claiming asks the
 	// database whether rows arrived (OutboxProbe); once idle for a second,
-	// every idleProbe (loops.go).
+	// less and less often (pace.go).
 	ProbeInterval time.Duration
-	Backoff       Backoff
-	Retention     Retention
+	// Wakeups nudges the claimer and the inbox relay when rows commit
+	// (logical replication); nil: they probe.
+	Wakeups dialects.Wakeups
+	// LongTransactionWarning is how long a transaction may hold the
+	// database's horizon back before the Janitor warns; 0 never warns.
+	LongTransactionWarning time.Duration
+	Backoff                Backoff
+	Retention              Retention
 
 	Mailboxes            Mailboxes
 	KeyIdle              time.Duration
@@ -72,6 +78,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 500 * time.Millisecond
+	}
+	if o.Wakeups == nil {
+		o.Wakeups = dialects.NoWakeups(dialects.WakeupsProbe, "no wake-up source was given")
 	}
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = 2 * time.Millisecond

@@ -6,12 +6,31 @@ import (
 )
 
 // pace is the interval of a paced clock (everyPaced), which the actor it
-// ticks may change at any time: short while there is work, long while idle,
-// and held (no ticks at all) while a tick could only be ignored.
+// ticks may change at any time: the base interval while there is work, an
+// idle interval that backs off while there is none, and held (no ticks at
+// all) while a tick could only be ignored.
+//
+// A probing actor (the claimer, the inbox relay) that has seen nothing new
+// for idleAfter leaves the base interval (outbox.probeIntervalMs, 2 ms by
+// default: a probe every 2 ms costs an idle replica about a third of a core
+// and the database a transaction each) for the idle one. How the idle
+// interval behaves depends on what else wakes the actor (setIdle):
+//
+//   - with logical wake-ups listening, nudges say when rows arrive, and a
+//     probe is only a safety net: every idleListening.
+//   - otherwise the idle interval starts at idleProbe and doubles at each
+//     idle tick up to idleProbeMax: a replica that has been quiet for a
+//     while runs a few transactions a second, and the first row after a
+//     quiet spell waits up to idleProbeMax longer.
 type pace struct {
-	base, idle time.Duration
-	// now is the interval in force; 0 while the clock is held.
-	now atomic.Int64
+	clock clock
+	base  time.Duration
+	// idleFirst and idleMax are the idle interval's range (setIdle).
+	idleFirst, idleMax atomic.Int64
+	// now is the interval in force; 0 while the clock is held. idling
+	// says it is the idle one, which grows at each tick.
+	now    atomic.Int64
+	idling atomic.Bool
 	// woken cuts short a wait when the clock speeds up or resumes; kick
 	// says to tick at once: it resumed at the base interval, and what the
 	// actor ignored while held (rows that arrived during a claim) is
@@ -25,30 +44,74 @@ type pace struct {
 	heldAt atomic.Int64
 }
 
-func newPace(base time.Duration) *pace {
-	p := &pace{base: base, idle: max(base, idleProbe), woken: make(chan struct{}, 1)}
+// The idle intervals (see pace).
+const (
+	idleAfter     = time.Second
+	idleProbe     = 25 * time.Millisecond
+	idleProbeMax  = 250 * time.Millisecond
+	idleListening = 5 * time.Second
+)
+
+func newPace(base time.Duration, c clock) *pace {
+	p := &pace{clock: c, base: base, woken: make(chan struct{}, 1)}
+	p.setIdle(false)
 	p.now.Store(int64(base))
 	return p
 }
 
+// setIdle sets the idle interval's range for whether nudges wake the actor
+// (see pace). An idle clock starts over at the new range.
+func (p *pace) setIdle(listening bool) {
+	if p == nil {
+		return
+	}
+	first, most := max(p.base, idleProbe), max(p.base, idleProbeMax)
+	if listening {
+		first, most = max(p.base, idleListening), max(p.base, idleListening)
+	}
+	p.idleFirst.Store(int64(first))
+	p.idleMax.Store(int64(most))
+	if p.idling.Load() && p.now.Load() != 0 {
+		p.now.Store(int64(first))
+		p.wake()
+	}
+}
+
 // set makes the clock tick at the idle interval or at the base one. Leaving
-// the idle interval restarts the wait at the base one; a held clock resumes,
-// with a tick at once when it resumes at the base one after being held at
-// least that long (a tick was skipped).
+// the idle interval restarts the wait at the base one; entering it starts
+// at its first step; a held clock resumes, with a tick at once when it
+// resumes at the base one after being held at least that long (a tick was
+// skipped).
 func (p *pace) set(idle bool) {
 	if p == nil {
 		return
 	}
 	to := p.base
 	if idle {
-		to = p.idle
+		to = time.Duration(p.idleFirst.Load())
+		if p.idling.Load() {
+			if cur := time.Duration(p.now.Load()); cur != 0 {
+				to = cur // still idle: keep the interval it has grown to
+			}
+		}
 	}
+	p.idling.Store(idle)
 	if from := time.Duration(p.now.Swap(int64(to))); from != to && (from == 0 || to == p.base) {
-		if from == 0 && to == p.base && time.Since(time.Unix(0, p.heldAt.Load())) >= p.base {
+		if from == 0 && to == p.base && p.clock.Now().Sub(time.Unix(0, p.heldAt.Load())) >= p.base {
 			p.kick.Store(true)
 		}
 		p.wake()
 	}
+}
+
+// ticked grows an idle interval after a tick that waited it (waited), up
+// to its range's end.
+func (p *pace) ticked(waited time.Duration) {
+	cur := p.now.Load()
+	if !p.idling.Load() || cur == 0 || int64(waited) != cur {
+		return
+	}
+	p.now.CompareAndSwap(cur, min(2*cur, p.idleMax.Load()))
 }
 
 // hold stops the ticks until the next set: each tick wakes a goroutine and
@@ -56,7 +119,8 @@ func (p *pace) set(idle bool) {
 // nothing while the actor would ignore it.
 func (p *pace) hold() {
 	if p != nil && p.now.Swap(0) != 0 {
-		p.heldAt.Store(time.Now().UnixNano())
+		p.heldAt.Store(p.clock.Now().UnixNano())
+		p.wake() // disarm the wait under way
 	}
 }
 
@@ -67,26 +131,15 @@ func (p *pace) wake() {
 	}
 }
 
-// A probing actor (the claimer, the inbox relay) that has seen nothing new
-// for idleAfter probes every idleProbe rather than every probe interval: a
-// probe every 2 ms costs an idle replica about a third of a core (the
-// wake-ups of the clock, the actors and the connection, more than the two
-// tiny statements) and the database a few percent of one. The first row
-// after a quiet spell waits up to idleProbe longer; a busy replica probes at
-// the configured interval.
-const (
-	idleAfter = time.Second
-	idleProbe = 25 * time.Millisecond
-)
-
 // everyPaced calls tick, waiting between calls as long as p says at that
 // moment (not at all while it is held), until b.ctx ends.
 func (b *background) everyPaced(p *pace, tick func()) {
 	b.run(func() {
-		t := time.NewTimer(time.Hour)
+		t := p.clock.NewTimer()
+		var armed time.Duration
 		rearm := func() {
-			if d := time.Duration(p.now.Load()); d > 0 {
-				t.Reset(d)
+			if armed = time.Duration(p.now.Load()); armed > 0 {
+				t.Reset(armed)
 			} else {
 				t.Stop()
 			}
@@ -97,8 +150,9 @@ func (b *background) everyPaced(p *pace, tick func()) {
 			select {
 			case <-b.ctx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 				tick()
+				p.ticked(armed)
 				rearm()
 			case <-p.woken:
 				if p.kick.Swap(false) {

@@ -2,86 +2,133 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
-// A held clock does not tick at all (a busy claimer is spared a wake-up
-// every probe interval that it would ignore), and resumes at once when set.
-func TestAHeldPaceStopsTicksAndResumesWhenSet(t *testing.T) {
-	t.Parallel()
-	b := newBackground(context.Background())
-	defer b.stop()
-	p := newPace(time.Millisecond)
-	var ticks atomic.Int64
-	b.everyPaced(p, func() { ticks.Add(1) })
-
-	waitFor := func(what string, n int64) {
-		t.Helper()
-		for at := time.Now(); ticks.Load() < n; time.Sleep(time.Millisecond) {
-			if time.Since(at) > 5*time.Second {
-				t.Fatalf("%s: %d ticks after 5 s, want %d", what, ticks.Load(), n)
-			}
-		}
-	}
-	waitFor("a clock at 1 ms", 5)
-
-	p.hold()
-	// A tick already under way when hold came may still land.
-	time.Sleep(20 * time.Millisecond)
-	held := ticks.Load()
-	time.Sleep(150 * time.Millisecond)
-	if n := ticks.Load() - held; n != 0 {
-		t.Fatalf("a held clock ticked %d times in 150 ms; want none", n)
-	}
-
-	p.set(true) // the idle pace: 25 ms
-	waitFor("a held clock set to the idle pace", held+1)
-
-	// Resuming at the base pace after a hold that skipped a tick ticks at
-	// once, not an interval later; after a shorter hold it waits the
-	// interval (no run-after-run for an actor faster than its interval).
-	p.base = time.Hour
-	p.hold()
-	time.Sleep(40 * time.Millisecond)
-	held = ticks.Load()
-	p.set(false)
-	time.Sleep(100 * time.Millisecond)
-	if n := ticks.Load() - held; n != 0 {
-		t.Fatalf("a clock held for 40 ms resumed at a base pace of an hour ticked %d times at once", n)
-	}
-	p.hold()
-	p.heldAt.Store(time.Now().Add(-2 * time.Hour).UnixNano()) // held for longer than the base
-	p.set(false)
-	waitFor("a held clock resumed at a base pace of an hour after two hours", held+1)
-	p.base = time.Millisecond
-	p.hold()
-	time.Sleep(40 * time.Millisecond)
-	held = ticks.Load()
-	p.set(false)
-	waitFor("a held clock set to the base pace", held+20)
+// pacedTicks runs a paced clock on a manual clock and counts its ticks.
+type pacedTicks struct {
+	clk   *manualClock
+	p     *pace
+	ticks atomic.Int64
 }
 
-// Leaving the idle pace cuts the idle wait short: the next tick comes at
-// the base interval, not after the rest of the idle one.
-func TestLeavingTheIdlePaceTicksAtOnce(t *testing.T) {
-	t.Parallel()
+func newPacedTicks(t *testing.T, base time.Duration) *pacedTicks {
 	b := newBackground(context.Background())
-	defer b.stop()
-	p := newPace(time.Millisecond)
-	p.idle = time.Hour
-	p.set(true)
-	var ticks atomic.Int64
-	b.everyPaced(p, func() { ticks.Add(1) })
-	time.Sleep(20 * time.Millisecond)
-	if n := ticks.Load(); n > 1 {
-		t.Fatalf("a clock at an idle pace of an hour ticked %d times in 20 ms", n)
-	}
-	p.set(false)
-	for at := time.Now(); ticks.Load() < 3; time.Sleep(time.Millisecond) {
-		if time.Since(at) > 5*time.Second {
-			t.Fatal("leaving the idle pace did not bring the ticks back within 5 s")
+	t.Cleanup(b.stop)
+	pt := &pacedTicks{clk: newManualClock()}
+	pt.p = newPace(base, pt.clk)
+	b.everyPaced(pt.p, func() { pt.ticks.Add(1) })
+	pt.settle(t, 0)
+	return pt
+}
+
+// settle waits until the clock has ticked want times and armed its timer
+// again, so that the next move of the manual clock counts from there.
+func (pt *pacedTicks) settle(t *testing.T, want int64) {
+	t.Helper()
+	testkit.Eventually(t, "the tick", 0, func() error {
+		if n := pt.ticks.Load(); n != want {
+			return fmt.Errorf("%d ticks, want %d", n, want)
 		}
+		if armed := pt.clk.armed(); (pt.p.now.Load() != 0) != (armed == 1) {
+			return fmt.Errorf("the timer is armed %d times at an interval of %d", armed, pt.p.now.Load())
+		}
+		return nil
+	})
+}
+
+// step moves the clock by d and waits until the ticks reach want.
+func (pt *pacedTicks) step(t *testing.T, d time.Duration, want int64) {
+	t.Helper()
+	pt.clk.advance(d)
+	pt.settle(t, want)
+}
+
+// A held clock does not tick at all (a busy claimer is spared a wake-up
+// every probe interval that it would ignore), and resumes when set: at
+// once after a hold that skipped a tick, an interval later otherwise.
+func TestAHeldPaceStopsTicksAndResumesWhenSet(t *testing.T) {
+	t.Parallel()
+	pt := newPacedTicks(t, 10*time.Millisecond)
+	pt.step(t, 10*time.Millisecond, 1)
+	pt.step(t, 10*time.Millisecond, 2)
+
+	pt.p.hold()
+	pt.settle(t, 2)
+	pt.clk.advance(time.Hour)
+	if n := pt.ticks.Load(); n != 2 {
+		t.Fatalf("a held clock ticked %d times in an hour", n-2)
+	}
+	pt.p.set(false) // held for longer than the base: a tick at once
+	pt.settle(t, 3)
+
+	pt.p.hold()
+	pt.settle(t, 3)
+	pt.clk.advance(5 * time.Millisecond) // shorter than the base
+	pt.p.set(false)
+	pt.settle(t, 3)
+	pt.step(t, 10*time.Millisecond, 4)
+}
+
+// The idle interval starts at idleProbe and doubles at each tick up to
+// idleProbeMax; leaving it ticks at the base interval again at once.
+func TestTheIdlePaceBacksOff(t *testing.T) {
+	t.Parallel()
+	pt := newPacedTicks(t, 2*time.Millisecond)
+	pt.step(t, 2*time.Millisecond, 1)
+	pt.p.set(true)
+	pt.step(t, 2*time.Millisecond, 2) // the timer armed at the base fires first
+	want := int64(2)
+	for _, d := range []time.Duration{idleProbe, 2 * idleProbe, 4 * idleProbe, 8 * idleProbe, idleProbeMax, idleProbeMax} {
+		pt.clk.advance(d - time.Millisecond)
+		if n := pt.ticks.Load(); n != want {
+			t.Fatalf("a tick before the idle interval of %s had passed", d)
+		}
+		want++
+		pt.step(t, time.Millisecond, want)
+		pt.p.set(true) // the actor says it is still idle
+	}
+	pt.p.set(false)
+	if took := pt.nextTick(t); took > 4*time.Millisecond {
+		t.Fatalf("leaving the idle pace, the next tick came %s later; want the base interval", took)
+	}
+}
+
+// nextTick moves the clock a millisecond at a time until the clock ticks,
+// and says how far it moved.
+func (pt *pacedTicks) nextTick(t *testing.T) time.Duration {
+	t.Helper()
+	from, n := pt.clk.Now(), pt.ticks.Load()
+	testkit.Eventually(t, "a tick", 0, func() error {
+		if pt.ticks.Load() == n {
+			pt.clk.advance(time.Millisecond)
+			return fmt.Errorf("no tick yet")
+		}
+		return nil
+	})
+	return pt.clk.Now().Sub(from)
+}
+
+// With nudges from logical replication, an idle clock is a safety net:
+// it ticks every idleListening.
+func TestAListeningIdlePaceIsASafetyNet(t *testing.T) {
+	t.Parallel()
+	pt := newPacedTicks(t, 2*time.Millisecond)
+	pt.p.setIdle(true)
+	pt.p.set(true)
+	pt.step(t, 2*time.Millisecond, 1) // armed at the base before going idle
+	pt.clk.advance(idleListening - time.Millisecond)
+	if n := pt.ticks.Load(); n != 1 {
+		t.Fatalf("a listening idle clock ticked before %s", idleListening)
+	}
+	pt.step(t, time.Millisecond, 2)
+	pt.p.setIdle(false) // the listener lost its connection: probe again
+	if took := pt.nextTick(t); took > 2*idleProbe {
+		t.Fatalf("after the listener stopped, the next tick came %s later, want about %s", took, idleProbe)
 	}
 }

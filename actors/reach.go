@@ -95,15 +95,19 @@ const maxContinuing = 65536
 
 func newReach(c clock) reach { return reach{clock: c} }
 
-// observe takes a probe's replay counter: a replay sets every bound aside.
-func (r *reach) observe(p dialects.Probe) {
+// observe takes a probe's rewind counter: a rewind sets every bound aside.
+// It reports whether the counter moved (rows came back to pending: worth a
+// claim).
+func (r *reach) observe(p dialects.Probe) bool {
 	if r.known && p.Rewinds == r.rewinds {
-		return
+		return false
 	}
+	moved := r.known
 	r.known, r.rewinds = true, p.Rewinds
 	r.continuing, r.floors = nil, nil
 	r.nextFloors = time.Time{}
 	r.lowerTo(time.Time{})
+	return moved
 }
 
 // lowerTo makes the next walk in schedule order look back to t at least
@@ -113,6 +117,14 @@ func (r *reach) lowerTo(t time.Time) {
 	if !r.anchor.IsZero() && (t.IsZero() || t.Before(r.anchor)) {
 		r.anchor = t
 		r.lowered++
+	}
+}
+
+// walkBy makes a claim by key walk the keys at t at the latest (a retry
+// comes due then).
+func (r *reach) walkBy(t time.Time) {
+	if t.Before(r.nextWalk) {
+		r.nextWalk = t
 	}
 }
 

@@ -54,6 +54,19 @@ func (c *manualClock) advance(d time.Duration) {
 	}
 }
 
+// armed counts the timers armed now.
+func (c *manualClock) armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if t.armed {
+			n++
+		}
+	}
+	return n
+}
+
 type manualTimer struct {
 	c     *manualClock
 	ch    chan time.Time

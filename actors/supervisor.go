@@ -94,14 +94,14 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)
 	})
-	probePace := newPace(o.ProbeInterval)
+	probePace := newPace(o.ProbeInterval, wallClock{})
 	claimerPID := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
 		return newClaimer(claimer{
 			dialect: o.Dialect, batchSize: o.BatchSize, maxInFlight: o.MaxInFlight, leaseLength: o.Lease,
 			pool: poolPID, leaseKeeper: leaseKeeperPID,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
-			pace: probePace, budget: s.budget,
+			pace: probePace, budget: s.budget, wakeups: o.Wakeups, pollInterval: o.PollInterval,
 		})
 	})
 	if err != nil {
@@ -113,28 +113,31 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 
 	kids := &children{claimer: claimerPID}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-		return &janitor{dialect: o.Dialect, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg}
+		return &janitor{dialect: o.Dialect, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg,
+			stats: s.stats, warnAfter: o.LongTransactionWarning}
 	}), "janitor"))
 
 	// The clocks: ticks only ever send, so no mailbox waits on them.
 	root := c.ActorSystem().Root
 	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
 	s.bg.everyPaced(probePace, func() { root.Send(claimerPID, &probeTick{}) })
+	s.bg.nudges(o.Wakeups.Outbox(), func() { root.Send(claimerPID, &nudged{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
 	watcher := &relayWatcher{budget: s.budget, dialect: o.Dialect, stats: s.stats, log: s.log, bg: s.bg.ctx}
 	s.bg.run(watcher.loop)
 	if o.Inbox.Enabled {
 		// The inbox relay sends only to itself and wakes the claimer; its
 		// mailbox holds ticks, which it handles at once.
-		relayPace := newPace(o.ProbeInterval)
+		relayPace := newPace(o.ProbeInterval, wallClock{})
 		relayPID := spawn("inbox-relay", actor.Unbounded(), func() actor.Actor {
 			return newInboxRelay(inboxRelay{dialect: o.Dialect, batchSize: o.Inbox.BatchSize, maxAttempts: o.Inbox.MaxAttempts,
-				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log, pace: relayPace})
+				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log, pace: relayPace, wakeups: o.Wakeups})
 		})
 		if err != nil {
 			return &children{err: err}
 		}
 		s.bg.everyPaced(relayPace, func() { root.Send(relayPID, &relayTick{}) })
+		s.bg.nudges(o.Wakeups.Inbox(), func() { root.Send(relayPID, &relayNudged{}) })
 		s.bg.every(o.PollInterval, func() { root.Send(relayPID, &relayPoll{}) })
 	}
 	return kids

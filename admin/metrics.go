@@ -36,6 +36,11 @@ type Metrics struct {
 
 	engine atomic.Pointer[actors.Engine]
 
+	// wakeups is what wakes the relay (kind and state), and status its
+	// last report.
+	wakeups       *prometheus.GaugeVec
+	wakeupsStatus atomic.Pointer[dialects.WakeupStatus]
+
 	// Per destination, for the page's throughput chart and deliveries per
 	// second: Prometheus counters cannot be read back cheaply.
 	mu    sync.Mutex
@@ -76,6 +81,9 @@ func NewMetrics(inboxSources []string) *Metrics {
 	m.latency = f.histogramVec("queuebox_end_to_end_latency_seconds",
 		"From a row's created_at to the moment its destination accepted it.",
 		prometheus.ExponentialBuckets(0.005, 2.5, 14), "destination")
+	m.wakeups = f.gaugeVec("queuebox_wakeups",
+		"What wakes the relay when rows arrive: 1 for the kind in use (logical: nudges from logical replication; probe: the relay asks) and the wake-up source's state (listening, connecting, reconnecting, unavailable, off).",
+		"kind", "state")
 	m.rows = f.gaugeVec("queuebox_rows",
 		"Rows in the outbox table per state, counted by the sampler on an interval (any state found, including values written by hand).",
 		"state")
@@ -173,6 +181,23 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // SetEngine gives the gauges that read the engine (in-flight rows, mailbox
 // lengths) their engine once it runs.
 func (m *Metrics) SetEngine(e *actors.Engine) { m.engine.Store(e) }
+
+// SetWakeups records what wakes the relay now: logical replication or
+// probes, and the source's state. It must not block: the wake-up listener
+// calls it on every change.
+func (m *Metrics) SetWakeups(st dialects.WakeupStatus) {
+	m.wakeupsStatus.Store(&st)
+	m.wakeups.Reset()
+	m.wakeups.WithLabelValues(st.Kind(), string(st.State)).Set(1)
+}
+
+// Wakeups is the last status SetWakeups recorded (false: none yet).
+func (m *Metrics) Wakeups() (dialects.WakeupStatus, bool) {
+	if st := m.wakeupsStatus.Load(); st != nil {
+		return *st, true
+	}
+	return dialects.WakeupStatus{}, false
+}
 
 // factory registers metrics in one registry.
 type factory struct{ reg prometheus.Registerer }

@@ -348,7 +348,16 @@ type StatsView struct {
 	// Inbox is absent before the first count and when the schema has no
 	// inbox table.
 	Inbox *InboxView `json:"inbox,omitempty"`
-	Error string     `json:"error,omitempty"`
+	// Wakeups says what wakes this relay when rows arrive, and why.
+	Wakeups *WakeupsView `json:"wakeups,omitempty"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// WakeupsView is the wake-up part of GET /api/stats: the kind in use now
+// (logical or probe), and the source's status.
+type WakeupsView struct {
+	Kind string `json:"kind"`
+	dialects.WakeupStatus
 }
 
 // InboxView is the inbox part of GET /api/stats.
@@ -400,6 +409,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Throughput = s.o.Metrics.throughput.View()
 	v.DeliveriesPerSecond = v.Throughput.DeliveriesPerSecond
+	if st, ok := s.o.Metrics.Wakeups(); ok {
+		v.Wakeups = &WakeupsView{Kind: st.Kind(), WakeupStatus: st}
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 

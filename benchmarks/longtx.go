@@ -122,8 +122,24 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 			d.Names().Schema).Scan(&r.dead)
 		r.err = tx.Rollback(ctx)
 	}()
+	// The claims of each window: how many, and how long each took.
+	type claims struct{ n, took int64 }
+	var perWindow []claims
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		st := &eng.Stats
+		last := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}
+		for t := start.Add(holdWindow); !t.After(end.Add(holdWindow / 2)); t = t.Add(holdWindow) {
+			sleepUntil(ctx, t)
+			now := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}
+			perWindow = append(perWindow, claims{now.n - last.n, now.took - last.took})
+			last = now
+		}
+	}()
 	load := e.steadily(ctx, d, e.o.Rate, 1000, end)
 	hr := <-done
+	<-sampled
 	if hr.err != nil {
 		return nil, hr.err
 	}
@@ -164,6 +180,9 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 			q := func(p float64) *float64 { return ptr(l[min(len(l)-1, int(p*float64(len(l))))]) }
 			r.P50, r.P95, r.P99 = q(0.50), q(0.95), q(0.99)
 		}
+		if w < len(perWindow) && perWindow[w].n > 0 {
+			r.Note = fmt.Sprintf("%d claims, %.2f ms each", perWindow[w].n, float64(perWindow[w].took)/1e6/float64(perWindow[w].n))
+		}
 		out = append(out, r)
 	}
 	// The verdict on the last window of the hold, against the window
@@ -174,7 +193,7 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	sum := &out[min(lastW, len(out)-1)]
 	sum.Failed = load.failed + int64(missing)
 	sum.PeakRSSMB, sum.RelayCPU, sum.DBCPU, sum.DBCPUShare = total.PeakRSSMB, total.RelayCPU, total.DBCPU, total.DBCPUShare
-	sum.Note = fmt.Sprintf("%s, open %s; %d dead row versions in the outbox when it ended; %d rows not delivered of %d",
+	sum.Note += fmt.Sprintf("; %s, open %s; %d dead row versions in the outbox when it ended; %d rows not delivered of %d",
 		h.what, hold, hr.dead, sum.Failed, len(load.committed))
 	if before.P99 != nil && sum.P99 != nil && *before.P99 > 0 {
 		sum.Ratio = ptr(*sum.P99 / *before.P99)

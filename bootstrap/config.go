@@ -36,6 +36,10 @@ type DatabaseConfig struct {
 	// Wakeups is how the relay learns that rows arrived: auto, logical or
 	// probe (dialects.WakeupMode; docs/operations.md, "Wake-ups").
 	Wakeups string `yaml:"wakeups"`
+	// LongTransactionWarningMs is how long a transaction may hold the
+	// database's horizon back before the relay logs a warning; 0 never
+	// (docs/operations.md, "Long transactions").
+	LongTransactionWarningMs int `yaml:"longTransactionWarningMs" min:"0" max:"86400000"`
 }
 
 type ColumnMapping struct {
@@ -246,6 +250,9 @@ func Defaults() *Config {
 			OutboxTableName: "outbox",
 			InboxTableName:  "inbox",
 			Wakeups:         string(dialects.WakeupsAuto),
+			// Five minutes: a nightly dump or a report may run that long
+			// now and then; longer is worth a look.
+			LongTransactionWarningMs: 300000,
 		},
 		Outbox: OutboxConfig{
 			MaxAttempts:     5,

@@ -94,6 +94,12 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if err := checkSchema(abort, d, log, ro.Migrate); err != nil {
 		return err
 	}
+	wakeups, stopWakeups, err := startWakeups(life, l, d, log, metrics.SetWakeups)
+	if err != nil {
+		return err
+	}
+	defer stopWakeups()
+	opts.Wakeups = wakeups
 	e, err := actors.New(opts)
 	if err != nil {
 		return err

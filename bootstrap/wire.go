@@ -160,8 +160,8 @@ func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Opti
 	return actors.Options{
 		Dialect: d, Router: l.Compiled.Router, Destinations: factories,
 		BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight, Lease: ms(o.ClaimTimeoutMs), PollInterval: ms(o.PollIntervalMs),
-		ProbeInterval: ms(o.ProbeIntervalMs),
-		Backoff:       actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
+		ProbeInterval: ms(o.ProbeIntervalMs), LongTransactionWarning: ms(l.Database.LongTransactionWarningMs),
+		Backoff: actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
 		Retention: actors.Retention{Delivered: time.Duration(o.Retention.Delivered), Dead: time.Duration(o.Retention.Dead),
 			Interval: ms(o.Retention.IntervalMs), BatchSize: o.Retention.BatchSize},
 		Mailboxes: actors.Mailboxes{Claimer: l.Engine.Mailbox.Claimer, Key: l.Engine.Mailbox.Key, Sink: l.Engine.Mailbox.Sink, Completer: l.Engine.Mailbox.Completer},

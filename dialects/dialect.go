@@ -357,6 +357,12 @@ type Relay interface {
 	// rows (on PostgreSQL: those that drew outbox sequence values), oldest
 	// first. They are what holds back keyed rows inserted after them.
 	OutboxWriters(ctx context.Context) ([]Writer, error)
+	// OutboxHorizon says what holds the database's horizon back, and how
+	// many dead row versions the outbox holds.
+	OutboxHorizon(ctx context.Context) (Horizon, error)
+	// OutboxNextDue says how long until the earliest pending row scheduled
+	// later comes due (false: none is); an idle relay claims again then.
+	OutboxNextDue(ctx context.Context) (time.Duration, bool, error)
 	// OutboxStragglers finds the oldest due row that a claim with gate g
 	// would take but that a walk looking back only b.Lookback would not
 	// see, and says how long ago it became due (false: there is none). It

@@ -73,6 +73,11 @@ function renderStats(s) {
   $("#freshness").textContent = s.countedAt
     ? "counted " + ago(s.countedAt) + " (the count took " + duration(s.countSeconds) + "; every " + duration(s.countEverySeconds) + ")"
     : "not counted yet";
+  const wk = s.wakeups;
+  $("#wakeups").textContent = !wk ? "" : wk.kind === "logical"
+    ? "woken by logical replication"
+    : "woken by probes (" + wk.state + (wk.reason ? ": " + wk.reason : "") + ")";
+  $("#wakeups").title = wk && wk.slot ? "replication slot " + wk.slot : "";
   for (const st of STATES) $("#count-" + st).textContent = s.countedAt ? num(s.rows[st]) : "–";
   $("#card-dead").classList.toggle("nonzero", (s.rows.dead || 0) > 0);
   $("#sub-pending").textContent = num(s.scheduledLater) + " scheduled later";

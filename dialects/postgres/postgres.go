@@ -67,7 +67,8 @@ type Catalog struct {
 	OutboxPendingDue, OutboxCountByTopicState                        string
 	OutboxBlockedKeys, OutboxDeadGroups                              string
 	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
-	OutboxFloors, OutboxRewind, OutboxStragglers                     string
+	OutboxFloors, OutboxRewind, OutboxStragglers, OutboxNextDue      string
+	OutboxHorizon                                                    string
 	OtherRelays                                                      string
 	dialects.HistoryStatements
 	InboxStatements
@@ -392,6 +393,45 @@ func gateArgs(g *dialects.Gate) (settled *int64, openLast, openNext []int64) {
 		}
 	}
 	return settled, openLast, openNext
+}
+
+// OutboxHorizon reads what holds the horizon back.
+func (d *Dialect) OutboxHorizon(ctx context.Context) (h dialects.Horizon, err error) {
+	defer func() { err = mapError(err) }()
+	var kind, state, name, query *string
+	var pid, xage *int64
+	var since, queryStart *time.Time
+	if err = d.pool.QueryRow(ctx, d.q.OutboxHorizon).Scan(&kind, &pid, &since, &queryStart, &state, &name, &query, &xage, &h.DeadVersions); err != nil {
+		return h, err
+	}
+	if kind != nil {
+		h.Holder = &dialects.HorizonHolder{Kind: *kind, PID: deref(pid), State: deref(state), Name: deref(name), Query: deref(query), Transactions: deref(xage)}
+		if since != nil {
+			h.Holder.Since = *since
+		}
+		if queryStart != nil {
+			h.Holder.QueryStart = *queryStart
+		}
+	}
+	return h, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// OutboxNextDue says how long until the earliest row scheduled later comes
+// due.
+func (d *Dialect) OutboxNextDue(ctx context.Context) (time.Duration, bool, error) {
+	var in *int64
+	if err := d.pool.QueryRow(ctx, d.q.OutboxNextDue).Scan(&in); err != nil || in == nil {
+		return 0, false, mapError(err)
+	}
+	return time.Duration(*in) * time.Millisecond, true, nil
 }
 
 // OutboxRewind moves the rewind counter (see dialects.Bounds).

@@ -306,6 +306,43 @@ SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
  ORDER BY o.{{c "scheduled_at"}}
  LIMIT 1
 
+-- name: OutboxHorizon
+-- What holds the horizon back: the session, standby (a walsender's
+-- feedback), prepared transaction or replication slot with the oldest
+-- snapshot (its xmin; a transaction without one holds back from its own
+-- id), the oldest first; this session and the logical slots (which hold
+-- only the catalogs) left out. Then the outbox's dead row versions from the
+-- statistics. Other users' sessions show their snapshots only to members of
+-- pg_read_all_stats (or pg_monitor).
+WITH h AS (
+    SELECT CASE WHEN a.backend_type = 'walsender' THEN 'standby' ELSE 'transaction' END AS kind,
+           a.pid::bigint AS pid, a.xact_start AS since, a.query_start AS query_start, COALESCE(a.state, '') AS state,
+           COALESCE(a.application_name, '') AS name, COALESCE(left(a.query, 200), '') AS query,
+           age(COALESCE(a.backend_xmin, a.backend_xid))::bigint AS xage
+      FROM pg_stat_activity AS a
+     WHERE COALESCE(a.backend_xmin, a.backend_xid) IS NOT NULL AND a.pid <> pg_backend_pid()
+    UNION ALL
+    SELECT 'prepared transaction', 0, p.prepared, NULL, 'prepared', p.gid, '', age(p.transaction)::bigint
+      FROM pg_prepared_xacts AS p
+    UNION ALL
+    SELECT 'replication slot', COALESCE(s.active_pid, 0)::bigint, NULL, NULL, CASE WHEN s.active THEN 'active' ELSE 'inactive' END,
+           s.slot_name::text, '', age(s.xmin)::bigint
+      FROM pg_replication_slots AS s
+     WHERE s.xmin IS NOT NULL
+)
+SELECT h.kind, h.pid, h.since, h.query_start, h.state, h.name, h.query, h.xage,
+       COALESCE((SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = {{lit t}}::regclass), -1)
+  FROM (SELECT NULL::int AS one) AS o
+  LEFT JOIN LATERAL (SELECT * FROM h ORDER BY h.xage DESC LIMIT 1) AS h ON true
+
+-- name: OutboxNextDue
+-- How long, in ms, until the earliest pending row scheduled later comes
+-- due (no value: none is). One probe of the pending_scheduled index: an idle
+-- relay claims again then, rather than on every poll.
+SELECT (EXTRACT(EPOCH FROM min({{c "scheduled_at"}}) - now()) * 1000)::bigint
+  FROM {{t}}
+ WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now()
+
 -- name: OutboxFloors
 -- The floor of every group of keys: the smallest sequence of a pending or
 -- processing row of the group, or, for a group with none, the settled

@@ -180,6 +180,33 @@ SELECT COALESCE(DATEDIFF_BIG(millisecond, (
             WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} <= @now), @now), 0),
        (SELECT COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now);
 
+-- name: OutboxHorizon
+-- The oldest open transaction of another session in this database: under
+-- read committed snapshot or snapshot isolation it keeps the row versions
+-- in tempdb's version store, and the ghost records that claims and
+-- completions leave in the outbox's indexes wait for it before the ghost
+-- cleanup can remove them. SQL Server does not count those cheaply, so the
+-- dead versions are not read (-1). Needs VIEW SERVER STATE.
+SET NOCOUNT ON;
+SELECT TOP (1) N'transaction', CAST(s.session_id AS BIGINT), t.database_transaction_begin_time, c.last_read,
+       s.status, COALESCE(s.program_name, N''), COALESCE(LEFT(q.text, 200), N''), CAST(0 AS BIGINT), CAST(-1 AS BIGINT)
+  FROM sys.dm_tran_database_transactions AS t
+  JOIN sys.dm_tran_session_transactions AS st ON st.transaction_id = t.transaction_id
+  JOIN sys.dm_exec_sessions AS s ON s.session_id = st.session_id
+  LEFT JOIN sys.dm_exec_connections AS c ON c.session_id = s.session_id
+ OUTER APPLY sys.dm_exec_sql_text(c.most_recent_sql_handle) AS q
+ WHERE t.database_id = DB_ID() AND st.session_id <> @@SPID AND t.database_transaction_begin_time IS NOT NULL
+ ORDER BY t.database_transaction_begin_time;
+
+-- name: OutboxNextDue
+-- How long, in ms, until the earliest pending row scheduled later comes
+-- due (NULL: none is). One seek of the pending_scheduled index.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+SELECT DATEDIFF_BIG(millisecond, @now, MIN({{c "scheduled_at"}}))
+  FROM {{t}}
+ WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now;
+
 -- name: OutboxCountByTopicState
 -- One pass over the table; the admin listener samples it on an interval.
 SELECT {{c "topic"}}, {{c "state"}}, COUNT_BIG(*) FROM {{t}} GROUP BY {{c "topic"}}, {{c "state"}};

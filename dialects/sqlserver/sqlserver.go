@@ -58,7 +58,8 @@ type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge               string
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert                  string
-	OutboxPendingDue, OutboxCountByTopicState                            string
+	OutboxPendingDue, OutboxCountByTopicState, OutboxNextDue             string
+	OutboxHorizon                                                        string
 	OutboxBlockedKeys, OutboxDeadGroups                                  string
 	OutboxProbe, OutboxWriters, OtherRelays                              string
 	dialects.HistoryStatements
@@ -535,6 +536,34 @@ func (d *Dialect) probe(ctx context.Context, query string) (p dialects.Probe, er
 		p.Writer = writer.Int64
 	}
 	return p, nil
+}
+
+// OutboxHorizon reads the oldest open transaction of another session.
+func (d *Dialect) OutboxHorizon(ctx context.Context) (h dialects.Horizon, err error) {
+	defer func() { err = MapError(err) }()
+	h.DeadVersions = -1
+	var hh dialects.HorizonHolder
+	var since, queryStart sql.NullTime
+	err = d.db.QueryRowContext(ctx, d.q.OutboxHorizon).Scan(&hh.Kind, &hh.PID, &since, &queryStart, &hh.State, &hh.Name, &hh.Query, &hh.Transactions, &h.DeadVersions)
+	if errors.Is(err, sql.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	hh.Since, hh.QueryStart = since.Time, queryStart.Time
+	h.Holder = &hh
+	return h, nil
+}
+
+// OutboxNextDue says how long until the earliest row scheduled later comes
+// due.
+func (d *Dialect) OutboxNextDue(ctx context.Context) (time.Duration, bool, error) {
+	var in sql.NullInt64
+	if err := d.db.QueryRowContext(ctx, d.q.OutboxNextDue).Scan(&in); err != nil || !in.Valid {
+		return 0, false, MapError(err)
+	}
+	return time.Duration(in.Int64) * time.Millisecond, true, nil
 }
 
 // OutboxStragglers is not offered: SQL Server's claims keep no bounds.

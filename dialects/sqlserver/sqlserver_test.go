@@ -49,7 +49,7 @@ func TestQueriesRenderForRenamedNames(t *testing.T) {
 				t.Errorf("the probe does not read the renamed sequence:\n%s", sql)
 			}
 			continue
-		case "OutboxWriters":
+		case "OutboxHorizon":
 			continue // reads the server's transaction views only
 		}
 		if strings.HasPrefix(name, "Outbox") {
