@@ -41,7 +41,7 @@ type HorizonHolder struct {
 	PID int64
 	// Since is when its transaction began (zero when not known); Name is
 	// its application name, the slot's name or the prepared transaction's.
-	Since, QueryStart time.Time
+	Since, QueryStart  time.Time
 	State, Name, Query string
 	// Transactions is how many transaction ids the server has handed out
 	// since its snapshot was taken.
