@@ -40,6 +40,10 @@ type Metrics struct {
 	// last report.
 	wakeups       *prometheus.GaugeVec
 	wakeupsStatus atomic.Pointer[dialects.WakeupStatus]
+	// The oldest holder of the database's horizon, and the outbox's dead
+	// row versions (the sampler's cheap reads).
+	horizonAge   prometheus.Gauge
+	deadVersions prometheus.Gauge
 
 	// Per destination, for the page's throughput chart and deliveries per
 	// second: Prometheus counters cannot be read back cheaply.
@@ -81,6 +85,10 @@ func NewMetrics(inboxSources []string) *Metrics {
 	m.latency = f.histogramVec("queuebox_end_to_end_latency_seconds",
 		"From a row's created_at to the moment its destination accepted it.",
 		prometheus.ExponentialBuckets(0.005, 2.5, 14), "destination")
+	m.horizonAge = f.gauge("queuebox_horizon_held_seconds",
+		"How long the oldest open transaction (or standby, prepared transaction, replication slot) has held the database's horizon back: while it stays open, vacuum can remove no row version. 0 when none is seen.")
+	m.deadVersions = f.gauge("queuebox_outbox_dead_row_versions",
+		"Dead row versions in the outbox table, from the database's statistics (-1 where it does not say).")
 	m.wakeups = f.gaugeVec("queuebox_wakeups",
 		"What wakes the relay when rows arrive: 1 for the kind in use (logical: nudges from logical replication; probe: the relay asks) and the wake-up source's state (listening, connecting, reconnecting, unavailable, off).",
 		"kind", "state")
@@ -189,6 +197,16 @@ func (m *Metrics) SetWakeups(st dialects.WakeupStatus) {
 	m.wakeupsStatus.Store(&st)
 	m.wakeups.Reset()
 	m.wakeups.WithLabelValues(st.Kind(), string(st.State)).Set(1)
+}
+
+// setHorizon records the sampler's reading of the horizon.
+func (m *Metrics) setHorizon(h *HorizonView) {
+	age := 0.0
+	if h.Holder != nil {
+		age = h.Holder.OpenSeconds
+	}
+	m.horizonAge.Set(age)
+	m.deadVersions.Set(float64(h.DeadRowVersions))
 }
 
 // Wakeups is the last status SetWakeups recorded (false: none yet).

@@ -32,6 +32,53 @@ type Stats struct {
 	HeldBackBy []Writer `json:"heldBackBy"`
 	// Inbox counts the inbox table's rows.
 	Inbox InboxStats `json:"inbox"`
+	// Horizon is what holds the database's horizon back, and the outbox's
+	// dead row versions.
+	Horizon *HorizonView `json:"horizon,omitempty"`
+}
+
+// HorizonView is what holds the database's horizon back: while any
+// transaction stays open, vacuum can remove no row version the relay leaves
+// behind. Holder is null when nothing holds it back that the database user
+// may see (other users' snapshots need pg_read_all_stats); DeadRowVersions
+// is -1 where the database does not say.
+type HorizonView struct {
+	Holder          *HolderView `json:"holder"`
+	DeadRowVersions int64       `json:"deadRowVersions"`
+}
+
+// HolderView is the oldest holder of the horizon.
+type HolderView struct {
+	// Kind: transaction, standby, prepared transaction or replication slot.
+	Kind string `json:"kind"`
+	PID  int64  `json:"pid,omitempty"`
+	// Since is when its transaction began; OpenSeconds how long ago.
+	Since       *time.Time `json:"since,omitempty"`
+	OpenSeconds float64    `json:"openSeconds"`
+	QueryStart  *time.Time `json:"queryStart,omitempty"`
+	State       string     `json:"state"`
+	Application string     `json:"application"`
+	Query       string     `json:"query,omitempty"`
+	// Transactions is how many transaction ids were handed out since its
+	// snapshot.
+	Transactions int64 `json:"transactions"`
+}
+
+// horizonView turns the dialect's reading into its view.
+func horizonView(h dialects.Horizon, now time.Time) *HorizonView {
+	v := &HorizonView{DeadRowVersions: h.DeadVersions}
+	if x := h.Holder; x != nil {
+		v.Holder = &HolderView{Kind: x.Kind, PID: x.PID, State: x.State, Application: x.Name, Query: x.Query, Transactions: x.Transactions}
+		if !x.Since.IsZero() {
+			since := x.Since.UTC()
+			v.Holder.Since, v.Holder.OpenSeconds = &since, now.Sub(x.Since).Seconds()
+		}
+		if !x.QueryStart.IsZero() {
+			qs := x.QueryStart.UTC()
+			v.Holder.QueryStart = &qs
+		}
+	}
+	return v
 }
 
 // InboxStats counts inbox rows: received (waiting for the inbox relay) and
@@ -102,6 +149,9 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	}
 	if out.HeldBackBy, err = heldBackBy(ctx, d); err != nil {
 		return out, fmt.Errorf("listing the open transactions that inserted outbox rows: %w", err)
+	}
+	if h, err := d.OutboxHorizon(ctx); err == nil {
+		out.Horizon = horizonView(h, time.Now())
 	}
 	in, err := d.InboxStats(ctx)
 	if err != nil {

@@ -58,6 +58,7 @@ type Snapshot struct {
 	Pending    dialects.PendingSummary
 	Writers    []Writer
 	WritersErr string
+	Horizon    *HorizonView
 
 	// Err is the last failed read, cleared by the next one that works.
 	Err   string
@@ -284,7 +285,13 @@ func (s *Sampler) cheap(ctx context.Context) {
 	s.m.setOldestDue(p.OldestDue)
 	age, ierr := s.d.InboxOldestReceived(ctx)
 	writers, werr := heldBackBy(ctx, s.d)
+	var horizon *HorizonView
+	if h, err := s.d.OutboxHorizon(ctx); err == nil {
+		horizon = horizonView(h, time.Now())
+		s.m.setHorizon(horizon)
+	}
 	s.mu.Lock()
+	s.snap.Horizon = horizon
 	s.snap.PendingAt, s.snap.Pending = s.wall(), p
 	s.snap.Writers, s.snap.WritersErr = writers, ""
 	if werr != nil {

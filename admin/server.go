@@ -350,6 +350,9 @@ type StatsView struct {
 	Inbox *InboxView `json:"inbox,omitempty"`
 	// Wakeups says what wakes this relay when rows arrive, and why.
 	Wakeups *WakeupsView `json:"wakeups,omitempty"`
+	// Horizon is what holds the database's horizon back (null before the
+	// first read).
+	Horizon *HorizonView `json:"horizon,omitempty"`
 	Error   string       `json:"error,omitempty"`
 }
 
@@ -383,7 +386,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	v := StatsView{Version: s.o.Version, Rows: map[string]int64{}, OtherStates: map[string]int64{},
 		CountSeconds: snap.CountTook.Seconds(), CountEverySeconds: snap.CountInterval.Seconds(),
 		OldestDuePendingSeconds: snap.Pending.OldestDue.Seconds(), ScheduledLater: snap.Pending.ScheduledLater,
-		HeldBackBy: snap.Writers, HeldBackByError: snap.WritersErr, Error: snap.Err}
+		HeldBackBy: snap.Writers, HeldBackByError: snap.WritersErr, Horizon: snap.Horizon, Error: snap.Err}
 	if !snap.CountedAt.IsZero() {
 		at := snap.CountedAt.UTC()
 		v.CountedAt = &at

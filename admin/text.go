@@ -51,6 +51,23 @@ func (s Stats) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	if h := s.Horizon; h != nil {
+		if x := h.Holder; x != nil && x.OpenSeconds >= 1 {
+			fmt.Fprintf(&b, "\nthe database's horizon is held back by a %s", x.Kind)
+			if x.PID != 0 {
+				fmt.Fprintf(&b, " (pid %d)", x.PID)
+			}
+			fmt.Fprintf(&b, ", open %s, %s, application %q: vacuum can remove no row version until it ends",
+				time.Duration(x.OpenSeconds*float64(time.Second)).Round(time.Second), x.State, x.Application)
+			if q := strings.Join(strings.Fields(x.Query), " "); q != "" {
+				fmt.Fprintf(&b, "\n  query: %s", q)
+			}
+			fmt.Fprintln(&b)
+		}
+		if h.DeadRowVersions >= 0 {
+			fmt.Fprintf(&b, "dead row versions in the outbox: %d\n", h.DeadRowVersions)
+		}
+	}
 	if topics := s.DeadTopics(); len(topics) > 0 {
 		fmt.Fprintln(&b, "\ndead rows per topic:")
 		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
