@@ -68,6 +68,9 @@ func benchCmd() *cobra.Command {
 	fl.IntVar(&o.Rate, "rate", 1000, "the latency scenario's insert rate, rows per second")
 	fl.StringVar(&o.JSON, "json", "", "also write the results to this file as JSON")
 	fl.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario into this folder")
+	fl.StringVar(&o.AMQPURL, "amqp-url", "", "the RabbitMQ of the rabbitmq scenario (default: $QUEUEBOX_BENCH_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
+	fl.StringVar(&o.NATSURL, "nats-url", "", "the NATS server, with JetStream, of the nats scenario (default: $QUEUEBOX_BENCH_NATS_URL, else nats://127.0.0.1:4222)")
+	fl.StringSliceVar(&o.KafkaBrokers, "kafka-brokers", nil, "the Kafka brokers of the kafka scenario, host:port,... (default: $QUEUEBOX_BENCH_KAFKA_BROKERS, else kfake in this process)")
 	return c
 }
 
