@@ -271,7 +271,7 @@ func openRabbit(ctx context.Context, e *env) (*brokerTarget, error) {
 		return nil, err
 	}
 	name := "qb-bench-" + e.run
-	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err == nil {
+	if err = ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err == nil {
 		if _, err = ch.QueueDeclare(name, true, false, false, false, nil); err == nil {
 			err = ch.QueueBind(name, "#", name, false, nil)
 		}
@@ -554,7 +554,7 @@ func openKafka(ctx context.Context, e *env) (*brokerTarget, error) {
 	}
 	if err != nil {
 		t.close()
-		return nil, fmt.Errorf("Kafka at %s: creating the topics %s.*: %w", where, prefix, err)
+		return nil, fmt.Errorf("the Kafka brokers %s: creating the topics %s.*: %w", where, prefix, err)
 	}
 	return t, nil
 }

@@ -274,3 +274,14 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPublishTopicsTakeTurns: JetStream as BenchmarkPublish, with
+// three topics taking turns within each key, so that the subject changes
+// from one message of a key to the next (the bench's nats scenario).
+func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
+	srv := testnats.Start(b)
+	prefix := testnats.Unique("bench")
+	srv.NewStream(b, prefix, prefix+".>")
+	s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, prefix+".{{ topic }}"), JetStream: true})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, "order.created", "order.paid", "order.shipped")
+}
