@@ -42,9 +42,12 @@
 // Failures. A channel error closes that channel: its unconfirmed messages
 // fail, and the next call on it opens a new one. A connection error (the
 // broker restarted, or closed connections) fails the calls in progress,
-// which the engine retries, and the next call dials again. Every call is
-// bounded by the configured timeout, including a connection whose writes
-// block (the broker's memory or disk alarm); a call that gives up leaves
+// which the engine retries, and the next call dials again. Getting a
+// connection, and each part of a call that goes to one address, is bounded
+// by the configured timeout, including a connection whose writes block (the
+// broker's memory or disk alarm); the whole call is not, since a run whose
+// address keeps changing waits for one confirm after another, and the
+// engine keeps the rows' claims while it does. A call that gives up leaves
 // its unconfirmed messages to the channel's goroutine, which settles them
 // when their confirms come.
 package rabbitmq
@@ -84,8 +87,12 @@ type Config struct {
 	// DeclareExchange declares each exchange (durable, topic) before its
 	// first publish on a connection.
 	DeclareExchange bool
-	// Timeout bounds one Publish: getting a connection and channel,
-	// publishing, and the broker's confirms. Default 10 s.
+	// Timeout bounds getting a connection, and each part of a Publish
+	// that goes to one address: getting its channel, publishing, and the
+	// broker's confirms. Default 10 s. A run whose address changes at
+	// every message waits for one confirm per message, and under a
+	// sustained load a confirm waits for the queue's next sync to disk:
+	// a bound on the whole call would fail long runs that are merely slow.
 	Timeout time.Duration
 	// Channels is how many channels the publishes to one exchange share;
 	// a key always uses the same one. Default 1, at most 16.
@@ -180,8 +187,7 @@ type address struct{ exchange, key string }
 // Publish publishes msgs in order on their key's channel; see the package
 // doc.
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
-	ctx, cancel, errs := sinks.Start(ctx, msgs, s.cfg.Timeout)
-	defer cancel()
+	errs := make([]error, len(msgs))
 
 	// Render every address first: a message that can never be delivered
 	// ends the call before anything of it is published.
@@ -193,15 +199,21 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 	failed := -1
 	if err := ctx.Err(); err != nil {
 		errs[0], failed = s.ctxError(err), 0
-	} else if c.sess, err = s.connect(ctx); err != nil {
-		errs[0], failed = err, 0
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		if c.sess, err = s.connect(cctx); err != nil {
+			errs[0], failed = err, 0
+		}
+		cancel()
 	}
 	for from := 0; from < len(addrs) && failed < 0; {
 		to := from + 1
 		for to < len(addrs) && addrs[to] == addrs[from] {
 			to++
 		}
-		failed = c.run(ctx, addrs[from], from, to)
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		failed = c.run(rctx, addrs[from], from, to)
+		cancel()
 		from = to
 	}
 	if failed >= 0 {
