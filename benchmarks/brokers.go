@@ -262,14 +262,24 @@ func amqpHost(u string) string {
 	return "the given URL"
 }
 
-func openRabbit(ctx context.Context, e *env) (*brokerTarget, error) {
-	conn, err := dialRabbit(e.o.AMQPURL)
+// rabbitChannel connects and opens a channel; closing the connection
+// closes both.
+func rabbitChannel(u string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := dialRabbit(u)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ch, err := conn.Channel()
 	if err != nil {
 		_ = conn.Close()
+		return nil, nil, fmt.Errorf("RabbitMQ at %s: opening a channel: %w", amqpHost(u), err)
+	}
+	return conn, ch, nil
+}
+
+func openRabbit(ctx context.Context, e *env) (*brokerTarget, error) {
+	conn, ch, err := rabbitChannel(e.o.AMQPURL)
+	if err != nil {
 		return nil, err
 	}
 	name := "qb-bench-" + e.run
@@ -308,15 +318,11 @@ func openRabbit(ctx context.Context, e *env) (*brokerTarget, error) {
 // rabbitCeiling publishes on one channel in confirm mode, keeping up to
 // ceilingInFlight confirms outstanding.
 func rabbitCeiling(ctx context.Context, u, exchange string, msgs []sinks.Message) error {
-	conn, err := dialRabbit(u)
+	conn, ch, err := rabbitChannel(u)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}

@@ -470,36 +470,32 @@ func renderFailure(t *testing.T, h Harness) {
 }
 
 func unroutable(t *testing.T, h Harness) {
-	tg := h.Open(t, false)
-	if tg.Unroutable == "" {
-		t.Fatal("the harness declares Unroutable but gives no Target.Unroutable")
-	}
-	bad := Message(tg, fmt.Sprintf("unroutable-%x", uniq()), 1)
-	bad.Headers["Route"] = tg.Unroutable
-	failureInTheMiddle(t, tg, bad, func(err error) {
-		if err == nil {
-			t.Errorf("a message the destination refuses succeeded")
-		} else if sinks.IsPermanent(err) {
-			t.Errorf("an unroutable message is retried (a binding may appear): %v", err)
-		}
-	})
+	failsAlone(t, h, "Unroutable", func(tg *Target) string { return tg.Unroutable }, "an unroutable message is retried (a binding may appear)")
 }
 
 // refused is unroutable's twin for a place that takes the message and then
 // says no (a nack): the messages after it in the call must not be
 // published, so that none of them reaches the destination before it.
 func refused(t *testing.T, h Harness) {
+	failsAlone(t, h, "Refused", func(tg *Target) string { return tg.Refused }, "a refused message is retried (the place may make room)")
+}
+
+// failsAlone sends a message to a place the destination refuses in the
+// middle of a call (failureInTheMiddle): it fails with an error that is
+// retried, and so do the messages after it.
+func failsAlone(t *testing.T, h Harness, field string, place func(*Target) string, retried string) {
 	tg := h.Open(t, false)
-	if tg.Refused == "" {
-		t.Fatal("the harness declares Refuses but gives no Target.Refused")
+	route := place(tg)
+	if route == "" {
+		t.Fatalf("the harness declares %s but gives no Target.%s", field, field)
 	}
-	bad := Message(tg, fmt.Sprintf("refused-%x", uniq()), 1)
-	bad.Headers["Route"] = tg.Refused
+	bad := Message(tg, fmt.Sprintf("%s-%x", strings.ToLower(field), uniq()), 1)
+	bad.Headers["Route"] = route
 	failureInTheMiddle(t, tg, bad, func(err error) {
 		if err == nil {
-			t.Errorf("a message the destination refused succeeded")
+			t.Errorf("a message the destination refuses succeeded")
 		} else if sinks.IsPermanent(err) {
-			t.Errorf("a refused message is retried (the place may make room): %v", err)
+			t.Errorf("%s: %v", retried, err)
 		}
 	})
 }
