@@ -46,6 +46,12 @@ type Options struct {
 	// CPUProfile, when set, is a folder that receives a CPU profile of each
 	// in-process scenario.
 	CPUProfile string
+	// AMQPURL, NATSURL and KafkaBrokers are the brokers of the broker
+	// scenarios; empty reads QUEUEBOX_BENCH_AMQP_URL,
+	// QUEUEBOX_BENCH_NATS_URL and QUEUEBOX_BENCH_KAFKA_BROKERS, and
+	// without them the local RabbitMQ and NATS, and kfake in this process.
+	AMQPURL, NATSURL string
+	KafkaBrokers     []string
 	// Out receives the table; Progress the progress bar and notes.
 	Out, Progress io.Writer
 }
@@ -69,8 +75,12 @@ type Result struct {
 	RatioToRaw *float64 `json:"ratio_to_raw,omitempty"`
 	// Ratio is what the scenario compares: with what QueueBox installs
 	// against without (producer), three replicas against one (replicas),
-	// against the 100,000-row rate (backlog).
+	// against the 100,000-row rate (backlog), against drain-keys (a
+	// broker's relay).
 	Ratio *float64 `json:"ratio,omitempty"`
+	// RatioToCeiling is a broker's relay against the plain publisher of
+	// the same broker and run.
+	RatioToCeiling *float64 `json:"ratio_to_ceiling,omitempty"`
 	// Latencies, where measured, in milliseconds.
 	P50 *float64 `json:"p50_ms,omitempty"`
 	P95 *float64 `json:"p95_ms,omitempty"`
@@ -114,6 +124,9 @@ func Scenarios() []Scenario {
 		{"drain", "drain an unkeyed backlog", runDrain(0)},
 		{"drain-keys", "drain a backlog over 1,000 keys", runDrain(1000)},
 		{"backlog", "drain a backlog ten times as deep, 1,000 keys", runBacklog},
+		{"rabbitmq", "drain over 1,000 keys into RabbitMQ, and its plain publisher's ceiling", runBroker("rabbitmq")},
+		{"nats", "drain over 1,000 keys into NATS JetStream, and its plain publisher's ceiling", runBroker("nats")},
+		{"kafka", "drain over 1,000 keys into Kafka, and its plain publisher's ceiling", runBroker("kafka")},
 		{"hot-keys", "drain a backlog over 10 keys", runDrain(10)},
 		{"one-key", "drain a backlog of one key", runDrain(1)},
 		{"drain-held", "drain-keys while a snapshot is held from before the rows were inserted", runDrainHeld},
@@ -185,6 +198,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		if _, err := pgbenchPath(); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkBrokers(ctx, &o, selected); err != nil {
+		return nil, err
 	}
 	results, runErr := runSelected(ctx, o, selected)
 	if jsonFile != nil && len(results) > 0 {
@@ -295,6 +311,8 @@ func selectScenarios(names []string) ([]Scenario, error) {
 		case "backlog", "drain-held":
 			need("drain-keys")
 			need("raw")
+		case "rabbitmq", "nats", "kafka":
+			need("drain-keys")
 		}
 	}
 	slices.SortStableFunc(selected, func(a, b Scenario) int {
@@ -374,6 +392,11 @@ func ratios(rs []Result) {
 			if drainKeys != nil && drainKeys.RowsPerSec > 0 {
 				r.Ratio = ptr(r.RowsPerSec / drainKeys.RowsPerSec)
 			}
+		case "rabbitmq", "nats", "kafka":
+			// The relay's line; the plain publisher's is no drain.
+			if r.Variant == relayVariant && drainKeys != nil && drainKeys.RowsPerSec > 0 {
+				r.Ratio = ptr(r.RowsPerSec / drainKeys.RowsPerSec)
+			}
 		}
 	}
 }
@@ -383,7 +406,7 @@ func ptr(f float64) *float64 { return &f }
 func printTable(w io.Writer, rs []Result, conditions string) {
 	fmt.Fprintf(w, "\n%s\n\n", conditions)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\trows\tkeys\treplicas\tbatch\tmailbox\trows/s\tvs raw\tratio\tp50 ms\tp95 ms\tp99 ms\tpeak RSS MB\tdb CPU\tfailed\t")
+	fmt.Fprintln(tw, "scenario\tvariant\trows\tkeys\treplicas\tbatch\tmailbox\trows/s\tvs raw\tratio\tvs ceiling\tp50 ms\tp95 ms\tp99 ms\tpeak RSS MB\tdb CPU\tfailed\t")
 	opt := func(f *float64, format string) string {
 		if f == nil {
 			return "-"
@@ -391,9 +414,9 @@ func printTable(w io.Writer, rs []Result, conditions string) {
 		return fmt.Sprintf(format, *f)
 	}
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t\n",
 			r.Scenario, dash(r.Variant), r.Rows, r.Keys, r.Replicas, r.BatchSize, dash(r.Mailbox), r.RowsPerSec,
-			opt(r.RatioToRaw, "%.2f"), opt(r.Ratio, "%.2f"), opt(r.P50, "%.1f"), opt(r.P95, "%.1f"), opt(r.P99, "%.1f"),
+			opt(r.RatioToRaw, "%.2f"), opt(r.Ratio, "%.2f"), opt(r.RatioToCeiling, "%.2f"), opt(r.P50, "%.1f"), opt(r.P95, "%.1f"), opt(r.P99, "%.1f"),
 			r.PeakRSSMB, percent(r.DBCPUShare), r.Failed)
 	}
 	_ = tw.Flush()

@@ -29,5 +29,10 @@
 // `queuebox run` processes. Peak RSS is the most memory the relay's process
 // held during the scenario.
 //
+// The broker scenarios (rabbitmq, nats, kafka; brokers.go) drain the
+// drain-keys backlog, with topics that take turns within each key, into a
+// real broker, and measure in the same run a plain publisher of the same
+// client library, the broker's own ceiling.
+//
 // Timings are never asserted in tests; they are measured here.
 package benchmarks

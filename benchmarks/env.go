@@ -37,7 +37,7 @@ const benchApplicationName = "queuebox-bench"
 // its tables. They are not QueueBox's (those live in the dialects); the
 // producer scenario's application statements are in producer.go.
 type harness struct {
-	Seed, Analyze, CountOpen, AnyOpen, DropSchema, PlainTable string
+	Seed, SeedTopics, Analyze, CountOpen, AnyOpen, DropSchema, PlainTable string
 }
 
 // env is one run's database and bookkeeping.
@@ -187,10 +187,16 @@ func (e *env) fresh(ctx context.Context, name string) (*postgres.Dialect, *harne
 
 // seed inserts rows (over keys; 0 keys: unkeyed) and analyses the table.
 func (e *env) seed(ctx context.Context, d *postgres.Dialect, h *harness, rows, keys int) error {
+	return e.seedWith(ctx, d, h, h.Seed, rows, keys)
+}
+
+// seedWith is seed with another of the harness's seeding statements, which
+// take the same arguments.
+func (e *env) seedWith(ctx context.Context, d *postgres.Dialect, h *harness, statement string, rows, keys int) error {
 	const chunk = 50000
 	for done := 0; done < rows; done += chunk {
 		n := min(chunk, rows-done)
-		if _, err := d.Pool().Exec(ctx, h.Seed, n, keys, done, string(e.payload)); err != nil {
+		if _, err := d.Pool().Exec(ctx, statement, n, keys, done, string(e.payload)); err != nil {
 			return err
 		}
 	}

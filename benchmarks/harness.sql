@@ -11,6 +11,16 @@ INSERT INTO {{t}} ({{c "topic"}}, {{c "key"}}, {{c "payload"}})
 SELECT 'bench.row', CASE WHEN $2::int > 0 THEN 'key-' || ((g + $3::int) % $2::int) END, $4::jsonb
   FROM generate_series(1, $1::int) AS g
 
+-- name: SeedTopics
+-- Seed's rows with three topics that take turns within each key (a key's
+-- rows are created, paid, shipped, created, ...), so that a destination
+-- whose address follows the topic sees it change from one row of a key to
+-- the next: the broker scenarios. The same arguments as Seed.
+INSERT INTO {{t}} ({{c "topic"}}, {{c "key"}}, {{c "payload"}})
+SELECT (ARRAY['bench.created', 'bench.paid', 'bench.shipped'])[1 + ((g + $3::int) / $2::int) % 3],
+       'key-' || ((g + $3::int) % $2::int), $4::jsonb
+  FROM generate_series(1, $1::int) AS g
+
 -- name: Analyze
 ANALYZE {{t}}
 

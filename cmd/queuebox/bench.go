@@ -21,7 +21,12 @@ func benchCmd() *cobra.Command {
 		Long: "bench runs named scenarios (drains, latency, producer cost, replicas, mailbox sizes) against\n" +
 			"a real PostgreSQL: --database-url, or else a throwaway cluster with durable settings that it\n" +
 			"removes at the end. Each scenario uses a schema of its own. docs/performance.md explains the method.\n\n" +
-			"Scenarios: " + scenarioNames() + "\n\nThe ratios compare scenarios of one run: a scenario that is compared against raw, drain or\ndrain-keys brings them along (drain-keys brings drain and raw, backlog brings drain-keys and raw).",
+			"Scenarios: " + scenarioNames() + "\n\nThe ratios compare scenarios of one run: a scenario that is compared against raw, drain or\n" +
+			"drain-keys brings them along (drain-keys brings drain and raw, backlog brings drain-keys and\n" +
+			"raw, a broker scenario brings drain-keys). The broker scenarios (rabbitmq, nats, kafka) use\n" +
+			"--amqp-url, --nats-url and --kafka-brokers, else $QUEUEBOX_BENCH_AMQP_URL,\n" +
+			"$QUEUEBOX_BENCH_NATS_URL and $QUEUEBOX_BENCH_KAFKA_BROKERS, else the local RabbitMQ and NATS\n" +
+			"and kfake in this process.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			for name, v := range map[string]int{"rows": o.Rows, "payload-bytes": o.PayloadBytes, "seconds": o.Seconds, "rate": o.Rate} {
@@ -57,6 +62,9 @@ func benchCmd() *cobra.Command {
 	fl.IntVar(&o.Rate, "rate", 1000, "the latency scenario's insert rate, rows per second")
 	fl.StringVar(&o.JSON, "json", "", "also write the results to this file as JSON")
 	fl.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario into this folder")
+	fl.StringVar(&o.AMQPURL, "amqp-url", "", "the RabbitMQ of the rabbitmq scenario (default: $QUEUEBOX_BENCH_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
+	fl.StringVar(&o.NATSURL, "nats-url", "", "the NATS server, with JetStream, of the nats scenario (default: $QUEUEBOX_BENCH_NATS_URL, else nats://127.0.0.1:4222)")
+	fl.StringSliceVar(&o.KafkaBrokers, "kafka-brokers", nil, "the Kafka brokers of the kafka scenario, host:port,... (default: $QUEUEBOX_BENCH_KAFKA_BROKERS, else kfake in this process)")
 	return c
 }
 

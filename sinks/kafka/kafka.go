@@ -14,8 +14,9 @@
 // acknowledgement before it writes the next, so that a failure (an unknown
 // topic, a broker that went away) stops the call: the messages after it are
 // not written. The one exception is a run that does not fit one produce
-// request (over BatchBytes together with what other calls put in the same
-// batch): kafka-go then writes it as two requests, and if the first fails
+// request (over MaxOrderedBatch records or BatchBytes together with what
+// other calls put in the same batch): kafka-go then writes it as two
+// requests, one after the other, and if the first fails
 // after its retries while the second succeeds, the second's messages are
 // reported failed too, so that they are written again after the first
 // (duplicates, with the same X-Message-Id, but the key's last copies in
@@ -88,8 +89,15 @@ type TLS struct {
 // limit on one produce request.
 const MaxMessageBytes = 1 << 20
 
-// MaxOrderedBatch is how many records of one key a call may carry.
-const MaxOrderedBatch = 500
+// MaxOrderedBatch is how many records of one key a call may carry, and
+// how many records one produce request to a partition holds at most: a
+// key's run then fits one request unless other keys' records fill part of
+// it. kafka-go allocates room for that many records for every batch it
+// starts (a partition starts one per BatchTimeout while records flow), so
+// a larger figure costs memory and collection for every batch, not just
+// the large ones: 10,000 made the writer's allocations more than half of a
+// relay's CPU.
+const MaxOrderedBatch = 128
 
 // Sink produces to Kafka.
 type Sink struct {
@@ -125,7 +133,7 @@ func New(cfg Config) (*Sink, error) {
 		MaxAttempts:     3,
 		WriteBackoffMin: 100 * time.Millisecond,
 		WriteBackoffMax: time.Second,
-		BatchSize:       10000,
+		BatchSize:       MaxOrderedBatch,
 		BatchBytes:      MaxMessageBytes,
 		BatchTimeout:    cfg.BatchTimeout,
 		ReadTimeout:     cfg.Timeout,

@@ -570,3 +570,16 @@ func BenchmarkPublish(b *testing.B) {
 	s := newSink(b, Config{Brokers: c.Brokers, Topic: tpl(b, "bench")})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
 }
+
+// BenchmarkPublishTopicsTakeTurns: as BenchmarkPublish, with three topics
+// taking turns within each key, so that the Kafka topic changes from one
+// record of a key to the next (the bench's kafka scenario).
+func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
+	c := testkafka.New(b)
+	topics := []string{"order.created", "order.paid", "order.shipped"}
+	for _, t := range topics {
+		c.CreateTopic(b, "bench."+t, 6)
+	}
+	s := newSink(b, Config{Brokers: c.Brokers, Topic: tpl(b, "bench.{{ topic }}")})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, topics...)
+}

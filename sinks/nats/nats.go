@@ -5,11 +5,27 @@
 // that captures its subject and the delivery succeeds on the stream's ack.
 // The message carries Nats-Msg-Id = the row id, so that the stream's
 // duplicate window drops a redelivery (a retry after a lost ack, a replica
-// that died after publishing). A key's messages are published one after
-// another, each waiting for its ack: pipelining them would let a failure in
-// the middle of a run put a later message in the stream first, and the
-// duplicate window would then drop the retries that could have restored the
-// order. Throughput comes from many keys at once on the shared connection.
+// that died after publishing).
+//
+// Order. The server stores the messages that one connection publishes to
+// one stream in the order they were published, and what fails a message
+// there (the stream's limits, a stream that went away, the connection)
+// fails the messages right behind it too. So the consecutive messages of a
+// key's run that go to one stream are published without waiting (their
+// acks are read afterwards, in order), and before a message to another
+// stream, or to a subject whose stream the sink has not yet seen in an ack,
+// the sink waits for the acks of those before it: a subject that no stream
+// captures fails alone, and nothing behind it is published. The sink learns
+// each subject's stream from the acks (the ack names the stream).
+//
+// At the first failure the rest of the run is not published; the messages
+// already published behind it are reported failed too and are retried after
+// it. Should one of them have been stored all the same (a stream that made
+// room at that moment, a leader that changed), the duplicate window would
+// drop its retry and leave it ahead of the failed one; so the sink
+// remembers those rows and publishes them again with a message id of their
+// own (the row id, a slash and the attempt), which the stream keeps: the
+// key's last copies are in order, as with the other brokers.
 //
 // Without JetStream (core NATS), a call's messages are written and then
 // flushed: the delivery succeeds once the server has read them. Core NATS
@@ -27,7 +43,10 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -63,6 +82,12 @@ type Sink struct {
 	nc   *natsgo.Conn
 	js   jetstream.JetStream
 	addr string // the servers, without credentials, for errors
+
+	// streams maps a subject to the stream its last ack named.
+	streams streamCache
+	// again holds the rows published behind a failure: their next publish
+	// takes a message id of its own.
+	again rowSet
 }
 
 // New connects. A server that is down is not an error: the connection keeps
@@ -106,7 +131,9 @@ func New(cfg Config) (*Sink, error) {
 	}
 	s := &Sink{cfg: cfg, nc: nc, addr: addr}
 	if cfg.JetStream {
-		if s.js, err = jetstream.New(nc); err != nil {
+		// The engine bounds what is in flight; the publisher's own bound
+		// must not fail a publish below it.
+		if s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending), jetstream.WithPublishAsyncTimeout(cfg.Timeout)); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("nats %s: %v", addr, err)
 		}
@@ -151,11 +178,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 		return errs
 	}
 	if s.js != nil {
-		for i, m := range out {
-			if _, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(msgs[i].ID)); err != nil {
-				sinks.FailFrom(errs, msgs, i, s.publishError(ctx, m.Subject, err))
+		for from := 0; from < len(out); {
+			to := s.streams.run(out, from)
+			if failed := s.publishRun(ctx, msgs, out, errs, from, to); failed >= 0 {
+				sinks.FailFrom(errs, msgs, failed, errs[failed])
 				break
 			}
+			from = to
 		}
 		return errs
 	}
@@ -176,6 +205,151 @@ func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 		}
 	}
 	return errs
+}
+
+// publishRun publishes out[from:to], which go to one stream, without
+// waiting, then reads their acks in order. It returns the index of the
+// first failed message, or -1.
+func (s *Sink) publishRun(ctx context.Context, msgs []sinks.Message, out []*natsgo.Msg, errs []error, from, to int) int {
+	acks := make([]jetstream.PubAckFuture, 0, to-from)
+	failed := -1
+	for i := from; i < to; i++ {
+		// No retry inside nats.go: it would publish the message again
+		// behind those that followed it.
+		f, err := s.js.PublishMsgAsync(out[i], jetstream.WithMsgID(s.msgID(&msgs[i])), jetstream.WithRetryAttempts(0))
+		if err != nil {
+			errs[i], failed = s.publishError(ctx, out[i].Subject, err), i
+			break
+		}
+		acks = append(acks, f)
+	}
+	for j, f := range acks {
+		i := from + j
+		var err error
+		select {
+		case ack := <-f.Ok():
+			s.streams.learn(out[i].Subject, ack.Stream)
+			s.again.remove(msgs[i].ID)
+			continue
+		case err = <-f.Err():
+			if errors.Is(err, natsgo.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+				s.streams.forget(out[i].Subject)
+			}
+			err = s.publishError(ctx, out[i].Subject, err)
+		case <-ctx.Done():
+			err = s.ctxError(ctx.Err())
+		}
+		errs[i], failed = err, i
+		// What was published behind it may be stored all the same.
+		for k := i + 1; k < from+len(acks); k++ {
+			s.again.add(msgs[k].ID)
+		}
+		break
+	}
+	return failed
+}
+
+// msgID is the message's Nats-Msg-Id: the row id, unless the row was
+// published behind a failure (see the package doc).
+func (s *Sink) msgID(m *sinks.Message) string {
+	if s.again.has(m.ID) {
+		return m.ID + "/" + strconv.Itoa(m.Attempt)
+	}
+	return m.ID
+}
+
+// maxPending bounds the acks the sink waits for at once; the engine's
+// maxInFlight keeps below it.
+const maxPending = 1 << 16
+
+// streamCache maps subjects to the streams that captured them, as the
+// acks said; bounded, since subjects may hold keys.
+type streamCache struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+const maxSubjects = 4096
+
+func (c *streamCache) learn(subject, stream string) {
+	c.mu.RLock()
+	known := c.m[subject] == stream
+	c.mu.RUnlock()
+	if known || stream == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSubjects {
+		c.m = map[string]string{}
+	}
+	c.m[subject] = stream
+}
+
+func (c *streamCache) forget(subject string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, subject)
+}
+
+// run returns the end of the run of messages from out[from] that go to
+// one stream as far as the acks have told: a message whose subject no ack
+// has named a stream for is a run of its own.
+func (c *streamCache) run(out []*natsgo.Msg, from int) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	stream, ok := c.m[out[from].Subject]
+	to := from + 1
+	for ok && to < len(out) && c.m[out[to].Subject] == stream {
+		to++
+	}
+	return to
+}
+
+// rowSet is a bounded set of row ids; the oldest go first. It is read for
+// every message and written only after a failure.
+type rowSet struct {
+	mu    sync.RWMutex
+	m     map[string]struct{}
+	order []string
+}
+
+const maxRows = 1 << 16
+
+func (r *rowSet) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]struct{}{}
+	}
+	if _, ok := r.m[id]; ok {
+		return
+	}
+	if len(r.order) >= maxRows {
+		delete(r.m, r.order[0])
+		r.order = r.order[1:]
+	}
+	r.m[id] = struct{}{}
+	r.order = append(r.order, id)
+}
+
+func (r *rowSet) has(id string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.m[id]
+	return ok
+}
+
+func (r *rowSet) remove(id string) {
+	if !r.has(id) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.m[id]; ok {
+		delete(r.m, id)
+		r.order = slices.DeleteFunc(r.order, func(x string) bool { return x == id })
+	}
 }
 
 // ready fails at once while the connection is away.
@@ -224,7 +398,7 @@ func (s *Sink) message(m *sinks.Message) (*natsgo.Msg, error) {
 		h.Set(k, v)
 	}
 	m.StandardHeaders(h.Set)
-	h.Set(jetstream.MsgIDHeader, m.ID)
+	h.Set(jetstream.MsgIDHeader, m.ID) // JetStream's publish sets its own (msgID)
 	return &natsgo.Msg{Subject: subject, Header: h, Data: m.Body}, nil
 }
 

@@ -2,9 +2,11 @@ package nats
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +64,7 @@ func downSink(t *testing.T, js bool) (sinks.Sink, string) {
 func TestConformanceJetStream(t *testing.T) {
 	shared := testnats.Start(t)
 	sinktest.Run(t, sinktest.Harness{
-		Features: sinktest.Features{Observable: true, Templated: true, Unroutable: true, Dedupes: true,
+		Features: sinktest.Features{Observable: true, Templated: true, Unroutable: true, Refuses: true, Dedupes: true,
 			Restart: true, CloseConnections: true, Down: true},
 		Open: func(t *testing.T, faults bool) *sinktest.Target {
 			srv := shared
@@ -71,10 +73,11 @@ func TestConformanceJetStream(t *testing.T) {
 			}
 			prefix := testnats.Unique("qbt")
 			st := srv.NewStream(t, prefix, prefix+".r1")
+			fullStream(t, srv, prefix+"_FULL", prefix+".full")
 			name := testnats.Unique("sink")
 			s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ headers.Route }}"), JetStream: true, Timeout: 5 * time.Second, Name: name})
 			return &sinktest.Target{
-				Sink: s, Route: "r1", Unroutable: "nowhere",
+				Sink: s, Route: "r1", Unroutable: "nowhere", Refused: "full",
 				Received: func() []sinktest.Delivery {
 					ms := st.Messages()
 					out := make([]sinktest.Delivery, len(ms))
@@ -272,5 +275,86 @@ func BenchmarkPublish(b *testing.B) {
 			s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, subject), JetStream: js})
 			sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
 		})
+	}
+}
+
+// BenchmarkPublishTopicsTakeTurns: JetStream as BenchmarkPublish, with
+// three topics taking turns within each key, so that the subject changes
+// from one message of a key to the next (the bench's nats scenario).
+func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
+	srv := testnats.Start(b)
+	prefix := testnats.Unique("bench")
+	srv.NewStream(b, prefix, prefix+".>")
+	s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, prefix+".{{ topic }}"), JetStream: true})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, "order.created", "order.paid", "order.shipped")
+}
+
+// fullStream makes a stream over subject that holds one message and refuses
+// new ones.
+func fullStream(t *testing.T, srv *testnats.Server, name, subject string) {
+	t.Helper()
+	srv.NewStreamConfig(t, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage,
+		MaxMsgs: 1, Discard: jetstream.DiscardNew})
+	if err := srv.Connect(t).Publish(subject, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A key's run to one stream is published without waiting; when a message
+// fails and one behind it is stored all the same (here a subject at its
+// own limit, and another that is not), the one behind is reported failed,
+// and its retry, which the duplicate window would drop, is stored again
+// after the failed one: the key's last copies are in order.
+func TestStoredBehindAFailureIsStoredAgainInOrder(t *testing.T) {
+	srv := testnats.Start(t)
+	prefix := testnats.Unique("qbt")
+	cfg := jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute,
+		MaxMsgsPerSubject: 2, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true, MaxMsgs: -1, MaxBytes: -1}
+	st := srv.NewStreamConfig(t, cfg)
+	s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ topic }}"), JetStream: true, Timeout: 5 * time.Second})
+	msg := func(n int, topic string) sinks.Message {
+		return sinks.Message{ID: fmt.Sprintf("0b7e3f4e-0000-4000-8000-%012d", n), Topic: topic, Key: "k", Attempt: 1, Sequence: int64(n), Body: []byte("{}")}
+	}
+	// The sink learns both subjects' stream; then subject a is full.
+	for i, m := range []sinks.Message{msg(1, "a"), msg(2, "b"), msg(3, "a")} {
+		if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	failed, behind := msg(4, "a"), msg(5, "b")
+	errs := s.Publish(context.Background(), []sinks.Message{failed, behind})
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("a message refused by its subject's limit, and the one behind it: %v", errs)
+	}
+	// The limit goes; the engine retries both.
+	cfg.MaxMsgsPerSubject = 10
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	failed.Attempt, behind.Attempt = 2, 2
+	for i, err := range s.Publish(context.Background(), []sinks.Message{failed, behind}) {
+		if err != nil {
+			t.Fatalf("retry, message %d: %v", i, err)
+		}
+	}
+	var order []string
+	for _, m := range st.Messages() {
+		order = append(order, m.Header.Get("X-Sequence"))
+	}
+	// 5 was stored behind the failure, before 4; its retry comes after 4.
+	if want := []string{"1", "2", "3", "5", "4", "5"}; !slices.Equal(order, want) {
+		t.Errorf("the stream holds the sequences %v, want %v", order, want)
+	}
+	// A retry that is no longer behind a failure is deduplicated again.
+	behind.Attempt = 3
+	if err := s.Publish(context.Background(), []sinks.Message{behind})[0]; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Messages()); n != 6 {
+		t.Errorf("a third publish of the same row was stored again (%d messages)", n)
 	}
 }

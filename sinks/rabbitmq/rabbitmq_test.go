@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +47,7 @@ func newSink(t testing.TB, cfg Config) *Sink {
 // one at a time.
 func TestConformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
-		Features: sinktest.Features{Observable: true, Templated: true, Unroutable: true,
+		Features: sinktest.Features{Observable: true, Templated: true, Unroutable: true, Refuses: true,
 			Restart: true, CloseConnections: true, Down: true},
 		Open: func(t *testing.T, faults bool) *sinktest.Target {
 			url := testrabbit.URL(t)
@@ -55,9 +57,10 @@ func TestConformance(t *testing.T) {
 				url = node.URL
 			}
 			q := testrabbit.NewQueue(t, url, "r1")
+			fullQueue(t, url, q.Exchange, "full")
 			s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ headers.Route }}"), Mandatory: true, Timeout: 5 * time.Second})
 			tg := &sinktest.Target{
-				Sink: s, Route: "r1", Unroutable: "nowhere",
+				Sink: s, Route: "r1", Unroutable: "nowhere", Refused: "full",
 				Received: func() []sinktest.Delivery { return deliveries(q.Get()) },
 				Down: func(t *testing.T) (sinks.Sink, string) {
 					ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,6 +80,17 @@ func TestConformance(t *testing.T) {
 			return tg
 		},
 	})
+}
+
+// fullQueue binds to exchange, with bindingKey, a queue that takes no
+// message: its length limit is 0 and it rejects publishes when full, which
+// the broker confirms with a nack.
+func fullQueue(t testing.TB, url, exchange, bindingKey string) {
+	t.Helper()
+	name := testrabbit.DurableQueue(t, url, "qbt-full", amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"})
+	if err := testrabbit.Channel(t, url).QueueBind(name, bindingKey, exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func deliveries(ds []amqp.Delivery) []sinktest.Delivery {
@@ -280,4 +294,134 @@ func BenchmarkPublish(b *testing.B) {
 	q := testrabbit.NewQueue(b, url, "#")
 	s := newSink(b, Config{URL: url, Exchange: tpl(b, q.Exchange), Mandatory: true})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
+}
+
+// BenchmarkPublishTopicsTakeTurns: as BenchmarkPublish, with three topics
+// taking turns within each key, so that the routing key changes from one
+// message of a key to the next (the bench's rabbitmq scenario).
+func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
+	url := testrabbit.URL(b)
+	q := testrabbit.NewQueue(b, url, "#")
+	s := newSink(b, Config{URL: url, Exchange: tpl(b, q.Exchange), Mandatory: true})
+	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, "order.created", "order.paid", "order.shipped")
+}
+
+// Many keys share a channel: each message's outcome is its own. Keys
+// publish at once, one message per call, to a routing key that is bound,
+// one that no queue is bound for (returned), and one whose queue is full
+// (nacked); every call gets the outcome of its own message, and exactly
+// the good ones arrive.
+func TestOutcomesOnASharedChannel(t *testing.T) {
+	t.Parallel()
+	url := testrabbit.URL(t)
+	q := testrabbit.NewQueue(t, url, "good")
+	fullQueue(t, url, q.Exchange, "full")
+	s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ topic }}"), Mandatory: true})
+	const keys, perKey = 40, 30
+	routes := []string{"good", "nowhere", "good", "full"}
+	var mu sync.Mutex
+	var want []string
+	var wg sync.WaitGroup
+	for k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range perKey {
+				m := message()
+				m.ID = fmt.Sprintf("0b7e3f4e-%04d-4000-8000-%012d", k, n)
+				m.Key, m.Topic = fmt.Sprintf("key-%d", k), routes[(k+n)%len(routes)]
+				err := s.Publish(context.Background(), []sinks.Message{m})[0]
+				switch m.Topic {
+				case "good":
+					if err != nil {
+						t.Errorf("%s to a bound routing key: %v", m.ID, err)
+					}
+					mu.Lock()
+					want = append(want, m.ID)
+					mu.Unlock()
+				case "nowhere":
+					if err == nil || !strings.Contains(err.Error(), "NO_ROUTE") {
+						t.Errorf("%s to a routing key no queue is bound for: %v", m.ID, err)
+					}
+				case "full":
+					if err == nil || !strings.Contains(err.Error(), "nack") {
+						t.Errorf("%s to a full queue: %v", m.ID, err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	got := waitGet(t, q, len(want))
+	ids := make([]string, len(got))
+	for i, d := range got {
+		ids[i] = d.MessageId
+	}
+	slices.Sort(ids)
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Errorf("%d messages arrived, want the %d good ones", len(ids), len(want))
+	}
+}
+
+// A row published twice at once (an attempt that gave up waiting, and its
+// retry) is two messages with one message_id: a return belongs to the
+// attempt that was returned.
+func TestReturnsBelongToTheirAttempt(t *testing.T) {
+	t.Parallel()
+	url := testrabbit.URL(t)
+	q := testrabbit.NewQueue(t, url, "good")
+	s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ topic }}"), Mandatory: true})
+	for round := range 20 {
+		returned, routed := message(), message()
+		returned.ID = fmt.Sprintf("0b7e3f4e-0000-4000-8000-%012d", round)
+		routed.ID = returned.ID
+		returned.Topic, returned.Attempt = "nowhere", 1
+		routed.Topic, routed.Attempt = "good", 2
+		var errReturned, errRouted error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); errReturned = s.Publish(context.Background(), []sinks.Message{returned})[0] }()
+		go func() { defer wg.Done(); errRouted = s.Publish(context.Background(), []sinks.Message{routed})[0] }()
+		wg.Wait()
+		if errReturned == nil || errRouted != nil {
+			t.Fatalf("round %d: the returned attempt got %v, the routed one %v", round, errReturned, errRouted)
+		}
+	}
+}
+
+// A channel error (an exchange that does not exist) fails the publishes to
+// that exchange only: other exchanges' publishes, at the same moment, go on.
+func TestChannelErrorStaysWithItsExchange(t *testing.T) {
+	t.Parallel()
+	url := testrabbit.URL(t)
+	q := testrabbit.NewQueue(t, url, "#")
+	missing := testrabbit.Unique("qbt-missing")
+	s := newSink(t, Config{URL: url, Exchange: tpl(t, "{{ headers.Exchange }}"), Mandatory: true})
+	var wg sync.WaitGroup
+	for k := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range 20 {
+				m := message()
+				m.ID = fmt.Sprintf("0b7e3f4e-%04d-4000-8000-%012d", k, n)
+				m.Key = fmt.Sprintf("key-%d", k)
+				bad := k%2 == 1
+				m.Headers = map[string]string{"Exchange": q.Exchange}
+				if bad {
+					m.Headers["Exchange"] = missing
+				}
+				err := s.Publish(context.Background(), []sinks.Message{m})[0]
+				if bad && (err == nil || !strings.Contains(err.Error(), "NOT_FOUND")) {
+					t.Errorf("to the missing exchange: %v", err)
+				}
+				if !bad && err != nil {
+					t.Errorf("to the exchange that exists, while another fails: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitGet(t, q, 10*20)
 }

@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +69,9 @@ type Features struct {
 	Templated bool
 	// Unroutable: Target.Unroutable names a place the destination refuses.
 	Unroutable bool
+	// Refuses: Target.Refused names a place that exists but refuses to
+	// store what it is sent (the broker says no after taking the message).
+	Refuses bool
 	// Dedupes: the destination drops a second message with the same id
 	// (JetStream's duplicate window).
 	Dedupes bool
@@ -92,6 +96,11 @@ type Target struct {
 	// Unroutable is a Route value the destination refuses (a mandatory
 	// publish with no binding, a topic or stream that does not exist).
 	Unroutable string
+	// Refused is a Route value whose place exists but refuses every
+	// message: a RabbitMQ queue at its length limit that rejects publishes
+	// (the broker nacks them), a JetStream stream at its message limit
+	// that discards new messages.
+	Refused string
 	// Stop stops the server; Start starts it again at the same address,
 	// keeping what it stored, and returns once it is up.
 	Stop, Start func(t *testing.T)
@@ -147,6 +156,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	if f.Observable && f.Unroutable {
 		t.Run("UnroutableIsPerMessage", func(t *testing.T) { t.Parallel(); unroutable(t, h) })
+	}
+	if f.Observable && f.Refuses {
+		t.Run("RefusalIsPerMessage", func(t *testing.T) { t.Parallel(); refused(t, h) })
 	}
 	if f.Down {
 		t.Run("DownFailsInsteadOfHanging", func(t *testing.T) { t.Parallel(); down(t, h) })
@@ -458,17 +470,32 @@ func renderFailure(t *testing.T, h Harness) {
 }
 
 func unroutable(t *testing.T, h Harness) {
+	failsAlone(t, h, "Unroutable", func(tg *Target) string { return tg.Unroutable }, "an unroutable message is retried (a binding may appear)")
+}
+
+// refused is unroutable's twin for a place that takes the message and then
+// says no (a nack): the messages after it in the call must not be
+// published, so that none of them reaches the destination before it.
+func refused(t *testing.T, h Harness) {
+	failsAlone(t, h, "Refused", func(tg *Target) string { return tg.Refused }, "a refused message is retried (the place may make room)")
+}
+
+// failsAlone sends a message to a place the destination refuses in the
+// middle of a call (failureInTheMiddle): it fails with an error that is
+// retried, and so do the messages after it.
+func failsAlone(t *testing.T, h Harness, field string, place func(*Target) string, retried string) {
 	tg := h.Open(t, false)
-	if tg.Unroutable == "" {
-		t.Fatal("the harness declares Unroutable but gives no Target.Unroutable")
+	route := place(tg)
+	if route == "" {
+		t.Fatalf("the harness declares %s but gives no Target.%s", field, field)
 	}
-	bad := Message(tg, fmt.Sprintf("unroutable-%x", uniq()), 1)
-	bad.Headers["Route"] = tg.Unroutable
+	bad := Message(tg, fmt.Sprintf("%s-%x", strings.ToLower(field), uniq()), 1)
+	bad.Headers["Route"] = route
 	failureInTheMiddle(t, tg, bad, func(err error) {
 		if err == nil {
 			t.Errorf("a message the destination refuses succeeded")
 		} else if sinks.IsPermanent(err) {
-			t.Errorf("an unroutable message is retried (a binding may appear): %v", err)
+			t.Errorf("%s: %v", retried, err)
 		}
 	})
 }
@@ -602,11 +629,17 @@ func recovers(t *testing.T, h Harness, restart bool) {
 // Throughput publishes keys*perKey messages through s, one goroutine per key
 // publishing runs of up to run messages (as key actors do), and reports the
 // rate as the benchmark's rows/s. The destination's address must accept
-// Message's messages (Route = tg.Route).
-func Throughput(b *testing.B, tg *Target, keys, perKey, run int) {
+// Message's messages (Route = tg.Route). With topics, a key's messages take
+// them in turns (for an address that follows the topic, it changes from one
+// message of a key to the next); without, every message has Message's. It
+// also reports the CPU time the test process spent per row (cpu-µs/row):
+// on a machine that the relay shares with its database and broker, a
+// sink's CPU is throughput taken from them. A broker that runs in the test
+// process counts too.
+func Throughput(b *testing.B, tg *Target, keys, perKey, run int, topics ...string) {
 	run = max(1, min(run, MaxBatch(tg.Sink)))
 	for range b.N {
-		start := time.Now()
+		start, cpu := time.Now(), processCPU()
 		var wg sync.WaitGroup
 		var failed sync.Once
 		for k := range keys {
@@ -618,6 +651,9 @@ func Throughput(b *testing.B, tg *Target, keys, perKey, run int) {
 					msgs := make([]sinks.Message, min(run, perKey-i))
 					for j := range msgs {
 						msgs[j] = Message(tg, key, int64(i+j))
+						if len(topics) > 0 {
+							msgs[j].Topic = topics[(i+j)%len(topics)]
+						}
 					}
 					for _, err := range tg.Sink.Publish(context.Background(), msgs) {
 						if err != nil {
@@ -630,5 +666,13 @@ func Throughput(b *testing.B, tg *Target, keys, perKey, run int) {
 		}
 		wg.Wait()
 		b.ReportMetric(float64(keys*perKey)/time.Since(start).Seconds(), "rows/s")
+		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(keys*perKey), "cpu-µs/row")
 	}
+}
+
+// processCPU is the CPU time, user and system, of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
