@@ -79,13 +79,13 @@ func (w *relayWatcher) look() {
 	n, err := w.dialect.OtherRelays(ctx)
 	cancel()
 	switch {
-	case errors.Is(err, dialects.ErrNotSupported):
+	case dialects.Blind(err):
+		// The database cannot tell, or will not: the budget stays.
 		w.off = true
-		return
-	case errors.Is(err, dialects.ErrNotPermitted):
-		w.off = true
-		w.log.Warn("cannot count the other relays on the database server, so this replica runs two claims and two completions at a time even beside others; grant the permission the error names",
-			"error", err)
+		if errors.Is(err, dialects.ErrNotPermitted) {
+			w.log.Warn("cannot count the other relays on the database server, so this replica runs two claims and two completions at a time even beside others; grant the permission the error names",
+				"error", err)
+		}
 		return
 	case err != nil:
 		return // the claims and completions report an unreachable database

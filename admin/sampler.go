@@ -377,7 +377,7 @@ func heldBackBy(ctx context.Context, d dialects.Operator) ([]Writer, error) {
 	ws, err := d.OutboxWriters(ctx)
 	out := []Writer{}
 	if err != nil {
-		if errors.Is(err, dialects.ErrNotPermitted) {
+		if dialects.Blind(err) {
 			return out, errors.New("the database user may not list other transactions (on SQL Server it needs VIEW SERVER STATE)")
 		}
 		return out, err

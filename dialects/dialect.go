@@ -316,6 +316,18 @@ type DeadGroup struct {
 // DeadErrorPrefix is how much of last_error OutboxDeadGroups groups by.
 const DeadErrorPrefix = 300
 
+// ConnectOptions are what a dialect opens its database with.
+type ConnectOptions struct {
+	URL            string
+	Names          Names
+	MaxConnections int
+	// ApplicationName names the sessions (PostgreSQL's application_name,
+	// SQL Server's program name) unless the URL does; default
+	// RelayApplicationName. Relays know each other by it (OtherRelays), so
+	// tools that are not relays take another.
+	ApplicationName string
+}
+
 // RelayApplicationName is the name a relay's database sessions go by,
 // unless the database URL gives another, and ToolApplicationName that of
 // the command-line tools' sessions. A relay counts the sessions with its own

@@ -107,3 +107,16 @@ var ErrInvalidValue = errors.New("the database refused a value of the message")
 func InboxRelayLockName(n Names) string {
 	return "queuebox.inbox-relay." + n.Schema + "." + n.Inbox
 }
+
+// InboxStatsFrom assembles InboxStats from a dialect's two reads: rows per
+// state (a (name, count) query) and the oldest received row's wait. Both
+// states are present, counted or not.
+func InboxStatsFrom(byState func(each func(string, int64)) error, oldest func() (time.Duration, error)) (InboxStats, error) {
+	st := InboxStats{Rows: map[InboxState]int64{InboxReceived: 0, InboxRelayed: 0}}
+	if err := byState(func(s string, n int64) { st.Rows[InboxState(s)] = n }); err != nil {
+		return st, err
+	}
+	var err error
+	st.OldestReceived, err = oldest()
+	return st, err
+}

@@ -113,6 +113,21 @@ type Rows interface {
 	Err() error
 }
 
+// EachCount calls each for every (name, count) row of rows: the shape of
+// every statement that counts rows per state or per topic, on every
+// dialect.
+func EachCount(rows Rows, each func(name string, n int64)) error {
+	return EachRow(rows, func(r Scanner) error {
+		var k string
+		var n int64
+		if err := r.Scan(&k, &n); err != nil {
+			return err
+		}
+		each(k, n)
+		return nil
+	})
+}
+
 // EachRow calls each for every row of rows.
 func EachRow(rows Rows, each func(Scanner) error) error {
 	for rows.Next() {

@@ -106,3 +106,22 @@ func ReplayDefaultStates(f Filter) []State {
 	}
 	return []State{Dead}
 }
+
+// StatsFrom assembles OutboxStats from a dialect's three reads: rows per
+// state, dead rows per topic (each a (name, count) query), and the pending
+// summary. Every state of the life cycle is present, counted or not.
+func StatsFrom(byState, deadByTopic func(each func(string, int64)) error, pending func() (PendingSummary, error)) (Stats, error) {
+	st := Stats{Rows: map[State]int64{}, DeadByTopic: map[string]int64{}}
+	for _, s := range States {
+		st.Rows[s] = 0
+	}
+	if err := byState(func(s string, n int64) { st.Rows[State(s)] = n }); err != nil {
+		return st, err
+	}
+	var err error
+	if st.PendingSummary, err = pending(); err != nil {
+		return st, err
+	}
+	err = deadByTopic(func(t string, n int64) { st.DeadByTopic[t] = n })
+	return st, err
+}

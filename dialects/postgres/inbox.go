@@ -146,12 +146,8 @@ func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {
 
 func (d *Dialect) InboxStats(ctx context.Context) (st dialects.InboxStats, err error) {
 	defer func() { err = mapError(err) }()
-	st = dialects.InboxStats{Rows: map[dialects.InboxState]int64{dialects.InboxReceived: 0, dialects.InboxRelayed: 0}}
-	if err := d.counts(ctx, d.q.InboxCountByState, func(s string, n int64) { st.Rows[dialects.InboxState(s)] = n }); err != nil {
-		return st, err
-	}
-	st.OldestReceived, err = d.InboxOldestReceived(ctx)
-	return st, err
+	return dialects.InboxStatsFrom(func(each func(string, int64)) error { return d.counts(ctx, d.q.InboxCountByState, each) },
+		func() (time.Duration, error) { return d.InboxOldestReceived(ctx) })
 }
 
 func (d *Dialect) InboxOldestReceived(ctx context.Context) (_ time.Duration, err error) {

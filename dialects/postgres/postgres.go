@@ -30,15 +30,7 @@ var Quoting = dialects.Quoting{
 }
 
 // Options configure a Dialect.
-type Options struct {
-	URL            string
-	Names          dialects.Names
-	MaxConnections int
-	// ApplicationName names the sessions (application_name) unless the URL
-	// does; default "queuebox". Relays know each other by it (OtherRelays),
-	// so tools that are not relays take another.
-	ApplicationName string
-}
+type Options = dialects.ConnectOptions
 
 // Dialect is the PostgreSQL implementation of dialects.Dialect.
 type Dialect struct {
@@ -615,18 +607,10 @@ func loginRefused(code string) bool {
 
 func (d *Dialect) OutboxStats(ctx context.Context) (st dialects.Stats, err error) {
 	defer func() { err = mapError(err) }()
-	st = dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
-	for _, s := range dialects.States {
-		st.Rows[s] = 0
-	}
-	if err := d.counts(ctx, d.q.OutboxCountByState, func(s string, n int64) { st.Rows[dialects.State(s)] = n }); err != nil {
-		return st, err
-	}
-	if st.PendingSummary, err = d.OutboxPending(ctx); err != nil {
-		return st, err
-	}
-	err = d.counts(ctx, d.q.OutboxDeadByTopic, func(t string, n int64) { st.DeadByTopic[t] = n })
-	return st, err
+	return dialects.StatsFrom(
+		func(each func(string, int64)) error { return d.counts(ctx, d.q.OutboxCountByState, each) },
+		func(each func(string, int64)) error { return d.counts(ctx, d.q.OutboxDeadByTopic, each) },
+		func() (dialects.PendingSummary, error) { return d.OutboxPending(ctx) })
 }
 
 // counts runs a query of (name, count) rows.
@@ -636,15 +620,7 @@ func (d *Dialect) counts(ctx context.Context, query string, each func(string, in
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			return err
-		}
-		each(k, n)
-	}
-	return rows.Err()
+	return dialects.EachCount(rows, each)
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -167,12 +167,8 @@ func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {
 
 func (d *Dialect) InboxStats(ctx context.Context) (_ dialects.InboxStats, err error) {
 	defer func() { err = MapError(err) }()
-	st := dialects.InboxStats{Rows: map[dialects.InboxState]int64{dialects.InboxReceived: 0, dialects.InboxRelayed: 0}}
-	if err := d.eachCount(ctx, d.q.InboxCountByState, func(k string, n int64) { st.Rows[dialects.InboxState(k)] = n }); err != nil {
-		return st, err
-	}
-	st.OldestReceived, err = d.InboxOldestReceived(ctx)
-	return st, err
+	return dialects.InboxStatsFrom(func(each func(string, int64)) error { return d.eachCount(ctx, d.q.InboxCountByState, each) },
+		func() (time.Duration, error) { return d.InboxOldestReceived(ctx) })
 }
 
 func (d *Dialect) InboxOldestReceived(ctx context.Context) (_ time.Duration, err error) {

@@ -35,15 +35,7 @@ var Quoting = dialects.Quoting{
 }
 
 // Options configure a Dialect.
-type Options struct {
-	URL            string
-	Names          dialects.Names
-	MaxConnections int
-	// ApplicationName names the sessions (the program name) unless the URL
-	// does ("app name"); default "queuebox". Relays know each other by it
-	// (OtherRelays), so tools that are not relays take another.
-	ApplicationName string
-}
+type Options = dialects.ConnectOptions
 
 // Dialect is the SQL Server implementation of dialects.Dialect.
 type Dialect struct {
@@ -377,18 +369,10 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 
 func (d *Dialect) OutboxStats(ctx context.Context) (_ dialects.Stats, err error) {
 	defer func() { err = MapError(err) }()
-	st := dialects.Stats{Rows: map[dialects.State]int64{}, DeadByTopic: map[string]int64{}}
-	for _, s := range dialects.States {
-		st.Rows[s] = 0
-	}
-	if err := d.eachCount(ctx, d.q.OutboxCountByState, func(k string, n int64) { st.Rows[dialects.State(k)] = n }); err != nil {
-		return st, err
-	}
-	if st.PendingSummary, err = d.OutboxPending(ctx); err != nil {
-		return st, err
-	}
-	err = d.eachCount(ctx, d.q.OutboxDeadByTopic, func(k string, n int64) { st.DeadByTopic[k] = n })
-	return st, err
+	return dialects.StatsFrom(
+		func(each func(string, int64)) error { return d.eachCount(ctx, d.q.OutboxCountByState, each) },
+		func(each func(string, int64)) error { return d.eachCount(ctx, d.q.OutboxDeadByTopic, each) },
+		func() (dialects.PendingSummary, error) { return d.OutboxPending(ctx) })
 }
 
 func (d *Dialect) OutboxPending(ctx context.Context) (p dialects.PendingSummary, err error) {
@@ -469,21 +453,14 @@ func (d *Dialect) OutboxDeadGroups(ctx context.Context, newest int) (_ []dialect
 	return out, rows.Err()
 }
 
+// eachCount runs a query of (name, count) rows.
 func (d *Dialect) eachCount(ctx context.Context, query string, f func(string, int64)) error {
 	rows, err := d.db.QueryContext(ctx, query)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			return err
-		}
-		f(k, n)
-	}
-	return rows.Err()
+	return dialects.EachCount(rows, f)
 }
 
 type insertArg struct {
