@@ -138,10 +138,7 @@ func (h *headPolicy) observe(rows []dialects.Row, requested, asked int) {
 // heads says that more rows are waiting: it came back nearly full, or with
 // as many heads as it could take. In the second case its runs ended at
 // their keys' last rows, short of the limit, but the walk stopped at the
-// heads it was allowed, not for want of claimable keys. Judged on the
-// rows alone, a keyed backlog whose keys hold about as many rows as the
-// run asked for came back short every other claim, and the claimer then
-// waited for outcomes before claiming again while rows were waiting.
+// heads it was allowed, not for want of claimable keys: more keys wait.
 func claimFull(rows []dialects.Row, requested, maxHeads int) bool {
 	n := len(rows)
 	return n*10 >= requested*9 || (n > 0 && claimHeads(rows) >= maxHeads)

@@ -227,8 +227,7 @@ func (q *deliveryQueue) batch(first prepared, now time.Time) []prepared {
 
 // pop takes the queue's first row. The slot is cleared, and an empty queue
 // lets go of its array: a reslice alone would keep every row a key ever
-// queued (payloads included) alive until the next append, which on a deep
-// backlog over many keys held more memory than the rows in flight.
+// queued (payloads included) alive until the next append.
 func (q *deliveryQueue) pop() claimed {
 	head := q.queue[0]
 	q.queue[0] = claimed{}

@@ -1,4 +1,3 @@
-// Package postgres is the PostgreSQL dialect, on pgx.
 package postgres
 
 import (
@@ -82,20 +81,12 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(opts.ApplicationName, dialects.RelayApplicationName)
 	}
-	// No JIT: the claim's estimates on a hot key make PostgreSQL compile it
-	// (over 100 ms) to save nothing, since the statement stops early.
+	// No JIT (see the package doc).
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
-	// Two pools, because the statements want opposite plans (docs/internals.md,
-	// "Plans"). The claim and the probe run with generic plans, planned once
-	// per connection: a custom plan of the claim costs about 2 ms to make,
-	// and with the actual LIMIT and a large pending count PostgreSQL chose a
-	// sequential scan and a sort, tens of times slower than the index walk
-	// that stops early. Everything else runs with custom plans: a generic
-	// plan cannot see how many ids an array holds, and the statistics of the
-	// small, transient set of processing rows are always stale; a generic
-	// plan of OutboxComplete ran 30 times slower than the custom one.
+	// Two pools, because the statements want opposite plans (see the
+	// package doc).
 	total := int32(10)
 	if opts.MaxConnections > 0 {
 		total = int32(opts.MaxConnections)
@@ -109,14 +100,8 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	if _, set := claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
-	// A claim session plans once, often on a table that is empty then (a
-	// new deployment): the statistics say so, and the plans cheapest for an
-	// empty table (a hash join over every pending row, a sequential scan)
-	// would stay in use once a backlog builds, until the next ANALYZE. No
-	// part of a claim wants anything but index walks that stop early and
-	// nested loops of index probes: its sessions rule out the rest (a
-	// sequential scan, a bitmap scan and a sort of every pending row, a
-	// hash or merge join with them).
+	// A claim session plans once, often on an empty table: it rules out
+	// every plan shape a claim never wants (see the package doc).
 	for _, k := range []string{"enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashjoin", "enable_mergejoin"} {
 		if _, set := claimCfg.ConnConfig.RuntimeParams[k]; !set {
 			claimCfg.ConnConfig.RuntimeParams[k] = "off"

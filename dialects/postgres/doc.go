@@ -1,0 +1,46 @@
+// Package postgres is the PostgreSQL dialect, on pgx.
+//
+// # Statements
+//
+// Every statement is in queries.sql (wakeups.sql holds the replication
+// listener's one), rendered once for the configured names into a typed
+// Catalog when the dialect opens. Pieces that statements share are
+// "-- fragment:" sections; a fragment that needs a statement's parameters
+// (the gate's watermark, the relay's bounds) takes their names as its dot,
+// so that each statement keeps its own numbering.
+//
+// # Two pools, two kinds of plan
+//
+// The statements want opposite plans, so the dialect keeps two connection
+// pools over one configuration:
+//
+//   - the claim pool (a third of the connections, at most three) runs the
+//     claims, the probes, the floors and the look for stragglers with
+//     generic plans (plan_cache_mode = force_generic_plan), planned once
+//     per connection. A custom plan costs more to make than a small claim
+//     takes to run, and, seeing the real LIMIT and a large pending count,
+//     picks a sequential scan and a sort over the index walk that stops
+//     early. Those sessions also rule out every plan shape a claim never
+//     wants (sequential and bitmap scans, sorts, hash and merge joins):
+//     a session that planned on an empty table (a new deployment) would
+//     otherwise keep a plan made for one once a backlog builds.
+//   - the main pool runs everything else with custom plans
+//     (force_custom_plan): a generic plan cannot see how many ids an array
+//     holds, and the statistics of the small, transient set of processing
+//     rows are always stale.
+//
+// JIT is off on both: a hot key's estimates make PostgreSQL compile a claim
+// that stops after a few rows. A setting given in the database URL wins
+// over all of these.
+//
+// The claims' plans are checked by tests on large tables
+// (TestClaimPlanUsesIndexes, TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes)
+// and written down in docs/internals.md, with the measurements behind
+// these choices in docs/decisions.md.
+//
+// # Sessions
+//
+// Both pools name their sessions with the relay's application name; the
+// dialect keeps the process ids of its own sessions (and of its wake-up
+// listener's walsender), so that OtherRelays counts only other relays.
+package postgres
