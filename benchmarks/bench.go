@@ -85,6 +85,9 @@ type Result struct {
 	P50 *float64 `json:"p50_ms,omitempty"`
 	P95 *float64 `json:"p95_ms,omitempty"`
 	P99 *float64 `json:"p99_ms,omitempty"`
+	// TransactionsPerSec is the database's transactions per second while
+	// the relay was idle (wake-after-idle).
+	TransactionsPerSec *float64 `json:"transactions_per_sec,omitempty"`
 	// PeakRSSMB is the most memory the relay held during the scenario: the
 	// bench process's for the drains it runs in process (the engine and
 	// the bench's own bookkeeping; garbage of earlier scenarios is
@@ -131,6 +134,7 @@ func Scenarios() []Scenario {
 		{"one-key", "drain a backlog of one key", runDrain(1)},
 		{"drain-held", "drain-keys while a snapshot is held from before the rows were inserted", runDrainHeld},
 		{"latency", "steady single-row inserts; commit to delivery", runLatency},
+		{"wake-after-idle", "what an idle relay costs its database, and its first row after a quiet spell, with logical wake-ups and with probes (the binary; --seconds sets the quiet spell, default 8)", runWakeAfterIdle},
 		{"long-transaction", "steady single-row inserts while a reader, then a writer, holds a transaction open (--seconds, default 90); p50/p99 per 30 s window", runLongTransaction},
 		{"producer", "insert throughput with and without what QueueBox installs (pgbench, 8 clients)", runProducer},
 		{"replicas", "one relay process against three", runReplicas},

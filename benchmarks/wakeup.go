@@ -1,0 +1,324 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/dialects/postgres"
+)
+
+// The wake-after-idle scenario measures what an idle relay costs its
+// database and how soon it delivers the first row after a quiet spell, for
+// both kinds of wake-up: logical replication (database.wakeups: auto, on a
+// cluster with wal_level=logical) and probes (database.wakeups: probe). It
+// runs the real binary, as `queuebox run` runs in production, with an HTTP
+// destination in this process that notes when each row arrives.
+
+// wakeRows is how many rows, each after a quiet spell, each kind of wake-up
+// is timed on; idleWindow how long the idle cost is counted.
+const (
+	wakeRows   = 50
+	idleWindow = 20 * time.Second
+)
+
+// defaultQuiet is the quiet spell before each row when --seconds is not
+// given: longer than every idle pace takes to settle (a second to leave the
+// busy pace, then the probe's back-off, or the 5 s safety probe while nudges
+// flow), so that each row finds the relay as idle as it ever gets.
+const defaultQuiet = 8 * time.Second
+
+// arrivals is an HTTP destination that notes when each row arrives.
+type arrivals struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+	ch   chan struct{}
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	a.mu.Lock()
+	if _, ok := a.seen[r.Header.Get("X-Message-Id")]; !ok {
+		a.seen[r.Header.Get("X-Message-Id")] = at
+	}
+	a.mu.Unlock()
+	select {
+	case a.ch <- struct{}{}:
+	default:
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *arrivals) at(id string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.seen[id]
+	return t, ok
+}
+
+// wakeRelay is one kind of wake-up under test: its schema, its destination
+// and its replicas.
+type wakeRelay struct {
+	kind  string
+	d     *postgres.Dialect
+	dest  *arrivals
+	procs []*replicaProc
+	stop  func()
+}
+
+func runWakeAfterIdle(ctx context.Context, e *env) ([]Result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	bin := cmpOr(e.o.Binary, self)
+	quiet := defaultQuiet
+	if e.o.secondsGiven {
+		quiet = time.Duration(e.o.Seconds) * time.Second
+	}
+	var out []Result
+	relays := map[string]*wakeRelay{}
+	defer func() {
+		for _, r := range relays {
+			r.stop()
+		}
+	}()
+	for _, kind := range []string{"logical", "probe"} {
+		// The idle cost first, with one replica and then three, on a table
+		// of their own; the latencies after, with one replica of each kind.
+		for _, n := range []int{1, 3} {
+			r, err := e.startWakeRelays(ctx, bin, kind, n)
+			if err != nil {
+				return out, err
+			}
+			res, err := e.idleCost(ctx, r, n)
+			r.stop()
+			if err != nil {
+				return out, err
+			}
+			out = append(out, res)
+		}
+		r, err := e.startWakeRelays(ctx, bin, kind, 1)
+		if err != nil {
+			return out, err
+		}
+		relays[kind] = r
+	}
+	// Rows to both, in turns: each relay sees a quiet spell before each.
+	lat := map[string][]float64{}
+	var missing int64
+	for i := range wakeRows {
+		if err := sleepCtx(ctx, quiet); err != nil {
+			return out, err
+		}
+		for _, kind := range []string{"logical", "probe"} {
+			ms, ok, err := e.oneRowAfterQuiet(ctx, relays[kind])
+			if err != nil {
+				return out, err
+			}
+			if !ok {
+				missing++
+				continue
+			}
+			lat[kind] = append(lat[kind], ms)
+		}
+		if (i+1)%10 == 0 {
+			fmt.Fprintf(e.o.Progress, "bench: wake-after-idle: %d of %d rows after %s of quiet each\n", i+1, wakeRows, quiet)
+		}
+	}
+	for _, kind := range []string{"logical", "probe"} {
+		l := lat[kind]
+		r := Result{Scenario: "wake-after-idle", Variant: kind + ", first row after quiet", Rows: len(l), Replicas: 1,
+			Failed: missing, Seconds: quiet.Seconds()}
+		if len(l) > 0 {
+			slices.Sort(l)
+			q := func(p float64) *float64 { return ptr(l[min(len(l)-1, int(p*float64(len(l))))]) }
+			r.P50, r.P95, r.P99 = q(0.50), q(0.95), q(0.99)
+		}
+		r.Note = fmt.Sprintf("%d rows, each inserted after %s in which the relay had nothing to do; latency from the insert's commit to its arrival at an HTTP destination (the real binary)",
+			len(l), quiet)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// startWakeRelays starts n replicas of the binary on a fresh table, with
+// database.wakeups auto (logical) or probe, delivering to a destination of
+// this process, and waits until they are ready and, with logical, listen.
+func (e *env) startWakeRelays(ctx context.Context, bin, kind string, n int) (*wakeRelay, error) {
+	d, _, err := e.fresh(ctx, "wake_"+kind)
+	if err != nil {
+		return nil, err
+	}
+	dest := &arrivals{seen: map[string]time.Time{}, ch: make(chan struct{}, 1)}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: dest, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	dir, err := ownedTemp("queuebox-bench-wake-")
+	if err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	wakeups := "auto"
+	if kind == "probe" {
+		wakeups = "probe"
+	}
+	r := &wakeRelay{kind: kind, d: d, dest: dest}
+	exited := make(chan *replicaProc, n)
+	r.stop = func() {
+		for _, p := range r.procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range r.procs {
+			<-p.done
+		}
+		_ = srv.Close()
+		_ = os.RemoveAll(dir)
+		e.dropSchema(d)
+	}
+	text, err := yaml.Marshal(map[string]any{
+		"database":     map[string]any{"schema": d.Names().Schema, "wakeups": wakeups},
+		"destinations": map[string]any{"bench": map[string]any{"type": "http", "url": "http://" + l.Addr().String() + "/"}},
+		"routes":       []any{map[string]any{"topicPattern": "#", "destination": "bench"}},
+		"admin":        map[string]any{"listen": "127.0.0.1:0"},
+		"log":          map[string]any{"level": "info", "format": "json"},
+	})
+	if err != nil {
+		r.stop()
+		return nil, err
+	}
+	file := filepath.Join(dir, "queuebox.yaml")
+	if err := os.WriteFile(file, text, 0o600); err != nil {
+		r.stop()
+		return nil, err
+	}
+	for range n {
+		p, err := startReplica(ctx, bin, file, withApplicationName(e.url, "queuebox-bench-"+e.run), exited)
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+	}
+	for _, p := range r.procs {
+		if err := waitReady(ctx, p, exited, n > 1); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
+	if kind == "logical" {
+		if err := e.waitListening(ctx, d, n); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// waitListening waits until n temporary slots stream: the replicas listen.
+func (e *env) waitListening(ctx context.Context, d *postgres.Dialect, n int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var active int
+		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE temporary AND active AND database = current_database()`).Scan(&active); err != nil {
+			return err
+		}
+		if active >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("logical wake-ups: %d of %d replicas listen a minute after their start (the cluster needs wal_level=logical)", active, n)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// idleCost counts the transactions the database ran over idleWindow while
+// the replicas had nothing to do, after letting them settle.
+func (e *env) idleCost(ctx context.Context, r *wakeRelay, n int) (Result, error) {
+	if err := sleepCtx(ctx, defaultQuiet); err != nil {
+		return Result{}, err
+	}
+	count := func() (int64, error) {
+		var x int64
+		err := r.d.Pool().QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&x)
+		return x, err
+	}
+	// The statistics reach pg_stat_database within a second of a
+	// transaction; the bench's own two reads count too.
+	x0, err := count()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := sleepCtx(ctx, idleWindow); err != nil {
+		return Result{}, err
+	}
+	x1, err := count()
+	if err != nil {
+		return Result{}, err
+	}
+	tx := float64(x1-x0-1) / idleWindow.Seconds()
+	res := Result{Scenario: "wake-after-idle", Variant: fmt.Sprintf("%s, idle, %d replica(s)", r.kind, n), Replicas: n,
+		Seconds: idleWindow.Seconds(), TransactionsPerSec: ptr(tx)}
+	res.Note = fmt.Sprintf("%.2f transactions per second in the database over %s with %d idle replica(s) on an empty table (the whole database, less the bench's own reads)",
+		tx, idleWindow, n)
+	return res, nil
+}
+
+// oneRowAfterQuiet inserts one row and waits for it at the destination; it
+// returns the time from the commit to the arrival, in ms.
+func (e *env) oneRowAfterQuiet(ctx context.Context, r *wakeRelay) (float64, bool, error) {
+	id := uuid.New()
+	if err := r.d.OutboxInsert(ctx, []dialects.NewRow{{ID: &id, Topic: "bench.wake", Payload: e.payload}}); err != nil {
+		return 0, false, err
+	}
+	committed := time.Now() // the commit has returned
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		if at, ok := r.dest.at(id.String()); ok {
+			// A delivery can arrive before the commit's reply does.
+			return max(0, float64(at.Sub(committed))/float64(time.Millisecond)), true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-deadline.C:
+			return 0, false, nil
+		case <-r.dest.ch:
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
