@@ -22,6 +22,9 @@ func benchCmd() *cobra.Command {
 			"a real PostgreSQL: --database-url, or else a throwaway cluster with durable settings that it\n" +
 			"removes at the end. Each scenario uses a schema of its own. docs/performance.md explains the method.\n\n" +
 			"Scenarios: " + scenarioNames() + "\n\nThe ratios compare scenarios of one run: a scenario that is compared against raw, drain or\ndrain-keys brings them along (drain-keys brings drain and raw, backlog brings drain-keys and raw).",
+		Example: "  queuebox bench                                   # every scenario, on a throwaway cluster\n" +
+			"  queuebox bench --scenarios drain,latency --rows 20000\n" +
+			"  queuebox bench --database-url postgres://bench@db:5432/bench --json bench.json",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			for name, v := range map[string]int{"rows": o.Rows, "payload-bytes": o.PayloadBytes, "seconds": o.Seconds, "rate": o.Rate} {
