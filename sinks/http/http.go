@@ -1,7 +1,9 @@
 // Package http is the HTTP destination: one request per message, with the
-// headers every delivery carries (docs/how-it-works.md, "Headers"), optional Standard Webhooks signatures, pooled
-// keep-alive connections, and typed outcomes (a non-retryable status is
-// permanent, Retry-After on 429 and 503 is honoured).
+// headers every delivery carries (docs/how-it-works.md, "Headers"),
+// optional Standard Webhooks signatures (one per signing secret, so that a
+// receiver keeps verifying while the secret is rotated), pooled keep-alive
+// connections, and typed outcomes (a non-retryable status is permanent,
+// Retry-After on 429 and 503 is honoured).
 package http
 
 import (
