@@ -79,11 +79,9 @@ func configFlags(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		configFlags(sub)
 	}
-	if _, ok := noConfig[topOf(c).Name()]; ok || !c.Runnable() || !c.HasParent() || c.Flags().Lookup("config") != nil {
+	_, none := noConfig[topOf(c).Name()]
+	if none || !c.Runnable() || !c.HasParent() || c.Annotations[onlySubcommands] != "" || c.Flags().Lookup("config") != nil {
 		return
-	}
-	if c.HasSubCommands() && c.Name() != "migrate" {
-		return // a group: its RunE only prints help or refuses a word
 	}
 	c.Flags().StringVar(&configPath, "config", "queuebox.yaml", "the configuration file")
 }
@@ -121,6 +119,10 @@ func groups(c *cobra.Command) {
 	if !c.HasSubCommands() || c.Runnable() {
 		return
 	}
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[onlySubcommands] = "true"
 	c.Args = cobra.ArbitraryArgs
 	c.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) == 0 {
@@ -136,6 +138,11 @@ func groups(c *cobra.Command) {
 		return &usageError{fmt.Errorf("%s; see `%s --help`", msg, c.CommandPath())}
 	}
 }
+
+// onlySubcommands marks (in Annotations) a group that groups made
+// runnable: it runs nothing of its own (migrate, a group that runs
+// `migrate up`, is not one).
+const onlySubcommands = "queuebox/only-subcommands"
 
 // flagError rewrites pflag's "invalid argument" errors, which quote Go's
 // parser ("strconv.ParseFloat: parsing ..."), in the flag's own terms.
