@@ -5,12 +5,17 @@
 //
 // Which rows to look at (Filter), how many rows are in each state (Status),
 // the dead rows and their errors (DeadRows, GroupDead), and putting rows
-// back to pending (Replay). A filter selects the same rows, and fails with
-// the same message, whether it came from command-line flags, a URL query or
-// a JSON body; each message names the input as it was written in its
-// source (--state, state=, "states"). text.go formats what the commands
-// print for people (Stats.WriteText, WriteDeadRows), so that cmd/queuebox
-// only declares flags and wires.
+// back to pending (Replay). Each group of dead rows has an id (GroupID)
+// that the page, the API and `queuebox replay --group` share, and a
+// ReplayWarning when a replay would meet the same failure at once (no
+// route; a status its destination takes as final). A row's tries read
+// "try n of m" wherever it is shown (Tries). A filter selects the same
+// rows, and fails with the same message, whether it came from command-line
+// flags, a URL query or a JSON body; each message names the input as it
+// was written in its source (--state, state=, "states"). text.go formats
+// what the commands print for people (Stats.WriteText, DeadList.WriteText,
+// DeadGroups.WriteText), so that cmd/queuebox only declares flags and
+// wires.
 //
 // # The admin listener's routes
 //

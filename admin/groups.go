@@ -2,8 +2,12 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +24,10 @@ const DeadGroupWindow = 1000
 // DeadGroup is the dead rows of one destination that failed with the same
 // error, once ids and numbers are taken out of it.
 type DeadGroup struct {
+	// ID names the group on the command line (queuebox replay --group) and
+	// in the API: GroupID of its destination and error, so it stays the
+	// same from one look to the next while both do.
+	ID string `json:"id"`
 	// Destination and Route are where the group's topics route to today;
 	// both empty for rows that match no route.
 	Destination string `json:"destination"`
@@ -36,6 +44,83 @@ type DeadGroup struct {
 	// IDs are every row of the group within the window, newest first: the
 	// page replays the group by them.
 	IDs []uuid.UUID `json:"ids"`
+	// ReplayWarning, when set, says why a replay would send the group's
+	// rows dead again at once, and what a replay would do: the page and
+	// `queuebox replay --group` show it before they replay.
+	ReplayWarning *ReplayWarning `json:"replayWarning,omitempty"`
+}
+
+// ReplayWarning is why replaying a group now would not cure it.
+type ReplayWarning struct {
+	// Cause is what persists ("no route matches topic user.created").
+	Cause string `json:"cause"`
+	// Outcome is what a replay would do, and what to do first.
+	Outcome string `json:"outcome"`
+}
+
+func (w ReplayWarning) String() string { return w.Cause + ". " + w.Outcome }
+
+// FinalStatus reports whether a destination takes an HTTP status as final
+// (its nonRetryableStatus): a row refused so goes dead at its first try.
+type FinalStatus func(destination string, status int) bool
+
+// GroupID names the group of a destination ("" for rows that match no
+// route) and a normalised error: "g-" and 8 hex digits of their hash.
+func GroupID(destination, normalisedError string) string {
+	sum := sha256.Sum256([]byte(destination + "\x00" + normalisedError))
+	return "g-" + hex.EncodeToString(sum[:4])
+}
+
+// statusRE finds the HTTP status at the start of an HTTP destination's
+// error ("HTTP 410 Gone: ...").
+var statusRE = regexp.MustCompile(`^HTTP (\d{3})\b`)
+
+// replayWarning says why a replay of g would fail again at once: its
+// topics match no route today, or its destination refused the rows with a
+// status it takes as final. Other failures may well pass on a replay
+// (a destination that was down, rows that ran out of tries).
+func replayWarning(g DeadGroup, final FinalStatus) *ReplayWarning {
+	if g.Destination == "" {
+		which := "topic " + strconv.Quote(g.Topics[0])
+		if len(g.Topics) > 1 {
+			which = fmt.Sprintf("the topics %s", quoteAll(g.Topics))
+		}
+		return &ReplayWarning{
+			Cause:   "No route matches " + which + " in the configuration",
+			Outcome: "A replay sends every row dead again at once, with the same error. Add a route for them first (routes in the configuration, then restart the relays), and replay then",
+		}
+	}
+	m := statusRE.FindStringSubmatch(g.Error)
+	if m == nil || final == nil {
+		return nil
+	}
+	status, _ := strconv.Atoi(m[1])
+	if !final(g.Destination, status) {
+		return nil
+	}
+	return &ReplayWarning{
+		Cause: fmt.Sprintf("%s answered HTTP %d, which its nonRetryableStatus makes final", g.Destination, status),
+		Outcome: fmt.Sprintf("If it still answers %d for these rows, a replay sends each of them dead again after one try. "+
+			"Replay once %s accepts them", status, g.Destination),
+	}
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// Group finds the group of id among gs.
+func (gs DeadGroups) Group(id string) (DeadGroup, bool) {
+	for _, g := range gs.Groups {
+		if g.ID == id {
+			return g, true
+		}
+	}
+	return DeadGroup{}, false
 }
 
 // DeadExample is one row of a group.
@@ -58,13 +143,19 @@ type DeadGroups struct {
 type RouteOf func(topic string) (route, destination string)
 
 // GroupDead groups the newest window dead rows by destination and
-// normalised error, the largest group first.
-func GroupDead(ctx context.Context, d dialects.Operator, routeOf RouteOf, window int) (DeadGroups, error) {
+// normalised error, the largest group first, and warns of the groups whose
+// failure a replay would meet again at once (final may be nil: only rows
+// without a route are warned of then).
+func GroupDead(ctx context.Context, d dialects.Operator, routeOf RouteOf, final FinalStatus, window int) (DeadGroups, error) {
 	raw, err := d.OutboxDeadGroups(ctx, window)
 	if err != nil {
 		return DeadGroups{}, err
 	}
-	return mergeDeadGroups(raw, routeOf, window), nil
+	gs := mergeDeadGroups(raw, routeOf, window)
+	for i := range gs.Groups {
+		gs.Groups[i].ReplayWarning = replayWarning(gs.Groups[i], final)
+	}
+	return gs, nil
 }
 
 func mergeDeadGroups(raw []dialects.DeadGroup, routeOf RouteOf, window int) DeadGroups {
@@ -80,7 +171,7 @@ func mergeDeadGroups(raw []dialects.DeadGroup, routeOf RouteOf, window int) Dead
 		k := key{dest, NormaliseError(r.Error)}
 		g := byKey[k]
 		if g == nil {
-			g = &DeadGroup{Destination: dest, Route: route, Error: k.err}
+			g = &DeadGroup{ID: GroupID(dest, k.err), Destination: dest, Route: route, Error: k.err}
 			byKey[k] = g
 			topics[k] = map[string]bool{}
 		}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ type Metrics struct {
 	sources map[string]*sourceCounts
 
 	throughput *Throughput
+	buildOnce  sync.Once
 }
 
 // sourceCounts are the messages one inbox source handled, per outcome (in
@@ -144,6 +146,20 @@ func NewMetrics(inboxSources []string) *Metrics {
 	}
 	m.throughput = newThroughput(m)
 	return m
+}
+
+// SetBuildInfo publishes queuebox_build_info: a gauge of value 1 whose
+// labels name this binary's version, commit and Go version, the
+// Prometheus convention for joining a build onto any other series
+// (bootstrap stamps both at build time). A second call does nothing.
+func (m *Metrics) SetBuildInfo(version, commit string) {
+	m.buildOnce.Do(func() {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "queuebox_build_info",
+			Help:        "The version, commit and Go version of the running binary, as labels; the value is always 1.",
+			ConstLabels: prometheus.Labels{"version": version, "commit": commit, "goversion": runtime.Version()}})
+		g.Set(1)
+		m.reg.MustRegister(g)
+	})
 }
 
 // InboxReceived counts one message an inbox source handled

@@ -162,13 +162,51 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	return out, nil
 }
 
+// Tries words a row's attempt column for people: "try n of m". attempt
+// counts the failed tries so far, and a row goes dead at a failure once
+// attempt reaches max_attempts, so it is tried at most max_attempts + 1
+// times; n is attempt + 1: the try running (processing), the one it waits
+// for (pending), or the last one made (delivered, dead). The page, `dead
+// list` and the API (try, maxTries) all say it so.
+func Tries(attempt, maxAttempts int) string {
+	return fmt.Sprintf("try %d of %d", attempt+1, maxAttempts+1)
+}
+
+// DeadList is what `queuebox dead list` shows: up to Limit dead rows, the
+// most recently updated first, and whether more rows match (More).
+type DeadList struct {
+	Rows  []RowView `json:"rows"`
+	Limit int       `json:"limit"`
+	More  bool      `json:"more"`
+}
+
 // DeadRows lists up to limit dead rows that f selects, the most recently
-// updated first. Callers check limit with CheckLimit, which names it as
-// their source does.
-func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, limit int) ([]dialects.ListedRow, error) {
+// updated first, each with where its topic routes today (routeOf may be
+// nil). Callers check limit with CheckLimit, which names it as their
+// source does.
+func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, limit int, routeOf RouteOf) (DeadList, error) {
 	f.States = []dialects.State{dialects.Dead}
-	rows, _, err := dialects.List(ctx, d, f, nil, limit)
-	return rows, err
+	// One row more than asked says whether the limit cut the list.
+	rows, _, err := dialects.List(ctx, d, f, nil, limit+1)
+	if err != nil {
+		return DeadList{}, err
+	}
+	out := DeadList{Rows: make([]RowView, 0, min(len(rows), limit)), Limit: limit, More: len(rows) > limit}
+	for _, r := range rows[:min(len(rows), limit)] {
+		out.Rows = append(out.Rows, rowView(r, routeOf))
+	}
+	return out, nil
+}
+
+// RoutedTo narrows f to the rows whose topic the routes send to
+// destination today.
+func RoutedTo(f dialects.Filter, destination string, routeOf RouteOf) dialects.Filter {
+	topic := f.TopicMatch
+	f.TopicMatch = func(t string) bool {
+		_, d := routeOf(t)
+		return d == destination && (topic == nil || topic(t))
+	}
+	return f
 }
 
 // Replay puts the rows f selects back to pending (attempt 0, due now) and

@@ -70,15 +70,40 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := DeadRows(ctx, d, f, 100)
+	list, err := DeadRows(ctx, d, f, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 || rows[0].State != dialects.Dead || rows[0].LastError == nil || !strings.Contains(*rows[0].LastError, "HTTP 410") {
-		t.Fatalf("dead rows of order.*: %+v", rows)
+	rows := list.Rows
+	if len(rows) != 2 || list.More || rows[0].State != "dead" || rows[0].LastError == nil || !strings.Contains(*rows[0].LastError, "HTTP 410") ||
+		rows[0].Try != 1 || rows[0].MaxTries != 6 {
+		t.Fatalf("dead rows of order.*: %+v", list)
 	}
-	if rows, _ := DeadRows(ctx, d, dialects.Filter{}, 1); len(rows) != 1 {
-		t.Errorf("the limit: %d rows", len(rows))
+	if list, _ := DeadRows(ctx, d, dialects.Filter{}, 2, nil); len(list.Rows) != 2 || !list.More {
+		t.Errorf("the limit: %+v; want 2 rows, and more", list)
+	}
+	if list, _ := DeadRows(ctx, d, dialects.Filter{}, 3, nil); len(list.Rows) != 3 || list.More {
+		t.Errorf("a limit of exactly the dead rows: %+v; want 3 rows, and no more", list)
+	}
+	// --error-contains ignores case; --destination keeps the rows the
+	// routes send there.
+	f, _ = FilterText{ErrorContains: "http 410: GONE"}.Filter(Flags, ForDeadRows, time.Now())
+	if list, _ := DeadRows(ctx, d, f, 100, nil); len(list.Rows) != 3 {
+		t.Errorf("error text in another case: %d rows, want 3", len(list.Rows))
+	}
+	routeOf := func(topic string) (string, string) {
+		if strings.HasPrefix(topic, "order.") {
+			return "orders", "orders-webhook"
+		}
+		return "", ""
+	}
+	list, _ = DeadRows(ctx, d, RoutedTo(dialects.Filter{}, "orders-webhook", routeOf), 100, routeOf)
+	if len(list.Rows) != 2 || list.Rows[0].Destination != "orders-webhook" || list.Rows[1].Topic != "order.created" {
+		t.Errorf("--destination orders-webhook: %+v", list.Rows)
+	}
+	f, _ = FilterText{Key: "cust-1"}.Filter(Flags, ForDeadRows, time.Now())
+	if list, _ := DeadRows(ctx, d, RoutedTo(f, "orders-webhook", routeOf), 100, routeOf); len(list.Rows) != 1 {
+		t.Errorf("--destination with --key: %d rows, want 1", len(list.Rows))
 	}
 
 	// A replay from a JSON body: the dry run counts and changes nothing.

@@ -74,10 +74,13 @@ type Sampler struct {
 	d       dialects.Dialect
 	m       *Metrics
 	routeOf RouteOf
-	log     *slog.Logger
-	min     time.Duration
-	fast    time.Duration
-	wake    chan struct{} // wakes Run for a count (Kick, Demand)
+	// final tells the dead groups a replay would not cure (set by
+	// NewServer; nil in tests).
+	final FinalStatus
+	log   *slog.Logger
+	min   time.Duration
+	fast  time.Duration
+	wake  chan struct{} // wakes Run for a count (Kick, Demand)
 
 	// The schedule runs on the monotonic clock, as durations since start,
 	// so that a step of the wall clock neither stops nor hurries counting;
@@ -219,7 +222,7 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 		s.failed(ctx, "counting the outbox rows", err)
 		return s.min
 	}
-	dead, err := GroupDead(ctx, s.d, s.routeOf, DeadGroupWindow)
+	dead, err := GroupDead(ctx, s.d, s.routeOf, s.final, DeadGroupWindow)
 	if err != nil {
 		s.failed(ctx, "grouping the dead rows", err)
 		return s.min

@@ -36,8 +36,11 @@ type Options struct {
 	// Token, when set, is required on every route but /healthz.
 	Token   string
 	RouteOf RouteOf
-	Metrics *Metrics
-	Log     *slog.Logger
+	// FinalStatus names the HTTP statuses each destination takes as final,
+	// for the dead groups' replay warnings.
+	FinalStatus FinalStatus
+	Metrics     *Metrics
+	Log         *slog.Logger
 	// CountInterval is the shortest time between two counts of the table
 	// (DefaultCountInterval when zero); ThroughputStep the chart's step
 	// (5 s when zero). Tests shorten both.
@@ -75,6 +78,7 @@ func NewServer(o Options) *Server {
 		o.ThroughputStep = 5 * time.Second
 	}
 	s := &Server{o: o, sampler: newSampler(o.Dialect, o.Metrics, o.RouteOf, o.Log, o.CountInterval)}
+	s.sampler.final = o.FinalStatus
 	if o.Token != "" {
 		sum := sha256.Sum256([]byte("queuebox admin session\x00" + o.Token))
 		s.cookie = hex.EncodeToString(sum[:])
@@ -425,15 +429,33 @@ type RowView struct {
 	Key           *string   `json:"key"`
 	AggregateType *string   `json:"aggregateType"`
 	State         string    `json:"state"`
-	Attempt       int       `json:"attempt"`
-	MaxAttempts   int       `json:"maxAttempts"`
-	Sequence      int64     `json:"sequence"`
-	CreatedAt     time.Time `json:"createdAt"`
-	UpdatedAt     time.Time `json:"updatedAt"`
-	LastError     *string   `json:"lastError"`
+	// Attempt and MaxAttempts are the row's columns: the failed tries so
+	// far, and how many failures it may have before it goes dead. Try and
+	// MaxTries say the same for people (see Tries): the try running, next
+	// or last (attempt + 1), of at most max_attempts + 1.
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"maxAttempts"`
+	Try         int       `json:"try"`
+	MaxTries    int       `json:"maxTries"`
+	Sequence    int64     `json:"sequence"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+	LastError   *string   `json:"lastError"`
 	// Route and Destination are where the topic routes to today.
 	Route       string `json:"route"`
 	Destination string `json:"destination"`
+}
+
+// rowView is a listed row as the API (and `queuebox dead list --json`)
+// shows it; routeOf may be nil.
+func rowView(l dialects.ListedRow, routeOf RouteOf) RowView {
+	v := RowView{ID: l.ID, Topic: l.Topic, Key: l.Key, AggregateType: l.AggregateType, State: string(l.State), Attempt: l.Attempt,
+		MaxAttempts: l.MaxAttempts, Try: l.Attempt + 1, MaxTries: l.MaxAttempts + 1, Sequence: l.Sequence,
+		CreatedAt: l.CreatedAt.UTC(), UpdatedAt: l.UpdatedAt.UTC(), LastError: l.LastError}
+	if routeOf != nil {
+		v.Route, v.Destination = routeOf(l.Topic)
+	}
+	return v
 }
 
 // RowsView is the body of GET /api/rows. Next, when not null, is the
@@ -481,12 +503,7 @@ func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 	}
 	out := RowsView{Rows: make([]RowView, 0, len(listed))}
 	for _, l := range listed {
-		v := RowView{ID: l.ID, Topic: l.Topic, Key: l.Key, AggregateType: l.AggregateType, State: string(l.State), Attempt: l.Attempt,
-			MaxAttempts: l.MaxAttempts, Sequence: l.Sequence, CreatedAt: l.CreatedAt.UTC(), UpdatedAt: l.UpdatedAt.UTC(), LastError: l.LastError}
-		if s.o.RouteOf != nil {
-			v.Route, v.Destination = s.o.RouteOf(l.Topic)
-		}
-		out.Rows = append(out.Rows, v)
+		out.Rows = append(out.Rows, rowView(l, s.o.RouteOf))
 	}
 	if next != nil {
 		c := EncodeCursor(*next)
@@ -585,15 +602,19 @@ func (s *Server) deadGroups(w http.ResponseWriter, r *http.Request) {
 
 // BlockedKeyView is one key of GET /api/blocked-keys.
 type BlockedKeyView struct {
-	Key                  string    `json:"key"`
-	HeadID               uuid.UUID `json:"headId"`
-	Topic                string    `json:"topic"`
-	Destination          string    `json:"destination"`
-	Attempt              int       `json:"attempt"`
-	MaxAttempts          int       `json:"maxAttempts"`
-	LastError            *string   `json:"lastError"`
-	WaitingSeconds       float64   `json:"waitingSeconds"`
-	NextAttemptInSeconds float64   `json:"nextAttemptInSeconds"`
+	Key         string    `json:"key"`
+	HeadID      uuid.UUID `json:"headId"`
+	Topic       string    `json:"topic"`
+	Destination string    `json:"destination"`
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"maxAttempts"`
+	// NextTry of MaxTries: the try the head waits for (attempt + 1), of at
+	// most max_attempts + 1 (see Tries).
+	NextTry              int     `json:"nextTry"`
+	MaxTries             int     `json:"maxTries"`
+	LastError            *string `json:"lastError"`
+	WaitingSeconds       float64 `json:"waitingSeconds"`
+	NextAttemptInSeconds float64 `json:"nextAttemptInSeconds"`
 	// Behind counts the rows waiting behind the head (at most BehindCap).
 	Behind int64 `json:"behind"`
 }
@@ -619,7 +640,8 @@ func (s *Server) blockedKeys(w http.ResponseWriter, r *http.Request) {
 		v.CountedAt = &at
 	}
 	for _, k := range snap.Blocked {
-		bv := BlockedKeyView{Key: k.Key, HeadID: k.ID, Topic: k.Topic, Attempt: k.Attempt, MaxAttempts: k.MaxAttempts, LastError: k.LastError,
+		bv := BlockedKeyView{Key: k.Key, HeadID: k.ID, Topic: k.Topic, Attempt: k.Attempt, MaxAttempts: k.MaxAttempts,
+			NextTry: k.Attempt + 1, MaxTries: k.MaxAttempts + 1, LastError: k.LastError,
 			WaitingSeconds: k.Waiting.Seconds(), NextAttemptInSeconds: k.NextAttemptIn.Seconds(), Behind: k.Behind}
 		if s.o.RouteOf != nil {
 			_, bv.Destination = s.o.RouteOf(k.Topic)

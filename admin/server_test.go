@@ -9,12 +9,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -31,7 +34,8 @@ func server(t *testing.T, d dialects.Dialect, token string) (*Server, *httptest.
 				return "orders", "orders-webhook"
 			}
 			return "", ""
-		}})
+		},
+		FinalStatus: func(destination string, status int) bool { return destination == "orders-webhook" && status == 410 }})
 	s.Start(context.Background())
 	t.Cleanup(s.Stop)
 	hs := httptest.NewServer(s)
@@ -225,13 +229,25 @@ func TestStatsDeadGroupsAndBlockedKeys(t *testing.T) {
 	if second := g.Groups[1]; second.Destination != "" || second.Rows != 1 || second.Topics[0] != "user.created" {
 		t.Errorf("the second group: %+v", second)
 	}
+	// Each group has an id of its destination and error, and both say
+	// what a replay would meet: orders-webhook takes 410 as final, and
+	// user.created has no route.
+	if first := g.Groups[0]; first.ID != GroupID("orders-webhook", "HTTP 410: gone") || !regexp.MustCompile(`^g-[0-9a-f]{8}$`).MatchString(first.ID) ||
+		first.ReplayWarning == nil || !strings.Contains(first.ReplayWarning.String(), "orders-webhook answered HTTP 410, which its nonRetryableStatus makes final. If it still answers 410 for these rows, a replay sends each of them dead again after one try") {
+		t.Errorf("the first group's id and warning: %s %+v", first.ID, first.ReplayWarning)
+	}
+	if second := g.Groups[1]; second.ID == g.Groups[0].ID || second.ReplayWarning == nil ||
+		!strings.Contains(second.ReplayWarning.String(), `No route matches topic "user.created" in the configuration. A replay sends every row dead again at once`) {
+		t.Errorf("the second group's warning: %+v", second.ReplayWarning)
+	}
 
 	var b BlockedKeysView
 	a = call(t, hs, "GET", "/api/blocked-keys", "")
 	expect(t, a, 200)
 	a.json(t, &b)
 	if len(b.Keys) != 1 || b.Keys[0].Key != k || b.Keys[0].Behind != 1 || b.Keys[0].Destination != "orders-webhook" ||
-		b.Keys[0].LastError == nil || *b.Keys[0].LastError != "HTTP 503: busy" || b.Keys[0].NextAttemptInSeconds < 3500 {
+		b.Keys[0].LastError == nil || *b.Keys[0].LastError != "HTTP 503: busy" || b.Keys[0].NextAttemptInSeconds < 3500 ||
+		b.Keys[0].NextTry != b.Keys[0].Attempt+1 || b.Keys[0].MaxTries != b.Keys[0].MaxAttempts+1 {
 		t.Errorf("blocked keys: %+v", b)
 	}
 	expect(t, call(t, hs, "GET", "/api/stats?state=dead", ""), 400, "state: is not a parameter of this request")
@@ -447,6 +463,49 @@ func TestNormaliseError(t *testing.T) {
 		if got := NormaliseError(in); got != want {
 			t.Errorf("NormaliseError(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A group's replay warning comes from the routes and the destination's
+// final statuses only: a 503 or a status the destination retries is not
+// one, nor is anything without a FinalStatus.
+func TestReplayWarningOnlyForFailuresThatRecur(t *testing.T) {
+	final := func(dest string, status int) bool { return dest == "hook" && (status == 410 || status == 422) }
+	for _, c := range []struct {
+		g    DeadGroup
+		want string
+	}{
+		{DeadGroup{Destination: "hook", Error: "HTTP 410 Gone: order <id> is gone", Topics: []string{"a"}}, "hook answered HTTP 410"},
+		{DeadGroup{Destination: "hook", Error: "HTTP 422 Unprocessable Entity", Topics: []string{"a"}}, "answered HTTP 422"},
+		{DeadGroup{Destination: "hook", Error: "HTTP 503 Service Unavailable", Topics: []string{"a"}}, ""},
+		{DeadGroup{Destination: "other", Error: "HTTP 410 Gone", Topics: []string{"a"}}, ""},
+		{DeadGroup{Destination: "hook", Error: "dial tcp #: connection refused; HTTP 410", Topics: []string{"a"}}, ""},
+		{DeadGroup{Destination: "", Error: `no route matches topic "a"`, Topics: []string{"a", "b"}}, `No route matches the topics "a", "b"`},
+	} {
+		w := replayWarning(c.g, final)
+		switch {
+		case c.want == "" && w != nil:
+			t.Errorf("%+v: a warning %s", c.g, w)
+		case c.want != "" && (w == nil || !strings.Contains(w.String(), c.want)):
+			t.Errorf("%+v: %v, want %q", c.g, w, c.want)
+		}
+	}
+	if w := replayWarning(DeadGroup{Destination: "hook", Error: "HTTP 410 Gone", Topics: []string{"a"}}, nil); w != nil {
+		t.Errorf("a warning without final statuses: %s", w)
+	}
+}
+
+// queuebox_build_info: one series of value 1, labelled with the build.
+func TestBuildInfoMetric(t *testing.T) {
+	m := NewMetrics(nil)
+	m.SetBuildInfo("1.4.2", "abc1234")
+	m.SetBuildInfo("again", "ignored")
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	want := fmt.Sprintf(`queuebox_build_info{commit="abc1234",goversion=%q,version="1.4.2"} 1`, runtime.Version())
+	if !strings.Contains(body, want) || strings.Count(body, "queuebox_build_info{") != 1 {
+		t.Fatalf("/metrics lacks %s:\n%s", want, body)
 	}
 }
 

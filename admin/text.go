@@ -80,20 +80,72 @@ func (s Stats) WriteText(w io.Writer) error {
 	return err
 }
 
-// WriteDeadRows writes dead rows as `queuebox dead list` prints them: one
-// line each, its last error on the same line.
-func WriteDeadRows(w io.Writer, rows []dialects.ListedRow) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPT\tUPDATED_AT\tLAST_ERROR")
-	for _, r := range rows {
-		key, le := "", ""
+// WriteText writes the list as `queuebox dead list` prints it: one line a
+// row, its last error on the same line, and a last line when the limit cut
+// the list.
+func (l DeadList) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tDESTINATION\tTRIES\tUPDATED_AT\tLAST_ERROR")
+	for _, r := range l.Rows {
+		key, le, dest := "", "", r.Destination
 		if r.Key != nil {
 			key = *r.Key
 		}
 		if r.LastError != nil {
 			le = strings.ReplaceAll(*r.LastError, "\n", " ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Topic, key, r.Attempt, r.UpdatedAt.UTC().Format(time.RFC3339), le)
+		if dest == "" {
+			dest = "(no route)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Topic, key, dest, Tries(r.Attempt, r.MaxAttempts), r.UpdatedAt.UTC().Format(time.RFC3339), le)
 	}
-	return tw.Flush()
+	tw.Flush()
+	if l.More {
+		fmt.Fprintf(&b, "showing %d of more than %d; raise --limit (up to %d) or narrow the filter\n", len(l.Rows), l.Limit, MaxLimit)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// WriteText writes the groups as `queuebox dead groups` prints them: a
+// block a group, the largest first, with its id for `queuebox replay
+// --group`, and its replay warning when it has one.
+func (gs DeadGroups) WriteText(w io.Writer, now time.Time) error {
+	var b bytes.Buffer
+	switch {
+	case len(gs.Groups) == 0:
+		fmt.Fprintln(&b, "No dead rows.")
+	case gs.Grouped >= int64(gs.Window):
+		fmt.Fprintf(&b, "%d groups of the newest %d dead rows (older ones show once these are replayed or deleted).\n", len(gs.Groups), gs.Window)
+	default:
+		fmt.Fprintf(&b, "%d groups of %d dead rows.\n", len(gs.Groups), gs.Grouped)
+	}
+	for _, g := range gs.Groups {
+		dest := g.Destination
+		switch {
+		case dest == "":
+			dest = "(no route)"
+		case g.Route != "":
+			dest += " (route " + g.Route + ")"
+		}
+		rows := "rows"
+		if g.Rows == 1 {
+			rows = "row"
+		}
+		fmt.Fprintf(&b, "\n%s  %s  %d %s, the newest %s ago\n", g.ID, dest, g.Rows, rows, now.Sub(g.Newest).Round(time.Second))
+		errText := g.Error
+		if errText == "" {
+			errText = "(no error text)"
+		}
+		fmt.Fprintf(&b, "  error:    %s\n", errText)
+		fmt.Fprintf(&b, "  topics:   %s\n", strings.Join(g.Topics, ", "))
+		fmt.Fprintf(&b, "  example:  %s (%s)\n", g.Example.ID, g.Example.Topic)
+		if g.ReplayWarning != nil {
+			fmt.Fprintf(&b, "  warning:  %s.\n", g.ReplayWarning)
+		}
+		fmt.Fprintf(&b, "  replay:   queuebox replay --group %s\n", g.ID)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
 }

@@ -51,19 +51,35 @@ func TestStatusText(t *testing.T) {
 	}
 }
 
-// A dead row's error is printed on its own line, whatever line breaks it
-// holds.
+// A dead row's error is printed on its line, whatever line breaks it
+// holds; its tries read "try n of m"; a list the limit cut says so.
 func TestDeadRowsText(t *testing.T) {
 	key, le := "cust-1", "HTTP 500\nupstream failed"
 	id := uuid.MustParse("0195a0c0-0000-7000-8000-000000000001")
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	l := DeadList{Limit: 2, More: true, Rows: []RowView{
+		{ID: id, Topic: "order.created", Key: &key, Attempt: 5, MaxAttempts: 5, UpdatedAt: at, LastError: &le, Destination: "orders"},
+		{ID: id, Topic: "user.created", Attempt: 0, MaxAttempts: 5, UpdatedAt: at}}}
 	var b strings.Builder
-	err := WriteDeadRows(&b, []dialects.ListedRow{{ID: id, Topic: "order.created", Key: &key, Attempt: 5,
-		UpdatedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC), LastError: &le}, {ID: id, Topic: "user.created"}})
-	if err != nil {
+	if err := l.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID ") || !strings.HasSuffix(lines[1], "5        2025-03-01T12:00:00Z  HTTP 500 upstream failed") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID ") ||
+		!strings.HasSuffix(lines[1], "orders       try 6 of 6  2025-03-01T12:00:00Z  HTTP 500 upstream failed") ||
+		!strings.Contains(lines[2], "(no route)   try 1 of 6") ||
+		lines[3] != "showing 2 of more than 2; raise --limit (up to 10000) or narrow the filter" {
 		t.Fatalf("dead rows:\n%s", b.String())
+	}
+}
+
+func TestTries(t *testing.T) {
+	for _, c := range []struct {
+		attempt, max int
+		want         string
+	}{{0, 5, "try 1 of 6"}, {5, 5, "try 6 of 6"}, {0, 0, "try 1 of 1"}, {2, 5, "try 3 of 6"}} {
+		if got := Tries(c.attempt, c.max); got != c.want {
+			t.Errorf("Tries(%d, %d) = %q, want %q", c.attempt, c.max, got, c.want)
+		}
 	}
 }

@@ -12,9 +12,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 )
 
 // Options configure a run of the benchmark suite.
@@ -54,6 +51,9 @@ type Options struct {
 	KafkaBrokers     []string
 	// Out receives the table; Progress the progress bar and notes.
 	Out, Progress io.Writer
+	// forceBar draws the bar on Progress even when it is no terminal, at
+	// every change (tests).
+	forceBar bool
 }
 
 // Result is one measured line of the table.
@@ -230,19 +230,8 @@ func runSelected(ctx context.Context, o Options, selected []Scenario) (results [
 		return nil, err
 	}
 	defer e.close()
-	// A bar on a terminal (short enough for 80 columns); a line per
-	// scenario elsewhere, so that a log holds no redrawn bars.
-	tty := false
-	if f, ok := o.Progress.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
-	bar := progressbar.NewOptions(len(selected),
-		progressbar.OptionSetWriter(o.Progress), progressbar.OptionSetWidth(20),
-		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false),
-		progressbar.OptionSetDescription("starting"), progressbar.OptionClearOnFinish(),
-		progressbar.OptionSetVisibility(tty))
 	defer func() {
-		_ = bar.Finish()
+		e.progress.finish()
 		if len(results) > 0 {
 			ratios(results)
 			printTable(o.Out, results, e.conditions())
@@ -251,12 +240,10 @@ func runSelected(ctx context.Context, o Options, selected []Scenario) (results [
 			}
 		}
 	}()
-	for _, s := range selected {
-		bar.Describe(fmt.Sprintf("%-10s", s.Name))
-		if !tty {
-			fmt.Fprintf(o.Progress, "bench: %s (%s) ...\n", s.Name, s.What)
-		}
+	for i, s := range selected {
+		e.progress.start(i, len(selected), s, plannedRows(s.Name, e.o, e.hold()))
 		rs, err := e.profiled(s.Name, func() ([]Result, error) { return s.run(ctx, e) })
+		e.progress.finish()
 		e.dropSchemas()
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -265,7 +252,6 @@ func runSelected(ctx context.Context, o Options, selected []Scenario) (results [
 			return results, fmt.Errorf("scenario %s: %w", s.Name, err)
 		}
 		results = append(results, rs...)
-		_ = bar.Add(1)
 	}
 	return results, nil
 }

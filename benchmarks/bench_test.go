@@ -27,7 +27,17 @@ func TestMain(m *testing.M) {
 		fakeReplica()
 		return
 	}
-	testdb.Main(m)
+	testdb.Main(removeBinary{m})
+}
+
+// removeBinary deletes the queuebox binary that the replicas test built
+// (internal/testbin) once the tests are done.
+type removeBinary struct{ m *testing.M }
+
+func (r removeBinary) Run() int {
+	code := r.m.Run()
+	testbin.Remove()
+	return code
 }
 
 // fakeReplica stands in for `queuebox run --config FILE` when the test

@@ -58,6 +58,7 @@ func runRaw(ctx context.Context, e *env) ([]Result, error) {
 					return
 				}
 				done.Add(int64(len(claimed)))
+				e.progress.add(len(claimed))
 			}
 		}()
 	}
@@ -176,13 +177,18 @@ func runHTTP(ctx context.Context, e *env) ([]Result, error) {
 	return out, nil
 }
 
-// completions counts the outcomes the engine has written.
+// completions counts the outcomes the engine has written, and shows them
+// on the progress bar.
 type completions struct {
 	actors.NopObserver
-	n atomic.Int64
+	n        atomic.Int64
+	progress *progress
 }
 
-func (c *completions) Completed(rows int, _ time.Duration) { c.n.Add(int64(rows)) }
+func (c *completions) Completed(rows int, _ time.Duration) {
+	c.n.Add(int64(rows))
+	c.progress.add(rows)
+}
 
 // config is the default configuration on a scenario's schema, with the
 // null destination for every topic.
@@ -233,7 +239,7 @@ func (e *env) drainSeeded(ctx context.Context, d *postgres.Dialect, name string,
 	if err != nil {
 		return Result{}, err
 	}
-	obs := &completions{}
+	obs := &completions{progress: e.progress}
 	opts.Observer = obs
 	eng, err := actors.New(opts)
 	if err != nil {

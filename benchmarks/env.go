@@ -55,11 +55,13 @@ type env struct {
 	payload []byte
 	// plan is the claim's plan on the backlog table.
 	plan string
+	// progress counts the rows the running scenario moves.
+	progress *progress
 }
 
 func newEnv(ctx context.Context, o Options) (*env, error) {
 	e := &env{o: o, url: o.DatabaseURL, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		run: fmt.Sprintf("%08x", rand.Uint32())}
+		run: fmt.Sprintf("%08x", rand.Uint32()), progress: newProgress(o)}
 	if e.url != "" {
 		if err := checkServer(ctx, e.url); err != nil {
 			return nil, err

@@ -111,6 +111,7 @@ func (e *env) inboxHTTP(ctx context.Context, relay bool) (Result, error) {
 				status, err := e.postInbox(ctx, client, url, fmt.Sprintf("c%d-%d", c, i), fmt.Sprintf("agg-%d", (c*7919+i)%1000))
 				if status == http.StatusAccepted {
 					ok++
+					e.progress.add(1)
 					mine = append(mine, float64(time.Since(t0))/float64(time.Millisecond))
 					continue
 				}

@@ -21,6 +21,8 @@ import (
 type recorder struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
+	// progress shows the rows as they arrive.
+	progress *progress
 }
 
 func (r *recorder) Publish(_ context.Context, msgs []sinks.Message) []error {
@@ -32,6 +34,7 @@ func (r *recorder) Publish(_ context.Context, msgs []sinks.Message) []error {
 		}
 	}
 	r.mu.Unlock()
+	r.progress.add(len(msgs))
 	return make([]error, len(msgs))
 }
 
@@ -114,7 +117,7 @@ func (e *env) recording(ctx context.Context, cfg *bootstrap.Config) (eng *actors
 		rd.Close()
 		return nil, nil, nil, err
 	}
-	rec = &recorder{seen: map[string]time.Time{}}
+	rec = &recorder{seen: map[string]time.Time{}, progress: e.progress}
 	opts.Destinations = map[string]actors.SinkFactory{"bench": func() (sinks.Sink, error) { return rec, nil }}
 	if eng, err = actors.New(opts); err == nil {
 		err = eng.Start(ctx)

@@ -98,6 +98,7 @@ func runProducer(ctx context.Context, e *env) ([]Result, error) {
 			}
 			txs[i] += t * float64(roundSeconds)
 			failed[i] += f
+			e.progress.add(int(t * float64(roundSeconds) * float64(w.rowsPerTx)))
 		}
 		for i, plain := range []bool{true, false} {
 			seconds := float64(rounds * roundSeconds)

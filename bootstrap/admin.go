@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -47,16 +48,10 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 		ln.Close()
 		return nil, &ExitError{Code: 2, Err: err}
 	}
-	router := l.Compiled.Router
 	srv := admin.NewServer(admin.Options{
 		Dialect: d, Token: l.Admin.Token, Metrics: m, Log: log, Version: Version,
 		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
-		RouteOf: func(topic string) (string, string) {
-			if r := router.Match(topic); r != nil {
-				return r.Name, r.Destination
-			}
-			return "", ""
-		},
+		RouteOf: RouteOf(l), FinalStatus: FinalStatus(l),
 	})
 	mux := http.NewServeMux()
 	mux.Handle(inbox.Prefix, inboxHTTP)
@@ -71,6 +66,27 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 	}()
 	log.Info("admin listening", "address", a.addr.String(), "page", a.URL(), "token", l.Admin.Token != "")
 	return a, nil
+}
+
+// RouteOf names the route and the destination of a topic by the
+// configured routes ("", "" when none matches).
+func RouteOf(l *Loaded) admin.RouteOf {
+	router := l.Compiled.Router
+	return func(topic string) (string, string) {
+		if r := router.Match(topic); r != nil {
+			return r.Name, r.Destination
+		}
+		return "", ""
+	}
+}
+
+// FinalStatus reports the HTTP statuses that an HTTP destination takes as
+// final (its nonRetryableStatus), for the dead groups' replay warnings.
+func FinalStatus(l *Loaded) admin.FinalStatus {
+	return func(destination string, status int) bool {
+		d := l.Destinations[destination]
+		return d != nil && d.Type == "http" && slices.Contains(d.NonRetryableStatus, status)
+	}
 }
 
 // close stops the sampler and the listener, giving requests in progress a

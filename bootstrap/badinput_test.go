@@ -371,7 +371,7 @@ func TestBadTypeAndKeyLists(t *testing.T) {
 		{name: "type null without quotes", yaml: "~{ type: http, url: \"https://hooks.example.com/{{ topic }}\" }~{ type: null }~", key: "destinations.hook.type", reason: `is empty: null without quotes is YAML's empty value; for the null destination write type: "null"`},
 		{name: "a source without a type", yaml: "+inbox: { sources: { s: { topic: t } } }\n", key: "inbox.sources.s.type", reason: "is required; use one of http, rabbitmq, kafka, nats", not: `""`},
 		{name: "an unknown key of an HTTP destination", yaml: "~type: http,~type: http, timeout: 5,~", key: "destinations.hook.timeout",
-			reason: "unknown key (did you mean timeoutMs?); the keys here are headers, maxConnections, method, nonRetryableStatus, signingSecret, timeoutMs, tls, type, url"},
+			reason: "unknown key (did you mean timeoutMs?); the keys here are headers, maxConnections, method, nonRetryableStatus, signingSecret, signingSecrets, timeoutMs, tls, type, url"},
 		{name: "an unknown key of a Kafka destination", yaml: "@  k: { type: kafka, brokers: [\"k:9092\"], topic: t, compresion: gzip }\n", key: "destinations.k.compresion",
 			reason: "unknown key (did you mean compression?); the keys here are acks, brokers, compression, partitioner, sasl, tls, topic, type"},
 		{name: "an unknown key under an HTTP destination's tls", yaml: "~type: http,~type: http, tls: { ca: x },~", key: "destinations.hook.tls.ca",
@@ -379,7 +379,7 @@ func TestBadTypeAndKeyLists(t *testing.T) {
 		{name: "an unknown key of a null destination", yaml: "@  nothing: { type: \"null\", tpye: y }\n", key: "destinations.nothing.tpye", reason: "the keys here are type"},
 		{name: "an unknown key of a destination without a type lists them all", yaml: "~{ type: http, url~{ typ: http, url~", key: "destinations.hook.typ", reason: "the keys here are acks, brokers, compression"},
 		{name: "an unknown key of an HTTP source", yaml: "+inbox: { sources: { s: { type: http, topic: t, tokn: x } } }\n", key: "inbox.sources.s.tokn",
-			reason: "unknown key (did you mean token?); the keys here are aggregateId, aggregateType, maxBodyBytes, signatureTolerance, signingSecret, token, topic, type"},
+			reason: "unknown key (did you mean token?); the keys here are aggregateId, aggregateType, maxBodyBytes, signatureTolerance, signingSecret, signingSecrets, token, topic, type"},
 		{name: "an unknown outbox key leaves the retired notify out", yaml: "+outbox: { notfy: true }\n", key: "outbox.notfy",
 			reason: "unknown key; the keys here are backoff, batchSize, claimTimeoutMs, maxAttempts, maxInFlight, pollIntervalMs, probeIntervalMs, retention", not: "notify"},
 	})
@@ -410,5 +410,40 @@ func TestConfigIsAFolder(t *testing.T) {
 	}
 	if _, err := Load(file); err != nil {
 		t.Errorf("the file itself: %v", err)
+	}
+}
+
+// A file that is not YAML is one problem that names the line where it
+// stops being YAML (not the line where the parser's enclosing value
+// starts), the column, and what to check, in words.
+func TestYAMLSyntaxErrorsSayWhereAndWhat(t *testing.T) {
+	for _, c := range []struct {
+		name, yaml, want string
+	}{
+		{"a key indented too deep", "database:\n  url: postgres://localhost/app\noutbox:\n  batchSize: 5\n   pollIntervalMs: 3\n",
+			"(file) (line 5, column 4): this key is indented deeper than the keys above it; check the indentation on line 5"},
+		{"a key indented too little", "database:\n  url: postgres://localhost/app\noutbox:\n  batchSize: 5\n pollIntervalMs: 3\n",
+			"(file) (line 5, column 2): this line does not line up with the keys or list items around it; check the indentation on line 5"},
+		{"a key among list items", "database:\n  url: postgres://localhost/app\nroutes:\n  - { topicPattern: \"#\", destination: n }\n  destination: x\n",
+			"(file) (line 5, column 3): a key stands among the items of a list; check the indentation on line 5"},
+		{"a value holding a colon", "database:\n  url: postgres://localhost/app\nadmin:\n  token: abc: def\n",
+			`(file) (line 4, column 13): the value holds ": ", which YAML reads as the start of another key; put the value in quotes`},
+		{"a brace never closed", "database: { url: postgres://localhost/app\nroutes: []\n",
+			"(file) (line 1, column 11): the { here is not closed where YAML expects it"},
+		{"a quote never closed", "database:\n  url: \"postgres://localhost/app\nroutes: []\n",
+			"(file) (line 2, column 8): a quoted value that starts here has no closing quote"},
+		{"a line without a colon", "database:\n  url: postgres://localhost/app\nroutes\n",
+			"(file) (line 3, column 1): this line is neither \"key: value\" nor a list item"},
+		{"a reserved character", "database:\n  url: @localhost\n",
+			`(file) (line 2, column 8): "@" cannot start a value in YAML; put the value in quotes`},
+	} {
+		_, err := Parse("q.yaml", []byte(c.yaml), env(nil))
+		var ce *Error
+		if !errors.As(err, &ce) || len(ce.Problems) != 1 {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := ce.Problems[0].String(); !strings.Contains(got, c.want) || strings.Contains(got, "yaml:") {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
 	}
 }

@@ -92,6 +92,10 @@ type InboxSourceConfig struct {
 	Type          string `yaml:"type"`
 	Token         string `yaml:"token" kinds:"http" secret:"true"`
 	SigningSecret string `yaml:"signingSecret" kinds:"http" secret:"true"`
+	// SigningSecrets are the Standard Webhooks secrets accepted, for a
+	// rotation: a message signed with any of them passes. It replaces
+	// SigningSecret (validate.go, signingKeys).
+	SigningSecrets []string `yaml:"signingSecrets" kinds:"http" secret:"true"`
 	// SignatureTolerance bounds a Standard Webhooks timestamp's distance
 	// from the clock (default 5m); MaxBodyBytes the body (default 1 MiB).
 	SignatureTolerance Duration `yaml:"signatureTolerance" kinds:"http"`
@@ -150,7 +154,11 @@ type DestinationConfig struct {
 	NonRetryableStatus []int             `yaml:"nonRetryableStatus" kinds:"http"`
 	MaxConnections     int               `yaml:"maxConnections" kinds:"http" min:"0" max:"100000"`
 	SigningSecret      string            `yaml:"signingSecret" kinds:"http" secret:"true"`
-	TLS                TLSConfig         `yaml:"tls" kinds:"http,kafka"`
+	// SigningSecrets sign every delivery with each secret, in this order
+	// (the new one first during a rotation). It replaces SigningSecret
+	// (validate.go, signingKeys).
+	SigningSecrets []string  `yaml:"signingSecrets" kinds:"http" secret:"true"`
+	TLS            TLSConfig `yaml:"tls" kinds:"http,kafka"`
 
 	// rabbitmq
 	Exchange        string `yaml:"exchange" kinds:"rabbitmq"`

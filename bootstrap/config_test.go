@@ -241,7 +241,7 @@ func TestUnsetVariableIsOneProblem(t *testing.T) {
 func TestSigningSecretNeedsItsPrefix(t *testing.T) {
 	base := strings.Replace(minimal, `    headers: { Authorization: "Bearer ${ORDERS_TOKEN}" }`+"\n", `    headers: { Authorization: "Bearer ${ORDERS_TOKEN}" }`+"\n    signingSecret: %s\n", 1)
 	l, err := Parse("q.yaml", []byte(strings.Replace(base, "%s", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1)), env(map[string]string{"ORDERS_TOKEN": "x"}))
-	if err != nil || len(l.Compiled.Destinations["orders"].SigningSecret) < 16 {
+	if err != nil || len(l.Compiled.Destinations["orders"].SigningKeys) != 1 || len(l.Compiled.Destinations["orders"].SigningKeys[0]) < 16 {
 		t.Fatalf("a whsec_ secret: %v", err)
 	}
 	ps := problems(t, strings.Replace(base, "%s", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1))

@@ -14,6 +14,13 @@
 // registered in Secrets, which redacts them from logs, last_error and the
 // configuration that `config check` prints (Loaded.Effective).
 //
+// LoadForTools loads the file for the commands that only read and replay
+// rows: a ${NAME} that is not set outside database.* leaves its key empty
+// (Loaded.Unset) instead of failing, since an operator's shell seldom
+// holds the destinations' secrets. A file that is not YAML is reported at
+// the line where it stops being YAML, with the column and a hint
+// (yamlerror.go).
+//
 // # The wiring
 //
 // OpenDialect opens the configured database for a relay, OpenToolDialect

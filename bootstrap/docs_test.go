@@ -40,7 +40,8 @@ routes:
 
 // docEnv holds values for variables whose placeholder would not validate.
 var docEnv = map[string]string{
-	"WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	"WEBHOOK_SECRET":     "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	"WEBHOOK_SECRET_NEW": "whsec_QkVTdC1rZXktb2YtdGhlLXJvdGF0aW9uIQ==",
 }
 
 type docBlock struct {

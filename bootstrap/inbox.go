@@ -78,15 +78,13 @@ func (v *validator) inbox(c *Config) {
 		cs.AggregateID = v.inboxTemplate(key+".aggregateId", s.AggregateID)
 		switch s.Type {
 		case "http":
-			if s.SigningSecret != "" {
-				var err error
-				if cs.SigningSecret, err = DecodeSigningSecret(s.SigningSecret); err != nil {
-					v.add(key+".signingSecret", "%v", err)
-				}
+			cs.SigningKeys = v.signingKeys(key, s.SigningSecret, s.SigningSecrets)
+			unread := v.d.bad[key+".token"] || v.d.bad[key+".signingSecret"] || v.d.bad[key+".signingSecrets"] // has its own problem
+			for i := range s.SigningSecrets {
+				unread = unread || v.d.bad[fmt.Sprintf("%s.signingSecrets[%d]", key, i)]
 			}
-			unread := v.d.bad[key+".token"] || v.d.bad[key+".signingSecret"] // has its own problem
-			if s.Token == "" && s.SigningSecret == "" && !unread && !loopbackListen(c.Admin.Listen) {
-				v.add(key, "accepts messages from anyone: admin.listen %q is reachable from other machines, and the source has neither token nor signingSecret; set one of them", c.Admin.Listen)
+			if s.Token == "" && s.SigningSecret == "" && len(s.SigningSecrets) == 0 && !unread && !loopbackListen(c.Admin.Listen) {
+				v.add(key, "accepts messages from anyone: admin.listen %q is reachable from other machines, and the source has neither token nor signing secrets; set token, or signingSecrets", c.Admin.Listen)
 			}
 		case "rabbitmq":
 			v.required(key+".url", s.URL)
@@ -164,7 +162,7 @@ func InboxHTTP(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *slog.Lo
 		// Validation compiled the templates; NewMapping checks nothing
 		// that it did not.
 		m, _ := inbox.NewMapping(name, cs.Topic, cs.AggregateType, cs.AggregateID)
-		sources[name] = &inbox.HTTPSource{Mapping: m, Token: s.Token, SigningSecret: cs.SigningSecret,
+		sources[name] = &inbox.HTTPSource{Mapping: m, Token: s.Token, SigningSecrets: cs.SigningKeys,
 			Tolerance: time.Duration(s.SignatureTolerance), MaxBodyBytes: int64(s.MaxBodyBytes)}
 	}
 	return inbox.NewHTTP(inbox.HTTPOptions{Sources: sources, Store: store, Observer: obs, Log: log})

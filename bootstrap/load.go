@@ -17,15 +17,20 @@ import (
 )
 
 // Problem is one fault of a configuration: the key path, its line in the
-// file (0 when unknown) and the reason.
+// file (0 when unknown), its column where one is known (a YAML syntax
+// error) and the reason.
 type Problem struct {
 	Key    string
 	Line   int
+	Column int
 	Reason string
 }
 
 func (p Problem) String() string {
-	if p.Line > 0 {
+	switch {
+	case p.Line > 0 && p.Column > 0:
+		return fmt.Sprintf("%s (line %d, column %d): %s", p.Key, p.Line, p.Column, p.Reason)
+	case p.Line > 0:
 		return fmt.Sprintf("%s (line %d): %s", p.Key, p.Line, p.Reason)
 	}
 	return fmt.Sprintf("%s: %s", p.Key, p.Reason)
@@ -61,6 +66,10 @@ type Loaded struct {
 	Compiled *Compiled
 	// Warnings are keys that load but do nothing any more, with what to do.
 	Warnings []Problem
+	// Unset are the variables ${NAME} outside database.* that were not set
+	// when the file was loaded for a tool (LoadForTools): the keys that use
+	// them are empty. Load refuses such a file instead.
+	Unset []Problem
 	// raw is the text as written of each value that used ${NAME}, by key
 	// path: Effective prints it instead of a secret.
 	raw map[string]string
@@ -69,8 +78,20 @@ type Loaded struct {
 	fromEnv map[string]string
 }
 
-// Load reads, substitutes, decodes and validates a configuration file.
-func Load(path string) (*Loaded, error) {
+// Load reads, substitutes, decodes and validates a configuration file, as
+// `queuebox run` and `queuebox config check` need it: every variable it
+// uses must be set.
+func Load(path string) (*Loaded, error) { return load(path, Parse) }
+
+// LoadForTools is Load for the commands that only read and replay rows
+// (status, dead, replay, migrate): they need the database settings, not
+// the secrets of the destinations and inbox sources, which an operator's
+// shell often does not hold. A variable ${NAME} that is not set outside
+// database.* leaves its key empty (Loaded.Unset lists them) instead of
+// failing the load; every other problem still does.
+func LoadForTools(path string) (*Loaded, error) { return load(path, ParseForTools) }
+
+func load(path string, parse func(string, []byte, func(string) (string, bool)) (*Loaded, error)) (*Loaded, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -81,7 +102,7 @@ func Load(path string) (*Loaded, error) {
 		}
 		return nil, err
 	}
-	return Parse(path, data, os.LookupEnv)
+	return parse(path, data, os.LookupEnv)
 }
 
 // folderReason says that --config names a folder, and which file to pass
@@ -95,9 +116,19 @@ func folderReason(dir string) string {
 
 // Parse is Load on bytes, with env as the environment.
 func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, error) {
+	return parse(name, data, env, false)
+}
+
+// ParseForTools is LoadForTools on bytes, with env as the environment.
+func ParseForTools(name string, data []byte, env func(string) (string, bool)) (*Loaded, error) {
+	return parse(name, data, env, true)
+}
+
+func parse(name string, data []byte, env func(string) (string, bool), forTools bool) (*Loaded, error) {
 	cfg := Defaults()
 	secrets := NewSecrets()
 	d := newDecoder(env, secrets)
+	d.forTools = forTools
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &Error{File: name, Problems: []Problem{yamlProblem(err, data)}}
@@ -140,7 +171,7 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*Loaded, 
 			Reason: "is no longer used: QueueBox no longer installs a NOTIFY trigger (it serialised your application's commits) and wakes up by probing every outbox.probeIntervalMs instead; remove the key"})
 		cfg.Outbox.Notify = nil
 	}
-	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, raw: d.raw, fromEnv: d.fromEnv}, nil
+	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, Unset: d.unset, raw: d.raw, fromEnv: d.fromEnv}, nil
 }
 
 // FromConfig validates a configuration built in code (the dev mode).
@@ -178,6 +209,10 @@ type decoder struct {
 	// ("" elsewhere, or when its type is not known): the keys offered for
 	// an unknown key are those of that type.
 	kind string
+	// forTools sets aside the variables that are not set outside
+	// database.* (in unset) rather than reporting them (LoadForTools).
+	forTools bool
+	unset    []Problem
 }
 
 func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
@@ -332,7 +367,15 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 				return sub[3]
 			}
 			failed = true
-			d.add(path, n.Line, "the environment variable %s is not set; set it, or give a default as ${%s:-value}", sub[1], sub[1])
+			reason := fmt.Sprintf("the environment variable %s is not set; set it, or give a default as ${%s:-value}", sub[1], sub[1])
+			if d.forTools && !strings.HasPrefix(path, "database.") {
+				// The key stays empty; marking it bad keeps validation
+				// from reporting it empty as well.
+				d.bad[displayPath(path)] = true
+				d.unset = append(d.unset, Problem{Key: displayPath(path), Line: n.Line, Reason: reason})
+				return ""
+			}
+			d.add(path, n.Line, "%s", reason)
 			return ""
 		})
 		if failed {
@@ -440,51 +483,6 @@ func (d *decoder) twice(seen map[string]int, k *yaml.Node, key string) bool {
 	}
 	seen[k.Value] = k.Line
 	return false
-}
-
-// yamlProblem turns the YAML parser's error into a problem, naming the
-// most common cause in words: a tab in the indentation. A tab is blamed
-// only when the parser complained of one (or of a character that cannot
-// start a token) and the tab caused it: the parser's "line N" is where the
-// enclosing value starts, not always the tab's line, so the line is the
-// shortest start of the file that fails the same way, and replacing that
-// line's tabs by spaces must make that failure go away. Otherwise the
-// parser's own message is the problem.
-func yamlProblem(err error, data []byte) Problem {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	cause, ok := tabCause(msg)
-	if !ok {
-		return Problem{Key: "(file)", Reason: msg}
-	}
-	same := func(text string) bool {
-		var n yaml.Node
-		e := yaml.Unmarshal([]byte(text), &n)
-		return e != nil && e.Error() == err.Error()
-	}
-	lines := strings.SplitAfter(string(data), "\n")
-	k := sort.Search(len(lines), func(i int) bool { return same(strings.Join(lines[:i+1], "")) })
-	if k < len(lines) {
-		line := lines[k]
-		indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
-		fixed := strings.ReplaceAll(indent, "\t", "  ") + line[len(indent):]
-		if strings.Contains(indent, "\t") && !same(strings.Join(lines[:k], "")+fixed) {
-			return Problem{Key: "(file)", Line: k + 1, Reason: fmt.Sprintf("line %d is indented with a tab; YAML indents with spaces only: replace the tab with spaces (%s)", k+1, cause)}
-		}
-	}
-	return Problem{Key: "(file)", Reason: msg}
-}
-
-// tabCause returns the parser's message without its "line N: " and
-// whether a tab in the indentation can cause it.
-func tabCause(msg string) (string, bool) {
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if i := strings.Index(rest, ": "); i > 0 {
-			msg = rest[i+2:]
-		}
-	}
-	return msg, oneOf(msg, "found character that cannot start any token",
-		"found a tab character that violates indentation",
-		"found a tab character where an indentation space is expected")
 }
 
 func scalarError(err error, v reflect.Value, got string) string {

@@ -72,6 +72,7 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		return err
 	}
 	metrics := admin.NewMetrics(inboxSources(l))
+	metrics.SetBuildInfo(Version, Commit)
 	opts.Observer = metrics
 	opts.Dialect = metrics.CountPurges(opts.Dialect)
 	consumers, err := InboxConsumers(l, d, metrics, log)

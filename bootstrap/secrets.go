@@ -107,6 +107,9 @@ func collectSecrets(c *Config, s *Secrets) {
 	for _, d := range c.Destinations {
 		s.AddURLPassword(d.URL)
 		s.Add(d.SigningSecret)
+		for _, k := range d.SigningSecrets {
+			s.Add(k)
+		}
 		s.Add(d.SASL.Password)
 		for _, v := range d.Headers {
 			s.Add(v)
@@ -119,6 +122,9 @@ func collectSecrets(c *Config, s *Secrets) {
 	for _, src := range c.Inbox.Sources {
 		s.Add(src.Token)
 		s.Add(src.SigningSecret)
+		for _, k := range src.SigningSecrets {
+			s.Add(k)
+		}
 		s.Add(src.SASL.Password)
 		s.AddURLPassword(src.URL)
 	}

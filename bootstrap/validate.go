@@ -39,14 +39,16 @@ type Compiled struct {
 // nil where its key is empty or does not apply to the type.
 type CompiledDestination struct {
 	URL, Exchange, RoutingKey, Topic, Subject *routing.Template
-	SigningSecret                             []byte
+	// SigningKeys are the decoded signing secrets, in the order given;
+	// none for an unsigned destination.
+	SigningKeys [][]byte
 }
 
 // CompiledSource holds an inbox source's compiled templates and its
-// decoded signing secret (inbox.go).
+// decoded signing secrets (inbox.go).
 type CompiledSource struct {
 	Topic, AggregateType, AggregateID *routing.Template
-	SigningSecret                     []byte
+	SigningKeys                       [][]byte
 }
 
 func (v *validator) add(key, format string, args ...any) {
@@ -361,12 +363,7 @@ func (v *validator) httpDestination(key string, d *DestinationConfig, cd *Compil
 			v.add(fmt.Sprintf("%s.nonRetryableStatus[%d]", key, i), "%d is a success status; only failures can be non-retryable", s)
 		}
 	}
-	if d.SigningSecret != "" {
-		var err error
-		if cd.SigningSecret, err = DecodeSigningSecret(d.SigningSecret); err != nil {
-			v.add(key+".signingSecret", "%v", err)
-		}
-	}
+	cd.SigningKeys = v.signingKeys(key, d.SigningSecret, d.SigningSecrets)
 	if v.d.present[key+".tls.enabled"] {
 		v.add(key+".tls.enabled", "tls.enabled does not apply to http destinations: the https:// scheme turns TLS on; remove it")
 	}
@@ -434,6 +431,62 @@ func isHeaderToken(s string) bool {
 func isHeaderControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }
 
 var placeholderProbe = regexp.MustCompile(`\{\{[^{}]*\}\}`)
+
+// signingKeys checks and decodes the signingSecret and signingSecrets of an
+// HTTP destination or HTTP source (key is its key). signingSecrets is the
+// list, in order; signingSecret alone is a list of one. Given both,
+// signingSecrets wins, and signingSecret must be one of its secrets: a
+// secret written only there would silently not be used.
+func (v *validator) signingKeys(key, single string, list []string) [][]byte {
+	listKey := key + ".signingSecrets"
+	if !v.d.present[listKey] || v.d.null[listKey] {
+		if single == "" {
+			return nil
+		}
+		k, err := DecodeSigningSecret(single)
+		if err != nil {
+			v.add(key+".signingSecret", "%v", err)
+			return nil
+		}
+		return [][]byte{k}
+	}
+	if v.d.bad[listKey] {
+		return nil // not a list: reported already
+	}
+	if len(list) == 0 {
+		v.add(listKey, "is empty; give one secret or more (the new one first while you rotate), or remove the key")
+		return nil
+	}
+	var keys [][]byte
+	seen := map[string]int{}
+	unread := v.d.bad[key+".signingSecret"]
+	for i, s := range list {
+		ik := fmt.Sprintf("%s[%d]", listKey, i)
+		if v.d.bad[ik] {
+			unread = true // reported already
+			continue
+		}
+		if strings.TrimSpace(s) == "" {
+			v.add(ik, "is empty; give a secret (whsec_ and its base64), or remove the entry")
+			continue
+		}
+		if first, ok := seen[s]; ok {
+			v.add(ik, "is the same secret as %s[%d]; list each secret once", listKey, first)
+			continue
+		}
+		seen[s] = i
+		k, err := DecodeSigningSecret(s)
+		if err != nil {
+			v.add(ik, "%v", err)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if _, ok := seen[single]; single != "" && !ok && !unread {
+		v.add(key+".signingSecret", "is not one of signingSecrets, which replaces it: this secret would not be used. Remove signingSecret, or add its secret to signingSecrets")
+	}
+	return keys
+}
 
 // DecodeSigningSecret decodes a Standard Webhooks secret: "whsec_" and the
 // base64 of at least 16 bytes. The prefix is required, as the receivers'

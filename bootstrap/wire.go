@@ -79,7 +79,7 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 			cd := l.Compiled.Destinations[name]
 			cfg := httpsink.Config{
 				URL: cd.URL, Method: d.Method, Headers: d.Headers, Timeout: time.Duration(d.TimeoutMs) * time.Millisecond,
-				NonRetryableStatus: d.NonRetryableStatus, MaxConnections: d.MaxConnections, SigningSecret: cd.SigningSecret,
+				NonRetryableStatus: d.NonRetryableStatus, MaxConnections: d.MaxConnections, SigningSecrets: cd.SigningKeys,
 				CAFile: d.TLS.CAFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify, MaxErrorBody: l.HTTP.MaxErrorBodyBytes,
 			}
 			out[name] = func() (sinks.Sink, error) { return httpsink.New(cfg) }

@@ -2,9 +2,7 @@ package inbox
 
 import (
 	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
 )
 
 // Defaults of an HTTP source.
@@ -39,14 +38,26 @@ type HTTPSource struct {
 	*Mapping
 	// Token, when set, must come as "Authorization: Bearer <token>".
 	Token string
-	// SigningSecret, when set, is the decoded Standard Webhooks key: every
-	// request must carry webhook-id, webhook-timestamp and a matching
-	// webhook-signature.
+	// SigningSecrets, when set, are the decoded Standard Webhooks keys
+	// accepted: every request must carry webhook-id, webhook-timestamp and
+	// a webhook-signature that one of them made. Several keys let a sender
+	// rotate its secret: messages signed with the old or the new one pass.
+	SigningSecrets [][]byte
+	// SigningSecret is one more accepted key: the form of one key alone
+	// that callers used before rotations.
 	SigningSecret []byte
 	// Tolerance bounds the signature's timestamp (DefaultTolerance when 0).
 	Tolerance time.Duration
 	// MaxBodyBytes bounds the body (DefaultMaxBodyBytes when 0).
 	MaxBodyBytes int64
+}
+
+// keys are the source's signing keys: SigningSecret and SigningSecrets.
+func (s *HTTPSource) keys() [][]byte {
+	if s.SigningSecret == nil {
+		return s.SigningSecrets
+	}
+	return append([][]byte{s.SigningSecret}, s.SigningSecrets...)
 }
 
 // HTTPOptions configure the HTTP handler.
@@ -159,12 +170,12 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusBadRequest, httpAnswer{Error: fmt.Sprintf("reading the body failed: %v", err)})
 		return
 	}
-	if src.SigningSecret != nil {
+	if keys := src.keys(); len(keys) > 0 {
 		tol := src.Tolerance
 		if tol <= 0 {
 			tol = DefaultTolerance
 		}
-		if problem := VerifySignature(src.SigningSecret, r.Header, body, h.o.Now(), tol); problem != "" {
+		if problem := VerifySignature(keys, r.Header, body, h.o.Now(), tol); problem != "" {
 			refuse(http.StatusUnauthorized, "%s", problem)
 			return
 		}
@@ -287,9 +298,9 @@ func StoredHeaders(h http.Header) map[string]string {
 // VerifySignature checks a Standard Webhooks signature: webhook-id,
 // webhook-timestamp (Unix seconds, within tol of now) and webhook-signature
 // (space-separated "v1,<base64>" entries, one of which must be the base64
-// HMAC-SHA256 of "id.timestamp.body" under key). It returns what is wrong,
-// or "".
-func VerifySignature(key []byte, h http.Header, body []byte, now time.Time, tol time.Duration) string {
+// HMAC-SHA256 of "id.timestamp.body" under one of keys). It returns what is
+// wrong, or "".
+func VerifySignature(keys [][]byte, h http.Header, body []byte, now time.Time, tol time.Duration) string {
 	id, ts, sigs := h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
 	if id == "" || ts == "" || sigs == "" {
 		return "this source verifies Standard Webhooks signatures: send webhook-id, webhook-timestamp and webhook-signature"
@@ -302,22 +313,26 @@ func VerifySignature(key []byte, h http.Header, body []byte, now time.Time, tol 
 		return fmt.Sprintf("webhook-timestamp %s is %s away from this server's clock; at most %s is accepted (a replayed request, or a clock that is off)",
 			ts, d.Abs().Round(time.Second), tol)
 	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(ts))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	want := mac.Sum(nil)
+	// What QueueBox's HTTP destination would sign with each key: the
+	// base64 is canonical, so comparing the text (in constant time) is
+	// comparing the MACs.
+	wants := make([][]byte, len(keys))
+	for i, key := range keys {
+		wants[i] = []byte(httpsink.Sign(key, id, ts, body))
+	}
 	for _, entry := range strings.Fields(sigs) {
 		version, sig, ok := strings.Cut(entry, ",")
 		if !ok || version != "v1" {
 			continue
 		}
-		got, err := base64.StdEncoding.DecodeString(sig)
-		if err == nil && hmac.Equal(got, want) {
-			return ""
+		for _, want := range wants {
+			if hmac.Equal([]byte(sig), want) {
+				return ""
+			}
 		}
+	}
+	if len(keys) > 1 {
+		return "webhook-signature does not match: no v1 signature is the HMAC-SHA256 of webhook-id, webhook-timestamp and the body under any of this source's signing secrets"
 	}
 	return "webhook-signature does not match: no v1 signature is the HMAC-SHA256 of webhook-id, webhook-timestamp and the body under this source's signing secret"
 }

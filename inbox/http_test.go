@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -339,5 +340,71 @@ func TestHTTPConcurrentRepeats(t *testing.T) {
 	}
 	if rows := inboxRows(t, d); len(rows) != messages {
 		t.Fatalf("%d rows for %d messages", len(rows), messages)
+	}
+}
+
+// A source with two signing secrets (a sender's rotation) accepts a
+// message signed with either, signed here by the Standard Webhooks
+// project's own Go library; a message signed with a third secret, or whose
+// body was changed after signing, is refused and not stored.
+func TestHTTPSigningSecretsOfARotation(t *testing.T) {
+	t.Parallel()
+	d := testdb.Migrated(t, 20)
+	const oldSecret, newSecret, otherSecret = "whsec_" + webhookKey, "whsec_QkVTdC1rZXktb2YtdGhlLXJvdGF0aW9uIQ==", "whsec_YW5vdGhlci1zZWNyZXQtZW50aXJlbHk="
+	keys := [][]byte{}
+	for _, s := range []string{newSecret, oldSecret} {
+		k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	h := inbox.NewHTTP(inbox.HTTPOptions{Store: d, Sources: map[string]*inbox.HTTPSource{
+		"rotating": {Mapping: mapping(t, "rotating", "hook.received", "", ""), SigningSecrets: keys},
+	}})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	send := func(secret, id, signedBody, sentBody string) reply {
+		t.Helper()
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		sig, err := wh.Sign(id, now, []byte(signedBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return post(t, srv.URL+"/inbox/rotating", sentBody, map[string]string{"Content-Type": "application/json",
+			"Webhook-Id": id, "Webhook-Timestamp": strconv.FormatInt(now.Unix(), 10), "Webhook-Signature": sig})
+	}
+	for _, c := range []struct {
+		name, secret, id string
+		tampered         bool
+		status           int
+	}{
+		{"signed with the new secret", newSecret, "m-new", false, 202},
+		{"signed with the old secret", oldSecret, "m-old", false, 202},
+		{"signed with another secret", otherSecret, "m-other", false, 401},
+		{"signed with the new secret, body changed", newSecret, "m-tampered", true, 401},
+	} {
+		sent := `{"n": 1}`
+		if c.tampered {
+			sent = `{"n": 2}`
+		}
+		r := send(c.secret, c.id, `{"n": 1}`, sent)
+		if r.Status != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, r.Status, r.Error, c.status)
+		}
+		if c.status == 401 && !strings.Contains(r.Error, "under any of this source's signing secrets") {
+			t.Errorf("%s: %q", c.name, r.Error)
+		}
+	}
+	var ids []string
+	for _, r := range inboxRows(t, d) {
+		ids = append(ids, r.MessageID)
+	}
+	if strings.Join(ids, ",") != "m-new,m-old" && strings.Join(ids, ",") != "m-old,m-new" {
+		t.Fatalf("stored %v; want the two messages signed with a secret of the source", ids)
 	}
 }

@@ -12,6 +12,10 @@
 #     system service. Tests use it with unique exchange and queue names; the
 #     tests that restart a server start a private node of their own.
 #     QUEUEBOX_TEST_AMQP_URL points them at another server instead.
+#   - a temporary folder for the tests (TMPDIR) inside the cluster's folder:
+#     what they write there (the binaries they build, browser profiles,
+#     private broker nodes) goes with it, even from a test binary that
+#     -timeout killed before its clean-up ran.
 #   - NATS and Kafka need nothing here: the tests run them in-process (the
 #     NATS server's Go module, franz-go's kfake), and the binary's broker
 #     tests run kfake as a small command built from internal/testkafka/kfake.
@@ -36,6 +40,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
+mkdir -m 1777 "$dir/tmp"
+export TMPDIR="$dir/tmp"
 
 "${as_pg[@]}" "$bindir/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --no-sync --no-instructions >/dev/null
 # Durability off for tests; QUEUEBOX_TEST_DURABLE=1 (make bench) keeps the

@@ -188,16 +188,28 @@ function drawChart(t) {
   });
 }
 
-function replayButton(label, body, onDone) {
-  // Two clicks: the first arms the button, the second replays.
+// replayedText is what a replay did. A row back to pending is tried again
+// from its first try; nothing says the cause is gone, so it promises no
+// delivery: rows that fail again are dead again, and show up here.
+function replayedText(n, warning) {
+  const rows = n + (n === 1 ? " row" : " rows");
+  if (warning) return rows + " back to pending. " + warning.outcome + ".";
+  return rows + " back to pending: the relay tries them again from the first try; any that fail again go dead again and show up here.";
+}
+
+function replayButton(label, body, onDone, warning) {
+  // Two clicks: the first arms the button (and, for a group whose cause
+  // persists, says what a replay will do), the second replays.
   const b = el("button", { type: "button", class: "replay" }, label);
+  const armedLabel = warning ? "Confirm: replay anyway" : "Confirm: " + label.toLowerCase();
   let armed = false;
   b.addEventListener("click", async () => {
     if (!armed) {
       armed = true;
       b.classList.add("confirm");
-      b.textContent = "Confirm: " + label.toLowerCase();
-      setTimeout(() => { if (armed && !b.disabled) { armed = false; b.classList.remove("confirm"); b.textContent = label; } }, 5000);
+      b.textContent = armedLabel;
+      if (warning) showResult("Before you replay: " + warning.cause + ". " + warning.outcome + ".", "warning");
+      setTimeout(() => { if (armed && !b.disabled) { armed = false; b.classList.remove("confirm"); b.textContent = label; } }, warning ? 15000 : 5000);
       return;
     }
     b.disabled = true;
@@ -205,7 +217,7 @@ function replayButton(label, body, onDone) {
       const res = await api("/api/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
       b.classList.remove("confirm");
       b.textContent = "Replayed";
-      showResult(res.rows + (res.rows === 1 ? " row" : " rows") + " replayed: back to pending, delivered again shortly.");
+      showResult(replayedText(res.rows, warning));
       if (onDone) onDone(res);
       setTimeout(refresh, 300);
     } catch (e) {
@@ -219,9 +231,10 @@ function replayButton(label, body, onDone) {
   return b;
 }
 
-function showResult(msg) {
+function showResult(msg, kind) {
   const r = $("#replay-result");
   r.hidden = false;
+  r.classList.toggle("warning", kind === "warning");
   r.textContent = msg;
 }
 
@@ -237,13 +250,17 @@ function renderDeadGroups(g) {
   $("#dead-window").textContent = "Grouped by destination and error, with ids and numbers taken out of the error. " +
     "The groups cover the newest " + num(g.window) + " dead rows" +
     (dead !== null && dead > g.grouped ? " (of " + num(dead) + "); older ones show once these are replayed or deleted." : ".");
-  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group", "data-rows": grp.rows, "data-destination": grp.destination },
-    el("td", {}, grp.destination || "(no route)", grp.route ? el("div", { class: "muted" }, "route " + grp.route) : null),
-    el("td", { class: "err" }, grp.error || "(no error text)", el("div", { class: "muted" }, grp.topics.join(", "))),
+  // A group whose cause persists says so in its row, and its button warns
+  // again before it replays.
+  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group", "data-rows": grp.rows, "data-destination": grp.destination, "data-group": grp.id },
+    el("td", {}, grp.destination || "(no route)", grp.route ? el("div", { class: "muted" }, "route " + grp.route) : null,
+      el("div", { class: "muted mono", title: "queuebox replay --group " + grp.id }, grp.id)),
+    el("td", { class: "err" }, grp.error || "(no error text)", el("div", { class: "muted" }, grp.topics.join(", ")),
+      grp.replayWarning ? el("div", { class: "replay-warning" }, "Replaying will not help yet: " + grp.replayWarning.cause + ".") : null),
     el("td", { class: "num" }, num(grp.rows)),
     el("td", {}, ago(grp.newest)),
     el("td", { class: "mono" }, el("a", { onclick: () => showRow(grp.example.id) }, grp.example.id.slice(0, 8)), el("div", { class: "muted" }, grp.example.topic)),
-    el("td", {}, replayButton("Replay " + num(grp.ids.length), { ids: grp.ids, states: ["dead"] })),
+    el("td", {}, replayButton("Replay " + num(grp.ids.length), { ids: grp.ids, states: ["dead"] }, null, grp.replayWarning)),
   )), 6, g.countedAt ? "no dead rows" : "not counted yet");
 }
 
@@ -253,13 +270,25 @@ function renderBlocked(b) {
   fill($("#blocked-keys tbody"), b.keys.slice(0, BLOCKED_SHOWN).map((k) => el("tr", {},
     el("td", { class: "mono" }, k.key), el("td", {}, k.destination || "(no route)"),
     el("td", {}, duration(k.waitingSeconds)), el("td", {}, "in " + duration(k.nextAttemptInSeconds)),
-    el("td", { class: "num" }, k.attempt + " / " + k.maxAttempts),
+    el("td", { class: "num" }, k.nextTry + " of " + k.maxTries),
     el("td", { class: "num" }, num(k.behind) + (k.behind >= b.behindCap ? "+" : "")),
     el("td", { class: "err" }, el("a", { onclick: () => showRow(k.headId) }, k.headId.slice(0, 8)), " ", k.lastError || ""),
   )), 7, b.countedAt ? "none" : "not counted yet");
   if (b.keys.length > BLOCKED_SHOWN) {
     $("#blocked-keys tbody").append(el("tr", {}, el("td", { class: "empty", colspan: 7 },
       num(b.keys.length - BLOCKED_SHOWN) + " more in GET /api/blocked-keys (it lists the " + num(b.keys.length) + " longest waiting)")));
+  }
+}
+
+// tries words a row's attempt as everywhere else (the CLI, the docs): the
+// try running, next or last (attempt + 1) of at most max_attempts + 1.
+function tries(r) {
+  const n = "try " + r.try + " of " + r.maxTries;
+  switch (r.state) {
+    case "pending": return n + " (the next one)";
+    case "processing": return n + " (running)";
+    case "dead": return n + " (the last one; " + r.attempt + " failed before it)";
+    default: return n;
   }
 }
 
@@ -276,7 +305,7 @@ async function showRow(id) {
     }
     const r = res.rows[0];
     const fields = [["id", r.id], ["state", r.state], ["topic", r.topic], ["key", r.key ?? "(none)"],
-      ["destination", r.destination || "(no route)"], ["attempt", r.attempt + " of " + r.maxAttempts], ["sequence", r.sequence],
+      ["destination", r.destination || "(no route)"], ["tries", tries(r)], ["sequence", r.sequence],
       ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["last error", r.lastError ?? "(none)"]];
     out.append(el("dl", { class: "row" }, ...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "last error" ? "err" : "" }, v)])));
     if (r.state === "dead" || r.state === "delivered") {

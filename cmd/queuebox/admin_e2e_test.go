@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,8 +246,9 @@ routes: [ { topicPattern: "#", destination: n } ]
 	if code, body := httpGet(t, page+"api/rows?id=12", token); code != 400 || !strings.Contains(body, `id \"12\": is not a row id`) {
 		t.Errorf("a malformed id: %d %s", code, body)
 	}
-	if code, body := httpGet(t, page+"metrics", token); code != 200 || !strings.Contains(body, "queuebox_claimed_rows_total") {
-		t.Errorf("/metrics with the token: %d", code)
+	if code, body := httpGet(t, page+"metrics", token); code != 200 || !strings.Contains(body, "queuebox_claimed_rows_total") ||
+		!regexp.MustCompile(`(?m)^queuebox_build_info\{commit="[^"]+",goversion="go[^"]+",version="[^"]+"\} 1$`).MatchString(body) {
+		t.Errorf("/metrics with the token: %d, or no queuebox_build_info", code)
 	}
 	r.stop(t)
 	if strings.Contains(r.log(), token) {
@@ -395,8 +397,15 @@ inbox:
 	if err != nil || !strings.Contains(text, "HTTP 410 Gone: order <id> is gone (request #)") || !strings.Contains(text, "Replay 4") {
 		t.Fatalf("the orders group reads %q (%v)", text, err)
 	}
-	if text, _ := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#dead-groups tr[data-destination=""]`))); !strings.Contains(text, `no route matches topic "shipment.sent"`) {
+	if text, _ := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#dead-groups tr[data-destination=""]`))); !strings.Contains(text, `no route matches topic "shipment.sent"`) ||
+		!strings.Contains(text, `Replaying will not help yet: No route matches topic "shipment.sent" in the configuration.`) {
 		t.Errorf("the group of rows without a route reads %q", text)
+	}
+	// Both groups' failures recur on a replay (a final 410, no route): each
+	// row says so, with the group's id for `queuebox replay --group`.
+	if !strings.Contains(text, "Replaying will not help yet: orders-webhook answered HTTP 410, which its nonRetryableStatus makes final.") ||
+		!regexp.MustCompile(`\bg-[0-9a-f]{8}\b`).MatchString(text) {
+		t.Errorf("the orders group reads %q", text)
 	}
 	shot(t, tab, "admin-page-before-replay.png")
 
@@ -406,10 +415,15 @@ inbox:
 		t.Fatal(err)
 	}
 	until("the armed button", `document.querySelector(`+jsString(button)+`).classList.contains("confirm")`)
+	// Armed, it says what a replay will do before it does it.
+	until("the warning before the replay", `document.querySelector(`+jsString(button)+`).textContent === "Confirm: replay anyway" && `+
+		`document.querySelector("#replay-result").textContent.startsWith("Before you replay: orders-webhook answered HTTP 410, which its nonRetryableStatus makes final. If it still answers 410 for these rows, a replay sends each of them dead again after one try.")`)
 	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(button))); err != nil {
 		t.Fatal(err)
 	}
-	until("the replay's result", `document.querySelector("#replay-result").textContent.startsWith("4 rows replayed")`)
+	// The result promises no delivery. (The receiver accepts the rows by
+	// now, so they are delivered below.)
+	until("the replay's result", `document.querySelector("#replay-result").textContent.startsWith("4 rows back to pending. If it still answers 410")`)
 	until("the replayed rows delivered", count("delivered")+` === "4" && `+count("dead")+` === "2"`)
 	until("one group left", `document.querySelectorAll("#dead-groups tr.dead-group").length === 1`)
 	st, err := d.OutboxStats(ctx)
@@ -494,7 +508,8 @@ routes: [ { topicPattern: "#", destination: n } ]
 		t.Fatalf("refused commands changed rows: %v %v", st.Rows, err)
 	}
 	out, _, code := run(t, "dead", "list", "--limit", "2", "--config", cfg)
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 || !strings.Contains(out, "HTTP 410 Gone") {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 4 || !strings.Contains(out, "HTTP 410 Gone") ||
+		lines[3] != "showing 2 of more than 2; raise --limit (up to 10000) or narrow the filter" {
 		t.Errorf("dead list --limit 2:\n%s", out)
 	}
 	out, _, code = run(t, "version")

@@ -27,6 +27,9 @@ func benchCmd() *cobra.Command {
 			"--amqp-url, --nats-url and --kafka-brokers, else $QUEUEBOX_BENCH_AMQP_URL,\n" +
 			"$QUEUEBOX_BENCH_NATS_URL and $QUEUEBOX_BENCH_KAFKA_BROKERS, else the local RabbitMQ and NATS\n" +
 			"and kfake in this process.",
+		Example: "  queuebox bench                                   # every scenario, on a throwaway cluster\n" +
+			"  queuebox bench --scenarios drain,latency --rows 20000\n" +
+			"  queuebox bench --database-url postgres://bench@db:5432/bench --json bench.json",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			for name, v := range map[string]int{"rows": o.Rows, "payload-bytes": o.PayloadBytes, "seconds": o.Seconds, "rate": o.Rate} {
@@ -58,7 +61,7 @@ func benchCmd() *cobra.Command {
 	fl.StringSliceVar(&o.Scenarios, "scenarios", nil, "the scenarios to run, comma-separated (default: all)")
 	fl.IntVar(&o.Rows, "rows", 100000, "rows per drain (backlog: ten times as many)")
 	fl.IntVar(&o.PayloadBytes, "payload-bytes", 200, "the size of each row's payload")
-	fl.IntVar(&o.Seconds, "seconds", 10, "how long the latency and producer scenarios run")
+	fl.IntVar(&o.Seconds, "seconds", 10, "how long the latency and producer scenarios run; the long-transaction hold (default 90) and wake-after-idle's quiet spell (default 8) when given")
 	fl.IntVar(&o.Rate, "rate", 1000, "the latency scenario's insert rate, rows per second")
 	fl.StringVar(&o.JSON, "json", "", "also write the results to this file as JSON")
 	fl.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario into this folder")

@@ -8,11 +8,13 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/bootstrap"
@@ -24,43 +26,87 @@ var configPath string
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "queuebox",
-		Short:         "QueueBox relays outbox rows from your database to HTTP endpoints and brokers",
+		Use:   "queuebox",
+		Short: "QueueBox relays outbox rows from your database to HTTP endpoints and brokers",
+		Example: "  queuebox run --config queuebox.yaml      # the relay\n" +
+			"  queuebox status --config queuebox.yaml   # rows per state\n" +
+			"  queuebox dead groups                     # why rows went dead (--config defaults to ./queuebox.yaml)\n" +
+			"  queuebox help replay",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&configPath, "config", "queuebox.yaml", "the configuration file")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if why, ok := noConfig[topOf(c).Name()]; ok && strings.Contains(err.Error(), "unknown flag: --config") {
+			return &usageError{fmt.Errorf("--config: `%s` reads no configuration file: %s", c.CommandPath(), why)}
+		}
 		return &usageError{fmt.Errorf("%v (see `%s --help`)", flagError(c, err), c.CommandPath())}
 	})
 	root.AddCommand(runCmd(), devCmd(), migrateCmd(), configCmd(), statusCmd(), replayCmd(), deadCmd(), versionCmd(), benchCmd())
 	root.InitDefaultCompletionCmd()
+	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
 	}
 	groups(root)
-	// Commands that read no configuration file refuse --config rather
-	// than ignore it.
-	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		top := c // the command under the root: completion for completion bash
-		for top.HasParent() && top.Parent().HasParent() {
-			top = top.Parent()
-		}
-		if why, ok := noConfig[top.Name()]; ok && c.Flags().Changed("config") {
-			return &usageError{fmt.Errorf("--config: `%s` reads no configuration file: %s", c.CommandPath(), why)}
-		}
-		return nil
-	}
+	builtInExamples(root)
+	configFlags(root)
 	return root
 }
 
+// topOf is the command under the root that c belongs to: completion for
+// `completion bash`.
+func topOf(c *cobra.Command) *cobra.Command {
+	for c.HasParent() && c.Parent().HasParent() {
+		c = c.Parent()
+	}
+	return c
+}
+
 // noConfig names the commands that read no configuration file, and what
-// they use instead.
+// they use instead: they have no --config, and say so when given one.
 var noConfig = map[string]string{
 	"dev":        "it runs a built-in one against its own throwaway database; run your own with `queuebox run --config FILE`",
 	"bench":      "it uses --database-url, or a throwaway cluster",
 	"version":    "it only prints the version",
 	"completion": "it only prints a shell completion script",
+	"help":       "it only prints help",
+}
+
+// configFlags gives --config to every command that runs and reads the
+// configuration file: all but those of noConfig and the groups that only
+// hold subcommands. Commands added later get it too.
+func configFlags(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		configFlags(sub)
+	}
+	_, none := noConfig[topOf(c).Name()]
+	if none || !c.Runnable() || !c.HasParent() || c.Annotations[onlySubcommands] != "" || c.Flags().Lookup("config") != nil {
+		return
+	}
+	c.Flags().StringVar(&configPath, "config", "queuebox.yaml", "the configuration file")
+}
+
+// builtInExamples gives cobra's own commands (help, completion and its
+// shells) examples, as every command of ours has.
+func builtInExamples(root *cobra.Command) {
+	examples := map[string]string{
+		"help":       "  queuebox help\n  queuebox help replay\n  queuebox help dead list",
+		"completion": "  queuebox completion bash > /etc/bash_completion.d/queuebox\n  queuebox completion zsh > \"${fpath[1]}/_queuebox\"",
+		"bash":       "  source <(queuebox completion bash)                          # this shell\n  queuebox completion bash > /etc/bash_completion.d/queuebox  # every new shell",
+		"zsh":        "  queuebox completion zsh > \"${fpath[1]}/_queuebox\"",
+		"fish":       "  queuebox completion fish > ~/.config/fish/completions/queuebox.fish",
+		"powershell": "  queuebox completion powershell | Out-String | Invoke-Expression",
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Example == "" {
+			c.Example = examples[c.Name()]
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // groups makes every command that only holds subcommands (the root, config,
@@ -73,6 +119,10 @@ func groups(c *cobra.Command) {
 	if !c.HasSubCommands() || c.Runnable() {
 		return
 	}
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[onlySubcommands] = "true"
 	c.Args = cobra.ArbitraryArgs
 	c.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) == 0 {
@@ -88,6 +138,11 @@ func groups(c *cobra.Command) {
 		return &usageError{fmt.Errorf("%s; see `%s --help`", msg, c.CommandPath())}
 	}
 }
+
+// onlySubcommands marks (in Annotations) a group that groups made
+// runnable: it runs nothing of its own (migrate, a group that runs
+// `migrate up`, is not one).
+const onlySubcommands = "queuebox/only-subcommands"
 
 // flagError rewrites pflag's "invalid argument" errors, which quote Go's
 // parser ("strconv.ParseFloat: parsing ..."), in the flag's own terms.
@@ -128,17 +183,16 @@ func wrapArgs(a cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-func load() (*bootstrap.Loaded, error) { return bootstrap.Load(configPath) }
-
-// withDB loads the configuration, opens the database as a tool (see
+// withDB loads the configuration as the tools need it (the database
+// settings: bootstrap.LoadForTools), opens the database as a tool (see
 // bootstrap.OpenToolDialect) and runs f.
 func withDB(f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
-	return withDBAs(bootstrap.OpenToolDialect, f)
+	return withDBAs(bootstrap.LoadForTools, bootstrap.OpenToolDialect, f)
 }
 
-// withDBAs is withDB with the way to open the database.
-func withDBAs(open func(context.Context, *bootstrap.Loaded) (dialects.Dialect, error), f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
-	l, err := load()
+// withDBAs is withDB with the way to load the file and open the database.
+func withDBAs(load func(string) (*bootstrap.Loaded, error), open func(context.Context, *bootstrap.Loaded) (dialects.Dialect, error), f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
+	l, err := load(configPath)
 	if err != nil {
 		return err
 	}
@@ -156,11 +210,17 @@ func runCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run the relay: claim, deliver, renew, retain",
+		Long: "run is the relay: it claims due rows, delivers them by the routes, retries, dead-letters,\n" +
+			"runs the inbox and serves the admin listener until SIGINT or SIGTERM, then drains.\n" +
+			"It needs every secret the configuration names (${NAME} set).",
+		Example: "  queuebox run --config /etc/queuebox/queuebox.yaml\n" +
+			"  queuebox run --migrate          # apply pending migrations first\n" +
+			"  QUEUEBOX_DATABASE_URL=postgres://relay@db:5432/app queuebox run",
 		RunE: func(*cobra.Command, []string) error {
 			// Caught before the configuration is read: see StopSignals.
 			sig := bootstrap.CatchStopSignals()
 			defer sig.Release()
-			return withDBAs(bootstrap.OpenDialect, func(_ context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			return withDBAs(bootstrap.Load, bootstrap.OpenDialect, func(_ context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				log := bootstrap.NewLogger(l, bootstrap.Stderr)
 				return bootstrap.Run(sig.Stop, l, d, log, bootstrap.RunOptions{Migrate: migrate, Abort: sig.Abort})
 			})
@@ -175,6 +235,8 @@ func devCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Start a throwaway PostgreSQL, the relay, a receiver that prints what it gets, and sample traffic",
+		Example: "  queuebox dev              # Ctrl-C stops it and removes the database\n" +
+			"  queuebox dev --rate 0     # no sample rows: insert your own (the banner says where)",
 		RunE: func(*cobra.Command, []string) error {
 			if rate < 0 {
 				return &usageError{fmt.Errorf("--rate: %v is negative; give the sample rows per second, or 0 for none", rate)}
@@ -207,14 +269,17 @@ func migrateCmd() *cobra.Command {
 	}
 	// A bare `queuebox migrate` applies the migrations, as `migrate up`
 	// does: it is what a person who types it wants.
-	c := &cobra.Command{Use: "migrate", Short: "Apply the bundled schema migrations (as `migrate up`), or show them (`migrate status`)", RunE: up}
+	c := &cobra.Command{Use: "migrate", Short: "Apply the bundled schema migrations (as `migrate up`), or show them (`migrate status`)", RunE: up,
+		Example: "  queuebox migrate --config queuebox.yaml\n  queuebox migrate status --config queuebox.yaml"}
 	c.AddCommand(&cobra.Command{
-		Use:   "up",
-		Short: "Apply every pending migration",
-		RunE:  up,
+		Use:     "up",
+		Short:   "Apply every pending migration",
+		Example: "  queuebox migrate up --config queuebox.yaml",
+		RunE:    up,
 	}, &cobra.Command{
-		Use:   "status",
-		Short: "List the bundled migrations and whether each is applied",
+		Use:     "status",
+		Short:   "List the bundled migrations and whether each is applied",
+		Example: "  queuebox migrate status --config queuebox.yaml",
 		RunE: func(*cobra.Command, []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				st, err := migrations.StatusOf(ctx, d)
@@ -251,12 +316,16 @@ func migrateCmd() *cobra.Command {
 }
 
 func configCmd() *cobra.Command {
-	c := &cobra.Command{Use: "config", Short: "Work with the configuration file"}
+	c := &cobra.Command{Use: "config", Short: "Work with the configuration file", Example: "  queuebox config check --config queuebox.yaml"}
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Validate the configuration and print it with secrets redacted",
+		Long: "check reports every problem of the file, each with its key and line, including every\n" +
+			"${NAME} that is not set; or prints the configuration with its defaults, secrets redacted.",
+		Example: "  queuebox config check --config queuebox.yaml\n" +
+			"  queuebox config check --config queuebox.yaml > effective.yaml   # the problems and warnings go to stderr",
 		RunE: func(*cobra.Command, []string) error {
-			l, err := load()
+			l, err := bootstrap.Load(configPath)
 			if err != nil {
 				return err
 			}
@@ -282,6 +351,8 @@ func statusCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Rows per state, the oldest due pending row's wait, rows scheduled later, dead rows per topic",
+		Example: "  queuebox status --config queuebox.yaml\n" +
+			"  queuebox status --json | jq .rows.dead",
 		RunE: func(*cobra.Command, []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				st, err := admin.Status(ctx, d)
@@ -300,15 +371,34 @@ func statusCmd() *cobra.Command {
 }
 
 // filterFlags declares the row filters shared by replay and dead list; the
-// admin package validates them.
-func filterFlags(c *cobra.Command, t *admin.FilterText, stateHelp string) {
+// admin package validates them. --destination is checked against the
+// configuration once it is loaded (routedTo).
+func filterFlags(c *cobra.Command, t *admin.FilterText, destination *string, stateHelp string) {
 	c.Flags().StringArrayVar(&t.IDs, "id", nil, "a row id (repeatable)")
 	c.Flags().StringArrayVar(&t.States, "state", nil, stateHelp)
 	c.Flags().StringVar(&t.Topic, "topic", "", "a topic pattern (order.*, order.#)")
 	c.Flags().StringVar(&t.Key, "key", "", "rows of this key")
 	c.Flags().StringVar(&t.Since, "since", "", "updated at or after: RFC 3339 time, or a duration ago (24h)")
 	c.Flags().StringVar(&t.Until, "until", "", "updated before: RFC 3339 time, or a duration ago")
-	c.Flags().StringVar(&t.ErrorContains, "error-contains", "", "text in last_error")
+	c.Flags().StringVar(&t.ErrorContains, "error-contains", "", "text in last_error, in any case")
+	c.Flags().StringVar(destination, "destination", "", "rows whose topic the configured routes send to this destination")
+}
+
+// routedTo narrows f to the rows the routes send to destination, which
+// must be a destination of the configuration.
+func routedTo(f dialects.Filter, destination string, l *bootstrap.Loaded) (dialects.Filter, error) {
+	if destination == "" {
+		return f, nil
+	}
+	if l.Destinations[destination] == nil {
+		names := make([]string, 0, len(l.Destinations))
+		for n := range l.Destinations {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return f, &usageError{fmt.Errorf("--destination %q: is not a destination of %s; the destinations are %s", destination, l.File, strings.Join(names, ", "))}
+	}
+	return admin.RoutedTo(f, destination, bootstrap.RouteOf(l)), nil
 }
 
 // usage marks the admin package's input errors as usage errors (exit 2).
@@ -322,47 +412,147 @@ func usage(err error) error {
 
 func replayCmd() *cobra.Command {
 	var text admin.FilterText
-	var dryRun bool
+	var destination, group string
+	var dryRun, yes bool
 	c := &cobra.Command{
 		Use:   "replay",
-		Short: "Put dead (or delivered) rows back to pending, by id or by filter",
-		Long: "Replay selects rows by --id, or by filters (state, default dead; topic pattern; key;\n" +
-			"an updated_at range; text in last_error), and puts them back to pending with attempt 0.\n" +
-			"It never touches a row that is being delivered.",
-		RunE: func(*cobra.Command, []string) error {
+		Short: "Put dead (or delivered) rows back to pending, by id, by filter or by group",
+		Long: "Replay selects rows by --id, by filters (state, default dead; topic pattern; key; the\n" +
+			"destination the routes send them to; an updated_at range; text in last_error), or by\n" +
+			"--group, a group of `queuebox dead groups`, and puts them back to pending with attempt 0:\n" +
+			"the relay tries them again from the first try. It never touches a row that is being delivered.\n\n" +
+			"A group whose failure would recur at once (no route matches its topics; its destination\n" +
+			"refused the rows with a status it takes as final) is replayed only with --yes, after the\n" +
+			"warning that says what will happen.",
+		Example: "  queuebox replay --id 0b7e3f4e-8c1a-4d2e-9f3a-1b2c3d4e5f60\n" +
+			"  queuebox replay --topic 'order.#' --error-contains 'HTTP 503' --dry-run\n" +
+			"  queuebox replay --destination orders-webhook --since 2h\n" +
+			"  queuebox replay --group g-3f9a2c1b            # an id that `queuebox dead groups` prints\n" +
+			"  queuebox replay --state delivered --topic 'invoice.*' --since 2025-01-31T12:00:00Z",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if group != "" {
+				return replayGroup(cmd, group, dryRun, yes)
+			}
+			if yes {
+				return &usageError{errors.New("--yes: confirms the replay of a group whose failure would recur; it goes with --group")}
+			}
 			f, err := text.Filter(admin.Flags, admin.ForReplay, time.Now())
-			if err != nil {
+			if err != nil && !(destination != "" && isBareReplay(err)) {
 				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+				f, err := routedTo(f, destination, l)
+				if err != nil {
+					return err
+				}
 				n, err := admin.Replay(ctx, d, f, dryRun)
 				if err != nil {
 					return err
 				}
-				if dryRun {
-					fmt.Printf("%s would be replayed (dry run: nothing changed).\n", rowsText(n))
-				} else {
-					fmt.Printf("%s replayed.\n", rowsText(n))
-				}
-				if n == 0 {
-					fmt.Println("No row matched: replay takes dead rows (or delivered ones, with --state delivered) and never a pending or processing one; `queuebox dead list` shows the dead rows.")
-				}
+				printReplayed(n, dryRun)
 				return nil
 			})
 		},
 	}
-	filterFlags(c, &text, "dead (default) or delivered (repeatable)")
+	filterFlags(c, &text, &destination, "dead (default) or delivered (repeatable)")
+	c.Flags().StringVar(&group, "group", "", "a group of dead rows, by the id `queuebox dead groups` prints (g-...)")
+	c.Flags().BoolVar(&yes, "yes", false, "with --group: replay even when the group's failure would recur at once")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count the rows without changing them")
 	return c
 }
 
+// isBareReplay is the filter's refusal of a replay that names no rows:
+// --destination names some.
+func isBareReplay(err error) bool {
+	var ie *admin.InputError
+	return errors.As(err, &ie) && ie.Reason == "say which rows"
+}
+
+func printReplayed(n int, dryRun bool) {
+	switch {
+	case dryRun:
+		fmt.Printf("%s would be replayed (dry run: nothing changed).\n", rowsText(n))
+	case n > 0:
+		fmt.Printf("%s replayed: back to pending with attempt 0. The relay tries them again; any that fail again go dead again (`queuebox dead list`).\n", rowsText(n))
+	default:
+		fmt.Printf("%s replayed.\n", rowsText(n))
+	}
+	if n == 0 {
+		fmt.Println("No row matched: replay takes dead rows (or delivered ones, with --state delivered) and never a pending or processing one; `queuebox dead list` shows the dead rows.")
+	}
+}
+
+var groupIDRE = regexp.MustCompile(`^g-[0-9a-f]{8}$`)
+
+// replayGroup is `queuebox replay --group ID`: the group's rows, as the
+// admin page groups them, put back to pending; a group whose failure
+// would recur needs --yes.
+func replayGroup(cmd *cobra.Command, id string, dryRun, yes bool) error {
+	var others []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if !oneOf(f.Name, "group", "yes", "dry-run", "config") {
+			others = append(others, "--"+f.Name)
+		}
+	})
+	if len(others) > 0 {
+		return &usageError{fmt.Errorf("--group replays one group as `queuebox dead groups` shows it, and takes no filter (%s); leave them out, or replay by filter without --group", strings.Join(others, ", "))}
+	}
+	if !groupIDRE.MatchString(id) {
+		return &usageError{fmt.Errorf("--group %q: is not a group id; give one that `queuebox dead groups` prints, such as g-3f9a2c1b", id)}
+	}
+	return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+		gs, err := admin.GroupDead(ctx, d, bootstrap.RouteOf(l), bootstrap.FinalStatus(l), admin.DeadGroupWindow)
+		if err != nil {
+			return err
+		}
+		g, ok := gs.Group(id)
+		if !ok {
+			return fmt.Errorf("--group %s: no group of the newest %d dead rows has this id: its rows were replayed or deleted since, or the routes changed; `queuebox dead groups` lists the groups", id, gs.Window)
+		}
+		if w := g.ReplayWarning; w != nil {
+			fmt.Fprintf(os.Stderr, "warning: %s.\n", w)
+			if !yes && !dryRun {
+				return fmt.Errorf("nothing replayed: the %s of group %s would fail again; fix the cause first, or replay anyway with --yes", rowsText(len(g.IDs)), id)
+			}
+		}
+		n, err := admin.Replay(ctx, d, dialects.Filter{IDs: g.IDs, States: []dialects.State{dialects.Dead}}, dryRun)
+		if err != nil {
+			return err
+		}
+		printReplayed(n, dryRun)
+		if gs.Grouped >= int64(gs.Window) {
+			fmt.Printf("The groups cover the newest %d dead rows: older rows of this group, if any, show in `queuebox dead groups` once these are gone.\n", gs.Window)
+		}
+		return nil
+	})
+}
+
+func oneOf(s string, allowed ...string) bool {
+	for _, a := range allowed {
+		if s == a {
+			return true
+		}
+	}
+	return false
+}
+
 func deadCmd() *cobra.Command {
-	c := &cobra.Command{Use: "dead", Short: "Inspect dead rows"}
+	c := &cobra.Command{Use: "dead", Short: "Inspect dead rows: one by one (list), or grouped by failure (groups)",
+		Example: "  queuebox dead list --limit 20\n  queuebox dead groups"}
 	var text admin.FilterText
+	var destination string
 	var limit int
+	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List dead rows with their last error",
+		Short: "List dead rows with their last error, the most recently updated first",
+		Long: "list prints the dead rows that the filters select, at most --limit, each with where its\n" +
+			"topic routes today, its tries (\"try 6 of 6\": the last try made, of at most max_attempts + 1)\n" +
+			"and its last error, and says when --limit cut the list.",
+		Example: "  queuebox dead list --limit 20\n" +
+			"  queuebox dead list --destination orders-webhook --error-contains 'gone'\n" +
+			"  queuebox dead list --topic 'order.#' --since 24h\n" +
+			"  queuebox dead list --json | jq -r '.rows[].id'",
 		RunE: func(*cobra.Command, []string) error {
 			f, err := text.Filter(admin.Flags, admin.ForDeadRows, time.Now())
 			if err == nil {
@@ -372,25 +562,59 @@ func deadCmd() *cobra.Command {
 				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				rows, err := admin.DeadRows(ctx, d, f, limit)
+				f, err := routedTo(f, destination, l)
 				if err != nil {
 					return err
 				}
-				return admin.WriteDeadRows(os.Stdout, rows)
+				dead, err := admin.DeadRows(ctx, d, f, limit, bootstrap.RouteOf(l))
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(os.Stdout).Encode(dead)
+				}
+				return dead.WriteText(os.Stdout)
 			})
 		},
 	}
-	filterFlags(list, &text, "dead")
+	filterFlags(list, &text, &destination, "dead")
 	list.Flags().IntVar(&limit, "limit", 100, fmt.Sprintf("the most rows to list (1 to %d)", admin.MaxLimit))
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts: the rows, the limit, and whether more rows match")
 	list.Args = wrapArgs(nil)
-	c.AddCommand(list)
+	var groupsJSON bool
+	groupsCmd := &cobra.Command{
+		Use:   "groups",
+		Short: "Group the newest dead rows by destination and error, as the admin page does",
+		Long: fmt.Sprintf("groups takes the newest %d dead rows and groups them by the destination their topic\n"+
+			"routes to today and their last error with ids and numbers taken out. Each group has an id\n"+
+			"(g- and 8 hex digits, the same while its destination and error are) for\n"+
+			"`queuebox replay --group ID`, and a warning when a replay would not cure it.", admin.DeadGroupWindow),
+		Example: "  queuebox dead groups --config queuebox.yaml\n" +
+			"  queuebox dead groups --json | jq -r '.groups[] | [.id, .rows, .error] | @tsv'",
+		RunE: func(*cobra.Command, []string) error {
+			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+				gs, err := admin.GroupDead(ctx, d, bootstrap.RouteOf(l), bootstrap.FinalStatus(l), admin.DeadGroupWindow)
+				if err != nil {
+					return err
+				}
+				if groupsJSON {
+					return json.NewEncoder(os.Stdout).Encode(gs)
+				}
+				return gs.WriteText(os.Stdout, time.Now())
+			})
+		},
+	}
+	groupsCmd.Flags().BoolVar(&groupsJSON, "json", false, "print JSON for scripts (the admin API's GET /api/dead-groups)")
+	groupsCmd.Args = wrapArgs(nil)
+	c.AddCommand(list, groupsCmd)
 	return c
 }
 
 func versionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, commit and Go version",
+		Use:     "version",
+		Short:   "Print the version, commit and Go version",
+		Example: "  queuebox version",
 		Run: func(*cobra.Command, []string) {
 			fmt.Printf("queuebox %s\ncommit %s\n%s %s/%s\n", bootstrap.Version, bootstrap.Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},

@@ -438,7 +438,7 @@ SELECT nextval({{lit rewinds}})
    AND ($3::text IS NULL OR {{c "key"}} = $3::text)
    AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
    AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
-   AND ($6::text IS NULL OR strpos({{c "last_error"}}, $6::text) > 0)
+   AND ($6::text IS NULL OR strpos(lower({{c "last_error"}}), lower($6::text)) > 0)
 
 -- name: OutboxSelect
 -- Operator selection: $1 states, $2 ids or NULL, $3 key or NULL, $4 since,

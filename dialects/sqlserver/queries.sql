@@ -115,7 +115,7 @@ SELECT @@ROWCOUNT;
    AND (@p3 IS NULL OR {{c "key"}} = @p3)
    AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
    AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
-   AND (@p6 IS NULL OR CHARINDEX(@p6, {{c "last_error"}}) > 0)
+   AND (@p6 IS NULL OR CHARINDEX(LOWER(@p6), LOWER({{c "last_error"}})) > 0)
 
 -- name: OutboxSelect
 -- @p1 JSON states, @p2 JSON ids or NULL, @p3 key, @p4 since, @p5 until,

@@ -1,5 +1,9 @@
 // Package testbin builds the real queuebox binary once per test process,
-// for the tests that run it as a separate process; TestMain removes it.
+// for the tests that run it as a separate process. It goes into a folder
+// of its own in the temporary folder: the TestMain of every package that
+// calls Path removes it (Remove), and under scripts/test.sh (make test)
+// the temporary folder is the run's own, removed with it, so that even a
+// test binary killed by -timeout leaves no binary behind.
 package testbin
 
 import (

@@ -1,7 +1,9 @@
 // Package http is the HTTP destination: one request per message, with the
-// headers every delivery carries (docs/how-it-works.md, "Headers"), optional Standard Webhooks signatures, pooled
-// keep-alive connections, and typed outcomes (a non-retryable status is
-// permanent, Retry-After on 429 and 503 is honoured).
+// headers every delivery carries (docs/how-it-works.md, "Headers"),
+// optional Standard Webhooks signatures (one per signing secret, so that a
+// receiver keeps verifying while the secret is rotated), pooled keep-alive
+// connections, and typed outcomes (a non-retryable status is permanent,
+// Retry-After on 429 and 503 is honoured).
 package http
 
 import (
@@ -37,7 +39,13 @@ type Config struct {
 	Timeout            time.Duration
 	NonRetryableStatus []int
 	MaxConnections     int
-	// SigningSecret is the decoded Standard Webhooks key; nil for none.
+	// SigningSecrets are the decoded Standard Webhooks keys: every request
+	// carries one v1 signature per key, in this order, space-separated in
+	// webhook-signature, as the specification allows, so that a receiver
+	// that knows either key of a rotation accepts it. None: unsigned.
+	SigningSecrets [][]byte
+	// SigningSecret is one more key, signed with first: the form of one
+	// key alone that callers used before rotations.
 	SigningSecret      []byte
 	CAFile             string
 	InsecureSkipVerify bool
@@ -51,6 +59,8 @@ type Sink struct {
 	cfg    Config
 	client *nethttp.Client
 	now    func() time.Time
+	// keys are the signing keys, SigningSecret's first.
+	keys [][]byte
 }
 
 // New builds the sink and its connection pool.
@@ -85,7 +95,16 @@ func New(cfg Config) (*Sink, error) {
 		ExpectContinueTimeout: time.Second,
 		TLSClientConfig:       tlsCfg,
 	}
-	return &Sink{cfg: cfg, client: &nethttp.Client{Transport: tr, Timeout: cfg.Timeout}, now: time.Now}, nil
+	var keys [][]byte
+	if cfg.SigningSecret != nil {
+		keys = append(keys, cfg.SigningSecret)
+	}
+	for _, k := range cfg.SigningSecrets {
+		if k != nil {
+			keys = append(keys, k)
+		}
+	}
+	return &Sink{cfg: cfg, client: &nethttp.Client{Transport: tr, Timeout: cfg.Timeout}, now: time.Now, keys: keys}, nil
 }
 
 // Close closes idle connections.
@@ -141,11 +160,11 @@ func (s *Sink) deliver(ctx context.Context, m *sinks.Message) error {
 		h.Set(k, v)
 	}
 	m.StandardHeaders(h.Set)
-	if s.cfg.SigningSecret != nil {
+	if len(s.keys) > 0 {
 		ts := strconv.FormatInt(s.now().Unix(), 10)
 		h.Set("webhook-id", m.ID)
 		h.Set("webhook-timestamp", ts)
-		h.Set("webhook-signature", "v1,"+Sign(s.cfg.SigningSecret, m.ID, ts, m.Body))
+		h.Set("webhook-signature", Signatures(s.keys, m.ID, ts, m.Body))
 	}
 	if err := checkHeaders(h); err != nil {
 		return sinks.Permanent(err)
@@ -269,6 +288,20 @@ func DecodeSigningSecret(s string) ([]byte, error) {
 		return nil, errors.New("a Standard Webhooks secret is whsec_ followed by the base64 of at least 16 random bytes (for example whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM=)")
 	}
 	return b, nil
+}
+
+// Signatures is the value of webhook-signature for keys: "v1,<signature>"
+// for each key, space-separated, in the order of keys.
+func Signatures(keys [][]byte, id, timestamp string, body []byte) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("v1,")
+		b.WriteString(Sign(k, id, timestamp, body))
+	}
+	return b.String()
 }
 
 // Sign computes a Standard Webhooks signature: base64 of

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 )
@@ -88,6 +90,48 @@ func TestRequestCarriesHeadersBodyAndEscapedURL(t *testing.T) {
 	}
 	if string(body) != `{"a":1}` {
 		t.Errorf("body %s", body)
+	}
+}
+
+// A destination in a rotation signs each delivery with both secrets. A
+// receiver that verifies with the Standard Webhooks project's own Go
+// library accepts it knowing either secret alone, refuses it knowing
+// neither, and refuses it when the body was changed on the way.
+func TestSigningWithTheSecretsOfARotation(t *testing.T) {
+	const newSecret, oldSecret, otherSecret = "whsec_QkVTdC1rZXktb2YtdGhlLXJvdGF0aW9uIQ==", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_YW5vdGhlci1zZWNyZXQtZW50aXJlbHk="
+	var got nethttp.Header
+	var body []byte
+	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		got, body = r.Header.Clone(), must(io.ReadAll(r.Body))
+		w.WriteHeader(204)
+	}))
+	defer srv.Close()
+	s := sink(t, srv.URL+"/", func(c *Config) {
+		c.SigningSecrets = [][]byte{must(DecodeSigningSecret(newSecret)), must(DecodeSigningSecret(oldSecret))}
+	})
+	if err := s.Publish(context.Background(), []sinks.Message{msg()})[0]; err != nil {
+		t.Fatal(err)
+	}
+	if sigs := strings.Fields(got.Get("Webhook-Signature")); len(sigs) != 2 || !strings.HasPrefix(sigs[0], "v1,") || !strings.HasPrefix(sigs[1], "v1,") {
+		t.Fatalf("webhook-signature %q; want two v1 signatures, space-separated", got.Get("Webhook-Signature"))
+	}
+	verify := func(secret string, b []byte) error {
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wh.Verify(b, got)
+	}
+	for _, secret := range []string{newSecret, oldSecret} {
+		if err := verify(secret, body); err != nil {
+			t.Errorf("a receiver that knows %s...: %v", secret[:10], err)
+		}
+	}
+	if err := verify(otherSecret, body); err == nil {
+		t.Error("a receiver with another secret accepted the delivery")
+	}
+	if err := verify(newSecret, []byte(`{"a":2}`)); err == nil {
+		t.Error("a changed body passed verification")
 	}
 }
 

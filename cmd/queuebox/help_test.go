@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// Every command has examples in its help, cobra's own (help, completion
+// and its shells) too; --config is a flag of exactly the commands that
+// read the configuration file, and of no other (version, help, dev, bench,
+// completion, the groups that only hold subcommands).
+func TestHelpHasExamplesAndConfigOnlyWhereRead(t *testing.T) {
+	root := newRoot()
+	reads := map[string]bool{
+		"queuebox run": true, "queuebox migrate": true, "queuebox migrate up": true, "queuebox migrate status": true,
+		"queuebox config check": true, "queuebox status": true, "queuebox replay": true,
+		"queuebox dead list": true, "queuebox dead groups": true,
+	}
+	seen := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		seen++
+		path := c.CommandPath()
+		if strings.TrimSpace(c.Example) == "" {
+			t.Errorf("%s has no examples", path)
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			if !strings.HasPrefix(line, "  ") {
+				t.Errorf("%s: an example line not indented as cobra's help shows them: %q", path, line)
+			}
+		}
+		if has := c.Flags().Lookup("config") != nil; has != reads[path] {
+			t.Errorf("%s: --config %v, want %v", path, has, reads[path])
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	if seen < 20 {
+		t.Fatalf("walked %d commands; help and completion are not all there", seen)
+	}
+}
