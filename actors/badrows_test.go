@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
@@ -84,20 +85,21 @@ func runBadRows(t *testing.T, cases []badRow, hookURL string) map[string]rowEnd 
 	h.waitState(dialects.Delivered, int64(len(cases)), time.Minute)
 	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
 	out := map[string]rowEnd{}
-	deadline := time.Now().Add(time.Minute)
 	for _, c := range cases {
-		for {
+		// The end of the row; a row that never ends is reported by
+		// checkBadRows with the state it was left in.
+		_ = testkit.Poll(time.Minute, func() error {
 			var e rowEnd
 			if err := h.d.Pool().QueryRow(context.Background(), `SELECT state, attempt, coalesce(last_error, '') FROM `+tbl+` WHERE id = $1`, ids[c.name]).
 				Scan(&e.state, &e.attempt, &e.lastErr); err != nil {
 				t.Fatal(err)
 			}
-			if e.state == "dead" || e.state == "delivered" || time.Now().After(deadline) {
-				out[c.name] = e
-				break
+			out[c.name] = e
+			if e.state != "dead" && e.state != "delivered" {
+				return fmt.Errorf("%s is %s", c.name, e.state)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/migrations"
 	"github.com/queuebox/queuebox/sinks"
 	nullsink "github.com/queuebox/queuebox/sinks/null"
@@ -77,11 +78,7 @@ func TestRelaysThatShareTheServerRunOneClaimAndOneCompletionAtATime(t *testing.T
 	h.routeAllTo(func() (sinks.Sink, error) { return nullsink.New(), nil })
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited 10 s for %s", what)
-			}
-		}
+		testkit.Eventually(t, what, 10*time.Second, testkit.True(ok))
 	}
 
 	// drain drains a backlog of its own and checks how many claims and

@@ -156,20 +156,17 @@ func (h *harness) insert(rs []dialects.NewRow) {
 
 func (h *harness) waitState(state dialects.State, n int64, timeout time.Duration) dialects.Stats {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
 	var st dialects.Stats
-	for time.Now().Before(deadline) {
+	testkit.Eventually(h.t, fmt.Sprintf("%d %s rows", n, state), timeout, func() error {
 		var err error
-		st, err = h.d.OutboxStats(context.Background())
-		if err != nil {
-			h.t.Fatal(err)
+		if st, err = h.d.OutboxStats(context.Background()); err != nil {
+			return err
 		}
-		if st.Rows[state] >= n {
-			return st
+		if st.Rows[state] < n {
+			return fmt.Errorf("have %v", st.Rows)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("waited %s for %d %s rows; have %v", timeout, n, state, st.Rows)
+		return nil
+	})
 	return st
 }
 
@@ -238,13 +235,8 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 	}
 	// Idle key actors stop (keyIdleMs is 200 ms here): memory follows the
 	// active keys, not every key ever seen.
-	deadline := time.Now().Add(30 * time.Second)
-	for e.Stats.KeyActors.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := e.Stats.KeyActors.Load(); n != 0 {
-		t.Fatalf("%d key actors still alive long after their keys went idle", n)
-	}
+	testkit.Eventually(t, "no key actor alive long after the keys went idle", 30*time.Second,
+		testkit.True(func() bool { return e.Stats.KeyActors.Load() == 0 }))
 }
 
 // Every mailbox of size 1: everything is delivered, in order, no deadlock.
@@ -411,11 +403,8 @@ func TestStopDrains(t *testing.T) {
 	h.insert(rows(10, 20, 100, func(int) int { return 0 }))
 	e := h.start()
 	// Wait until deliveries are in flight.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(recv.Requests()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond) // some requests are now half-way
+	testkit.Eventually(t, "deliveries in flight", 30*time.Second, testkit.True(func() bool { return len(recv.Requests()) > 0 }))
+	time.Sleep(100 * time.Millisecond) // some requests are now half-way through their delay
 	if err := e.Stop(context.Background()); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -531,20 +520,11 @@ func TestARowSeenByAFailedClaimIsClaimedAtTheNextProbe(t *testing.T) {
 	f := &failingClaims{Dialect: h.d}
 	h.opts.Dialect = f
 	e := h.start()
-	for at := time.Now(); !e.Stats.Idle.Load(); time.Sleep(5 * time.Millisecond) {
-		if time.Since(at) > 5*time.Second {
-			t.Fatal("the replica did not settle at the idle pace")
-		}
-	}
+	testkit.Eventually(t, "the replica settles at the idle pace", 5*time.Second, testkit.True(e.Stats.Idle.Load))
 	f.armed.Store(true)
 	h.insert(rows(1, 1, 0, func(int) int { return 0 }))
-	at := time.Now()
-	for recv.Delivered() == 0 {
-		if time.Since(at) > 3*time.Second {
-			t.Fatalf("the row was not delivered within 3 s of a failed claim (claim failed: %v); the poll is 10 s away", !f.armed.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the row is delivered within 3 s of a failed claim (the poll is 10 s away)", 3*time.Second,
+		testkit.True(func() bool { return recv.Delivered() > 0 }))
 	if f.armed.Load() {
 		t.Fatal("no claim failed: the test injected nothing")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/pgcluster"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/migrations"
 	"github.com/queuebox/queuebox/routing"
@@ -69,12 +70,8 @@ func TestDatabaseRestart(t *testing.T) {
 	if logs := h.logs.String(); !strings.Contains(logs, "database unreachable; claims paused") {
 		t.Errorf("no log line says the database went away:\n%s", logs)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(h.logs.String(), "database reachable again") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if logs := h.logs.String(); !strings.Contains(logs, "database reachable again") {
-		t.Errorf("no log line says the database came back:\n%s", logs)
+	if err := testkit.Poll(30*time.Second, testkit.True(func() bool { return strings.Contains(h.logs.String(), "database reachable again") })); err != nil {
+		t.Errorf("no log line says the database came back:\n%s", h.logs.String())
 	}
 	if !e.Ready() {
 		t.Error("the engine does not report ready after the database came back")
@@ -147,13 +144,7 @@ func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
 	if _, err := h.d.Pool().Exec(context.Background(), `UPDATE `+tbl+` SET claim_token = $1`, other); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.Stats.LostClaims.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := e.Stats.LostClaims.Load(); n < 2 {
-		t.Fatalf("lost claims counted: %d, want 2", n)
-	}
+	testkit.Eventually(t, "two lost claims counted", 30*time.Second, testkit.True(func() bool { return e.Stats.LostClaims.Load() >= 2 }))
 	rec.mu.Lock()
 	heard := rec.lost
 	rec.mu.Unlock()
@@ -224,19 +215,17 @@ func TestRetentionDeletesOldRows(t *testing.T) {
 	_ = h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE state = 'delivered' AND updated_at < now() - interval '1 day'`).Scan(&oldDelivered)
 	h.opts.Retention = actors.Retention{Delivered: 24 * time.Hour, Dead: 0, Interval: 100 * time.Millisecond, BatchSize: 3}
 	h.start()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		st, _ := h.d.OutboxStats(context.Background())
-		if st.Rows[dialects.Delivered] == 20-oldDelivered {
-			if st.Rows[dialects.Dead] != 10 {
-				t.Fatalf("dead rows were deleted with their age set to 0 (keep forever): %v", st.Rows)
-			}
-			return
+	var st dialects.Stats
+	testkit.Eventually(t, "retention deletes the old delivered rows", 30*time.Second, func() error {
+		st, _ = h.d.OutboxStats(context.Background())
+		if st.Rows[dialects.Delivered] != 20-oldDelivered {
+			return fmt.Errorf("retention left %v, want %d delivered", st.Rows, 20-oldDelivered)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if st.Rows[dialects.Dead] != 10 {
+		t.Fatalf("dead rows were deleted with their age set to 0 (keep forever): %v", st.Rows)
 	}
-	st, _ := h.d.OutboxStats(context.Background())
-	t.Fatalf("retention left %v, want %d delivered", st.Rows, 20-oldDelivered)
 }
 
 // failingRenewals is the real dialect whose lease renewals always fail, as

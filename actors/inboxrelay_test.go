@@ -15,6 +15,7 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/sinks"
 	nullsink "github.com/queuebox/queuebox/sinks/null"
@@ -246,11 +247,8 @@ func TestAMovingInboxIsProbedAtTheProbeInterval(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for at := time.Now(); e.Stats.Claimed.Load() < 3; time.Sleep(5 * time.Millisecond) {
-		if time.Since(at) > 5*time.Second {
-			t.Fatal("the three inbox messages were not relayed and claimed within 5 s")
-		}
-	}
+	testkit.Eventually(t, "the three inbox messages are relayed and claimed", 5*time.Second,
+		testkit.True(func() bool { return e.Stats.Claimed.Load() >= 3 }))
 	// The inbox moved just now: the relay probes at the busy pace for a
 	// second, 100 probes in 500 ms at 5 ms (fewer on a loaded machine).
 	n0 := c.n.Load()

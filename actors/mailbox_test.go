@@ -1,10 +1,12 @@
 package actors
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // A mailbox's length counts the message being handled and those waiting,
@@ -30,11 +32,11 @@ func TestMailboxLengthCountsWaitingMessages(t *testing.T) {
 		t.Fatalf("length %d with one message handled and one waiting, want 2", n)
 	}
 	close(gate)
-	deadline := time.Now().Add(10 * time.Second)
-	for length.n.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := length.n.Load(); n != 0 {
-		t.Fatalf("length %d once the actor stopped and its mailbox ran out, want 0", n)
-	}
+	testkit.Eventually(t, "an empty mailbox once the actor stopped", 10*time.Second,
+		func() error {
+			if n := length.n.Load(); n != 0 {
+				return fmt.Errorf("length %d", n)
+			}
+			return nil
+		})
 }

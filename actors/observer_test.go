@@ -8,6 +8,7 @@ import (
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
@@ -96,16 +97,11 @@ func TestObserverHearsEveryRow(t *testing.T) {
 	// The completion is reported after its statement returns: wait for it.
 	st := &e.Stats
 	written := func() int64 { return st.Delivered.Load() + st.Retried.Load() + st.Dead.Load() + st.Released.Load() }
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	_ = testkit.Poll(30*time.Second, testkit.True(func() bool {
 		rec.mu.Lock()
-		done := int64(rec.completed) == written()
-		rec.mu.Unlock()
-		if done {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer rec.mu.Unlock()
+		return int64(rec.completed) == written()
+	})) // the checks below say what is missing
 	if got, want := rec.count("order.#", "hook", actors.Delivered), 100; got != want {
 		t.Errorf("order.# -> hook delivered %d rows, want %d", got, want)
 	}
@@ -139,13 +135,9 @@ func TestObserverHearsEveryRow(t *testing.T) {
 	rec.mu.Unlock()
 
 	// Nothing is left in any mailbox once the work is done.
-	deadline = time.Now().Add(30 * time.Second)
 	for _, k := range actors.ActorKinds() {
-		for e.MailboxLength(k) != 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := e.MailboxLength(k); n != 0 {
-			t.Errorf("%d messages stay in the %s mailboxes of an idle engine", n, k)
+		if err := testkit.Poll(30*time.Second, testkit.True(func() bool { return e.MailboxLength(k) == 0 })); err != nil {
+			t.Errorf("%d messages stay in the %s mailboxes of an idle engine", e.MailboxLength(k), k)
 		}
 	}
 	_ = e.Stop(context.Background())

@@ -94,11 +94,11 @@ func runWakeAfterIdle(ctx context.Context, e *env) ([]Result, error) {
 			r.stop()
 		}
 	}()
+	// The idle cost first, with one replica and then three, on a table of
+	// their own, each kind alone on the server.
 	for _, kind := range []string{"logical", "probe"} {
-		// The idle cost first, with one replica and then three, on a table
-		// of their own; the latencies after, with one replica of each kind.
 		for _, n := range []int{1, 3} {
-			r, err := e.startWakeRelays(ctx, bin, kind, n)
+			r, err := e.startWakeRelays(ctx, bin, kind, n, false)
 			if err != nil {
 				return out, err
 			}
@@ -109,7 +109,10 @@ func runWakeAfterIdle(ctx context.Context, e *env) ([]Result, error) {
 			}
 			out = append(out, res)
 		}
-		r, err := e.startWakeRelays(ctx, bin, kind, 1)
+	}
+	// The latencies, with one replica of each kind, each on its table.
+	for i, kind := range []string{"logical", "probe"} {
+		r, err := e.startWakeRelays(ctx, bin, kind, 1, i > 0)
 		if err != nil {
 			return out, err
 		}
@@ -156,7 +159,8 @@ func runWakeAfterIdle(ctx context.Context, e *env) ([]Result, error) {
 // startWakeRelays starts n replicas of the binary on a fresh table, with
 // database.wakeups auto (logical) or probe, delivering to a destination of
 // this process, and waits until they are ready and, with logical, listen.
-func (e *env) startWakeRelays(ctx context.Context, bin, kind string, n int) (*wakeRelay, error) {
+// beside says other relays run on the server already.
+func (e *env) startWakeRelays(ctx context.Context, bin, kind string, n int, beside bool) (*wakeRelay, error) {
 	d, _, err := e.fresh(ctx, "wake_"+kind)
 	if err != nil {
 		return nil, err
@@ -215,7 +219,7 @@ func (e *env) startWakeRelays(ctx context.Context, bin, kind string, n int) (*wa
 		r.procs = append(r.procs, p)
 	}
 	for _, p := range r.procs {
-		if err := waitReady(ctx, p, exited, n > 1); err != nil {
+		if err := waitReady(ctx, p, exited, n > 1 || beside); err != nil {
 			r.stop()
 			return nil, err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // Harness adapts one dialect to the suite.
@@ -958,22 +959,16 @@ func testOtherRelays(t *testing.T, h Harness) {
 	busy(b)
 	busy(lone)
 	// A session counts once it is a few seconds old (a relay's own may not
-	// be known to it yet while it connects).
-	time.Sleep(2500 * time.Millisecond)
+	// be known to it yet while it connects): once the two relays of one
+	// name count each other, every session is that old.
+	testkit.Eventually(t, "two relays of one name count each other's sessions", 30*time.Second,
+		testkit.True(func() bool { return others(a) > 0 && others(b) > 0 }))
 	if n := others(lone); n != 0 {
 		t.Fatalf("a relay alone with its name counts %d sessions of other relays, want 0: neither its own nor those of another name count", n)
 	}
-	if na, nb := others(a), others(b); na == 0 || nb == 0 {
-		t.Fatalf("two relays of one name count %d and %d sessions of each other, want both > 0", na, nb)
-	}
 	b.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for others(a) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a relay still counts %d sessions of another that closed 10 s ago", others(a))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, "a relay stops counting the sessions of another that closed", 10*time.Second,
+		testkit.True(func() bool { return others(a) == 0 }))
 }
 
 // Native errors a user can act on come back as the seam's own.

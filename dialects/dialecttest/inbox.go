@@ -3,7 +3,9 @@ package dialecttest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // RunInbox runs the inbox's subtests: receiving once per source and message
@@ -310,15 +313,16 @@ func testRelayGate(t *testing.T, h Harness) {
 	}
 	// The probe's epoch settles once the horizon passes it.
 	var w dialects.Watermark
-	deadline := time.Now().Add(30 * time.Second)
-	for w.Settled() < p.Last && time.Now().Before(deadline) {
+	_ = testkit.Poll(30*time.Second, func() error { // the relay below says what did not settle
 		q, err := d.InboxProbe(ctx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.Observe(q, time.Now())
-		time.Sleep(5 * time.Millisecond)
-	}
+		if w.Observe(q, time.Now()); w.Settled() < p.Last {
+			return errors.New("not settled yet")
+		}
+		return nil
+	})
 	r = relay(t, d, dialects.InboxRelayParams{Limit: 10, MaxAttempts: 5, Gate: w.Gate()})
 	if r.Relayed != 2 {
 		t.Fatalf("relayed %d rows once settled (watermark %d, probe %+v), want the two keyed ones", r.Relayed, w.Settled(), p)
@@ -383,23 +387,18 @@ func testConcurrentRelays(t *testing.T, h Harness) {
 				}
 				mu.Unlock()
 				if r.Relayed == 0 {
-					time.Sleep(time.Millisecond)
+					runtime.Gosched() // let the receivers store more
 				}
 			}
 		}()
 	}
 	recvWG.Wait()
 	total := receivers * perReceiver
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	_ = testkit.Poll(time.Minute, testkit.True(func() bool { // the checks below say what is missing
 		mu.Lock()
-		n := relayed
-		mu.Unlock()
-		if n >= total || len(failures) > 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return relayed >= total || len(failures) > 0
+	}))
 	close(done)
 	wg.Wait()
 	for _, f := range failures[:min(len(failures), 10)] {

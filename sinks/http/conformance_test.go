@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	"github.com/queuebox/queuebox/sinks/sinktest"
@@ -49,14 +50,11 @@ func (r *receiver) serve(w nethttp.ResponseWriter, req *nethttp.Request) {
 }
 
 func (r *receiver) start(t *testing.T) {
-	ln, err := net.Listen("tcp", r.addr)
-	for i := 0; err != nil && i < 50; i++ { // the old socket may linger a moment
-		time.Sleep(100 * time.Millisecond)
+	var ln net.Listener
+	testkit.Eventually(t, "listening again on "+r.addr, 5*time.Second, func() (err error) { // the old socket may linger a moment
 		ln, err = net.Listen("tcp", r.addr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		return err
+	})
 	r.addr = ln.Addr().String()
 	srv := &nethttp.Server{Handler: nethttp.HandlerFunc(r.serve), ConnState: func(c net.Conn, s nethttp.ConnState) {
 		r.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/queuebox/queuebox/internal/testkafka"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	"github.com/queuebox/queuebox/sinks/sinktest"
@@ -178,10 +179,7 @@ func TestPartitioners(t *testing.T) {
 			}
 			r := c.NewReader(topic, partitions)
 			var got []testkafka.Record
-			deadline := time.Now().Add(30 * time.Second)
-			for got = r.Poll(); len(got) < len(keys) && time.Now().Before(deadline); got = r.Poll() {
-				time.Sleep(20 * time.Millisecond)
-			}
+			_ = testkit.Poll(30*time.Second, testkit.True(func() bool { got = r.Poll(); return len(got) >= len(keys) }))
 			if len(got) != len(keys) {
 				t.Fatalf("%d of %d records arrived", len(got), len(keys))
 			}
@@ -354,8 +352,7 @@ func publishOne(s *Sink, m sinks.Message) error {
 // checks that its key and value are m's.
 func readBack(t *testing.T, r *testkafka.Reader, m sinks.Message) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, "message "+m.ID+" is read back", 5*time.Second, func() error {
 		for _, rec := range r.Poll() {
 			if rec.Headers["X-Message-Id"] != m.ID {
 				continue
@@ -363,13 +360,10 @@ func readBack(t *testing.T, r *testkafka.Reader, m sinks.Message) {
 			if string(rec.Key) != m.Key || !bytes.Equal(rec.Value, m.Body) {
 				t.Fatalf("message %s read back with key %q and value %q, want %q and %q", m.ID, rec.Key, rec.Value, m.Key, m.Body)
 			}
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("message %s was not read back within 5 s", m.ID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.New("not yet")
+	})
 }
 
 // notWritten checks that none of msgs reached the topic.

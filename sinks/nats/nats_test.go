@@ -15,6 +15,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
@@ -224,17 +225,16 @@ func TestCredentialsFileLogsIn(t *testing.T) {
 		s := newSink(t, Config{URL: srv.URL, Subject: subject, JetStream: true, CredentialsFile: file, Timeout: 2 * time.Second})
 		// The first connect is in the background: wait for its refusal.
 		var err error
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		_ = testkit.Poll(10*time.Second, func() error { // the checks below say what the refusal lacked
 			err = s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 1)})[0]
 			if err == nil {
 				t.Fatalf("%s: a publish succeeded", name)
 			}
-			if strings.Contains(strings.ToLower(err.Error()), "authorization violation") || time.Now().After(deadline) {
-				break
+			if !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+				return err
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		t.Logf("%s: %v", name, err)
 		if msg := err.Error(); !strings.Contains(strings.ToLower(msg), "authorization violation") || !strings.Contains(msg, "not connected") ||
 			!strings.Contains(msg, strings.TrimPrefix(srv.URL, "nats://")) {

@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrabbit"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
@@ -107,17 +108,14 @@ func deliveries(ds []amqp.Delivery) []sinktest.Delivery {
 
 func waitGet(t *testing.T, q *testrabbit.Queue, n int) []amqp.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := q.Get()
-		if len(got) >= n {
-			return got
+	var got []amqp.Delivery
+	testkit.Eventually(t, fmt.Sprintf("%d messages arrive", n), 30*time.Second, func() error {
+		if got = q.Get(); len(got) < n {
+			return fmt.Errorf("%d of %d messages arrived", len(got), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d messages arrived", len(got), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 func message() sinks.Message {

@@ -46,6 +46,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/sinks"
 )
 
@@ -223,19 +224,7 @@ func publish(t *testing.T, s sinks.Sink, msgs ...sinks.Message) []error {
 // last poll said.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(Wait)
-	delay := 5 * time.Millisecond
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s: %v", what, Wait, err)
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 200*time.Millisecond)
-	}
+	testkit.Eventually(t, what, Wait, cond)
 }
 
 // byID finds the deliveries of a message id.
