@@ -104,12 +104,7 @@ func openTarget(t *testing.T, _ bool) *sinktest.Target {
 			}
 		},
 		Down: func(t *testing.T) (sinks.Sink, string) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := ln.Addr().String()
-			_ = ln.Close()
+			addr := sinktest.ClosedAddress(t)
 			return newSink(t, "http://"+addr+"/{{ headers.Route }}"), addr
 		},
 	}

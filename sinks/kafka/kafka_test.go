@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"hash/fnv"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,28 +18,13 @@ import (
 
 	"github.com/queuebox/queuebox/internal/testkafka"
 	"github.com/queuebox/queuebox/internal/testkit"
-	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	"github.com/queuebox/queuebox/sinks/sinktest"
 )
 
-func tpl(t testing.TB, s string) *routing.Template {
-	t.Helper()
-	p, err := routing.ParseTemplate(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func newSink(t testing.TB, cfg Config) *Sink {
 	t.Helper()
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return sinktest.Open(t, func() (*Sink, error) { return New(cfg) })
 }
 
 func deliveries(rs []testkafka.Record) []sinktest.Delivery {
@@ -66,18 +50,13 @@ func TestConformance(t *testing.T) {
 			prefix := testkafka.Unique("qbt")
 			c.CreateTopic(t, prefix+"-r1", 3)
 			r := c.NewReader(prefix+"-r1", 3)
-			s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, prefix+"-{{ headers.Route }}"), Timeout: 5 * time.Second})
+			s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, prefix+"-{{ headers.Route }}"), Timeout: 5 * time.Second})
 			tg := &sinktest.Target{
 				Sink: s, Route: "r1", Unroutable: "nowhere",
 				Received: func() []sinktest.Delivery { return deliveries(r.Poll()) },
 				Down: func(t *testing.T) (sinks.Sink, string) {
-					ln, err := net.Listen("tcp", "127.0.0.1:0")
-					if err != nil {
-						t.Fatal(err)
-					}
-					addr := ln.Addr().String()
-					_ = ln.Close()
-					return newSink(t, Config{Brokers: []string{addr}, Topic: tpl(t, "t"), Timeout: 5 * time.Second}), addr
+					addr := sinktest.ClosedAddress(t)
+					return newSink(t, Config{Brokers: []string{addr}, Topic: sinktest.Template(t, "t"), Timeout: 5 * time.Second}), addr
 				},
 			}
 			if faults {
@@ -164,7 +143,7 @@ func TestPartitioners(t *testing.T) {
 			const partitions = 6
 			topic := testkafka.Unique("qbt-part")
 			c.CreateTopic(t, topic, partitions)
-			s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), Partitioner: tc.name})
+			s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), Partitioner: tc.name})
 			keys := []string{"21", "foobar", "abc", "cust-42", "order-7", "a-little-bit-long-string", "k0", "k1", "k2", "k3", "k4", "k5"}
 			used := map[int]bool{}
 			for i, k := range keys {
@@ -235,7 +214,7 @@ func TestAcksAndCompressionOnTheWire(t *testing.T) {
 				topic := testkafka.Unique("qbt-codec")
 				c.CreateTopic(t, topic, 1)
 				p := watchProduces(c.Fake(t), topic)
-				s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), Acks: acks, Compression: name})
+				s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), Acks: acks, Compression: name})
 				body := []byte(`{"text":"` + strings.Repeat("compressible ", 200) + `"}`)
 				m := sinktest.Message(&sinktest.Target{}, "k", 0)
 				m.Body = body
@@ -274,7 +253,7 @@ func TestRunOfOneKeyIsOneProduce(t *testing.T) {
 	topic := testkafka.Unique("qbt-run")
 	c.CreateTopic(t, topic, 6)
 	p := watchProduces(c.Fake(t), topic)
-	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic)})
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic)})
 	msgs := make([]sinks.Message, 100)
 	for i := range msgs {
 		msgs[i] = sinktest.Message(&sinktest.Target{}, "cust-42", int64(i))
@@ -304,7 +283,7 @@ func TestUnkeyedRecordHasNoKey(t *testing.T) {
 	c := testkafka.New(t)
 	topic := testkafka.Unique("qbt-nokey")
 	c.CreateTopic(t, topic, 1)
-	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic)})
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic)})
 	if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "", 0)})[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +298,7 @@ func TestTemplatedTopicAndBadValues(t *testing.T) {
 	c := testkafka.New(t)
 	prefix := testkafka.Unique("qbt-agg")
 	c.CreateTopic(t, prefix+".order", 1)
-	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, prefix+".{{ aggregateType }}")})
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, prefix+".{{ aggregateType }}")})
 	m := sinktest.Message(&sinktest.Target{}, "k", 0) // aggregate type "order"
 	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
 		t.Fatal(err)
@@ -422,7 +401,7 @@ func TestTLS(t *testing.T) {
 	c.CreateTopic(t, topic, 1)
 	r := c.NewReader(topic, 1)
 	sink := func(t *testing.T, tc TLS) *Sink {
-		return newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: tc, Timeout: 5 * time.Second})
+		return newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), TLS: tc, Timeout: 5 * time.Second})
 	}
 
 	t.Run("caFile", func(t *testing.T) {
@@ -456,7 +435,7 @@ func TestTLS(t *testing.T) {
 		notWritten(t, r, m)
 	})
 	t.Run("missing caFile", func(t *testing.T) {
-		_, err := New(Config{Brokers: c.Brokers, Topic: tpl(t, topic), TLS: TLS{Enabled: true, CAFile: filepath.Join(t.TempDir(), "none.pem")}})
+		_, err := New(Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), TLS: TLS{Enabled: true, CAFile: filepath.Join(t.TempDir(), "none.pem")}})
 		var ce *sinks.ConfigError
 		if !errors.As(err, &ce) || ce.Key != "tls.caFile" {
 			t.Errorf("a missing CA file: %v, want a configuration error on tls.caFile", err)
@@ -483,14 +462,14 @@ func TestSASL(t *testing.T) {
 		t.Run(u.Mechanism, func(t *testing.T) {
 			creds := SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password}
 			m := sinktest.Message(&sinktest.Target{}, "cust-"+u.Username, 1)
-			s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: creds, Timeout: 5 * time.Second})
+			s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), SASL: creds, Timeout: 5 * time.Second})
 			if err := publishOne(s, m); err != nil {
 				t.Fatal(err)
 			}
 			readBack(t, r, m)
 
 			creds.Password = "wrong-password"
-			bad := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), SASL: creds, Timeout: 5 * time.Second})
+			bad := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), SASL: creds, Timeout: 5 * time.Second})
 			msgs := []sinks.Message{sinktest.Message(&sinktest.Target{}, "cust-bad", 2), sinktest.Message(&sinktest.Target{}, "cust-bad", 3)}
 			// A broker answers a refused login with SASL_AUTHENTICATION_FAILED
 			// or by closing the connection (kfake does the latter); the sink
@@ -514,7 +493,7 @@ func TestTLSWithSASL(t *testing.T) {
 	c := testkafka.NewSecure(t, testkafka.Security{CA: ca, Users: []testkafka.User{u}})
 	topic := testkafka.Unique("qbt-tls-sasl")
 	c.CreateTopic(t, topic, 1)
-	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, topic), Timeout: 5 * time.Second,
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, topic), Timeout: 5 * time.Second,
 		TLS: TLS{Enabled: true, CAFile: ca.File}, SASL: SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password}})
 	m := sinktest.Message(&sinktest.Target{}, "cust-both", 1)
 	if err := publishOne(s, m); err != nil {
@@ -531,7 +510,7 @@ func TestSASLWithoutTheTLSTheBrokersExpect(t *testing.T) {
 	ca := testkafka.NewCA(t)
 	u := testkafka.User{Mechanism: "SCRAM-SHA-256", Username: "tlsonly", Password: "secret"}
 	c := testkafka.NewSecure(t, testkafka.Security{CA: ca, Users: []testkafka.User{u}})
-	s := newSink(t, Config{Brokers: c.Brokers, Topic: tpl(t, testkafka.Unique("qbt-notls")), Timeout: 5 * time.Second,
+	s := newSink(t, Config{Brokers: c.Brokers, Topic: sinktest.Template(t, testkafka.Unique("qbt-notls")), Timeout: 5 * time.Second,
 		SASL: SASL{Mechanism: u.Mechanism, Username: u.Username, Password: u.Password}})
 	failsEach(t, s, []sinks.Message{sinktest.Message(&sinktest.Target{}, "cust-notls", 1)}, "tls.enabled")
 }
@@ -541,13 +520,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Topic: tpl(t, "t")}, "brokers"},
-		{Config{Brokers: []string{"nohost"}, Topic: tpl(t, "t")}, "host:port"},
-		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), Acks: "two"}, "acks"},
-		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), Compression: "brotli"}, "compression"},
-		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), Partitioner: "crc32"}, "partitioner"},
-		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), SASL: SASL{Mechanism: "GSSAPI"}}, "sasl.mechanism"},
-		{Config{Brokers: []string{"h:1"}, Topic: tpl(t, "t"), TLS: TLS{CAFile: "x.pem"}}, "tls.enabled"},
+		{Config{Topic: sinktest.Template(t, "t")}, "brokers"},
+		{Config{Brokers: []string{"nohost"}, Topic: sinktest.Template(t, "t")}, "host:port"},
+		{Config{Brokers: []string{"h:1"}, Topic: sinktest.Template(t, "t"), Acks: "two"}, "acks"},
+		{Config{Brokers: []string{"h:1"}, Topic: sinktest.Template(t, "t"), Compression: "brotli"}, "compression"},
+		{Config{Brokers: []string{"h:1"}, Topic: sinktest.Template(t, "t"), Partitioner: "crc32"}, "partitioner"},
+		{Config{Brokers: []string{"h:1"}, Topic: sinktest.Template(t, "t"), SASL: SASL{Mechanism: "GSSAPI"}}, "sasl.mechanism"},
+		{Config{Brokers: []string{"h:1"}, Topic: sinktest.Template(t, "t"), TLS: TLS{CAFile: "x.pem"}}, "tls.enabled"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error about %s", tc.cfg, err, tc.want)
@@ -561,7 +540,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func BenchmarkPublish(b *testing.B) {
 	c := testkafka.New(b)
 	c.CreateTopic(b, "bench", 6)
-	s := newSink(b, Config{Brokers: c.Brokers, Topic: tpl(b, "bench")})
+	s := newSink(b, Config{Brokers: c.Brokers, Topic: sinktest.Template(b, "bench")})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
 }
 
@@ -574,6 +553,6 @@ func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
 	for _, t := range topics {
 		c.CreateTopic(b, "bench."+t, 6)
 	}
-	s := newSink(b, Config{Brokers: c.Brokers, Topic: tpl(b, "bench.{{ topic }}")})
+	s := newSink(b, Config{Brokers: c.Brokers, Topic: sinktest.Template(b, "bench.{{ topic }}")})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, topics...)
 }

@@ -3,7 +3,6 @@ package nats
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,28 +16,13 @@ import (
 
 	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testnats"
-	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	"github.com/queuebox/queuebox/sinks/sinktest"
 )
 
-func tpl(t testing.TB, s string) *routing.Template {
-	t.Helper()
-	p, err := routing.ParseTemplate(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func newSink(t testing.TB, cfg Config) *Sink {
 	t.Helper()
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return sinktest.Open(t, func() (*Sink, error) { return New(cfg) })
 }
 
 func delivery(id string, h natsgo.Header, body []byte) sinktest.Delivery {
@@ -50,13 +34,8 @@ func delivery(id string, h natsgo.Header, body []byte) sinktest.Delivery {
 }
 
 func downSink(t *testing.T, js bool) (sinks.Sink, string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return newSink(t, Config{URL: "nats://" + addr, Subject: tpl(t, "x"), JetStream: js, Timeout: 5 * time.Second}), addr
+	addr := sinktest.ClosedAddress(t)
+	return newSink(t, Config{URL: "nats://" + addr, Subject: sinktest.Template(t, "x"), JetStream: js, Timeout: 5 * time.Second}), addr
 }
 
 // JetStream: each case has its own stream over <prefix>.r1 on one server;
@@ -76,7 +55,7 @@ func TestConformanceJetStream(t *testing.T) {
 			st := srv.NewStream(t, prefix, prefix+".r1")
 			fullStream(t, srv, prefix+"_FULL", prefix+".full")
 			name := testnats.Unique("sink")
-			s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ headers.Route }}"), JetStream: true, Timeout: 5 * time.Second, Name: name})
+			s := newSink(t, Config{URL: srv.URL, Subject: sinktest.Template(t, prefix+".{{ headers.Route }}"), JetStream: true, Timeout: 5 * time.Second, Name: name})
 			return &sinktest.Target{
 				Sink: s, Route: "r1", Unroutable: "nowhere", Refused: "full",
 				Received: func() []sinktest.Delivery {
@@ -125,7 +104,7 @@ func TestConformanceCore(t *testing.T) {
 				t.Fatal(err)
 			}
 			name := testnats.Unique("sink")
-			s := newSink(t, Config{URL: shared.URL, Subject: tpl(t, prefix+".{{ headers.Route }}"), Timeout: 5 * time.Second, Name: name})
+			s := newSink(t, Config{URL: shared.URL, Subject: sinktest.Template(t, prefix+".{{ headers.Route }}"), Timeout: 5 * time.Second, Name: name})
 			return &sinktest.Target{
 				Sink: s, Route: "r1",
 				Received: func() []sinktest.Delivery {
@@ -145,7 +124,7 @@ func TestConformanceCore(t *testing.T) {
 func TestForbiddenSubjectValues(t *testing.T) {
 	t.Parallel()
 	srv := testnats.Start(t)
-	s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, "events.{{ aggregateType }}.{{ key }}"), JetStream: true})
+	s := newSink(t, Config{URL: srv.URL, Subject: sinktest.Template(t, "events.{{ aggregateType }}.{{ key }}"), JetStream: true})
 	for key, want := range map[string]string{
 		"cust 42": `"cust 42"`, "cust*": `"cust*"`, "a>": `"a>"`, "line\nbreak": `"line\nbreak"`,
 		".lead": "empty token", "trail.": "empty token", "a..b": "empty token",
@@ -170,7 +149,7 @@ func TestTemplatedSubjectAndMsgID(t *testing.T) {
 	srv := testnats.Start(t)
 	prefix := testnats.Unique("ev")
 	st := srv.NewStream(t, prefix, prefix+".order.>")
-	s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ aggregateType }}.{{ topic }}"), JetStream: true})
+	s := newSink(t, Config{URL: srv.URL, Subject: sinktest.Template(t, prefix+".{{ aggregateType }}.{{ topic }}"), JetStream: true})
 	m := sinktest.Message(&sinktest.Target{}, "k", 0)
 	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
 		t.Fatal(err)
@@ -182,7 +161,7 @@ func TestTemplatedSubjectAndMsgID(t *testing.T) {
 }
 
 func TestCredentialsFile(t *testing.T) {
-	if _, err := New(Config{URL: "nats://127.0.0.1:4222", Subject: tpl(t, "x"), CredentialsFile: filepath.Join(t.TempDir(), "none.creds")}); err == nil || !strings.Contains(err.Error(), "credentialsFile") {
+	if _, err := New(Config{URL: "nats://127.0.0.1:4222", Subject: sinktest.Template(t, "x"), CredentialsFile: filepath.Join(t.TempDir(), "none.creds")}); err == nil || !strings.Contains(err.Error(), "credentialsFile") {
 		t.Errorf("a missing credentials file: %v", err)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.creds")
@@ -190,7 +169,7 @@ func TestCredentialsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := testnats.Start(t)
-	s, err := New(Config{URL: srv.URL, Subject: tpl(t, "x"), CredentialsFile: bad, Timeout: 2 * time.Second})
+	s, err := New(Config{URL: srv.URL, Subject: sinktest.Template(t, "x"), CredentialsFile: bad, Timeout: 2 * time.Second})
 	if err == nil {
 		defer s.Close()
 		if err := s.Publish(context.Background(), []sinks.Message{sinktest.Message(&sinktest.Target{}, "k", 0)})[0]; err == nil {
@@ -210,7 +189,7 @@ func TestCredentialsFileLogsIn(t *testing.T) {
 	srv := testnats.StartOperator(t)
 	prefix := testnats.Unique("qbt")
 	st := srv.NewStream(t, prefix, prefix+".>")
-	subject := tpl(t, prefix+".{{ topic }}")
+	subject := sinktest.Template(t, prefix+".{{ topic }}")
 
 	s := newSink(t, Config{URL: srv.URL, Subject: subject, JetStream: true, CredentialsFile: srv.Creds(t, "queuebox"), Timeout: 5 * time.Second})
 	m := sinktest.Message(&sinktest.Target{}, "k", 0)
@@ -248,7 +227,7 @@ func TestCredentialsFileLogsIn(t *testing.T) {
 
 func TestNewRejectsBadURL(t *testing.T) {
 	for _, u := range []string{"http://localhost:4222", "nats://", "nonsense"} {
-		if _, err := New(Config{URL: u, Subject: tpl(t, "x")}); err == nil || !strings.Contains(err.Error(), "url") {
+		if _, err := New(Config{URL: u, Subject: sinktest.Template(t, "x")}); err == nil || !strings.Contains(err.Error(), "url") {
 			t.Errorf("%q: %v", u, err)
 		}
 	}
@@ -272,7 +251,7 @@ func BenchmarkPublish(b *testing.B) {
 				}
 				_ = sub.SetPendingLimits(-1, -1)
 			}
-			s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, subject), JetStream: js})
+			s := newSink(b, Config{URL: srv.URL, Subject: sinktest.Template(b, subject), JetStream: js})
 			sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
 		})
 	}
@@ -285,7 +264,7 @@ func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
 	srv := testnats.Start(b)
 	prefix := testnats.Unique("bench")
 	srv.NewStream(b, prefix, prefix+".>")
-	s := newSink(b, Config{URL: srv.URL, Subject: tpl(b, prefix+".{{ topic }}"), JetStream: true})
+	s := newSink(b, Config{URL: srv.URL, Subject: sinktest.Template(b, prefix+".{{ topic }}"), JetStream: true})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, "order.created", "order.paid", "order.shipped")
 }
 
@@ -311,7 +290,7 @@ func TestStoredBehindAFailureIsStoredAgainInOrder(t *testing.T) {
 	cfg := jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute,
 		MaxMsgsPerSubject: 2, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true, MaxMsgs: -1, MaxBytes: -1}
 	st := srv.NewStreamConfig(t, cfg)
-	s := newSink(t, Config{URL: srv.URL, Subject: tpl(t, prefix+".{{ topic }}"), JetStream: true, Timeout: 5 * time.Second})
+	s := newSink(t, Config{URL: srv.URL, Subject: sinktest.Template(t, prefix+".{{ topic }}"), JetStream: true, Timeout: 5 * time.Second})
 	msg := func(n int, topic string) sinks.Message {
 		return sinks.Message{ID: fmt.Sprintf("0b7e3f4e-0000-4000-8000-%012d", n), Topic: topic, Key: "k", Attempt: 1, Sequence: int64(n), Body: []byte("{}")}
 	}

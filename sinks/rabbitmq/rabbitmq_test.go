@@ -3,7 +3,6 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -14,26 +13,16 @@ import (
 
 	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrabbit"
-	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 	"github.com/queuebox/queuebox/sinks/sinktest"
 )
 
 func TestMain(m *testing.M) { testrabbit.Main(m) }
 
-func tpl(t testing.TB, s string) *routing.Template {
-	t.Helper()
-	p, err := routing.ParseTemplate(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func newSink(t testing.TB, cfg Config) *Sink {
 	t.Helper()
 	if cfg.RoutingKey == nil {
-		cfg.RoutingKey = tpl(t, "{{ topic }}")
+		cfg.RoutingKey = sinktest.Template(t, "{{ topic }}")
 	}
 	s, err := New(cfg)
 	if err != nil {
@@ -59,18 +48,13 @@ func TestConformance(t *testing.T) {
 			}
 			q := testrabbit.NewQueue(t, url, "r1")
 			fullQueue(t, url, q.Exchange, "full")
-			s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ headers.Route }}"), Mandatory: true, Timeout: 5 * time.Second})
+			s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, q.Exchange), RoutingKey: sinktest.Template(t, "{{ headers.Route }}"), Mandatory: true, Timeout: 5 * time.Second})
 			tg := &sinktest.Target{
 				Sink: s, Route: "r1", Unroutable: "nowhere", Refused: "full",
 				Received: func() []sinktest.Delivery { return deliveries(q.Get()) },
 				Down: func(t *testing.T) (sinks.Sink, string) {
-					ln, err := net.Listen("tcp", "127.0.0.1:0")
-					if err != nil {
-						t.Fatal(err)
-					}
-					addr := ln.Addr().String()
-					_ = ln.Close()
-					return newSink(t, Config{URL: "amqp://guest:guest@" + addr + "/", Exchange: tpl(t, "x")}), addr
+					addr := sinktest.ClosedAddress(t)
+					return newSink(t, Config{URL: "amqp://guest:guest@" + addr + "/", Exchange: sinktest.Template(t, "x")}), addr
 				},
 			}
 			if node != nil {
@@ -131,7 +115,7 @@ func TestProperties(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
 	q := testrabbit.NewQueue(t, url, "order.#")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, q.Exchange), Mandatory: true})
 	m := message()
 	if err := s.Publish(context.Background(), []sinks.Message{m})[0]; err != nil {
 		t.Fatal(err)
@@ -158,7 +142,7 @@ func TestExchangeFromAggregateType(t *testing.T) {
 	q := testrabbit.NewQueue(t, url, "#")
 	other := testrabbit.Unique("qbt-agg")
 	q.Declare(t, other, "#")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, "{{ aggregateType }}"), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, "{{ aggregateType }}"), Mandatory: true})
 	a, b := message(), message()
 	a.AggregateType, b.AggregateType = &q.Exchange, &other
 	b.ID = "0b7e3f4e-0000-4000-8000-000000000002"
@@ -182,7 +166,7 @@ func TestExchangeFromAggregateType(t *testing.T) {
 // wildcards of topic bindings) can never be delivered; the error names it.
 func TestForbiddenRoutingKeyValues(t *testing.T) {
 	t.Parallel()
-	s := newSink(t, Config{URL: testrabbit.URL(t), Exchange: tpl(t, "x"), RoutingKey: tpl(t, "{{ topic }}.{{ key }}")})
+	s := newSink(t, Config{URL: testrabbit.URL(t), Exchange: sinktest.Template(t, "x"), RoutingKey: sinktest.Template(t, "{{ topic }}.{{ key }}")})
 	for _, key := range []string{"cust 42", "cust*", "a#b", "tab\there"} {
 		m := message()
 		m.Key = key
@@ -204,7 +188,7 @@ func TestMissingExchangeIsRetriedAndSpoilsNothingElse(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
 	q := testrabbit.NewQueue(t, url, "#")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, "{{ headers.Exchange }}"), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, "{{ headers.Exchange }}"), Mandatory: true})
 	bad, good := message(), message()
 	bad.Headers = map[string]string{"Exchange": testrabbit.Unique("qbt-missing")}
 	good.Headers = map[string]string{"Exchange": q.Exchange}
@@ -228,7 +212,7 @@ func TestDeclareExchange(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
 	name := testrabbit.Unique("qbt-declared")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, name), DeclareExchange: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, name), DeclareExchange: true})
 	if err := s.Publish(context.Background(), []sinks.Message{message()})[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +241,7 @@ func TestLongRunArrivesInOrder(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
 	q := testrabbit.NewQueue(t, url, "#")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, q.Exchange), Mandatory: true})
 	msgs := make([]sinks.Message, MaxOrderedBatch)
 	for i := range msgs {
 		msgs[i] = message()
@@ -279,7 +263,7 @@ func TestLongRunArrivesInOrder(t *testing.T) {
 
 func TestNewRejectsBadURL(t *testing.T) {
 	for _, u := range []string{"http://localhost", "amqp://", "nonsense"} {
-		if _, err := New(Config{URL: u, Exchange: tpl(t, "x"), RoutingKey: tpl(t, "k")}); err == nil || !strings.Contains(err.Error(), "url") {
+		if _, err := New(Config{URL: u, Exchange: sinktest.Template(t, "x"), RoutingKey: sinktest.Template(t, "k")}); err == nil || !strings.Contains(err.Error(), "url") {
 			t.Errorf("%q: %v", u, err)
 		}
 	}
@@ -290,7 +274,7 @@ func TestNewRejectsBadURL(t *testing.T) {
 func BenchmarkPublish(b *testing.B) {
 	url := testrabbit.URL(b)
 	q := testrabbit.NewQueue(b, url, "#")
-	s := newSink(b, Config{URL: url, Exchange: tpl(b, q.Exchange), Mandatory: true})
+	s := newSink(b, Config{URL: url, Exchange: sinktest.Template(b, q.Exchange), Mandatory: true})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 100, 10)
 }
 
@@ -300,7 +284,7 @@ func BenchmarkPublish(b *testing.B) {
 func BenchmarkPublishTopicsTakeTurns(b *testing.B) {
 	url := testrabbit.URL(b)
 	q := testrabbit.NewQueue(b, url, "#")
-	s := newSink(b, Config{URL: url, Exchange: tpl(b, q.Exchange), Mandatory: true})
+	s := newSink(b, Config{URL: url, Exchange: sinktest.Template(b, q.Exchange), Mandatory: true})
 	sinktest.Throughput(b, &sinktest.Target{Sink: s}, 1000, 50, 10, "order.created", "order.paid", "order.shipped")
 }
 
@@ -314,7 +298,7 @@ func TestOutcomesOnASharedChannel(t *testing.T) {
 	url := testrabbit.URL(t)
 	q := testrabbit.NewQueue(t, url, "good")
 	fullQueue(t, url, q.Exchange, "full")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ topic }}"), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, q.Exchange), RoutingKey: sinktest.Template(t, "{{ topic }}"), Mandatory: true})
 	const keys, perKey = 40, 30
 	routes := []string{"good", "nowhere", "good", "full"}
 	var mu sync.Mutex
@@ -369,7 +353,7 @@ func TestReturnsBelongToTheirAttempt(t *testing.T) {
 	t.Parallel()
 	url := testrabbit.URL(t)
 	q := testrabbit.NewQueue(t, url, "good")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ topic }}"), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, q.Exchange), RoutingKey: sinktest.Template(t, "{{ topic }}"), Mandatory: true})
 	for round := range 20 {
 		returned, routed := message(), message()
 		returned.ID = fmt.Sprintf("0b7e3f4e-0000-4000-8000-%012d", round)
@@ -395,7 +379,7 @@ func TestChannelErrorStaysWithItsExchange(t *testing.T) {
 	url := testrabbit.URL(t)
 	q := testrabbit.NewQueue(t, url, "#")
 	missing := testrabbit.Unique("qbt-missing")
-	s := newSink(t, Config{URL: url, Exchange: tpl(t, "{{ headers.Exchange }}"), Mandatory: true})
+	s := newSink(t, Config{URL: url, Exchange: sinktest.Template(t, "{{ headers.Exchange }}"), Mandatory: true})
 	var wg sync.WaitGroup
 	for k := range 20 {
 		wg.Add(1)

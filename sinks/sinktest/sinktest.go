@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/textproto"
 	"slices"
 	"strconv"
@@ -47,6 +48,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 )
 
@@ -664,4 +666,39 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Template parses an address template, failing the test on an error.
+func Template(t testing.TB, s string) *routing.Template {
+	t.Helper()
+	p, err := routing.ParseTemplate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Open builds a sink, failing the test on an error, and closes it when the
+// test ends.
+func Open[S sinks.Sink](t testing.TB, build func() (S, error)) S {
+	t.Helper()
+	s, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// ClosedAddress is a loopback address (host:port) where nothing listens: a
+// destination that is down.
+func ClosedAddress(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }
