@@ -29,8 +29,13 @@ const (
 )
 
 // lookEvery is how often a replica counts the other relays' sessions: a
-// read of the server's session list, which costs next to nothing.
-const lookEvery = time.Second
+// read of the server's session list, which costs next to nothing; an idle
+// replica (which runs no claim the count could pace) looks every
+// idleLookEvery, so that idle it costs its database next to nothing.
+const (
+	lookEvery     = time.Second
+	idleLookEvery = 5 * time.Second
+)
 
 func newStatementBudget() *statementBudget {
 	s := &statementBudget{}
@@ -59,9 +64,13 @@ type relayWatcher struct {
 func (w *relayWatcher) loop() {
 	t := time.NewTicker(lookEvery)
 	defer t.Stop()
+	var last time.Time
 	for {
-		if w.look(); w.off {
-			return
+		if !w.stats.Idle.Load() || time.Since(last) >= idleLookEvery {
+			last = time.Now()
+			if w.look(); w.off {
+				return
+			}
 		}
 		select {
 		case <-w.bg.Done():

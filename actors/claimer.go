@@ -323,7 +323,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		c.repace(time.Now())
 		return false
 	}
-	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds}
+	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds, sentAt: time.Now()}
 	if plan.bounds != nil {
 		l.rewinds = plan.bounds.Rewinds
 	}
@@ -536,7 +536,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	if n > 0 {
 		c.exhausted = false
 	} else if !m.plan.continueOnly {
-		c.exhausted = true
+		// Nothing to take: an idle claimer asks again when the next row
+		// comes due, rather than claim at every poll.
+		c.exhausted, c.dueKnown = true, false
 	}
 	c.heads.observe(m.rows, m.requested, m.run)
 	if n > 0 {

@@ -17,10 +17,12 @@ import (
 type lease struct {
 	token        uuid.UUID
 	trustedUntil atomic.Int64 // unix nanoseconds
-	// rewinds is the replay counter the claim's bounds were made at (see
+	// rewinds is the rewind counter the claim's bounds were made at (see
 	// reach.go): a key's position learnt from its rows holds only while
 	// the counter stands there.
 	rewinds int64
+	// sentAt is when the claim was sent, for the renewal's bound.
+	sentAt time.Time
 }
 
 func (l *lease) trusted(now time.Time) bool { return now.UnixNano() < l.trustedUntil.Load() }

@@ -133,16 +133,23 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 		}
 	}
 	leases := make([]*lease, 0, len(k.leases))
+	oldest := time.Now()
 	for _, l := range k.leases {
 		leases = append(leases, l)
+		if !l.sentAt.IsZero() && l.sentAt.Before(oldest) {
+			oldest = l.sentAt
+		}
 	}
+	// The renewal looks back to the oldest claim, and a minute more for the
+	// difference between this replica's clock and the database's pace.
+	within := time.Since(oldest) + time.Minute
 	k.renewing = true
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, length := k.dialect, k.bg, k.leaseLength
 	go func() {
 		sentAt := time.Now()
 		qctx, cancel := context.WithTimeout(bg, length/3)
-		lost, err := dialect.OutboxRenewLeases(qctx, claims, length)
+		lost, err := dialect.OutboxRenewLeases(qctx, claims, length, within)
 		cancel()
 		root.Send(self, &renewDone{sentAt: sentAt, leases: leases, lost: lost, err: err})
 	}()

@@ -25,8 +25,10 @@ import (
 type pace struct {
 	clock clock
 	base  time.Duration
-	// idleFirst and idleMax are the idle interval's range (setIdle).
-	idleFirst, idleMax atomic.Int64
+	// idleFirst and idleMax are the idle interval's range (setIdle), and
+	// idleStep the idle interval it has grown to (kept while the clock is
+	// held: the actor holds it during each of its runs).
+	idleFirst, idleMax, idleStep atomic.Int64
 	// now is the interval in force; 0 while the clock is held. idling
 	// says it is the idle one, which grows at each tick.
 	now    atomic.Int64
@@ -71,6 +73,7 @@ func (p *pace) setIdle(listening bool) {
 	}
 	p.idleFirst.Store(int64(first))
 	p.idleMax.Store(int64(most))
+	p.idleStep.Store(int64(first))
 	if p.idling.Load() && p.now.Load() != 0 {
 		p.now.Store(int64(first))
 		p.wake()
@@ -88,12 +91,10 @@ func (p *pace) set(idle bool) {
 	}
 	to := p.base
 	if idle {
-		to = time.Duration(p.idleFirst.Load())
-		if p.idling.Load() {
-			if cur := time.Duration(p.now.Load()); cur != 0 {
-				to = cur // still idle: keep the interval it has grown to
-			}
+		if !p.idling.Load() {
+			p.idleStep.Store(p.idleFirst.Load()) // a new idle spell starts over
 		}
+		to = time.Duration(p.idleStep.Load())
 	}
 	p.idling.Store(idle)
 	if from := time.Duration(p.now.Swap(int64(to))); from != to && (from == 0 || to == p.base) {
@@ -107,11 +108,13 @@ func (p *pace) set(idle bool) {
 // ticked grows an idle interval after a tick that waited it (waited), up
 // to its range's end.
 func (p *pace) ticked(waited time.Duration) {
-	cur := p.now.Load()
-	if !p.idling.Load() || cur == 0 || int64(waited) != cur {
+	step := p.idleStep.Load()
+	if !p.idling.Load() || int64(waited) != step {
 		return
 	}
-	p.now.CompareAndSwap(cur, min(2*cur, p.idleMax.Load()))
+	next := min(2*step, p.idleMax.Load())
+	p.idleStep.Store(next)
+	p.now.CompareAndSwap(step, next)
 }
 
 // hold stops the ticks until the next set: each tick wakes a goroutine and

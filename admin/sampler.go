@@ -22,12 +22,15 @@ import (
 // database core (a million rows: a count about every 20 s). The cheap reads (the oldest due
 // pending row and the rows scheduled later, from the index the claim
 // reads; the oldest received inbox row, from the relay's index; the open
-// outbox transactions) run every FastInterval.
+// outbox transactions; what holds the horizon back) run every FastInterval
+// while someone has read in the last WatchedFor, and not at all otherwise:
+// an idle replica that nobody watches costs its database nothing here.
 const (
 	DefaultCountInterval = 5 * time.Second
 	MaxCountInterval     = 5 * time.Minute
 	CountCostFactor      = 25
 	FastInterval         = 2 * time.Second
+	WatchedFor           = time.Minute
 	// BlockedKeysScan bounds the rows scheduled later that one look for
 	// blocked keys examines; BlockedKeysShown the keys it returns.
 	BlockedKeysScan  = 10000
@@ -93,6 +96,7 @@ type Sampler struct {
 	// is when (since start, in ns) the next count may begin, MaxInt64 while
 	// one runs. counted is closed once the first count has been tried.
 	demanded    atomic.Uint64
+	lastDemand  atomic.Int64 // since start, in ns
 	forced      atomic.Bool
 	due         atomic.Int64
 	counted     chan struct{}
@@ -150,6 +154,7 @@ const FirstCountWait = 3 * time.Second
 // FirstCountWait), so that it does not read zeros.
 func (s *Sampler) Demand(ctx context.Context) {
 	s.demanded.Add(1)
+	s.lastDemand.Store(int64(s.since()))
 	if s.since() >= time.Duration(s.due.Load()) {
 		s.wakeRun()
 	}
@@ -182,7 +187,8 @@ func (s *Sampler) Run(ctx context.Context) {
 		count := forced || wanted && s.since() >= nextCount
 		// The cheap reads first: a count comes with a pending summary at
 		// least as new.
-		if count || s.since() >= nextCheap {
+		watched := s.demanded.Load() > 0 && s.since()-time.Duration(s.lastDemand.Load()) < WatchedFor
+		if count || watched && s.since() >= nextCheap {
 			s.cheap(ctx)
 			nextCheap = s.since() + s.fast
 		}
@@ -198,6 +204,9 @@ func (s *Sampler) Run(ctx context.Context) {
 			wanted = false
 		}
 		wait := nextCheap
+		if !watched {
+			wait = s.since() + WatchedFor // until a read wakes it
+		}
 		if wanted {
 			wait = min(wait, nextCount)
 		}

@@ -42,6 +42,10 @@ func (f *fakeCounts) OutboxPending(context.Context) (dialects.PendingSummary, er
 
 func (f *fakeCounts) OutboxWriters(context.Context) ([]dialects.Writer, error) { return nil, nil }
 
+func (f *fakeCounts) OutboxHorizon(context.Context) (dialects.Horizon, error) {
+	return dialects.Horizon{DeadVersions: -1}, nil
+}
+
 func (f *fakeCounts) OutboxCountByTopic(ctx context.Context) ([]dialects.TopicCount, error) {
 	f.counts.Add(1)
 	if f.hold.Load() {

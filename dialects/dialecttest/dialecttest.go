@@ -498,7 +498,7 @@ func testRenew(t *testing.T, h Harness) {
 	for _, r := range append(a, b...) {
 		claims = append(claims, r.Claim)
 	}
-	lost, err := d.OutboxRenewLeases(ctx(t), claims, lease)
+	lost, err := d.OutboxRenewLeases(ctx(t), claims, lease, time.Minute)
 	if err != nil || len(lost) != 0 {
 		t.Fatalf("renewing held claims: lost %v, %v", lost, err)
 	}
@@ -507,7 +507,7 @@ func testRenew(t *testing.T, h Harness) {
 		t.Fatalf("released %d renewed rows", n)
 	}
 	complete(t, d, outcome(a[0], dialects.OutcomeDelivered))
-	lost, err = d.OutboxRenewLeases(ctx(t), claims, lease)
+	lost, err = d.OutboxRenewLeases(ctx(t), claims, lease, 0)
 	if err != nil || len(lost) != 1 || lost[0] != a[0].Claim {
 		t.Fatalf("after a completion, renewal reported lost %v, want the completed claim", lost)
 	}

@@ -109,6 +109,11 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	}
 	d := &Dialect{names: opts.Names, q: q, cfg: cfg}
 	for _, c := range []*pgxpool.Config{cfg, claimCfg} {
+		// pgx pings a connection that sat idle for a second before handing
+		// it out: on an idle relay, a transaction for every probe. A
+		// connection that died is found by the statement itself, which the
+		// engine retries; ping only those idle for a minute.
+		c.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > time.Minute }
 		c.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 			d.own.add(conn.PgConn().PID())
 			return nil
@@ -266,12 +271,17 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	return out, nil
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease, within time.Duration) (_ []dialects.Claim, err error) {
 	defer func() { err = mapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxRenewLeases, uuids(dialects.Tokens(claims)), ms(lease))
+	var back *int64
+	if within > 0 {
+		b := ms(within)
+		back = &b
+	}
+	rows, err := d.pool.Query(ctx, d.q.OutboxRenewLeases, uuids(dialects.Tokens(claims)), ms(lease), back)
 	if err != nil {
 		return nil, err
 	}

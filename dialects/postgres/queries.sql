@@ -362,13 +362,17 @@ SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}),
               GROUP BY 1) AS f ON f.g = g.g
 
 -- name: OutboxRenewLeases
--- $1 claim tokens, $2 lease in ms. Rows that a completion is writing right
--- now are skipped rather than waited for: they are being released anyway.
+-- $1 claim tokens, $2 lease in ms, $3 how long ago, in ms, the oldest of
+-- them was claimed at most (NULL: no bound): the walk of the processing
+-- index starts there, past the versions of rows claimed before. Rows that a
+-- completion is writing right now are skipped rather than waited for: they
+-- are being released anyway.
 UPDATE {{t}}
    SET {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond'
  WHERE {{c "id"}} = ANY(ARRAY(
          SELECT {{c "id"}} FROM {{t}}
           WHERE {{c "state"}} = 'processing' AND {{c "claim_token"}} = ANY($1::uuid[])
+            AND {{c "claimed_at"}} >= now() - COALESCE($3::bigint * interval '1 millisecond', interval '1000 years')
             FOR UPDATE SKIP LOCKED))
    AND {{c "state"}} = 'processing'
 RETURNING {{c "id"}}

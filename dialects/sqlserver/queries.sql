@@ -60,13 +60,18 @@ OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36)), inserted.{{c "topic"}}, COALES
 COMMIT TRANSACTION;
 
 -- name: OutboxRenewLeases
--- @p1 JSON array of claim tokens, @p2 lease in ms.
+-- @p1 JSON array of claim tokens, @p2 lease in ms, @p3 how long ago, in ms,
+-- the oldest of them was claimed at most (NULL: no bound): the seek of the
+-- processing index starts there, past the ghost records of rows claimed
+-- before.
 SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
 UPDATE o
-   SET {{c "lease_expires_at"}} = DATEADD(millisecond, @p2, SYSUTCDATETIME())
+   SET {{c "lease_expires_at"}} = DATEADD(millisecond, @p2, @now)
 OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
   FROM {{t}} AS o WITH (ROWLOCK, READPAST)
  WHERE o.{{c "state"}} = N'processing'
+   AND (@p3 IS NULL OR o.{{c "claimed_at"}} >= DATEADD(millisecond, -@p3, @now))
    AND o.{{c "claim_token"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1));
 
 -- name: OutboxComplete

@@ -196,12 +196,16 @@ func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[
 	return held, rows.Err()
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease, within time.Duration) (_ []dialects.Claim, err error) {
 	defer func() { err = MapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	held, err := d.queryIDs(ctx, d.q.OutboxRenewLeases, jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()))
+	var back sql.NullInt64
+	if within > 0 {
+		back = sql.NullInt64{Int64: within.Milliseconds(), Valid: true}
+	}
+	held, err := d.queryIDs(ctx, d.q.OutboxRenewLeases, jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()), back)
 	if err != nil {
 		return nil, err
 	}
