@@ -2,8 +2,10 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -27,11 +29,18 @@ import (
 type (
 	// deliverRun: rows to deliver, in sequence order for a key actor.
 	deliverRun struct{ rows []claimed }
-	// deliveryDone: a Publish returned, one error (or nil) per row.
+	// deliveryDone: a Publish returned, one error (or nil) per row; or it
+	// never started: notStarted (the replica drains, the lease is no
+	// longer trusted, the claims were lost), or held (the destination was
+	// paused, or its circuit opened, while the delivery waited for a
+	// permit; its rows are deferred for delay).
 	deliveryDone struct {
-		gen  int
-		errs []error
-		took time.Duration
+		gen        int
+		errs       []error
+		took       time.Duration
+		notStarted bool
+		held       holdReason
+		delay      time.Duration
 	}
 	// cancelClaims: the lease keeper found these claims lost.
 	cancelClaims struct{ ids []uuid.UUID }
@@ -71,6 +80,14 @@ type deliveryQueue struct {
 	gen        int
 	lost       map[uuid.UUID]bool
 	draining   bool
+
+	// flightsTo counts the flights per destination (the pool lets a
+	// destination with a flow control take half of its Publish calls).
+	flightsTo map[*sinkHandle]int
+	// queuedIn is the flow the rows of this ordered queue wait behind,
+	// queuedN how many of them it counts (countQueued).
+	queuedIn *flow
+	queuedN  int
 }
 
 // runState follows one run of a key: from the first rows it receives while
@@ -97,14 +114,27 @@ type continuation struct {
 	last dialects.Claim
 }
 
-// flight is one Publish call in progress.
+// flight is one Publish call in progress: waiting for the destination's
+// permits (flow.go), then publishing.
 type flight struct {
 	rows   []prepared
+	leases []*lease
 	cancel context.CancelFunc
+	// state goes from flightWaiting to flightPublishing (the publish
+	// goroutine), or to flightCancelled (a drain, which ends only the
+	// deliveries that have not started).
+	state atomic.Int32
 }
 
+const (
+	flightWaiting int32 = iota
+	flightPublishing
+	flightCancelled
+)
+
 func newDeliveryQueue(d *deliverer, ordered bool, maxFlights int) deliveryQueue {
-	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]bool{}}
+	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]bool{},
+		flightsTo: map[*sinkHandle]int{}}
 }
 
 // step handles one of the delivery messages, starts what can start, and
@@ -129,6 +159,11 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 		q.draining = true
 		out.rewind = len(q.queue) > 0
 		q.releaseQueue(&out)
+		for _, f := range q.flights {
+			if f.state.CompareAndSwap(flightWaiting, flightCancelled) {
+				f.cancel()
+			}
+		}
 	default:
 		return 0, false
 	}
@@ -201,16 +236,69 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 			}
 			continue
 		}
-		q.publish(ctx, q.batch(p, now))
+		run, own := 1, 0
+		if q.ordered {
+			run, own = 1+len(q.queue), q.queuedN
+		}
+		adm := p.dest.admit(now, run, own)
+		if adm.held == notHeld && p.dest.flow != nil && !q.ordered && q.flightsTo[p.dest] >= max(1, q.maxFlights/2) {
+			// The pool's other destinations keep half its Publish calls.
+			if adm.probe {
+				p.dest.health.probeAbandoned()
+			}
+			adm = admission{held: heldThrottled, delay: p.dest.flow.deferral(now, 1, p.dest.maxBatch())}
+		}
+		if adm.held != notHeld {
+			q.d.deferRow(out, &p, adm.held, adm.delay)
+			q.stopIfOrdered(out)
+			continue
+		}
+		batch, leases := q.batch(p, head.lease, now, adm.probe)
+		if f := p.dest.flow; f != nil {
+			f.enter(len(batch))
+		}
+		q.publish(ctx, batch, leases, adm.probe)
+	}
+	q.countQueued()
+}
+
+// countQueued tells a destination's flow control how many rows of this
+// ordered queue wait behind its delivery to that destination: they hold
+// credit as long as it waits, so they count against the rows it lets wait
+// (flow.room).
+func (q *deliveryQueue) countQueued() {
+	if !q.ordered {
+		return
+	}
+	var f *flow
+	n := 0
+	for _, fl := range q.flights {
+		if fl.rows[0].dest.flow != nil && len(q.queue) > 0 {
+			f, n = fl.rows[0].dest.flow, len(q.queue)
+		}
+	}
+	if f != q.queuedIn && q.queuedIn != nil {
+		q.queuedIn.queued.Add(-int64(q.queuedN))
+		q.queuedN = 0
+	}
+	q.queuedIn = f
+	if f != nil {
+		f.queued.Add(int64(n - q.queuedN))
+		q.queuedN = n
 	}
 }
 
 // batch takes the rows behind first that can go in the same Publish: plain
 // deliveries to the same destination, inside their trust window, up to the
-// sink's batch size.
-func (q *deliveryQueue) batch(first prepared, now time.Time) []prepared {
-	batch := []prepared{first}
-	for limit := first.dest.maxBatch(); len(batch) < limit && len(q.queue) > 0; {
+// sink's batch size (one row for the circuit's probe). It returns the
+// leases of the rows too.
+func (q *deliveryQueue) batch(first prepared, l *lease, now time.Time, probe bool) ([]prepared, []*lease) {
+	batch, leases := []prepared{first}, []*lease{l}
+	limit := first.dest.maxBatch()
+	if probe {
+		limit = 1
+	}
+	for len(batch) < limit && len(q.queue) > 0 {
 		next := q.queue[0]
 		if !next.lease.trusted(now) {
 			break
@@ -219,10 +307,10 @@ func (q *deliveryQueue) batch(first prepared, now time.Time) []prepared {
 		if p.dead != nil || p.retry != nil || p.dest != first.dest {
 			break
 		}
-		batch = append(batch, p)
+		batch, leases = append(batch, p), append(leases, next.lease)
 		q.pop()
 	}
-	return batch
+	return batch, leases
 }
 
 // pop takes the queue's first row. The slot is cleared, and an empty queue
@@ -238,12 +326,14 @@ func (q *deliveryQueue) pop() claimed {
 	return head
 }
 
-// publish starts one Publish in a goroutine that reports back to this
+// publish starts one delivery in a goroutine that reports back to this
 // actor, so that no actor ever waits on a destination.
-func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared) {
+func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*lease, probe bool) {
 	q.gen++
 	fctx, cancel := context.WithCancel(q.d.ctx)
-	q.flights[q.gen] = &flight{rows: batch, cancel: cancel}
+	f := &flight{rows: batch, leases: leases, cancel: cancel}
+	q.flights[q.gen] = f
+	q.flightsTo[batch[0].dest]++
 	msgs := make([]sinks.Message, len(batch))
 	for i := range batch {
 		msgs[i] = batch[i].msg
@@ -251,12 +341,56 @@ func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared) {
 	h, gen, log := batch[0].dest, q.gen, q.d.log
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	go func() {
-		start := time.Now()
-		errs := publish(fctx, h, msgs)
-		took := time.Since(start)
-		h.noteHealth(errs, start.Sub(clockStart), start.Add(took).Sub(clockStart), log)
-		root.Send(self, &deliveryDone{gen: gen, errs: errs, took: took})
+		done := deliver(fctx, h, f, msgs, probe, log)
+		done.gen = gen
+		root.Send(self, done)
 	}()
+}
+
+// deliver waits for the destination's permits (when it has a flow
+// control), checks that the delivery may still start (the destination was
+// not paused meanwhile, nor its circuit opened, the lease is still trusted,
+// the replica does not drain), publishes, and tells the destination's
+// health how it went. It runs in the flight's goroutine.
+func deliver(ctx context.Context, h *sinkHandle, f *flight, msgs []sinks.Message, probe bool, log *slog.Logger) *deliveryDone {
+	notStarted := func(held holdReason, delay time.Duration) *deliveryDone {
+		if probe {
+			h.health.probeAbandoned()
+		}
+		return &deliveryDone{notStarted: held == notHeld, held: held, delay: delay}
+	}
+	if h.flow != nil {
+		release, err := h.flow.acquire(ctx, len(msgs))
+		if err != nil {
+			if errors.Is(err, errHeld) {
+				if r, d := h.heldNow(time.Now(), probe); r != notHeld {
+					return notStarted(r, d)
+				}
+				return notStarted(heldPaused, minDeferral) // paused and resumed meanwhile
+			}
+			return notStarted(notHeld, 0)
+		}
+		defer release()
+	}
+	if !f.state.CompareAndSwap(flightWaiting, flightPublishing) {
+		return notStarted(notHeld, 0) // a drain came first
+	}
+	now := time.Now()
+	if r, d := h.heldNow(now, probe); r != notHeld {
+		return notStarted(r, d)
+	}
+	for _, l := range f.leases {
+		if !l.trusted(now) {
+			return notStarted(notHeld, 0) // it waited too long for a permit
+		}
+	}
+	errs := publish(ctx, h, msgs)
+	took := time.Since(now)
+	if h.flow != nil {
+		h.flow.noteTook(took)
+	}
+	h.noteHealth(errs, now.Sub(clockStart), now.Add(took).Sub(clockStart), probe, log)
+	return &deliveryDone{errs: errs, took: took}
 }
 
 // onDone turns a Publish's results into outcomes.
@@ -267,6 +401,13 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 	}
 	delete(q.flights, m.gen)
 	f.cancel()
+	if q.flightsTo[f.rows[0].dest]--; q.flightsTo[f.rows[0].dest] <= 0 {
+		delete(q.flightsTo, f.rows[0].dest)
+	}
+	if m.notStarted || m.held != notHeld {
+		q.unstarted(f, m, out)
+		return
+	}
 	stopped := false
 	for i := range f.rows {
 		p, err := &f.rows[i], m.errs[i]
@@ -296,6 +437,30 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 	if stopped {
 		q.releaseQueue(out)
 	}
+}
+
+// unstarted ends the rows of a delivery that never started: lost ones are
+// abandoned, the others deferred when the destination is held (for an
+// ordered queue only the first: the rows behind it cannot pass it), else
+// released.
+func (q *deliveryQueue) unstarted(f *flight, m *deliveryDone, out *outcomes) {
+	for i := range f.rows {
+		p := &f.rows[i]
+		switch {
+		case q.lost[p.row.ID]:
+			delete(q.lost, p.row.ID)
+			out.abandon(p.row.Claim)
+		case m.held != notHeld && (i == 0 || !q.ordered):
+			q.d.deferRow(out, p, m.held, m.delay)
+		default:
+			q.d.release(out, p.row)
+			// Not behind a deferred head (the replica stops, or the lease
+			// is no longer trusted): the row keeps its old schedule, and no
+			// one continues its key.
+			out.rewind = out.rewind || m.held == notHeld
+		}
+	}
+	q.stopIfOrdered(out)
 }
 
 // onLost gives up the rows whose claims the database no longer holds:
@@ -429,6 +594,15 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 		}
 	}
 	p.obs.Finished(kind, publish, latency)
+}
+
+// deferRow hands a row back to pending for delay, attempt unchanged: its
+// destination is held (why).
+func (d *deliverer) deferRow(out *outcomes, p *prepared, why holdReason, delay time.Duration) {
+	out.write = append(out.write, dialects.Outcome{Claim: p.row.Claim, Kind: dialects.OutcomeDefer, Delay: delay})
+	out.stopped = true
+	p.dest.deferred[why].Add(1)
+	d.stats.Deferred.Add(1)
 }
 
 // release hands a row back to pending untouched.

@@ -12,6 +12,7 @@
 //	├── Completer                completer.go
 //	├── Sink supervisor          sinksupervisor.go
 //	│   └── Sink actor           sinkactor.go (the sink it builds: sinkhandle.go)
+//	├── (destination watch)      destwatch.go (pauses, open circuits; a loop)
 //	├── Janitor                  janitor.go
 //	└── Inbox relay              inboxrelay.go (inbox rows -> outbox rows)
 //
@@ -76,6 +77,21 @@
 // because the ring buffer behind protoactor's bounded mailbox loses messages
 // at capacity 1 (see mailbox in mailbox.go). Engine.MailboxLength reads how
 // full the mailboxes of each kind of actor are.
+//
+// # Holding a destination's rows
+//
+// Before a delivery starts, its destination's handle decides whether it may
+// (sinkHandle.admit): not while an operator has paused the destination
+// (read from the database by the destination watch, destwatch.go), nor
+// while its circuit is open (circuit.go: every attempt failed for a window;
+// one probe per interval goes out), nor while its flow control has as many
+// rows waiting as it lets wait (flow.go: a token bucket and a semaphore,
+// shared by every key actor and the pool). A delivery that may not start
+// is deferred: its row goes back to pending with scheduled_at moved on and
+// its attempt unchanged (dialects.OutcomeDefer); a key's rows behind it go
+// back untouched. A delivery that may start waits for its permits in its
+// publish goroutine, never in an actor, and looks again before it
+// publishes.
 //
 // # Leases and trust
 //

@@ -18,6 +18,9 @@ import (
 type Stats struct {
 	Claimed, Delivered, Retried, Dead, Released, LostClaims atomic.Int64
 	InFlight                                                atomic.Int64
+	// Deferred counts the rows put back to pending because their
+	// destination was held (paused, circuit open, flow full): no attempt.
+	Deferred atomic.Int64
 	// KeyActors is how many key actors are alive.
 	KeyActors atomic.Int64
 	// ClaimStatements and CompleteStatements count round trips; Probes the
@@ -93,7 +96,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*sinkHandle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
 	for name := range opts.Destinations {
-		e.sinks[name] = &sinkHandle{name: name}
+		e.sinks[name] = newSinkHandle(name, opts.Policies[name], opts.MaxInFlight)
 	}
 	e.routes = newRouteObservers(opts.Router, opts.Observer)
 	return e, nil

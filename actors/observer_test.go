@@ -96,7 +96,9 @@ func TestObserverHearsEveryRow(t *testing.T) {
 
 	// The completion is reported after its statement returns: wait for it.
 	st := &e.Stats
-	written := func() int64 { return st.Delivered.Load() + st.Retried.Load() + st.Dead.Load() + st.Released.Load() }
+	written := func() int64 {
+		return st.Delivered.Load() + st.Retried.Load() + st.Dead.Load() + st.Released.Load() + st.Deferred.Load()
+	}
 	_ = testkit.Poll(30*time.Second, testkit.True(func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()

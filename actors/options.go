@@ -34,6 +34,12 @@ type Options struct {
 	Dialect      dialects.Dialect
 	Router       *routing.Router
 	Destinations map[string]SinkFactory
+	// Policies are the destinations' flow control and circuit breakers
+	// (destinations.go); a destination without one has neither.
+	Policies map[string]DestinationPolicy
+	// Replica names this replica in the circuits it reports; default: its
+	// host, process id and a random part.
+	Replica string
 
 	BatchSize    int
 	MaxInFlight  int
@@ -99,6 +105,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Observer == nil {
 		o.Observer = NopObserver{}
+	}
+	if o.Replica == "" {
+		o.Replica = replicaName()
 	}
 	if o.Inbox.BatchSize <= 0 {
 		o.Inbox.BatchSize = o.BatchSize

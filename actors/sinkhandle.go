@@ -1,33 +1,45 @@
 package actors
 
 import (
-	"context"
-	"errors"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/queuebox/queuebox/sinks"
 )
 
-// sinkHandle is a destination's current sink. The sink actor sets it when
-// it builds the sink; deliveries read it without locks.
+// sinkHandle is one destination as deliveries see it: its current sink
+// (the sink actor sets it when it builds the sink; deliveries read it
+// without locks), and what decides whether a delivery to it may start now
+// (admit): whether an operator paused it (hold, set by the destination
+// watch), its circuit breaker (health, circuit.go), and its flow control
+// (flow.go). A delivery that may not start is deferred: its rows go back to
+// pending for a while, with no attempt counted.
 type sinkHandle struct {
-	name string
-	cur  atomic.Pointer[sinkBox]
-	// health: down is set while the destination's deliveries fail (for the
-	// log); changed is when (since clockStart) that state last changed, and
-	// okBegan and failBegan when the latest Publish that succeeded, and that
-	// failed, began.
-	health struct {
-		sync.Mutex
-		down                        bool
-		changed, okBegan, failBegan time.Duration
-	}
+	name   string
+	cur    atomic.Pointer[sinkBox]
+	policy DestinationPolicy
+	// health follows the outcomes of the Publish calls: the log lines of
+	// an outage and a recovery, and the circuit breaker (circuit.go).
+	health health
+	// hold is whether the destination is paused (destwatch.go).
+	hold hold
+	// flow is the rate limit and concurrency limit; nil when neither is
+	// set.
+	flow *flow
+	// deferred counts the rows deferred, per reason.
+	deferred [holdReasons]atomic.Int64
 }
 
 type sinkBox struct{ s sinks.Sink }
+
+// newSinkHandle builds the handle of a destination with its policy;
+// maxInFlight bounds the rows its flow control lets wait (flow.go).
+func newSinkHandle(name string, p DestinationPolicy, maxInFlight int) *sinkHandle {
+	h := &sinkHandle{name: name, policy: p}
+	h.health.breaker = p.CircuitBreaker
+	h.flow = newFlow(p, maxInFlight)
+	return h
+}
 
 func (h *sinkHandle) set(s sinks.Sink) { h.cur.Store(&sinkBox{s}) }
 
@@ -39,61 +51,87 @@ func (h *sinkHandle) get() sinks.Sink {
 }
 
 // maxBatch is how many rows may go in one Publish: the sink's ordered batch
-// when it keeps order within one, else 1.
+// when it keeps order within one, else 1; with a rate limit, no more than
+// its burst (a batch takes one token per row, at once).
 func (h *sinkHandle) maxBatch() int {
+	n := 1
 	if b, ok := h.get().(sinks.OrderedBatcher); ok {
-		return max(1, b.MaxOrderedBatch())
+		n = max(1, b.MaxOrderedBatch())
 	}
-	return 1
+	if h.flow != nil {
+		n = h.flow.batchLimit(n)
+	}
+	return n
 }
 
-// noteHealth logs a destination's change between working and failing: one
-// line when deliveries start failing, one when they succeed again. A failure
-// that is the row's own fault (a permanent error) says nothing about the
-// destination, and neither does a cancelled delivery. Publishes overlap, and
-// one that began earlier can reach the destination later (a new connection,
-// a slow dial, a timeout), so an outcome is old news, and changes nothing,
-// when its Publish began before the last change was seen, or before the
-// latest Publish with the opposite outcome began. began and ended are since
-// clockStart.
-func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, log *slog.Logger) {
-	var failure error
-	ok := false
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			ok = true
-		case sinks.IsPermanent(err) || errors.Is(err, context.Canceled):
-		default:
-			failure = err
+// holdReason says why a delivery may not start now.
+type holdReason uint8
+
+const (
+	notHeld holdReason = iota
+	// heldPaused: an operator paused the destination.
+	heldPaused
+	// heldCircuit: its circuit is open and no probe is due.
+	heldCircuit
+	// heldThrottled: as many rows as its flow control lets wait already
+	// wait for a permit.
+	heldThrottled
+	holdReasons
+)
+
+func (r holdReason) String() string {
+	return [...]string{"", "paused", "circuit", "throttled"}[r]
+}
+
+// admission is what admit decided for a delivery about to start.
+type admission struct {
+	// held says why it may not start (notHeld: it may); its rows are
+	// deferred for delay.
+	held  holdReason
+	delay time.Duration
+	// probe: the circuit is open and this delivery is its probe; it
+	// carries one row.
+	probe bool
+}
+
+// admit decides whether a delivery to the destination may start now: not
+// while it is paused, nor while its circuit is open (unless this is the
+// probe), nor while its flow control has as many rows waiting for a permit
+// as it lets wait. run is how many rows come back with the delivery's
+// first row if it is deferred (a key's run: the rows behind it go back to
+// pending too), own how many rows the asking actor holds in the flow
+// already.
+func (h *sinkHandle) admit(now time.Time, run, own int) admission {
+	if r := h.hold.reason(); r != notHeld {
+		return admission{held: r, delay: h.hold.delay(now)}
+	}
+	open, probe := h.health.admit(now.Sub(clockStart))
+	if open && !probe {
+		return admission{held: heldCircuit, delay: h.health.delay(now)}
+	}
+	if h.flow != nil && h.flow.full(h.maxBatch(), own) {
+		if probe {
+			h.health.probeAbandoned()
 		}
+		return admission{held: heldThrottled, delay: h.flow.deferral(now, run, h.maxBatch())}
 	}
-	if failure == nil && !ok {
-		return
-	}
-	hs := &h.health
-	hs.Lock()
-	defer hs.Unlock()
-	failing := failure != nil && !ok
-	newer := hs.okBegan // the latest opposite outcome's Publish
-	if failing {
-		hs.failBegan = max(hs.failBegan, began)
-	} else {
-		hs.okBegan = max(hs.okBegan, began)
-		newer = hs.failBegan
-	}
-	if failing == hs.down || began < hs.changed || began < newer {
-		return
-	}
-	hs.down, hs.changed = failing, max(hs.changed, ended)
-	if failing {
-		log.Warn("destination failing; its deliveries are retried with backoff", "destination", h.name, "error", failure)
-		return
-	}
-	log.Info("destination delivering again", "destination", h.name)
+	return admission{probe: probe}
 }
 
-// clockStart is the origin of the Publish times that noteHealth compares
+// heldNow says whether a delivery that waited for its permits must not
+// start after all: the destination was paused, or (for a delivery that is
+// not the probe) its circuit opened, meanwhile.
+func (h *sinkHandle) heldNow(now time.Time, probe bool) (holdReason, time.Duration) {
+	if r := h.hold.reason(); r != notHeld {
+		return r, h.hold.delay(now)
+	}
+	if !probe && h.health.isOpen() {
+		return heldCircuit, h.health.delay(now)
+	}
+	return notHeld, 0
+}
+
+// clockStart is the origin of the Publish times that health compares
 // (monotonic).
 var clockStart = time.Now()
 

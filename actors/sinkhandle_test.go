@@ -21,24 +21,24 @@ func TestHealthLinesFollowWhenPublishesBegan(t *testing.T) {
 	down := []error{errors.New("HTTP 502 Bad Gateway")}
 	up := []error{nil}
 	ms := time.Millisecond
-	h.noteHealth(down, 10*ms, 15*ms, log) // the outage, seen at 15
-	h.noteHealth(up, 0*ms, 16*ms, log)    // sent before that failure: old news
-	h.noteHealth(up, 12*ms, 17*ms, log)   // sent before the outage was seen: old news
-	h.noteHealth(down, 20*ms, 21*ms, log)
-	h.noteHealth(up, 50*ms, 55*ms, log)   // the recovery, seen at 55
-	h.noteHealth(down, 40*ms, 56*ms, log) // sent before the recovery: old news
-	h.noteHealth(down, 52*ms, 57*ms, log) // sent after the recovery's own request, before it was seen: old news
-	h.noteHealth(up, 60*ms, 61*ms, log)
-	h.noteHealth(down, 56*ms, 90*ms, log) // sent after the recovery was seen, but before a later success: old news
+	h.noteHealth(down, 10*ms, 15*ms, false, log) // the outage, seen at 15
+	h.noteHealth(up, 0*ms, 16*ms, false, log)    // sent before that failure: old news
+	h.noteHealth(up, 12*ms, 17*ms, false, log)   // sent before the outage was seen: old news
+	h.noteHealth(down, 20*ms, 21*ms, false, log)
+	h.noteHealth(up, 50*ms, 55*ms, false, log)   // the recovery, seen at 55
+	h.noteHealth(down, 40*ms, 56*ms, false, log) // sent before the recovery: old news
+	h.noteHealth(down, 52*ms, 57*ms, false, log) // sent after the recovery's own request, before it was seen: old news
+	h.noteHealth(up, 60*ms, 61*ms, false, log)
+	h.noteHealth(down, 56*ms, 90*ms, false, log) // sent after the recovery was seen, but before a later success: old news
 	lines := buf.String()
 	if strings.Count(lines, "destination failing") != 1 || strings.Count(lines, "destination delivering again") != 1 {
 		t.Fatalf("want one line for the outage and one for the recovery:\n%s", lines)
 	}
-	h.noteHealth(down, 70*ms, 71*ms, log) // a new outage
+	h.noteHealth(down, 70*ms, 71*ms, false, log) // a new outage
 	if strings.Count(buf.String(), "destination failing") != 2 {
 		t.Fatalf("a failure sent after the recovery was seen is a new outage:\n%s", buf.String())
 	}
-	h.noteHealth(up, 72*ms, 73*ms, log) // and its recovery
+	h.noteHealth(up, 72*ms, 73*ms, false, log) // and its recovery
 	if strings.Count(buf.String(), "destination delivering again") != 2 {
 		t.Fatalf("a success sent after the outage was seen is a recovery:\n%s", buf.String())
 	}

@@ -91,6 +91,10 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes,
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
+	// The paused destinations are read before the claimer starts (see
+	// destinationWatch.first).
+	dests := &destinationWatch{dialect: o.Dialect, handles: s.sinks, replica: o.Replica, describe: d.policy.lastError, log: s.log, bg: s.bg.ctx}
+	dests.first()
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)
 	})
@@ -125,6 +129,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
 	watcher := &relayWatcher{budget: s.budget, dialect: o.Dialect, stats: s.stats, log: s.log, bg: s.bg.ctx}
 	s.bg.run(watcher.loop)
+	s.bg.run(dests.loop)
 	if o.Inbox.Enabled {
 		// The inbox relay sends only to itself and wakes the claimer; its
 		// mailbox holds ticks, which it handles at once.

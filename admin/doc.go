@@ -15,7 +15,11 @@
 // was written in its source (--state, state=, "states"). text.go formats
 // what the commands print for people (Stats.WriteText, DeadList.WriteText,
 // DeadGroups.WriteText), so that cmd/queuebox only declares flags and
-// wires.
+// wires. The destinations, their pauses and the
+// circuits replicas hold open are shared the same way (destinations.go:
+// Destinations, PauseDestination, ResumeDestination, WriteDestinations);
+// the metrics of each destination are read from the engine at each scrape
+// (destmetrics.go).
 //
 // # The admin listener's routes
 //
@@ -23,7 +27,9 @@
 // it): GET /healthz (the process runs), GET /readyz (the database answers,
 // the schema is current, the relay is not stopping), GET /metrics
 // (Prometheus), the JSON API (GET /api/stats, GET /api/rows, POST
-// /api/replay, GET /api/dead-groups, GET /api/blocked-keys), POST /login,
+// /api/replay, GET /api/dead-groups, GET /api/blocked-keys, GET
+// /api/destinations, POST /api/destinations/{name}/pause and /resume),
+// POST /login,
 // and the web page, embedded from page/. Any other /api/ path answers 404
 // with the list of routes. The inbox's HTTP sources share the listener at
 // /inbox/, outside this handler and its token: each source checks

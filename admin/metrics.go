@@ -144,6 +144,7 @@ func NewMetrics(inboxSources []string) *Metrics {
 	for _, s := range dialects.States {
 		m.rows.WithLabelValues(string(s))
 	}
+	m.reg.MustRegister(newDestinationCollector(m))
 	m.throughput = newThroughput(m)
 	return m
 }

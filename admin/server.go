@@ -48,6 +48,10 @@ type Options struct {
 	ThroughputStep time.Duration
 	// Version is shown on the page.
 	Version string
+
+	// Destinations are the configured destinations, for GET
+	// /api/destinations and their pause and resume.
+	Destinations []DestinationInfo
 }
 
 // Server is the admin listener's handler: health, readiness, metrics, the
@@ -136,6 +140,9 @@ func (s *Server) routes() {
 	m.Handle("POST /api/replay", s.auth(http.HandlerFunc(s.replay)))
 	m.Handle("GET /api/dead-groups", s.auth(http.HandlerFunc(s.deadGroups)))
 	m.Handle("GET /api/blocked-keys", s.auth(http.HandlerFunc(s.blockedKeys)))
+	m.Handle("GET /api/destinations", s.auth(http.HandlerFunc(s.destinations)))
+	m.Handle("POST /api/destinations/{name}/pause", s.auth(http.HandlerFunc(s.pauseDestination)))
+	m.Handle("POST /api/destinations/{name}/resume", s.auth(http.HandlerFunc(s.resumeDestination)))
 	m.HandleFunc("POST /login", s.login)
 	page, _ := fs.Sub(pageFS, "page")
 	files := http.FileServerFS(page)
@@ -144,7 +151,7 @@ func (s *Server) routes() {
 		m.Handle("GET "+f, s.auth(files))
 	}
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, http.StatusNotFound, fmt.Sprintf("%s %s is not a route of the admin API; the routes are GET /api/stats, GET /api/rows, POST /api/replay, GET /api/dead-groups, GET /api/blocked-keys", r.Method, r.URL.Path))
+		s.fail(w, http.StatusNotFound, fmt.Sprintf("%s %s is not a route of the admin API; the routes are GET /api/stats, GET /api/rows, POST /api/replay, GET /api/dead-groups, GET /api/blocked-keys, GET /api/destinations, POST /api/destinations/NAME/pause, POST /api/destinations/NAME/resume", r.Method, r.URL.Path))
 	})
 	s.mux = m
 }
@@ -548,11 +555,7 @@ type ReplayView struct {
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
-	// A JSON content type keeps other sites out: a browser sends one
-	// across sites only after asking (CORS), and this listener never
-	// agrees.
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-		s.fail(w, http.StatusUnsupportedMediaType, fmt.Sprintf("the body must be JSON sent with Content-Type: application/json (got %q)", r.Header.Get("Content-Type")))
+	if !s.jsonBody(w, r) {
 		return
 	}
 	if len(r.URL.Query()) > 0 {
@@ -578,6 +581,17 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, ReplayView{Rows: n, DryRun: req.DryRun})
+}
+
+// jsonBody refuses a POST whose body is not sent as JSON. A JSON content
+// type keeps other sites out: a browser sends one across sites only after
+// asking (CORS), and this listener never agrees.
+func (s *Server) jsonBody(w http.ResponseWriter, r *http.Request) bool {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+		s.fail(w, http.StatusUnsupportedMediaType, fmt.Sprintf("the body must be JSON sent with Content-Type: application/json (got %q)", r.Header.Get("Content-Type")))
+		return false
+	}
+	return true
 }
 
 // DeadGroupsView is the body of GET /api/dead-groups.

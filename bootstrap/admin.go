@@ -49,7 +49,7 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 		return nil, &ExitError{Code: 2, Err: err}
 	}
 	srv := admin.NewServer(admin.Options{
-		Dialect: d, Token: l.Admin.Token, Metrics: m, Log: log, Version: Version,
+		Dialect: d, Token: l.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(l),
 		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
 		RouteOf: RouteOf(l), FinalStatus: FinalStatus(l),
 	})
@@ -99,6 +99,18 @@ func (a *adminListener) close() {
 		_ = a.http.Close()
 	}
 	<-a.done
+}
+
+// DestinationInfos lists the configured destinations for the operators'
+// views (queuebox destinations, the admin API and page), in name order.
+func DestinationInfos(l *Loaded) []admin.DestinationInfo {
+	policies := DestinationPolicies(l)
+	out := make([]admin.DestinationInfo, 0, len(l.Destinations))
+	for name, d := range l.Destinations {
+		out = append(out, admin.DestinationInfo{Name: name, Type: d.Type, Policy: policies[name]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // inboxSources lists the configured inbox sources, for their metrics.

@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -179,7 +180,38 @@ type DestinationConfig struct {
 	Subject         string `yaml:"subject" kinds:"nats"`
 	JetStream       *bool  `yaml:"jetstream" kinds:"nats"`
 	CredentialsFile string `yaml:"credentialsFile" kinds:"nats"`
+
+	// every type: flow control and the circuit breaker (per replica)
+	RateLimit      RateLimitConfig      `yaml:"rateLimit"`
+	MaxConcurrency int                  `yaml:"maxConcurrency" min:"0" max:"100000"`
+	CircuitBreaker CircuitBreakerConfig `yaml:"circuitBreaker"`
 }
+
+// RateLimitConfig bounds the rows a replica sends a destination per second
+// (a token bucket of burst rows); perSecond 0 is no bound.
+type RateLimitConfig struct {
+	PerSecond float64 `yaml:"perSecond" min:"0" max:"1000000"`
+	Burst     int     `yaml:"burst" min:"0" max:"1000000"`
+}
+
+// CircuitBreakerConfig is a destination's circuit breaker: it opens when
+// every attempt failed for window, with at least minAttempts of them, and
+// then sends one probe per probeInterval until one succeeds.
+type CircuitBreakerConfig struct {
+	Enabled       *bool    `yaml:"enabled"`
+	Window        Duration `yaml:"window"`
+	MinAttempts   int      `yaml:"minAttempts" min:"1" max:"1000000"`
+	ProbeInterval Duration `yaml:"probeInterval"`
+}
+
+// The circuit breaker's defaults: short enough that it opens before the
+// default backoff (attempts at about 0, 1, 3, 7 and 15 s) has spent a row's
+// five attempts.
+const (
+	defaultBreakerWindow        = 5 * time.Second
+	defaultBreakerMinAttempts   = 5
+	defaultBreakerProbeInterval = 5 * time.Second
+)
 
 // TLSConfig is the TLS of a connection (an HTTP or Kafka destination, a
 // Kafka inbox source). enabled is for Kafka only: for HTTP the https://
@@ -293,6 +325,7 @@ func (c *Config) applyDestinationDefaults() {
 		if d == nil {
 			continue
 		}
+		d.applyFlowDefaults()
 		switch d.Type {
 		case "http":
 			if d.Method == "" {
@@ -335,4 +368,30 @@ func (c *Config) applyDestinationDefaults() {
 		}
 	}
 	c.applyInboxDefaults()
+}
+
+// applyFlowDefaults fills the defaults of the keys every destination has:
+// the burst of a rate limit (a second's worth), and the circuit breaker
+// (on, with the default window, attempts and probe interval).
+func (d *DestinationConfig) applyFlowDefaults() {
+	if d.RateLimit.PerSecond > 0 && d.RateLimit.Burst == 0 {
+		d.RateLimit.Burst = max(1, int(math.Ceil(d.RateLimit.PerSecond)))
+	}
+	cb := &d.CircuitBreaker
+	if cb.Enabled == nil {
+		on := true
+		cb.Enabled = &on
+	}
+	if !*cb.Enabled {
+		return
+	}
+	if cb.Window == 0 {
+		cb.Window = Duration(defaultBreakerWindow)
+	}
+	if cb.MinAttempts == 0 {
+		cb.MinAttempts = defaultBreakerMinAttempts
+	}
+	if cb.ProbeInterval == 0 {
+		cb.ProbeInterval = Duration(defaultBreakerProbeInterval)
+	}
 }

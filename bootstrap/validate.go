@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
@@ -215,6 +216,7 @@ func (v *validator) destinations(c *Config) {
 			continue
 		}
 		v.foreignKeys(key, d.Type, "destination", reflect.TypeOf(*d))
+		v.flowControl(key, name, d)
 		cd := &CompiledDestination{}
 		v.out.Destinations[name] = cd
 		switch d.Type {
@@ -537,4 +539,31 @@ func (v *validator) routes(c *Config) {
 		routes = append(routes, route)
 	}
 	v.out.Router = routing.NewRouter(routes)
+}
+
+// minBreakerTime is the shortest circuit breaker window and probe interval.
+const minBreakerTime = 100 * time.Millisecond
+
+// flowControl checks the keys every destination has: its name (the pause
+// and circuit tables hold names of up to 255 characters), the rate limit
+// and the circuit breaker.
+func (v *validator) flowControl(key, name string, d *DestinationConfig) {
+	if len(name) > dialects.MaxDestinationName {
+		v.add(key, "the name is %d characters long; destination names are at most %d (operators pause them by name)", len(name), dialects.MaxDestinationName)
+	}
+	if v.d.present[key+".rateLimit"] && d.RateLimit.PerSecond == 0 && !v.d.bad[key+".rateLimit.perSecond"] {
+		v.add(key+".rateLimit.perSecond", "is required with rateLimit: the rows per second one replica may send this destination (for example 50); remove rateLimit for no limit")
+	}
+	cb := d.CircuitBreaker
+	if cb.Enabled == nil || !*cb.Enabled {
+		return
+	}
+	for _, k := range []struct {
+		name string
+		d    Duration
+	}{{"window", cb.Window}, {"probeInterval", cb.ProbeInterval}} {
+		if time.Duration(k.d) < minBreakerTime && !v.d.bad[key+".circuitBreaker."+k.name] {
+			v.add(key+".circuitBreaker."+k.name, "%s is too short; use at least %s (or circuitBreaker: {enabled: false} to turn the breaker off)", time.Duration(k.d), minBreakerTime)
+		}
+	}
 }

@@ -158,7 +158,7 @@ func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Opti
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	o := l.Outbox
 	return actors.Options{
-		Dialect: d, Router: l.Compiled.Router, Destinations: factories,
+		Dialect: d, Router: l.Compiled.Router, Destinations: factories, Policies: DestinationPolicies(l),
 		BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight, Lease: ms(o.ClaimTimeoutMs), PollInterval: ms(o.PollIntervalMs),
 		ProbeInterval: ms(o.ProbeIntervalMs), LongTransactionWarning: ms(l.Database.LongTransactionWarningMs),
 		Backoff: actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
@@ -170,6 +170,20 @@ func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Opti
 		Redact: l.Secrets.Redact, Logger: log,
 		Inbox: InboxRelayOptions(l),
 	}, nil
+}
+
+// DestinationPolicies maps each destination's rateLimit, maxConcurrency and
+// circuitBreaker onto the engine.
+func DestinationPolicies(l *Loaded) map[string]actors.DestinationPolicy {
+	out := make(map[string]actors.DestinationPolicy, len(l.Destinations))
+	for name, d := range l.Destinations {
+		p := actors.DestinationPolicy{RatePerSecond: d.RateLimit.PerSecond, Burst: d.RateLimit.Burst, MaxConcurrency: d.MaxConcurrency}
+		if cb := d.CircuitBreaker; cb.Enabled != nil && *cb.Enabled {
+			p.CircuitBreaker = actors.CircuitBreaker{Window: time.Duration(cb.Window), MinAttempts: cb.MinAttempts, ProbeInterval: time.Duration(cb.ProbeInterval)}
+		}
+		out[name] = p
+	}
+	return out
 }
 
 // Stderr is where commands write logs; tests may swap it.

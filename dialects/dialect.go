@@ -75,6 +75,10 @@ const (
 	// OutcomeRelease: back to pending untouched (attempt unchanged); the
 	// delivery never started or was abandoned.
 	OutcomeRelease
+	// OutcomeDefer: back to pending, due again after Delay, attempt and
+	// last_error unchanged: the destination was held (paused, its circuit
+	// open, or its flow limit full), so no attempt was made.
+	OutcomeDefer
 )
 
 func (k OutcomeKind) String() string {
@@ -87,6 +91,8 @@ func (k OutcomeKind) String() string {
 		return "dead"
 	case OutcomeRelease:
 		return "release"
+	case OutcomeDefer:
+		return "defer"
 	}
 	return "unknown"
 }
@@ -95,7 +101,7 @@ func (k OutcomeKind) String() string {
 type Outcome struct {
 	Claim
 	Kind OutcomeKind
-	// Delay before the next attempt (OutcomeRetry only).
+	// Delay before the next attempt (OutcomeRetry and OutcomeDefer only).
 	Delay time.Duration
 	// Error is written to last_error (OutcomeRetry and OutcomeDead only). It
 	// must already be redacted and cut.
@@ -482,6 +488,7 @@ type Dialect interface {
 	Operator
 	Migrator
 	Inbox
+	Destinations
 	Close()
 }
 

@@ -2,12 +2,13 @@
 //
 // Every SQL statement QueueBox runs lives behind this seam, one method per
 // statement, named noun-first (OutboxClaim, OutboxRenewLeases,
-// OutboxComplete, ...), in four interfaces by who uses them: Relay (the
+// OutboxComplete, ...), in five interfaces by who uses them: Relay (the
 // engine's claims, renewals, completions, releases, retention, probes and
 // the inbox relay), Inbox (what the inbox's sources store), Operator
 // (counts, listings, replay and inserts for the command line and the admin
-// API) and Migrator (quoting and the migration history for the migration
-// runner). Dialect is all four. The postgres and sqlserver packages
+// API), Migrator (quoting and the migration history for the migration
+// runner) and Destinations (the destinations operators paused, which every
+// relay reads, and the circuits relays opened). Dialect is all five. The postgres and sqlserver packages
 // implement it; the dialecttest package is one conformance suite that both
 // must pass. Methods with more than two arguments take a *Params struct.
 //

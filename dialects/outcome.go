@@ -21,6 +21,8 @@ func WriteOf(o Outcome) Write {
 		return Write{State: Pending, AttemptIncrement: 1, Reschedule: true, WriteError: true}
 	case OutcomeDead:
 		return Write{State: Dead, WriteError: true}
+	case OutcomeDefer:
+		return Write{State: Pending, Reschedule: true}
 	default: // OutcomeRelease
 		return Write{State: Pending}
 	}

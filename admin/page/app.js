@@ -2,7 +2,9 @@
 // counts), /api/dead-groups and /api/blocked-keys every two seconds (the
 // server samples the tables on its own interval, so any number of open
 // pages costs the database nothing), and replays through POST /api/replay.
-// No library, no outside resource.
+// It reads /api/destinations too (two small tables), and pauses and
+// resumes destinations through POST /api/destinations/NAME/pause and
+// /resume. No library, no outside resource.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -316,12 +318,99 @@ async function showRow(id) {
   }
 }
 
+function destinationState(d) {
+  const parts = [];
+  if (d.paused) parts.push(el("span", { class: "tag paused" }, "paused"), " " + (d.since ? ago(d.since) : ""),
+    d.pauseReason ? el("div", { class: "muted" }, d.pauseReason) : null);
+  for (const c of d.openCircuits) {
+    parts.push(el("div", {}, el("span", { class: "tag open" }, "circuit open"), " on " + c.replica + ", " + ago(c.openedAt),
+      el("div", { class: "err" }, c.lastError)));
+  }
+  if (!parts.length) parts.push(el("span", { class: "tag ok" }, "delivering"));
+  return parts;
+}
+
+function replicaText(r) {
+  if (!r) return "–";
+  const deferred = Object.entries(r.deferred || {}).filter(([, n]) => n > 0).map(([why, n]) => num(n) + " " + why);
+  const parts = [];
+  if (r.circuitOpen) parts.push("circuit open " + ago(r.circuitOpenedAt) + ", " + num(r.probes) + " probes");
+  if (r.waiting) parts.push(num(r.waiting) + " rows waiting for the limits");
+  parts.push(deferred.length ? "deferred: " + deferred.join(", ") : "nothing deferred");
+  return parts.join("; ");
+}
+
+function pauseControl(d) {
+  // Pause asks for a reason, then pauses on a second click; resume takes
+  // two clicks, as a replay does.
+  if (d.paused) return destinationButton("Resume", d.name, "resume", () => ({}));
+  const box = el("span", { class: "pause" });
+  const reason = el("input", { placeholder: "reason (optional)", size: 18, class: "reason", hidden: "" });
+  const b = destinationButton("Pause", d.name, "pause", () => ({ reason: reason.value }), () => { reason.hidden = false; reason.focus(); });
+  box.append(reason, b);
+  return box;
+}
+
+function destinationButton(label, name, action, body, onArm) {
+  const b = el("button", { type: "button", class: action, "data-destination": name }, label);
+  let armed = false;
+  b.addEventListener("click", async () => {
+    if (!armed) {
+      armed = true;
+      b.classList.add("confirm");
+      b.textContent = "Confirm: " + label.toLowerCase() + " " + name;
+      if (onArm) onArm();
+      return;
+    }
+    b.disabled = true;
+    try {
+      const res = await api("/api/destinations/" + encodeURIComponent(name) + "/" + action,
+        { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body()) });
+      const r = $("#destination-result");
+      r.hidden = false;
+      r.textContent = res.paused
+        ? name + " is paused on every replica: its rows wait, with no attempt counted."
+        : name + " is resumed: its rows flow again" + (res.changed ? "." : " (it was not paused).");
+    } catch (e) {
+      const r = $("#destination-result");
+      r.hidden = false;
+      r.textContent = "The " + action + " failed: " + e.message;
+    }
+    armed = false;
+    b.classList.remove("confirm"); // lets the next refresh draw the table again
+    lastDestinations = "";
+    setTimeout(refresh, 300);
+  });
+  return b;
+}
+
+let lastDestinations = "";
+
+function renderDestinations(v) {
+  // Leave the table alone while a button waits for its second click.
+  const seen = JSON.stringify(v);
+  if ($("#destination-table button.confirm") || seen === lastDestinations) return;
+  lastDestinations = seen;
+  const secs = (s) => duration(s);
+  fill($("#destination-table tbody"), v.destinations.map((d) => el("tr", { "data-destination": d.name },
+    el("td", { class: "mono" }, d.name, el("div", { class: "muted" }, d.configured ? d.type : "not in the configuration")),
+    el("td", {}, ...destinationState(d)),
+    el("td", {}, d.rateLimit ? d.rateLimit.perSecond + " / s (burst " + d.rateLimit.burst + ")" : "–"),
+    el("td", { class: "num" }, d.maxConcurrency || "–"),
+    el("td", {}, d.circuitBreaker ? d.circuitBreaker.minAttempts + " attempts over " + secs(d.circuitBreaker.windowSeconds) +
+      "; a probe every " + secs(d.circuitBreaker.probeIntervalSeconds) : "off"),
+    el("td", {}, replicaText(d.replica)),
+    el("td", {}, pauseControl(d)),
+  )), 7, "no destination");
+}
+
 async function refresh() {
   try {
     renderStats(await api("/api/stats"));
-    const [g, b] = await Promise.all([api("/api/dead-groups"), api("/api/blocked-keys")]);
+    const [g, b, dests] = await Promise.all([api("/api/dead-groups"), api("/api/blocked-keys"), api("/api/destinations")]);
     renderDeadGroups(g);
     renderBlocked(b);
+    renderDestinations(dests);
   } catch (e) {
     problem("The admin listener does not answer: " + e.message);
   }

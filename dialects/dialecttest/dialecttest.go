@@ -92,6 +92,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	tests = append(tests, runGate(t, h)...)
 	tests = append(tests, boundsTests(h)...)
+	tests = append(tests, destinationTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

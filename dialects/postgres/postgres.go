@@ -46,6 +46,8 @@ type Dialect struct {
 	// byKeyCursor is the key after which the next claim by key goes on, so
 	// that keys take turns (see OutboxClaimByKey).
 	byKeyCursor atomic.Pointer[string]
+	// DestinationTables are the destinations' state (destinations.go).
+	dialects.DestinationTables
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
@@ -63,6 +65,7 @@ type Catalog struct {
 	OtherRelays                                                      string
 	dialects.HistoryStatements
 	InboxStatements
+	dialects.DestinationStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -127,6 +130,7 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 		d.pool.Close()
 		return nil, err
 	}
+	d.DestinationTables = d.destinationTables()
 	return d, nil
 }
 

@@ -785,3 +785,55 @@ SELECT {{ic "state"}}, count(*) FROM {{it}} GROUP BY {{ic "state"}}
 SELECT COALESCE((SELECT EXTRACT(EPOCH FROM now() - {{ic "received_at"}})::float8
                    FROM {{it}} WHERE {{ic "state"}} = 'received'
                   ORDER BY {{ic "sequence"}} LIMIT 1), 0)
+
+
+-- The destinations' state (V18): pauses, which every relay reads about
+-- twice a second, and the circuits relays opened, for operators.
+
+-- name: DestinationStates
+SELECT name, paused, COALESCE(reason, ''), changed_at FROM {{q (obj "destinations") | qualify}} ORDER BY name
+
+-- name: DestinationPause
+-- $1 name, $2 reason (NULL for none). changed_at moves only when the
+-- destination was not paused; the last column says whether it was not.
+WITH old AS (
+    SELECT paused FROM {{q (obj "destinations") | qualify}} WHERE name = $1
+), up AS (
+    INSERT INTO {{q (obj "destinations") | qualify}} AS d (name, paused, reason, changed_at)
+    VALUES ($1, TRUE, $2, now())
+    ON CONFLICT (name) DO UPDATE
+       SET paused = TRUE,
+           reason = EXCLUDED.reason,
+           changed_at = CASE WHEN d.paused THEN d.changed_at ELSE EXCLUDED.changed_at END
+    RETURNING name, paused, COALESCE(reason, '') AS reason, changed_at
+)
+SELECT up.name, up.paused, up.reason, up.changed_at, NOT COALESCE((SELECT paused FROM old), FALSE) FROM up
+
+-- name: DestinationResume
+-- $1 name. No row when the destination was not paused.
+UPDATE {{q (obj "destinations") | qualify}}
+   SET paused = FALSE, reason = NULL, changed_at = now()
+ WHERE name = $1 AND paused
+RETURNING name, paused, '', changed_at
+
+-- name: DestinationCircuitOpen
+-- $1 destination, $2 replica, $3 last error. A circuit reported again
+-- keeps its opened_at.
+INSERT INTO {{q (obj "circuits") | qualify}} AS c (destination, replica, opened_at, seen_at, last_error)
+VALUES ($1, $2, now(), now(), $3)
+ON CONFLICT (destination, replica) DO UPDATE
+   SET seen_at = now(), last_error = EXCLUDED.last_error
+
+-- name: DestinationCircuitsClosed
+-- $1 replica, $2 the destinations whose circuits it closed; circuits no
+-- replica refreshed for a day go too.
+DELETE FROM {{q (obj "circuits") | qualify}}
+ WHERE (replica = $1 AND destination = ANY($2::text[]))
+    OR seen_at < now() - interval '1 day'
+
+-- name: DestinationCircuits
+-- $1 how recently (ms) a circuit must have been refreshed to count.
+SELECT destination, replica, opened_at, seen_at, COALESCE(last_error, '')
+  FROM {{q (obj "circuits") | qualify}}
+ WHERE seen_at >= now() - $1::bigint * interval '1 millisecond'
+ ORDER BY destination, opened_at, replica

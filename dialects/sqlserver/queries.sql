@@ -465,3 +465,66 @@ SELECT {{ic "state"}}, COUNT_BIG(*) FROM {{it}} GROUP BY {{ic "state"}};
 -- The received row with the smallest sequence, through the relay's index.
 SELECT COALESCE((SELECT TOP (1) DATEDIFF_BIG(millisecond, {{ic "received_at"}}, SYSUTCDATETIME())
                    FROM {{it}} WHERE {{ic "state"}} = N'received' ORDER BY {{ic "sequence"}}), 0);
+
+
+-- The destinations' state (V12): pauses, which every relay reads about
+-- twice a second, and the circuits relays opened, for operators.
+
+-- name: DestinationStates
+SELECT name, paused, COALESCE(reason, N''), changed_at FROM {{q (obj "destinations") | qualify}} ORDER BY name;
+
+-- name: DestinationPause
+-- @p1 name, @p2 reason (NULL for none). changed_at moves only when the
+-- destination was not paused; the last column says whether it was not.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @was BIT = (SELECT paused FROM {{q (obj "destinations") | qualify}} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p1);
+IF @was IS NULL
+    INSERT INTO {{q (obj "destinations") | qualify}} (name, paused, reason, changed_at) VALUES (@p1, 1, @p2, @now);
+ELSE
+    UPDATE {{q (obj "destinations") | qualify}}
+       SET paused = 1, reason = @p2, changed_at = CASE WHEN paused = 1 THEN changed_at ELSE @now END
+     WHERE name = @p1;
+SELECT name, paused, COALESCE(reason, N''), changed_at, CAST(CASE WHEN @was = 1 THEN 0 ELSE 1 END AS BIT)
+  FROM {{q (obj "destinations") | qualify}} WHERE name = @p1;
+COMMIT TRANSACTION;
+
+-- name: DestinationResume
+-- @p1 name. No row when the destination was not paused.
+SET NOCOUNT ON;
+UPDATE {{q (obj "destinations") | qualify}}
+   SET paused = 0, reason = NULL, changed_at = SYSUTCDATETIME()
+OUTPUT inserted.name, inserted.paused, N'', inserted.changed_at
+ WHERE name = @p1 AND paused = 1;
+
+-- name: DestinationCircuitOpen
+-- @p1 destination, @p2 replica, @p3 last error. A circuit reported again
+-- keeps its opened_at.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+UPDATE {{q (obj "circuits") | qualify}} WITH (UPDLOCK, HOLDLOCK)
+   SET seen_at = @now, last_error = @p3
+ WHERE destination = @p1 AND replica = @p2;
+IF @@ROWCOUNT = 0
+    INSERT INTO {{q (obj "circuits") | qualify}} (destination, replica, opened_at, seen_at, last_error)
+    VALUES (@p1, @p2, @now, @now, @p3);
+COMMIT TRANSACTION;
+
+-- name: DestinationCircuitsClosed
+-- @p1 replica, @p2 JSON array of the destinations whose circuits it
+-- closed; circuits no replica refreshed for a day go too.
+SET NOCOUNT ON;
+DELETE FROM {{q (obj "circuits") | qualify}}
+ WHERE (replica = @p1 AND destination IN (SELECT [value] FROM OPENJSON(@p2)))
+    OR seen_at < DATEADD(day, -1, SYSUTCDATETIME());
+
+-- name: DestinationCircuits
+-- @p1 how recently (ms) a circuit must have been refreshed to count.
+SELECT destination, replica, opened_at, seen_at, COALESCE(last_error, N'')
+  FROM {{q (obj "circuits") | qualify}}
+ WHERE seen_at >= DATEADD(millisecond, -@p1, SYSUTCDATETIME())
+ ORDER BY destination, opened_at, replica;

@@ -42,6 +42,8 @@ type Dialect struct {
 	db    *sql.DB
 	names dialects.Names
 	q     *Catalog
+	// DestinationTables are the destinations' state (destinations.go).
+	dialects.DestinationTables
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
@@ -56,6 +58,7 @@ type Catalog struct {
 	OutboxProbe, OutboxWriters, OtherRelays                              string
 	dialects.HistoryStatements
 	InboxStatements
+	dialects.DestinationStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -90,7 +93,9 @@ func Open(_ context.Context, opts Options) (*Dialect, error) {
 		db.SetMaxOpenConns(opts.MaxConnections)
 		db.SetMaxIdleConns(opts.MaxConnections)
 	}
-	return &Dialect{db: db, names: opts.Names, q: q}, nil
+	d := &Dialect{db: db, names: opts.Names, q: q}
+	d.DestinationTables = d.destinationTables()
+	return d, nil
 }
 
 // DB exposes the pool to tests in this module.

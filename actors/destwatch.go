@@ -1,0 +1,230 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// hold is whether an operator paused a destination, as this replica last
+// read it from the database (dialects.Destinations).
+type hold struct {
+	paused atomic.Bool
+	mu     sync.Mutex
+	why    string
+	since  time.Time // when it was paused (database clock)
+	seen   time.Time // when this replica saw it paused (wall clock)
+}
+
+// reason says whether the destination is held by a pause.
+func (h *hold) reason() holdReason {
+	if h.paused.Load() {
+		return heldPaused
+	}
+	return notHeld
+}
+
+// delay is how long a row of a paused destination waits (holdDelay).
+func (h *hold) delay(now time.Time) time.Duration {
+	h.mu.Lock()
+	seen := h.seen
+	h.mu.Unlock()
+	return holdDelay(now.Sub(seen))
+}
+
+// pauseView is the pause as this replica knows it.
+type pauseView struct {
+	paused      bool
+	reason      string
+	since, seen time.Time
+}
+
+func (h *hold) view() pauseView {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return pauseView{paused: h.paused.Load(), reason: h.why, since: h.since, seen: h.seen}
+}
+
+// set records a state read from the database, and reports whether the
+// destination was paused or resumed by it.
+func (h *hold) set(st dialects.DestinationState, now time.Time) (changed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	was := h.paused.Load()
+	h.why, h.since = st.Reason, st.Since
+	if st.Paused && !was {
+		h.seen = now
+	}
+	if !st.Paused {
+		h.seen = time.Time{}
+	}
+	h.paused.Store(st.Paused)
+	return st.Paused != was
+}
+
+// destinationWatch reads the destinations' pauses from the database every
+// watchEvery and holds or releases the handles, so that a pause made on
+// one replica, or with the command line, holds on every replica within
+// about a second. It also reports this replica's open circuits for
+// operators (refreshed every circuitRefresh, removed when they close and
+// when the engine stops). It runs in the engine's background and sends to
+// no actor.
+type destinationWatch struct {
+	dialect dialects.Destinations
+	handles map[string]*sinkHandle
+	replica string
+	// describe words a circuit's last error as last_error would be: redacted
+	// and cut.
+	describe func(error) string
+	log      *slog.Logger
+	bg       context.Context
+
+	// reported: the circuits reported open, and when last.
+	reported map[string]time.Time
+	// failing: the last read of the pauses failed, reportFailing the last
+	// report of a circuit (each logged once until one succeeds).
+	failing, reportFailing bool
+}
+
+const (
+	watchEvery     = 500 * time.Millisecond
+	circuitRefresh = 10 * time.Second
+	// CircuitFresh is how recently a replica must have refreshed a circuit
+	// for operators to be shown it open: a replica that stopped without
+	// removing its circuits is forgotten after this.
+	CircuitFresh = 3 * circuitRefresh
+)
+
+// first reads the pauses before the engine claims anything, so that a
+// replica that starts while a destination is paused sends it nothing. It
+// waits at most firstReadTimeout: a replica that cannot read them (the
+// database is away) starts as if none were paused, and the loop reads them
+// as soon as it can.
+func (w *destinationWatch) first() {
+	w.reported = map[string]time.Time{}
+	w.readPauses(firstReadTimeout)
+}
+
+const firstReadTimeout = 2 * time.Second
+
+// loop reads the pauses and reports the circuits every watchEvery until the
+// engine stops.
+func (w *destinationWatch) loop() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.bg.Done():
+			// The engine stops: its circuits are no one's any more.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			w.reportCircuits(ctx, true)
+			cancel()
+			return
+		case <-t.C:
+		}
+		w.readPauses(5 * time.Second)
+		w.reportCircuits(w.bg, false)
+	}
+}
+
+func (w *destinationWatch) readPauses(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(w.bg, timeout)
+	states, err := w.dialect.DestinationStates(ctx)
+	cancel()
+	if err != nil {
+		if w.bg.Err() != nil {
+			return
+		}
+		if !w.failing {
+			w.failing = true
+			msg := "cannot read which destinations are paused; going on with what was read last"
+			if errors.Is(err, dialects.ErrNoTable) {
+				msg = "cannot read which destinations are paused: the schema is older than this release (run `queuebox migrate up`); no destination is held meanwhile"
+			}
+			w.log.Error(msg, "error", err)
+		}
+		return
+	}
+	if w.failing {
+		w.failing = false
+		w.log.Info("reading which destinations are paused again")
+	}
+	byName := make(map[string]dialects.DestinationState, len(states))
+	for _, st := range states {
+		byName[st.Name] = st
+	}
+	now := time.Now()
+	for name, h := range w.handles {
+		st := byName[name]
+		st.Name = name
+		if h.hold.set(st, now) {
+			if st.Paused {
+				if h.flow != nil {
+					h.flow.interrupt()
+				}
+				w.log.Info("destination paused: its rows wait, with no attempt counted, until it is resumed",
+					"destination", name, "reason", st.Reason, "pausedAt", st.Since)
+			} else {
+				w.log.Info("destination resumed: its rows flow again", "destination", name)
+			}
+		}
+	}
+}
+
+// reportCircuits writes which circuits this replica holds open, and removes
+// those it closed (all of them when stopping).
+func (w *destinationWatch) reportCircuits(ctx context.Context, stopping bool) {
+	now := time.Now()
+	var closed []string
+	for _, name := range slices.Sorted(maps.Keys(w.handles)) {
+		c := w.handles[name].health.view()
+		last, reported := w.reported[name]
+		switch {
+		case c.open && !stopping:
+			if reported && now.Sub(last) < circuitRefresh {
+				continue
+			}
+			lastErr := ""
+			if c.lastErr != nil {
+				lastErr = w.describe(c.lastErr)
+			}
+			if err := w.dialect.DestinationCircuitOpen(ctx, dialects.OpenCircuit{Destination: name, Replica: w.replica, LastError: lastErr}); err != nil {
+				w.reportFailed(err)
+				continue // said again at the next look
+			}
+			w.reportFailing = false
+			w.reported[name] = now
+		case reported:
+			closed = append(closed, name)
+		}
+	}
+	if len(closed) == 0 {
+		return
+	}
+	if err := w.dialect.DestinationCircuitsClosed(ctx, w.replica, closed); err != nil {
+		w.reportFailed(err)
+		return
+	}
+	w.reportFailing = false
+	for _, name := range closed {
+		delete(w.reported, name)
+	}
+}
+
+// reportFailed logs, once until a report works again, that the open
+// circuits could not be written: operators see stale ones meanwhile (the
+// circuits themselves work the same).
+func (w *destinationWatch) reportFailed(err error) {
+	if w.reportFailing || w.bg.Err() != nil {
+		return
+	}
+	w.reportFailing = true
+	w.log.Warn("cannot tell operators which circuits this replica holds open; `queuebox destinations list` may show them late", "error", err)
+}

@@ -1,0 +1,216 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
+)
+
+// flow is one destination's flow control on this replica: at most
+// RatePerSecond rows a second (a token bucket, golang.org/x/time/rate, that
+// holds up to Burst tokens and starts full), and at most MaxConcurrency
+// Publish calls at once (a semaphore). Both hold across every key actor and
+// the unordered pool, since they all deliver through the destination's
+// handle; each replica has its own.
+//
+// A delivery waits for its permits in its publish goroutine, never in an
+// actor: first a Publish slot, then a token per row, so that the rate is
+// kept at the moment rows leave. Rows that wait (in deliveries, and in key
+// actors behind them) hold the replica's credit (outbox.maxInFlight), so the
+// flow lets only so many wait at once (room): enough to keep the
+// destination busy between claims, never more than half the credit, so that
+// a throttled destination cannot starve the others. A delivery beyond that
+// is deferred until about when the flow can take it (deferral): a backlog
+// is then claimed about once per row, not over and over. In the unordered
+// pool, a throttled destination takes at most half the Publish calls.
+type flow struct {
+	limiter     *rate.Limiter       // nil: no rate limit
+	slots       *semaphore.Weighted // nil: no concurrency limit
+	perSecond   float64
+	burst       int
+	concurrency int
+	maxWaiting  int // half the replica's credit
+
+	waiting    atomic.Int64 // rows admitted whose Publish has not started
+	queued     atomic.Int64 // rows of key actors queued behind those
+	publishing atomic.Int64 // Publish calls that hold their permits
+	waitedNs   atomic.Int64 // time spent waiting for permits, in total
+
+	mu sync.Mutex
+	// next is the slot clock of deferred rows: the next deferred row is
+	// due then, and each one moves it on by one row's share of the pace.
+	next time.Time
+	// took follows how long a Publish takes (for the pace of a flow that
+	// limits concurrency only).
+	took time.Duration
+	// held is cancelled when the destination is paused: deliveries that
+	// wait for a permit stop waiting, and are deferred.
+	held       context.Context
+	cancelHeld context.CancelFunc
+}
+
+// Deferrals are at least minDeferral (a row claimed again at once would
+// only be deferred again) and at most maxDeferral.
+const (
+	minDeferral = 500 * time.Millisecond
+	maxDeferral = time.Hour
+)
+
+// newFlow returns the flow control of a policy, nil when it limits nothing.
+func newFlow(p DestinationPolicy, maxInFlight int) *flow {
+	if p.RatePerSecond <= 0 && p.MaxConcurrency <= 0 {
+		return nil
+	}
+	f := &flow{maxWaiting: max(1, maxInFlight/2), concurrency: p.MaxConcurrency}
+	if p.RatePerSecond > 0 {
+		// Without a burst, a second's worth: the rate holds over any
+		// second, and batches of up to that many rows can go at once.
+		f.perSecond, f.burst = p.RatePerSecond, p.Burst
+		if f.burst <= 0 {
+			f.burst = max(1, int(math.Ceil(p.RatePerSecond)))
+		}
+		f.limiter = rate.NewLimiter(rate.Limit(p.RatePerSecond), f.burst)
+	}
+	if p.MaxConcurrency > 0 {
+		f.slots = semaphore.NewWeighted(int64(p.MaxConcurrency))
+	}
+	f.held, f.cancelHeld = context.WithCancel(context.Background())
+	return f
+}
+
+// batchLimit caps a batch of n rows at the bucket's size: a Publish takes
+// a token per row at once.
+func (f *flow) batchLimit(n int) int {
+	if f.limiter != nil {
+		return min(n, f.burst)
+	}
+	return n
+}
+
+// room is how many rows may wait for a permit at once: two seconds of the
+// rate (at least the burst), two rounds of the concurrency, never more than
+// half the credit, never less than a batch.
+func (f *flow) room(maxBatch int) int {
+	r := 0
+	if f.limiter != nil {
+		r = max(f.burst, int(math.Ceil(2*f.perSecond)))
+	}
+	if f.slots != nil {
+		r = max(r, 2*f.concurrency*maxBatch)
+	}
+	return max(min(r, f.maxWaiting), maxBatch)
+}
+
+// holding is how many rows wait for a permit: in deliveries, and queued in key
+// actors behind them.
+func (f *flow) holding() int64 { return f.waiting.Load() + f.queued.Load() }
+
+// full reports whether as many rows wait as may, besides own (the rows the
+// asking key actor holds already: its own rows do not keep it waiting).
+func (f *flow) full(maxBatch, own int) bool { return int(f.holding())-own >= f.room(maxBatch) }
+
+// enter counts n rows as waiting; acquire counts them out.
+func (f *flow) enter(n int) { f.waiting.Add(int64(n)) }
+
+// acquire waits for a Publish slot and n tokens, and counts the n rows out
+// of the waiting ones. It returns early with an error when ctx ends (the
+// claim was lost, the replica drains) or the destination is paused
+// (errHeld). release gives the slot back when the Publish returns.
+func (f *flow) acquire(ctx context.Context, n int) (release func(), err error) {
+	defer f.waiting.Add(-int64(n))
+	t0 := time.Now()
+	defer func() { f.waitedNs.Add(int64(time.Since(t0))) }()
+	f.mu.Lock()
+	held := f.held
+	f.mu.Unlock()
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(held, func() { cancel(errHeld) })
+	defer stop()
+	if f.slots != nil {
+		if err := f.slots.Acquire(wctx, 1); err != nil {
+			return nil, context.Cause(wctx)
+		}
+	}
+	if f.limiter != nil {
+		if err := f.limiter.WaitN(wctx, n); err != nil {
+			if f.slots != nil {
+				f.slots.Release(1)
+			}
+			if c := context.Cause(wctx); c != nil {
+				return nil, c
+			}
+			return nil, err
+		}
+	}
+	f.publishing.Add(1)
+	return func() {
+		f.publishing.Add(-1)
+		if f.slots != nil {
+			f.slots.Release(1)
+		}
+	}, nil
+}
+
+// interrupt ends every wait for a permit: the destination was paused.
+func (f *flow) interrupt() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancelHeld()
+	f.held, f.cancelHeld = context.WithCancel(context.Background())
+}
+
+// noteTook follows how long Publish calls take.
+func (f *flow) noteTook(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.took == 0 {
+		f.took = d
+	} else {
+		f.took = (4*f.took + d) / 5
+	}
+}
+
+// pace is how many rows a second the flow lets through: the rate, and for
+// a concurrency limit, its slots' worth of batches per Publish duration.
+func (f *flow) pace(maxBatch int) float64 {
+	p := math.Inf(1)
+	if f.limiter != nil {
+		p = f.perSecond
+	}
+	if f.slots != nil {
+		took := max(f.took, time.Millisecond)
+		if f.took == 0 {
+			took = time.Second // nothing measured yet
+		}
+		p = min(p, float64(f.concurrency*maxBatch)/took.Seconds())
+	}
+	return p
+}
+
+// deferral is how long rows deferred because the flow is full wait: until
+// the rows waiting now are through, and the rows deferred before them too
+// (the slot clock), at the flow's pace. n is how many rows come back then
+// (a key's run comes back with its head): the slot clock moves on by their
+// share.
+func (f *flow) deferral(now time.Time, n, maxBatch int) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pace := f.pace(maxBatch)
+	perRow := time.Duration(float64(time.Second) / pace)
+	if through := now.Add(time.Duration(f.holding()) * perRow); f.next.Before(through) {
+		f.next = through
+	}
+	d := f.next.Sub(now)
+	f.next = f.next.Add(time.Duration(n) * perRow)
+	return min(max(d, minDeferral), maxDeferral)
+}
+
+// errHeld ends a wait for a permit: the destination was paused.
+var errHeld = errors.New("the destination was paused")

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/admin"
+	"github.com/queuebox/queuebox/bootstrap"
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// destinationsCmd is `queuebox destinations list | pause NAME | resume NAME`.
+func destinationsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "destinations", Short: "List the destinations; pause and resume one on every replica"}
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Each destination: delivering or paused, the replicas that hold its circuit open, its rate limit, concurrency and circuit breaker",
+		RunE: func(*cobra.Command, []string) error {
+			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+				views, err := admin.Destinations(ctx, d, bootstrap.DestinationInfos(l))
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(os.Stdout).Encode(admin.DestinationsView{Destinations: views})
+				}
+				return admin.WriteDestinations(os.Stdout, views, time.Now())
+			})
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	var reason string
+	pause := &cobra.Command{
+		Use:   "pause NAME",
+		Short: "Pause a destination on every replica: its rows wait, with no attempt counted, until it is resumed",
+		Long: "Pause keeps a destination's rows pending on every replica that shares the database (each reads\n" +
+			"the pause within about a second): nothing is sent to it and no attempt is counted, while the other\n" +
+			"destinations go on. Deliveries already under way finish. `queuebox destinations resume NAME` ends it.",
+		Args: nameArg("pause"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+				st, changed, err := admin.PauseDestination(ctx, d, bootstrap.DestinationInfos(l), args[0], reason, "NAME", "--reason")
+				if err != nil {
+					return usage(err)
+				}
+				if !changed {
+					fmt.Printf("%s was paused already (since %s); its reason is now %q.\n", st.Name, st.Since.UTC().Format(time.RFC3339), st.Reason)
+					return nil
+				}
+				fmt.Printf("%s is paused on every replica (each reads it within about a second): its rows wait, with no attempt counted.\n"+
+					"Resume it with `queuebox destinations resume %s`.\n", st.Name, st.Name)
+				return nil
+			})
+		},
+	}
+	pause.Flags().StringVar(&reason, "reason", "", "why it is paused, shown to other operators (list, the admin page)")
+	resume := &cobra.Command{
+		Use:   "resume NAME",
+		Short: "Resume a paused destination on every replica",
+		Args:  nameArg("resume"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+				st, changed, err := admin.ResumeDestination(ctx, d, bootstrap.DestinationInfos(l), args[0], "NAME")
+				if err != nil {
+					return usage(err)
+				}
+				if !changed {
+					fmt.Printf("%s was not paused.\n", st.Name)
+					return nil
+				}
+				fmt.Printf("%s is resumed: every replica sends its rows again within about a second; rows held during a long pause come back within about 30 s.\n", st.Name)
+				return nil
+			})
+		},
+	}
+	c.AddCommand(list, pause, resume)
+	for _, s := range c.Commands() {
+		s.Args = wrapArgs(s.Args)
+	}
+	return c
+}
+
+// nameArg takes exactly one destination name.
+func nameArg(verb string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0:
+			return fmt.Errorf("give the name of the destination to %s (`queuebox destinations list` shows them)", verb)
+		case len(args) > 1:
+			return errors.New("give one destination name; to " + verb + " several, run the command once for each")
+		}
+		return nil
+	}
+}
