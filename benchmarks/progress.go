@@ -97,6 +97,12 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 	case "latency":
 		// One second of warm-up, then --seconds.
 		return o.Rate * (o.Seconds + 1)
+	case "rabbitmq", "nats", "kafka":
+		// The relay's drain; the plain publisher's ceiling is not counted.
+		return o.Rows
+	case "wake-after-idle":
+		// One row after each quiet spell, to each kind of wake-up.
+		return 2 * wakeRows
 	case "long-transaction":
 		return len(holders) * o.Rate * int((2*holdWindow+hold)/time.Second)
 	}

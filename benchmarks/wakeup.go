@@ -135,6 +135,7 @@ func runWakeAfterIdle(ctx context.Context, e *env) ([]Result, error) {
 				continue
 			}
 			lat[kind] = append(lat[kind], ms)
+			e.progress.add(1)
 		}
 		if (i+1)%10 == 0 {
 			fmt.Fprintf(e.o.Progress, "bench: wake-after-idle: %d of %d rows after %s of quiet each\n", i+1, wakeRows, quiet)
