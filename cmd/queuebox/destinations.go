@@ -17,10 +17,15 @@ import (
 
 // destinationsCmd is `queuebox destinations list | pause NAME | resume NAME`.
 func destinationsCmd() *cobra.Command {
-	c := &cobra.Command{Use: "destinations", Short: "List the destinations; pause and resume one on every replica"}
+	c := &cobra.Command{Use: "destinations", Short: "List the destinations; pause and resume one on every replica",
+		Example: "  queuebox destinations list --config queuebox.yaml\n" +
+			"  queuebox destinations pause orders-webhook --reason \"partner maintenance until 14:00\"\n" +
+			"  queuebox destinations resume orders-webhook"}
 	var asJSON bool
 	list := &cobra.Command{
-		Use:   "list",
+		Use: "list",
+		Example: "  queuebox destinations list --config queuebox.yaml\n" +
+			"  queuebox destinations list --json | jq '.destinations[] | select(.paused)'",
 		Short: "Each destination: delivering or paused, the replicas that hold its circuit open, its rate limit, concurrency and circuit breaker",
 		RunE: func(*cobra.Command, []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
@@ -43,7 +48,8 @@ func destinationsCmd() *cobra.Command {
 		Long: "Pause keeps a destination's rows pending on every replica that shares the database (each reads\n" +
 			"the pause within about a second): nothing is sent to it and no attempt is counted, while the other\n" +
 			"destinations go on. Deliveries already under way finish. `queuebox destinations resume NAME` ends it.",
-		Args: nameArg("pause"),
+		Example: "  queuebox destinations pause orders-webhook --reason \"503s since 09:10, ticket OPS-412\"",
+		Args:    nameArg("pause"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				st, changed, err := admin.PauseDestination(ctx, d, bootstrap.DestinationInfos(l), args[0], reason, "NAME", "--reason")
@@ -62,9 +68,10 @@ func destinationsCmd() *cobra.Command {
 	}
 	pause.Flags().StringVar(&reason, "reason", "", "why it is paused, shown to other operators (list, the admin page)")
 	resume := &cobra.Command{
-		Use:   "resume NAME",
-		Short: "Resume a paused destination on every replica",
-		Args:  nameArg("resume"),
+		Use:     "resume NAME",
+		Short:   "Resume a paused destination on every replica",
+		Example: "  queuebox destinations resume orders-webhook",
+		Args:    nameArg("resume"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
 				st, changed, err := admin.ResumeDestination(ctx, d, bootstrap.DestinationInfos(l), args[0], "NAME")

@@ -17,6 +17,7 @@ func TestHelpHasExamplesAndConfigOnlyWhereRead(t *testing.T) {
 		"queuebox run": true, "queuebox migrate": true, "queuebox migrate up": true, "queuebox migrate status": true,
 		"queuebox config check": true, "queuebox status": true, "queuebox replay": true,
 		"queuebox dead list": true, "queuebox dead groups": true,
+		"queuebox destinations list": true, "queuebox destinations pause": true, "queuebox destinations resume": true,
 	}
 	seen := 0
 	var walk func(c *cobra.Command)
