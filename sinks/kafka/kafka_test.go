@@ -22,10 +22,7 @@ import (
 	"github.com/queuebox/queuebox/sinks/sinktest"
 )
 
-func newSink(t testing.TB, cfg Config) *Sink {
-	t.Helper()
-	return sinktest.Open(t, func() (*Sink, error) { return New(cfg) })
-}
+func newSink(t testing.TB, cfg Config) *Sink { return sinktest.Open(t, New, cfg) }
 
 func deliveries(rs []testkafka.Record) []sinktest.Delivery {
 	out := make([]sinktest.Delivery, len(rs))

@@ -20,10 +20,7 @@ import (
 	"github.com/queuebox/queuebox/sinks/sinktest"
 )
 
-func newSink(t testing.TB, cfg Config) *Sink {
-	t.Helper()
-	return sinktest.Open(t, func() (*Sink, error) { return New(cfg) })
-}
+func newSink(t testing.TB, cfg Config) *Sink { return sinktest.Open(t, New, cfg) }
 
 func delivery(id string, h natsgo.Header, body []byte) sinktest.Delivery {
 	d := sinktest.Delivery{ID: id, Key: h.Get("X-Key"), Headers: map[string]string{}, Body: body}

@@ -680,9 +680,9 @@ func Template(t testing.TB, s string) *routing.Template {
 
 // Open builds a sink, failing the test on an error, and closes it when the
 // test ends.
-func Open[S sinks.Sink](t testing.TB, build func() (S, error)) S {
+func Open[S sinks.Sink, C any](t testing.TB, build func(C) (S, error), cfg C) S {
 	t.Helper()
-	s, err := build()
+	s, err := build(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
