@@ -255,7 +255,10 @@ func sourceValue(_ int, v string) (string, error) { return url.PathEscape(v), ni
 
 // Message returns m as the binding sends it: a new message (m is left as it
 // is) with the binding's headers in place of the row's CloudEvents headers,
-// and in structured mode the event as the body.
+// in structured mode the event as the body, and the body's media type in
+// ContentType, which each sink sends where its binding reads it (the
+// Content-Type header of HTTP and NATS, Kafka's content-type record header,
+// whose name the binding reads in any case, AMQP's content_type property).
 func (c *Config) Message(m *sinks.Message) (sinks.Message, error) {
 	e, err := c.Event(m)
 	if err != nil {
@@ -274,11 +277,11 @@ func (c *Config) Message(m *sinks.Message) (sinks.Message, error) {
 			return sinks.Message{}, sinks.Permanent(fmt.Errorf("the CloudEvent of this row cannot be written as JSON: %v", err))
 		}
 		out.Body = body
-		setContentType(&out, c.Binding, StructuredContentType)
+		out.ContentType = StructuredContentType
 		return out, nil
 	}
 	c.Binding.writeAttributes(&e, out.Headers)
-	setContentType(&out, c.Binding, DataContentType)
+	out.ContentType = DataContentType
 	return out, nil
 }
 
@@ -333,17 +336,6 @@ func (b Binding) writeAttributes(e *event.Event, h map[string]string) {
 		if err == nil {
 			set(name, s)
 		}
-	}
-}
-
-// setContentType gives the message the media type of its body, in the
-// place the binding reads it from: Kafka's content-type record header here;
-// HTTP's and NATS's Content-Type header and AMQP's content_type property
-// are the sinks' (sinks.Message.StandardHeaders, the RabbitMQ publishing),
-// which send application/json until they take the type from the message.
-func setContentType(m *sinks.Message, b Binding, contentType string) {
-	if b == Kafka {
-		m.Headers["content-type"] = contentType
 	}
 }
 

@@ -28,11 +28,10 @@ func TestMain(m *testing.M) { testrabbit.Main(m) }
 
 // sinksSendContentType says whether the sinks send the content type a
 // message carries (Content-Type for HTTP and NATS, content_type for
-// RabbitMQ). Until they do, structured mode's application/cloudevents+json
-// reaches only Kafka, and the structured tests of the other bindings check
-// the event in the body but not the transport's content type. Set it to
-// true with the change to the sinks (the wiring step).
-const sinksSendContentType = false
+// RabbitMQ): they do (sinks.Message.ContentType), so structured mode's
+// application/cloudevents+json reaches every binding and the SDK reads the
+// event through it.
+const sinksSendContentType = true
 
 func compile(t *testing.T, typ string, s Settings) Config {
 	t.Helper()
