@@ -65,6 +65,13 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	}
 	// What runs until the drain must not end with ctx: the drain needs it.
 	life := context.WithoutCancel(ctx)
+	// Tracing before the sinks and the inbox, which take its tracer; its
+	// last spans are flushed once everything has stopped.
+	stopTracing, err := startTracing(ctx, l, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	// The destinations' settings first: a file that a sink cannot read is
 	// the configuration's fault, and must not wait for the database.
 	opts, err := EngineOptions(l, d, log)
