@@ -1,8 +1,8 @@
 package bootstrap
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
