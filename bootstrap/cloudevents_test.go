@@ -74,6 +74,22 @@ func TestEveryDestinationSendsCloudEventsFromTheConfiguration(t *testing.T) {
 				if pk := e.Extensions()["partitionkey"]; pk != m.Key {
 					t.Errorf("partitionkey %v, want the key", pk)
 				}
+				if typ == "kafka" {
+					// The binding's header name, exactly: Kafka's names are
+					// case-sensitive, and some readers look it up so.
+					wantCT, exact := "application/json", ""
+					if mode == "structured" {
+						wantCT = "application/cloudevents+json"
+					}
+					for _, h := range got.Headers {
+						if h.Name == "content-type" {
+							exact = h.Value
+						}
+					}
+					if exact != wantCT {
+						t.Errorf("the record header content-type is %q, want %q", exact, wantCT)
+					}
+				}
 				if v, _ := got.Get("X-Custom"); v != "yes" {
 					t.Errorf("the row's header X-Custom = %q, want it sent", v)
 				}

@@ -258,7 +258,7 @@ func sourceValue(_ int, v string) (string, error) { return url.PathEscape(v), ni
 // in structured mode the event as the body, and the body's media type in
 // ContentType, which each sink sends where its binding reads it (the
 // Content-Type header of HTTP and NATS, Kafka's content-type record header,
-// whose name the binding reads in any case, AMQP's content_type property).
+// AMQP's content_type property).
 func (c *Config) Message(m *sinks.Message) (sinks.Message, error) {
 	e, err := c.Event(m)
 	if err != nil {
@@ -277,12 +277,24 @@ func (c *Config) Message(m *sinks.Message) (sinks.Message, error) {
 			return sinks.Message{}, sinks.Permanent(fmt.Errorf("the CloudEvent of this row cannot be written as JSON: %v", err))
 		}
 		out.Body = body
-		out.ContentType = StructuredContentType
+		c.setContentType(&out, StructuredContentType)
 		return out, nil
 	}
 	c.Binding.writeAttributes(&e, out.Headers)
-	out.ContentType = DataContentType
+	c.setContentType(&out, DataContentType)
 	return out, nil
+}
+
+// setContentType gives m the media type of its body, which every sink
+// sends as its protocol keeps one (sinks.Message.ContentType). The Kafka
+// binding names its header content-type, in lower case, and Kafka's header
+// names are case-sensitive: readers that look the name up exactly (the
+// Java SDK does) find it there too, beside the sink's Content-Type.
+func (c *Config) setContentType(m *sinks.Message, contentType string) {
+	m.ContentType = contentType
+	if c.Binding == Kafka {
+		m.Headers["content-type"] = contentType
+	}
 }
 
 // isEventHeader reports whether a row's header name carries a CloudEvents
