@@ -50,6 +50,10 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // short: Run returns an ExitError of code 1 once everything has stopped,
 // and the rows still in flight go back to pending when their leases pass.
 //
+// Tracing is set up first, from the OTEL_* environment (off when none is
+// set): the sinks and the inbox sources take its tracer, and the spans
+// still buffered are flushed once everything has stopped.
+//
 // Run returns its errors, never exits the process, and leaves no goroutine
 // of its own running when it returns (after a drain cut short, goroutines
 // of the engine's may still end for a moment: actors.Engine.Stop does not
