@@ -76,7 +76,7 @@ type Result struct {
 	// Ratio is what the scenario compares: with what QueueBox installs
 	// against without (producer), three replicas against one (replicas),
 	// against the 100,000-row rate (backlog), against drain-keys (a
-	// broker's relay).
+	// broker's relay), tracing on against off (tracing).
 	Ratio *float64 `json:"ratio,omitempty"`
 	// RatioToCeiling is a broker's relay against the plain publisher of
 	// the same broker and run.
@@ -143,6 +143,7 @@ func Scenarios() []Scenario {
 		{"in-flight", "drain over 1,000 keys with 1,000, 10,000 and 50,000 rows in flight at most", runInFlight},
 		{"http", "drain to the built-in HTTP receiver, unkeyed and over 1,000 keys", runHTTP},
 		{"inbox-http", "messages accepted per second by an HTTP inbox source, 8 clients", runInboxHTTP},
+		{"tracing", "drain over 1,000 keys with tracing off and on (a span per delivery, OTLP/HTTP to a receiver in this process, always_on)", runTracing},
 	}
 }
 

@@ -230,6 +230,7 @@ func (e *env) drainSeeded(ctx context.Context, d *postgres.Dialect, name string,
 	if err != nil {
 		return Result{}, err
 	}
+	l.Tracer = e.tracer
 	rd, err := bootstrap.OpenDialect(ctx, l)
 	if err != nil {
 		return Result{}, err

@@ -24,6 +24,7 @@ import (
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/pgcluster"
 	"github.com/queuebox/queuebox/migrations"
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 //go:embed harness.sql
@@ -57,6 +58,8 @@ type env struct {
 	plan string
 	// progress counts the rows the running scenario moves.
 	progress *progress
+	// tracer, when set, makes the spans of the drains (tracing.go).
+	tracer *tracing.Tracer
 }
 
 func newEnv(ctx context.Context, o Options) (*env, error) {

@@ -90,7 +90,8 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 		return 5 * o.Rows
 	case "batch", "in-flight":
 		return 3 * o.Rows
-	case "http":
+	case "http", "tracing":
+		// Two drains: unkeyed and keyed (http), tracing off and on.
 		return 2 * o.Rows
 	case "replicas":
 		return 6 * o.Rows

@@ -185,6 +185,9 @@ type DestinationConfig struct {
 	RateLimit      RateLimitConfig      `yaml:"rateLimit"`
 	MaxConcurrency int                  `yaml:"maxConcurrency" min:"0" max:"100000"`
 	CircuitBreaker CircuitBreakerConfig `yaml:"circuitBreaker"`
+
+	// every type that sends: messages as CloudEvents (telemetry.go)
+	CloudEvents *CloudEventsConfig `yaml:"cloudEvents" kinds:"http,rabbitmq,kafka,nats"`
 }
 
 // RateLimitConfig bounds the rows a replica sends a destination per second
@@ -326,6 +329,7 @@ func (c *Config) applyDestinationDefaults() {
 			continue
 		}
 		d.applyFlowDefaults()
+		d.applyCloudEventsDefaults()
 		switch d.Type {
 		case "http":
 			if d.Method == "" {

@@ -147,7 +147,12 @@ func InboxRelayOptions(l *Loaded) actors.InboxRelay {
 // sourceMapping builds a source's mapping from its compiled templates.
 func sourceMapping(l *Loaded, name string) (*inbox.Mapping, error) {
 	cs := l.Compiled.Sources[name]
-	return inbox.NewMapping(name, cs.Topic, cs.AggregateType, cs.AggregateID)
+	m, err := inbox.NewMapping(name, cs.Topic, cs.AggregateType, cs.AggregateID)
+	if m != nil {
+		// Each receipt is a span, and the row keeps its trace context.
+		m.Tracer, m.Type = l.Tracer, l.Inbox.Sources[name].Type
+	}
+	return m, err
 }
 
 // InboxHTTP builds the handler of the HTTP sources (with none, it answers
@@ -161,7 +166,7 @@ func InboxHTTP(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *slog.Lo
 		cs := l.Compiled.Sources[name]
 		// Validation compiled the templates; NewMapping checks nothing
 		// that it did not.
-		m, _ := inbox.NewMapping(name, cs.Topic, cs.AggregateType, cs.AggregateID)
+		m, _ := sourceMapping(l, name)
 		sources[name] = &inbox.HTTPSource{Mapping: m, Token: s.Token, SigningSecrets: cs.SigningKeys,
 			Tolerance: time.Duration(s.SignatureTolerance), MaxBodyBytes: int64(s.MaxBodyBytes)}
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 // Problem is one fault of a configuration: the key path, its line in the
@@ -76,6 +78,9 @@ type Loaded struct {
 	// fromEnv names the variable that replaced a key whole
 	// (QUEUEBOX_DATABASE_URL), by key path: Effective prints its ${NAME}.
 	fromEnv map[string]string
+	// Tracer makes the spans of deliveries and inbox receipts; nil is
+	// tracing off. Run sets it from the OTEL_* environment (telemetry.go).
+	Tracer *tracing.Tracer
 }
 
 // Load reads, substitutes, decodes and validates a configuration file, as

@@ -50,6 +50,10 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // short: Run returns an ExitError of code 1 once everything has stopped,
 // and the rows still in flight go back to pending when their leases pass.
 //
+// Tracing is set up first, from the OTEL_* environment (off when none is
+// set): the sinks and the inbox sources take its tracer, and the spans
+// still buffered are flushed once everything has stopped.
+//
 // Run returns its errors, never exits the process, and leaves no goroutine
 // of its own running when it returns (after a drain cut short, goroutines
 // of the engine's may still end for a moment: actors.Engine.Stop does not
@@ -65,6 +69,13 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	}
 	// What runs until the drain must not end with ctx: the drain needs it.
 	life := context.WithoutCancel(ctx)
+	// Tracing before the sinks and the inbox, which take its tracer; its
+	// last spans are flushed once everything has stopped.
+	stopTracing, err := startTracing(ctx, l, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	// The destinations' settings first: a file that a sink cannot read is
 	// the configuration's fault, and must not wait for the database.
 	opts, err := EngineOptions(l, d, log)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks/cloudevents"
 	httpsink "github.com/queuebox/queuebox/sinks/http"
 )
 
@@ -43,6 +44,8 @@ type CompiledDestination struct {
 	// SigningKeys are the decoded signing secrets, in the order given;
 	// none for an unsigned destination.
 	SigningKeys [][]byte
+	// CloudEvents is the compiled cloudEvents key; nil without one.
+	CloudEvents *cloudevents.Config
 }
 
 // CompiledSource holds an inbox source's compiled templates and its
@@ -267,6 +270,7 @@ func (v *validator) destinations(c *Config) {
 			v.required(key+".subject", d.Subject)
 			cd.Subject = v.template(key+".subject", d.Subject)
 		}
+		v.cloudEvents(key, d, cd)
 	}
 }
 

@@ -124,6 +124,7 @@ func SinkFactories(l *Loaded) (map[string]actors.SinkFactory, error) {
 			return nil, &Error{File: l.File, Problems: []Problem{{Key: "destinations." + name + ".type",
 				Reason: fmt.Sprintf("%q is not a destination type", d.Type)}}}
 		}
+		out[name] = telemetry(l, name, out[name])
 	}
 	return out, nil
 }

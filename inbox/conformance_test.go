@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 				GeneratedID: sourcetest.NewID,
 				Send:        w.send,
 				Consumer: func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
-					return &webhookSource{w: w, o: o, mapping: sourcetest.Mapping(t, "hooks", "Event-Type", "Aggregate-Id")}, nil
+					return &webhookSource{w: w, o: o, mapping: o.Traced(sourcetest.Mapping(t, "hooks", "Event-Type", "Aggregate-Id"))}, nil
 				},
 				Left:     w.left,
 				Refusals: w.refused,

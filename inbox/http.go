@@ -180,13 +180,18 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	msg, err := src.Message(Received{MessageID: messageID(r.Header), Body: body, Headers: StoredHeaders(r.Header),
-		Lookup: func(n string) (string, bool) { return headerValue(r.Header, n) }})
+	rec, err := httpReceived(r.Header, body)
+	if err != nil {
+		refuse(http.StatusBadRequest, "%v", err)
+		return
+	}
+	msg, receipt, err := src.Receive(r.Context(), rec)
 	if err != nil {
 		refuse(http.StatusBadRequest, "%v", err)
 		return
 	}
 	rc, err := h.batch.receive(r.Context(), msg)
+	receipt.End(err)
 	if errors.Is(err, dialects.ErrInvalidValue) {
 		refuse(http.StatusBadRequest, "%v", err)
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 // Outcome is what became of one message a source received.
@@ -94,6 +95,11 @@ type Mapping struct {
 	// Topic is required; AggregateType and AggregateID may be nil (the
 	// column is then null: an unkeyed row).
 	Topic, AggregateType, AggregateID *routing.Template
+	// Tracer makes a span of each receipt (Receive); nil is tracing off.
+	Tracer *tracing.Tracer
+	// Type is the source's type (http, rabbitmq, kafka, nats), for the
+	// spans.
+	Type string
 	// names are the header names the templates read.
 	names []string
 }
@@ -173,6 +179,9 @@ type Received struct {
 	// Lookup finds a header for the templates by name (sources look names
 	// up the way their protocol compares them); nil looks in Headers.
 	Lookup func(name string) (string, bool)
+	// AggregateID is the aggregate id when the mapping has no aggregateId
+	// template (a CloudEvent's subject or partitionkey); "" leaves it null.
+	AggregateID string
 }
 
 // Message maps r to the inbox row to store, or returns a *Rejection.
@@ -217,6 +226,12 @@ func (m *Mapping) Message(r Received) (dialects.InboxMessage, error) {
 		if err != nil {
 			return out, err
 		}
+		out.AggregateID = &v
+	} else if r.AggregateID != "" {
+		if err := checkText(fmt.Sprintf("the aggregate id %q", r.AggregateID), r.AggregateID); err != nil {
+			return out, err
+		}
+		v := r.AggregateID
 		out.AggregateID = &v
 	}
 	if len(r.Headers) > 0 {

@@ -36,6 +36,11 @@ type Message struct {
 	Headers map[string]string
 	// Body is the (transformed) payload.
 	Body []byte
+	// ContentType is the media type of Body; "" is application/json. A
+	// decorator that changes the body's format sets it (CloudEvents'
+	// structured mode); the sinks send it where their protocol keeps a
+	// content type.
+	ContentType string
 }
 
 // Fields returns what address templates read.
@@ -58,7 +63,16 @@ func (m *Message) StandardHeaders(set func(name, value string)) {
 	}
 	set("X-Sequence", strconv.FormatInt(m.Sequence, 10))
 	set("X-Created-At", m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	set("Content-Type", "application/json")
+	set("Content-Type", m.MediaType())
+}
+
+// MediaType is the media type of the body: ContentType, or
+// application/json.
+func (m *Message) MediaType() string {
+	if m.ContentType != "" {
+		return m.ContentType
+	}
+	return "application/json"
 }
 
 // Sink is a destination's publisher.

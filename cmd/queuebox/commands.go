@@ -321,12 +321,18 @@ func configCmd() *cobra.Command {
 		Use:   "check",
 		Short: "Validate the configuration and print it with secrets redacted",
 		Long: "check reports every problem of the file, each with its key and line, including every\n" +
-			"${NAME} that is not set; or prints the configuration with its defaults, secrets redacted.",
+			"${NAME} that is not set, and every OTEL_* variable that tracing cannot use; or prints the\n" +
+			"configuration with its defaults, secrets redacted.",
 		Example: "  queuebox config check --config queuebox.yaml\n" +
 			"  queuebox config check --config queuebox.yaml > effective.yaml   # the problems and warnings go to stderr",
 		RunE: func(*cobra.Command, []string) error {
 			l, err := bootstrap.Load(configPath)
 			if err != nil {
+				return err
+			}
+			// The OTEL_* variables configure tracing: run refuses what it
+			// cannot use, so check does too.
+			if err := bootstrap.TracingProblems(l.File); err != nil {
 				return err
 			}
 			out, err := l.Effective()

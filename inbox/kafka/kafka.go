@@ -41,6 +41,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
 	kafkasink "github.com/queuebox/queuebox/sinks/kafka"
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 // Config is one Kafka source.
@@ -182,17 +183,20 @@ var errStopped = errors.New("stopped by a test hook")
 // handle stores a batch, then commits its offsets.
 func (c *Consumer) handle(ctx context.Context, r *kafkago.Reader, batch []kafkago.Message) error {
 	msgs := make([]dialects.InboxMessage, 0, len(batch))
+	receipts := make([]*tracing.Receipt, 0, len(batch))
 	for i := range batch {
 		rec := received(&batch[i])
-		m, err := c.cfg.Mapping.Message(rec)
+		m, receipt, err := c.cfg.Mapping.Receive(ctx, rec)
 		if err != nil {
 			c.cfg.Storer.Reject(rec.MessageID, err)
 			continue
 		}
-		msgs = append(msgs, m)
+		msgs, receipts = append(msgs, m), append(receipts, receipt)
 	}
 	// Refused records are committed past, as records that do not map are.
-	if _, err := c.cfg.Storer.Store(ctx, msgs); err != nil {
+	refused, err := c.cfg.Storer.Store(ctx, msgs)
+	inbox.EndReceipts(receipts, refused, err)
+	if err != nil {
 		return err
 	}
 	if c.cfg.afterStore != nil {

@@ -43,7 +43,7 @@ func TestConformance(t *testing.T) {
 				GeneratedID: regexp.MustCompile("^" + regexp.QuoteMeta(topic) + `/\d+/\d+$`)}
 			tg.Send = func(t *testing.T, msgs ...sourcetest.Message) { produce(t, cl.Brokers, cl.Transport(), topic, msgs...) }
 			tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
-				return New(Config{Mapping: sourcetest.Mapping(t, "orders", "type", "key"), Storer: inbox.NewStorer("orders", tg.Inbox, o.Observer, nil),
+				return New(Config{Mapping: o.Traced(sourcetest.Mapping(t, "orders", "type", "key")), Storer: inbox.NewStorer("orders", tg.Inbox, o.Observer, nil),
 					Brokers: cl.Brokers, Topic: topic, GroupID: group, MaxBatch: tg.MaxBatch, afterStore: o.AfterStore, sessionTimeout: 6 * time.Second})
 			}
 			tg.Left = func(*testing.T) (int, error) {

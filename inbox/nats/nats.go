@@ -40,6 +40,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 // Config is one NATS source.
@@ -317,17 +318,19 @@ const resetTimeout = 3 * time.Second
 func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) error {
 	msgs := make([]dialects.InboxMessage, 0, len(batch))
 	keep := make([]jetstream.Msg, 0, len(batch))
+	receipts := make([]*tracing.Receipt, 0, len(batch))
 	for _, jm := range batch {
 		r := received(jm)
-		m, err := c.cfg.Mapping.Message(r)
+		m, receipt, err := c.cfg.Mapping.Receive(ctx, r)
 		if err != nil {
 			c.cfg.Storer.Reject(r.MessageID, err)
 			_ = jm.Term()
 			continue
 		}
-		msgs, keep = append(msgs, m), append(keep, jm)
+		msgs, keep, receipts = append(msgs, m), append(keep, jm), append(receipts, receipt)
 	}
 	refused, err := c.cfg.Storer.Store(ctx, msgs)
+	inbox.EndReceipts(receipts, refused, err)
 	if err != nil {
 		return err
 	}

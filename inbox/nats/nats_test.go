@@ -44,7 +44,9 @@ func TestConformance(t *testing.T) {
 			tg := &sourcetest.Target{Inbox: f.d, MaxBatch: 10, GeneratedID: regexp.MustCompile("^" + f.stream + `/\d+$`),
 				Send: f.publish, Stop: f.s.Stop, Start: f.s.Start}
 			tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
-				return New(f.config(t, f.s.URL, o.Observer, o.AfterStore, nil))
+				cfg := f.config(t, f.s.URL, o.Observer, o.AfterStore, nil)
+				cfg.Mapping = o.Traced(cfg.Mapping)
+				return New(cfg)
 			}
 			tg.Left = func(*testing.T) (int, error) {
 				i, err := f.state()

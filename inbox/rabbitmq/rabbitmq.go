@@ -39,6 +39,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 // Config is one RabbitMQ source.
@@ -196,9 +197,10 @@ func closeReason(conn *amqp.Connection) error {
 func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery) error {
 	msgs := make([]dialects.InboxMessage, 0, len(batch))
 	keep := make([]amqp.Delivery, 0, len(batch))
+	receipts := make([]*tracing.Receipt, 0, len(batch))
 	for i := range batch {
 		d := &batch[i]
-		m, err := c.cfg.Mapping.Message(c.received(d))
+		m, receipt, err := c.cfg.Mapping.Receive(ctx, c.received(d))
 		if err != nil {
 			c.cfg.Storer.Reject(d.MessageId, err)
 			if err := d.Reject(false); err != nil {
@@ -206,9 +208,10 @@ func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery) error {
 			}
 			continue
 		}
-		msgs, keep = append(msgs, m), append(keep, *d)
+		msgs, keep, receipts = append(msgs, m), append(keep, *d), append(receipts, receipt)
 	}
 	refused, err := c.cfg.Storer.Store(ctx, msgs)
+	inbox.EndReceipts(receipts, refused, err)
 	if err != nil {
 		return err // stopped hard: the broker gets them back
 	}

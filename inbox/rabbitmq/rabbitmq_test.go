@@ -69,7 +69,7 @@ func openQueue(t *testing.T, faults bool) *sourcetest.Target {
 		publish(t, url, q, out...)
 	}
 	tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
-		return New(Config{Mapping: sourcetest.Mapping(t, "billing", "type", "Aggregate-Id"), Storer: inbox.NewStorer("billing", tg.Inbox, o.Observer, nil),
+		return New(Config{Mapping: o.Traced(sourcetest.Mapping(t, "billing", "type", "Aggregate-Id")), Storer: inbox.NewStorer("billing", tg.Inbox, o.Observer, nil),
 			URL: url, Queue: q, MaxBatch: tg.MaxBatch, afterStore: o.AfterStore})
 	}
 	// Every case counts after it stopped its consumers, whose messages not

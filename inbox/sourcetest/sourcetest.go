@@ -53,6 +53,7 @@ import (
 	"github.com/queuebox/queuebox/internal/inboxtest"
 	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/sinks/tracing"
 )
 
 // Harness adapts one source to the suite.
@@ -153,6 +154,9 @@ type Options struct {
 	// acknowledged (HTTP: before the answer); an error ends the consumer
 	// there, as a crash would.
 	AfterStore func() error
+	// Tracer makes the spans of the receipts; nil is tracing off. The
+	// harness gives it to the mapping (Options.Traced).
+	Tracer *tracing.Tracer
 }
 
 // Message is one message as the suite sends it.
@@ -219,6 +223,7 @@ func Run(t *testing.T, h Harness) {
 		{"StopDrains", stopDrains},
 		{"OrderPerAggregate", orderPerAggregate},
 		{"OnceAndInOrderToADestination", toDestination},
+		{"KeepsTheTraceContext", keepsTheTraceContext},
 	} {
 		t.Run(c.name, func(t *testing.T) { t.Parallel(); c.run(t, h) })
 	}

@@ -75,7 +75,11 @@ type Destination struct {
 	Sink sinks.Sink
 	// Address is the source of the sink's address template.
 	Address string
-	read    func() ([]Received, error)
+	// Settings are the keys of a destination of QueueBox's configuration
+	// that delivers where Sink does (type, url, exchange, topic, ...), for
+	// tests of the configuration's path to the sinks.
+	Settings map[string]any
+	read     func() ([]Received, error)
 }
 
 // Options change what Open builds.
@@ -95,6 +99,7 @@ func Open(t *testing.T, typ string, o Options) *Destination {
 		recv := testrecv.New(t, nil)
 		d.Address = recv.URL + "/events/{{ topic }}"
 		d.Sink, err = httpsink.New(httpsink.Config{URL: tpl(t, d.Address), Method: "POST", Timeout: 10 * time.Second, SigningSecret: o.SigningSecret})
+		d.Settings = map[string]any{"url": d.Address}
 		d.read = func() ([]Received, error) {
 			var out []Received
 			for _, q := range recv.Requests() {
@@ -106,6 +111,7 @@ func Open(t *testing.T, typ string, o Options) *Destination {
 		q := testrabbit.NewQueue(t, testrabbit.URL(t), "#")
 		d.Address = q.Exchange
 		d.Sink, err = rabbitsink.New(rabbitsink.Config{URL: q.URL, Exchange: tpl(t, q.Exchange), RoutingKey: tpl(t, "{{ topic }}"), Mandatory: true, Timeout: 10 * time.Second})
+		d.Settings = map[string]any{"url": q.URL, "exchange": q.Exchange, "routingKey": "{{ topic }}", "mandatory": true}
 		d.read = func() ([]Received, error) {
 			var out []Received
 			for _, m := range q.Get() {
@@ -128,6 +134,7 @@ func Open(t *testing.T, typ string, o Options) *Destination {
 		c.CreateTopic(t, topic, 1)
 		d.Address = topic
 		d.Sink, err = kafkasink.New(kafkasink.Config{Brokers: c.Brokers, Topic: tpl(t, topic), Timeout: 10 * time.Second})
+		d.Settings = map[string]any{"brokers": c.Brokers, "topic": topic}
 		d.read = kafkaReader(c, topic)
 	case "nats":
 		srv := testnats.Start(t)
@@ -135,6 +142,7 @@ func Open(t *testing.T, typ string, o Options) *Destination {
 		st := srv.NewStream(t, subject, subject+".>")
 		d.Address = subject + ".{{ topic }}"
 		d.Sink, err = natssink.New(natssink.Config{URL: srv.URL, Subject: tpl(t, d.Address), JetStream: true, Timeout: 10 * time.Second})
+		d.Settings = map[string]any{"url": srv.URL, "subject": d.Address, "jetstream": true}
 		d.read = func() ([]Received, error) {
 			var out []Received
 			for _, m := range st.Messages() {
@@ -155,6 +163,7 @@ func Open(t *testing.T, typ string, o Options) *Destination {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.Settings["type"] = typ
 	t.Cleanup(func() { _ = d.Sink.Close() })
 	return d
 }

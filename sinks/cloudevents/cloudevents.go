@@ -255,7 +255,10 @@ func sourceValue(_ int, v string) (string, error) { return url.PathEscape(v), ni
 
 // Message returns m as the binding sends it: a new message (m is left as it
 // is) with the binding's headers in place of the row's CloudEvents headers,
-// and in structured mode the event as the body.
+// in structured mode the event as the body, and the body's media type in
+// ContentType, which each sink sends where its binding reads it (the
+// Content-Type header of HTTP and NATS, Kafka's content-type record header,
+// AMQP's content_type property).
 func (c *Config) Message(m *sinks.Message) (sinks.Message, error) {
 	e, err := c.Event(m)
 	if err != nil {
@@ -274,12 +277,24 @@ func (c *Config) Message(m *sinks.Message) (sinks.Message, error) {
 			return sinks.Message{}, sinks.Permanent(fmt.Errorf("the CloudEvent of this row cannot be written as JSON: %v", err))
 		}
 		out.Body = body
-		setContentType(&out, c.Binding, StructuredContentType)
+		c.setContentType(&out, StructuredContentType)
 		return out, nil
 	}
 	c.Binding.writeAttributes(&e, out.Headers)
-	setContentType(&out, c.Binding, DataContentType)
+	c.setContentType(&out, DataContentType)
 	return out, nil
+}
+
+// setContentType gives m the media type of its body, which every sink
+// sends as its protocol keeps one (sinks.Message.ContentType). The Kafka
+// binding names its header content-type, in lower case, and Kafka's header
+// names are case-sensitive: readers that look the name up exactly (the
+// Java SDK does) find it there too, beside the sink's Content-Type.
+func (c *Config) setContentType(m *sinks.Message, contentType string) {
+	m.ContentType = contentType
+	if c.Binding == Kafka {
+		m.Headers["content-type"] = contentType
+	}
 }
 
 // isEventHeader reports whether a row's header name carries a CloudEvents
@@ -333,17 +348,6 @@ func (b Binding) writeAttributes(e *event.Event, h map[string]string) {
 		if err == nil {
 			set(name, s)
 		}
-	}
-}
-
-// setContentType gives the message the media type of its body, in the
-// place the binding reads it from: Kafka's content-type record header here;
-// HTTP's and NATS's Content-Type header and AMQP's content_type property
-// are the sinks' (sinks.Message.StandardHeaders, the RabbitMQ publishing),
-// which send application/json until they take the type from the message.
-func setContentType(m *sinks.Message, b Binding, contentType string) {
-	if b == Kafka {
-		m.Headers["content-type"] = contentType
 	}
 }
 

@@ -297,7 +297,7 @@ func publishing(m *sinks.Message) amqp.Publishing {
 	m.StandardHeaders(func(name, value string) { h[name] = value })
 	return amqp.Publishing{
 		Headers:      h,
-		ContentType:  "application/json",
+		ContentType:  m.MediaType(),
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID,
 		Timestamp:    m.CreatedAt,
