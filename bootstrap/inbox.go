@@ -191,15 +191,16 @@ func InboxConsumers(l *Loaded, store dialects.Inbox, obs inbox.Observer, log *sl
 			return nil, sourceError(l, name, err)
 		}
 		storer := inbox.NewStorer(name, store, obs, log)
+		b := inbox.Broker{Mapping: m, Storer: storer, Log: log}
 		var c inbox.Consumer
 		switch s.Type {
 		case "rabbitmq":
-			c, err = inboxrabbit.New(inboxrabbit.Config{Mapping: m, Storer: storer, URL: s.URL, Queue: s.Queue, Log: log})
+			c, err = inboxrabbit.New(inboxrabbit.Config{Broker: b, URL: s.URL, Queue: s.Queue})
 		case "kafka":
-			c, err = inboxkafka.New(inboxkafka.Config{Mapping: m, Storer: storer, Brokers: s.Brokers, Topic: s.KafkaTopic, GroupID: s.GroupID,
-				SASL: kafkaSASL(s.SASL), TLS: kafkaTLS(s.TLS), Log: log})
+			c, err = inboxkafka.New(inboxkafka.Config{Broker: b, Brokers: s.Brokers, Topic: s.KafkaTopic, GroupID: s.GroupID,
+				SASL: kafkaSASL(s.SASL), TLS: kafkaTLS(s.TLS)})
 		case "nats":
-			c, err = inboxnats.New(inboxnats.Config{Mapping: m, Storer: storer, URL: s.URL, Stream: s.Stream, Durable: s.Durable, Log: log})
+			c, err = inboxnats.New(inboxnats.Config{Broker: b, URL: s.URL, Stream: s.Stream, Durable: s.Durable})
 		default:
 			err = fmt.Errorf("%q is not a broker source type", s.Type)
 		}

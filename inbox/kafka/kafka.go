@@ -46,22 +46,15 @@ import (
 
 // Config is one Kafka source.
 type Config struct {
-	Mapping *inbox.Mapping
-	Storer  *inbox.Storer
+	// Broker's AfterStore runs before the batch's offsets are committed.
+	inbox.Broker
 	Brokers []string
 	Topic   string
 	GroupID string
-	// MaxBatch is how many records one transaction stores (default 100).
-	MaxBatch int
 	// SASL (an empty mechanism is none) and TLS, as a Kafka destination's.
 	SASL kafkasink.SASL
 	TLS  kafkasink.TLS
-	Log  *slog.Logger
 
-	// afterStore, when set (tests), runs after a batch committed in the
-	// database and before its offsets are committed; an error ends the
-	// consumer there, as a crash would.
-	afterStore func() error
 	// sessionTimeout shortens the group's session (tests).
 	sessionTimeout time.Duration
 }
@@ -77,8 +70,8 @@ var _ inbox.Consumer = (*Consumer)(nil)
 
 // New checks the configuration; Start joins the group.
 func New(cfg Config) (*Consumer, error) {
-	if cfg.Mapping == nil || cfg.Storer == nil {
-		return nil, errors.New("kafka source: a mapping and a storer are required")
+	if err := cfg.Check("kafka"); err != nil {
+		return nil, err
 	}
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("brokers: at least one host:port is required")
@@ -93,12 +86,6 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	if cfg.GroupID == "" {
 		return nil, errors.New("groupId: the consumer group is required")
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 100
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	// kafka-go's DefaultDialer, with the authentication and encryption.
 	dialer := &kafkago.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: "queuebox"}
@@ -168,17 +155,15 @@ func (c *Consumer) run(consume, hard context.Context) {
 			batch = append(batch, m)
 		}
 		if err := c.handle(hard, r, batch); err != nil {
-			if hard.Err() == nil && !errors.Is(err, errStopped) {
+			if hard.Err() == nil && !errors.Is(err, inbox.ErrStoppedByHook) {
 				log.Warn("inbox: committing Kafka offsets failed; the records are read again (duplicates)", "error", err)
 			}
-			if errors.Is(err, errStopped) || hard.Err() != nil {
+			if errors.Is(err, inbox.ErrStoppedByHook) || hard.Err() != nil {
 				return
 			}
 		}
 	}
 }
-
-var errStopped = errors.New("stopped by a test hook")
 
 // handle stores a batch, then commits its offsets.
 func (c *Consumer) handle(ctx context.Context, r *kafkago.Reader, batch []kafkago.Message) error {
@@ -194,15 +179,8 @@ func (c *Consumer) handle(ctx context.Context, r *kafkago.Reader, batch []kafkag
 		msgs, receipts = append(msgs, m), append(receipts, receipt)
 	}
 	// Refused records are committed past, as records that do not map are.
-	refused, err := c.cfg.Storer.Store(ctx, msgs)
-	inbox.EndReceipts(receipts, refused, err)
-	if err != nil {
+	if _, err := c.cfg.StoreBatch(ctx, msgs, receipts); err != nil {
 		return err
-	}
-	if c.cfg.afterStore != nil {
-		if err := c.cfg.afterStore(); err != nil {
-			return errStopped
-		}
 	}
 	return r.CommitMessages(ctx, batch...)
 }

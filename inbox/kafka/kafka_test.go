@@ -43,8 +43,8 @@ func TestConformance(t *testing.T) {
 				GeneratedID: regexp.MustCompile("^" + regexp.QuoteMeta(topic) + `/\d+/\d+$`)}
 			tg.Send = func(t *testing.T, msgs ...sourcetest.Message) { produce(t, cl.Brokers, cl.Transport(), topic, msgs...) }
 			tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
-				return New(Config{Mapping: o.Traced(sourcetest.Mapping(t, "orders", "type", "key")), Storer: inbox.NewStorer("orders", tg.Inbox, o.Observer, nil),
-					Brokers: cl.Brokers, Topic: topic, GroupID: group, MaxBatch: tg.MaxBatch, afterStore: o.AfterStore, sessionTimeout: 6 * time.Second})
+				return New(Config{Broker: o.Broker(t, tg, "orders", "type", "key"),
+					Brokers: cl.Brokers, Topic: topic, GroupID: group, sessionTimeout: 6 * time.Second})
 			}
 			tg.Left = func(*testing.T) (int, error) {
 				got, end, err := offsets(&kafkago.Client{Addr: kafkago.TCP(cl.Brokers...), Transport: cl.Transport()}, topic, group, partitions)
@@ -212,8 +212,8 @@ func securedConsumer(t *testing.T, d dialects.Inbox, cl *testkafka.Cluster, topi
 	if logs != nil {
 		log = slog.New(slog.NewTextHandler(logs, nil))
 	}
-	c, err := New(Config{Mapping: sourcetest.Mapping(t, "orders", "type", "key"), Storer: inbox.NewStorer("orders", d, nil, nil),
-		Brokers: cl.Brokers, Topic: topic, GroupID: group, SASL: creds, TLS: tlsCfg, Log: log, sessionTimeout: 6 * time.Second})
+	c, err := New(Config{Broker: inbox.Broker{Mapping: sourcetest.Mapping(t, "orders", "type", "key"), Storer: inbox.NewStorer("orders", d, nil, nil), Log: log},
+		Brokers: cl.Brokers, Topic: topic, GroupID: group, SASL: creds, TLS: tlsCfg, sessionTimeout: 6 * time.Second})
 	return sourcetest.Started(t, c, err)
 }
 
@@ -327,7 +327,7 @@ func TestNewRejectsBadSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := Config{Mapping: m, Storer: inbox.NewStorer("s", nil, nil, nil), Brokers: []string{"h:1"}, Topic: "t", GroupID: "g"}
+	base := Config{Broker: inbox.Broker{Mapping: m, Storer: inbox.NewStorer("s", nil, nil, nil)}, Brokers: []string{"h:1"}, Topic: "t", GroupID: "g"}
 	for _, tc := range []struct {
 		change func(*Config)
 		want   string

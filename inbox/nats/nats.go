@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -45,15 +44,11 @@ import (
 
 // Config is one NATS source.
 type Config struct {
-	Mapping *inbox.Mapping
-	Storer  *inbox.Storer
+	inbox.Broker
 	// URL is nats://host:4222 (a comma-separated list for a cluster).
 	URL     string
 	Stream  string
 	Durable string
-	// MaxBatch is how many messages one transaction stores (default 100).
-	MaxBatch int
-	Log      *slog.Logger
 
 	// ackWait is the ack wait of a durable the source creates (default
 	// 30 s; tests shorten it).
@@ -76,8 +71,8 @@ var _ inbox.Consumer = (*Consumer)(nil)
 
 // New checks the configuration; Start connects.
 func New(cfg Config) (*Consumer, error) {
-	if cfg.Mapping == nil || cfg.Storer == nil {
-		return nil, errors.New("nats source: a mapping and a storer are required")
+	if err := cfg.Check("nats"); err != nil {
+		return nil, err
 	}
 	for _, part := range strings.Split(cfg.URL, ",") {
 		u, err := url.Parse(strings.TrimSpace(part))
@@ -88,14 +83,8 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Stream == "" || cfg.Durable == "" {
 		return nil, errors.New("stream and durable: the stream and the durable consumer's name are required")
 	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 100
-	}
 	if cfg.ackWait <= 0 {
 		cfg.ackWait = 30 * time.Second
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{cfg: cfg}, nil
 }
@@ -110,10 +99,7 @@ func (c *Consumer) Start() error { return c.loop.Start(c.run) }
 // and acknowledged too.
 func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
 
-var (
-	errStopped     = errors.New("stopped by a test hook")
-	errReconnected = errors.New("the connection to NATS was re-established")
-)
+var errReconnected = errors.New("the connection to NATS was re-established")
 
 // gather is how long the consumer waits for more messages once it has one.
 const gather = 2 * time.Millisecond
@@ -145,7 +131,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 	reconnect := inbox.NewReconnect(log, "inbox: the NATS source cannot consume; retrying")
 	for consume.Err() == nil {
 		err := c.session(consume, hard, nc, js, reconnected, reconnect.Consuming)
-		if err == nil || errors.Is(err, errStopped) || consume.Err() != nil {
+		if err == nil || errors.Is(err, inbox.ErrStoppedByHook) || consume.Err() != nil {
 			return
 		}
 		if errors.Is(err, errReconnected) {
@@ -329,15 +315,9 @@ func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg) error {
 		}
 		msgs, keep, receipts = append(msgs, m), append(keep, jm), append(receipts, receipt)
 	}
-	refused, err := c.cfg.Storer.Store(ctx, msgs)
-	inbox.EndReceipts(receipts, refused, err)
+	refused, err := c.cfg.StoreBatch(ctx, msgs, receipts)
 	if err != nil {
 		return err
-	}
-	if c.cfg.afterStore != nil {
-		if err := c.cfg.afterStore(); err != nil {
-			return errStopped
-		}
 	}
 	for i, jm := range keep {
 		if slices.Contains(refused, i) {

@@ -138,8 +138,8 @@ func (f *fixture) publish(t *testing.T, msgs ...sourcetest.Message) {
 // config is a consumer of the durable on the server at url, with batches
 // of 10 and an ack wait of a second when it creates the durable itself.
 func (f *fixture) config(t *testing.T, url string, obs inbox.Observer, hook func() error, logs *testlog.Buffer) Config {
-	cfg := Config{Mapping: sourcetest.Mapping(t, "orders", "Event-Type", "Order-Id"), Storer: inbox.NewStorer("orders", f.d, obs, nil),
-		URL: url, Stream: f.stream, Durable: durable, MaxBatch: 10, ackWait: time.Second, afterStore: hook}
+	cfg := Config{Broker: inbox.Broker{Mapping: sourcetest.Mapping(t, "orders", "Event-Type", "Order-Id"), Storer: inbox.NewStorer("orders", f.d, obs, nil),
+		MaxBatch: 10, AfterStore: hook}, URL: url, Stream: f.stream, Durable: durable, ackWait: time.Second}
 	if logs != nil {
 		cfg.Log = logs.Logger()
 	}

@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"slices"
 	"sync/atomic"
@@ -44,21 +43,15 @@ import (
 
 // Config is one RabbitMQ source.
 type Config struct {
-	Mapping *inbox.Mapping
-	Storer  *inbox.Storer
+	// Broker's AfterStore, when it fails, ends the consumer with the
+	// connection closed and the batch unacknowledged.
+	inbox.Broker
 	// URL is amqp:// or amqps://, with credentials and vhost.
 	URL   string
 	Queue string
 	// Prefetch is how many unacknowledged messages the broker hands over
-	// at once (default 256); MaxBatch how many one transaction stores
-	// (default 100).
-	Prefetch, MaxBatch int
-	Log                *slog.Logger
-
-	// afterStore, when set (tests), runs after a batch committed and before
-	// it is acknowledged; an error ends the consumer there, as a crash
-	// would: the connection closes with the batch unacknowledged.
-	afterStore func() error
+	// at once (default 256).
+	Prefetch int
 }
 
 // Consumer consumes one queue.
@@ -74,8 +67,8 @@ var _ inbox.Consumer = (*Consumer)(nil)
 
 // New checks the configuration; Start connects.
 func New(cfg Config) (*Consumer, error) {
-	if cfg.Mapping == nil || cfg.Storer == nil {
-		return nil, errors.New("rabbitmq source: a mapping and a storer are required")
+	if err := cfg.Check("rabbitmq"); err != nil {
+		return nil, err
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
@@ -90,12 +83,6 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = 256
 	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 100
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
 	return &Consumer{cfg: cfg, addr: u.Host}, nil
 }
 
@@ -108,8 +95,6 @@ func (c *Consumer) Start() error { return c.loop.Start(c.run) }
 // Stop drains (see inbox.Consumer).
 func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
 
-var errStopped = errors.New("stopped by a test hook")
-
 // run connects and consumes until consume ends, reconnecting after a
 // failure.
 func (c *Consumer) run(consume, hard context.Context) {
@@ -117,7 +102,7 @@ func (c *Consumer) run(consume, hard context.Context) {
 	reconnect := inbox.NewReconnect(log, "inbox: the RabbitMQ source lost its broker; reconnecting")
 	for consume.Err() == nil {
 		err := c.session(consume, hard, reconnect.Consuming)
-		if errors.Is(err, errStopped) || consume.Err() != nil {
+		if errors.Is(err, inbox.ErrStoppedByHook) || consume.Err() != nil {
 			return
 		}
 		if !reconnect.Failed(consume, err) {
@@ -210,15 +195,9 @@ func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery) error {
 		}
 		msgs, keep, receipts = append(msgs, m), append(keep, *d), append(receipts, receipt)
 	}
-	refused, err := c.cfg.Storer.Store(ctx, msgs)
-	inbox.EndReceipts(receipts, refused, err)
+	refused, err := c.cfg.StoreBatch(ctx, msgs, receipts)
 	if err != nil {
-		return err // stopped hard: the broker gets them back
-	}
-	if c.cfg.afterStore != nil {
-		if err := c.cfg.afterStore(); err != nil {
-			return errStopped
-		}
+		return err // stopped hard, or by a test's hook: the broker gets them back
 	}
 	for i := range keep {
 		if slices.Contains(refused, i) {

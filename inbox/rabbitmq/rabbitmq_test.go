@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/inbox/sourcetest"
 	"github.com/queuebox/queuebox/internal/inboxtest"
@@ -69,8 +71,7 @@ func openQueue(t *testing.T, faults bool) *sourcetest.Target {
 		publish(t, url, q, out...)
 	}
 	tg.Consumer = func(t *testing.T, o sourcetest.Options) (inbox.Consumer, error) {
-		return New(Config{Mapping: o.Traced(sourcetest.Mapping(t, "billing", "type", "Aggregate-Id")), Storer: inbox.NewStorer("billing", tg.Inbox, o.Observer, nil),
-			URL: url, Queue: q, MaxBatch: tg.MaxBatch, afterStore: o.AfterStore})
+		return New(Config{Broker: o.Broker(t, tg, "billing", "type", "Aggregate-Id"), URL: url, Queue: q})
 	}
 	// Every case counts after it stopped its consumers, whose messages not
 	// acknowledged are then back in the queue.
@@ -145,8 +146,7 @@ func TestWaitsForAMissingQueue(t *testing.T) {
 	d := testdb.Migrated(t, 10)
 	q := testrabbit.Unique("qbt-late")
 	logs := &testlog.Buffer{}
-	c, err := New(Config{Mapping: sourcetest.Mapping(t, "billing", "type", "Aggregate-Id"), Storer: inbox.NewStorer("billing", d, nil, nil),
-		URL: url, Queue: q, Log: logs.Logger()})
+	c, err := New(Config{Broker: billing(t, d, logs.Logger()), URL: url, Queue: q})
 	sourcetest.Started(t, c, err)
 	inboxtest.WaitFor(t, "a log line about the missing queue", func() bool { return strings.Contains(logs.String(), "does not exist") })
 	testrabbit.DeclareQueue(t, url, q, nil)
@@ -167,7 +167,7 @@ func TestStoresHeaderValuesAsText(t *testing.T) {
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	publish(t, url, q, amqp.Publishing{MessageId: "m1", Type: "paid", Body: sourcetest.Body(1), Headers: amqp.Table{
 		"Aggregate-Id": "inv-1", "attempt": int32(1), "big": int64(1) << 40, "ok": true, "raw": []byte("bytes"), "at": at}})
-	c, err := New(Config{Mapping: sourcetest.Mapping(t, "billing", "type", "Aggregate-Id"), Storer: inbox.NewStorer("billing", d, nil, nil), URL: url, Queue: q})
+	c, err := New(Config{Broker: billing(t, d, nil), URL: url, Queue: q})
 	sourcetest.Started(t, c, err)
 	inboxtest.WaitFor(t, "the message", func() bool { return len(inboxtest.Rows(t, d)) == 1 })
 	h := inboxtest.Rows(t, d)[0].Headers
@@ -176,4 +176,10 @@ func TestStoresHeaderValuesAsText(t *testing.T) {
 			t.Errorf("header %s stored as %q, want %q (all: %v)", name, h[name], want, h)
 		}
 	}
+}
+
+// billing is the tests' source "billing" into the inbox d, outside the
+// suite.
+func billing(t *testing.T, d dialects.Inbox, log *slog.Logger) inbox.Broker {
+	return inbox.Broker{Mapping: sourcetest.Mapping(t, "billing", "type", "Aggregate-Id"), Storer: inbox.NewStorer("billing", d, nil, nil), Log: log}
 }

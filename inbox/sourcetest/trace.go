@@ -81,3 +81,13 @@ func keepsTheTraceContext(t *testing.T, h Harness) {
 		t.Errorf("%d receipts ended well and %d with an error, want one of each", ok, refused)
 	}
 }
+
+// Broker is what a broker source's configuration takes from the suite:
+// the mapping of the source named source (traced as the suite asks), a
+// storer into tg's inbox with the suite's observer, tg's batch size and
+// the suite's AfterStore hook.
+func (o Options) Broker(t *testing.T, tg *Target, source, typeHeader, aggregateHeader string) inbox.Broker {
+	t.Helper()
+	return inbox.Broker{Mapping: o.Traced(Mapping(t, source, typeHeader, aggregateHeader)),
+		Storer: inbox.NewStorer(source, tg.Inbox, o.Observer, nil), MaxBatch: tg.MaxBatch, AfterStore: o.AfterStore}
+}
