@@ -313,8 +313,8 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	c.pace.hold() // the claim probes first; ticks meanwhile would be ignored
 	heads, run := c.heads.next(limit)
-	kind := c.choice.pick(c.heads.run)
-	plan := c.reach.plan(kind, heads, c.gate.wm.LastSeen())
+	plan := c.reach.plan(c.choice.pick(c.heads.run), heads)
+	kind := plan.kind
 	if plan.continueOnly && len(plan.continued) == 0 {
 		// By key, with nothing to continue and the walk over the keys not
 		// due yet: nothing this claim could take.

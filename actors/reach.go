@@ -60,12 +60,9 @@ type reach struct {
 	floorsAt int64
 	// nextFull is when the next full look is due, nextFloors the next
 	// floors read (reading: one runs), nextWalk when a claim by key may
-	// next walk the keys; walkedAt is the newest sequence the last walk
-	// over the keys could see: rows inserted since are news, and news is
-	// worth a walk whatever its cost.
+	// next walk the keys.
 	nextFull, nextFloors, nextWalk time.Time
 	reading, looking               bool
-	walkedAt                       int64
 	// blind: the gate cannot tell settled rows, so floors (which count on
 	// every row up to the watermark being visible) are not used.
 	blind bool
@@ -143,23 +140,35 @@ func (r *reach) continued(cs []continuation) {
 
 // claimPlan is what one claim takes from the reach, and what it needs back.
 type claimPlan struct {
+	// kind is the claim's kind: the one asked for, or in schedule order
+	// when a walk over the keys was asked for and is not due.
+	kind         claimKind
 	bounds       *dialects.Bounds
 	continued    []dialects.KeyPosition
 	continueOnly bool
 	// full: the claim walks from the start, or, by key, walks the keys;
-	// lowered is reach.lowered when it was planned, seen the newest
-	// sequence known then.
+	// lowered is reach.lowered when it was planned.
 	full    bool
 	lowered int
-	seen    int64
 	sentAt  time.Time
 }
 
 // plan fills a claim's bounds and continuations: at most heads keys, the
-// oldest first. seen is the newest sequence the claimer knows of.
-func (r *reach) plan(kind claimKind, heads int, seen int64) claimPlan {
+// oldest first.
+//
+// A claim by key walks the keys when its continuations leave room for
+// heads and the walk's cost allows another (fullLookFactor times the last
+// one's duration). Otherwise, when the continuations fill it, it takes only
+// them; when they do not, it goes in schedule order instead, bounded by the
+// lookback, which finds the rows that arrived since. A walk over the keys
+// passes over every version that a long transaction keeps of the keys'
+// rows (the skip scan cannot start past them), so a claimer that walked
+// whenever rows arrived would, under a held snapshot, walk them at every
+// claim: claims of many seconds, a backlog, longer runs, and more claims by
+// key.
+func (r *reach) plan(kind claimKind, heads int) claimPlan {
 	now := r.clock.Now()
-	p := claimPlan{lowered: r.lowered, sentAt: now, seen: seen}
+	p := claimPlan{kind: kind, lowered: r.lowered, sentAt: now}
 	n := min(heads, len(r.continuing))
 	p.continued = slices.Clone(r.continuing[:n])
 	r.continuing = slices.Delete(r.continuing, 0, n)
@@ -171,16 +180,20 @@ func (r *reach) plan(kind claimKind, heads int, seen int64) claimPlan {
 	if r.floors != nil && r.floorsAt == r.rewinds && !r.blind {
 		b.Floors = r.floors
 	}
-	switch kind {
-	case scheduleClaim:
+	if kind == byKeyClaim {
+		switch {
+		case n >= heads:
+			p.continueOnly = true
+		case !now.Before(r.nextWalk):
+			p.full = true
+		default:
+			p.kind = scheduleClaim
+		}
+	}
+	if p.kind == scheduleClaim {
 		if p.full = r.anchor.IsZero(); !p.full {
 			b.Lookback = r.lookback(now)
 		}
-	case byKeyClaim:
-		// Walk the keys when the continuations leave room for heads, and
-		// rows arrived since the last walk or its cost allows another.
-		p.full = n < heads && (seen > r.walkedAt || !now.Before(r.nextWalk))
-		p.continueOnly = !p.full
 	}
 	p.bounds = b
 	return p
@@ -215,7 +228,6 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 	case byKeyClaim:
 		if p.full {
 			r.nextWalk = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
-			r.walkedAt = max(r.walkedAt, p.seen)
 		}
 	}
 }

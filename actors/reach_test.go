@@ -95,19 +95,19 @@ func (t *manualTimer) Stop() {
 func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
-	p := r.plan(scheduleClaim, 10, 0)
+	p := r.plan(scheduleClaim, 10)
 	if !p.full || p.bounds != nil {
 		t.Fatalf("before any probe: %+v, want a full look without bounds", p)
 	}
 	r.observe(dialects.Probe{Rewinds: 3})
-	p = r.plan(scheduleClaim, 10, 0)
+	p = r.plan(scheduleClaim, 10)
 	if !p.full || p.bounds == nil || p.bounds.Rewinds != 3 || p.bounds.Lookback != 0 {
 		t.Fatalf("first claim after the probe: %+v, want a full look at counter 3", p)
 	}
 	clk.advance(5 * time.Millisecond)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, 5*time.Millisecond, time.Time{})
 	clk.advance(100 * time.Millisecond)
-	p = r.plan(scheduleClaim, 10, 0)
+	p = r.plan(scheduleClaim, 10)
 	if p.full || p.bounds.Lookback != 105*time.Millisecond+lookbackMargin {
 		t.Fatalf("105 ms after the last claim was planned: %+v, want a lookback of 105 ms plus the margin", p.bounds)
 	}
@@ -115,7 +115,7 @@ func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 	// next one looks back to there.
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now(), Cut: true, Reach: clk.Now().Add(-30 * time.Millisecond)}, time.Millisecond, time.Time{})
 	clk.advance(10 * time.Millisecond)
-	if p = r.plan(scheduleClaim, 10, 0); p.bounds.Lookback != 40*time.Millisecond+lookbackMargin {
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 40*time.Millisecond+lookbackMargin {
 		t.Fatalf("after a cut walk: lookback %s, want 40 ms plus the margin", p.bounds.Lookback)
 	}
 	// Keyed rows waiting for a writer since 5 ms ago hold the look back
@@ -123,9 +123,9 @@ func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 	waiting := clk.Now().Add(-5 * time.Millisecond)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
 	clk.advance(200 * time.Millisecond)
-	p = r.plan(scheduleClaim, 10, 0)
+	p = r.plan(scheduleClaim, 10)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
-	if p = r.plan(scheduleClaim, 10, 0); p.bounds.Lookback != 205*time.Millisecond+lookbackMargin {
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 205*time.Millisecond+lookbackMargin {
 		t.Fatalf("while rows wait for a writer: lookback %s, want 205 ms plus the margin", p.bounds.Lookback)
 	}
 }
@@ -137,7 +137,7 @@ func TestReachForgetsEverythingAtAReplay(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
 	r.observe(dialects.Probe{Rewinds: 1})
-	p := r.plan(scheduleClaim, 10, 0)
+	p := r.plan(scheduleClaim, 10)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
 	r.floorsRead(dialects.Floors{Rewinds: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
 	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 7}, rewinds: 1}, {pos: dialects.KeyPosition{Key: "b", After: 9}, rewinds: 0}})
@@ -145,7 +145,7 @@ func TestReachForgetsEverythingAtAReplay(t *testing.T) {
 		t.Fatalf("continuing %+v, want only a (b's position was made at another counter)", r.continuing)
 	}
 	clk.advance(10 * time.Millisecond) // the next full look is 20 ms after the first
-	before := r.plan(scheduleClaim, 10, 0)
+	before := r.plan(scheduleClaim, 10)
 	if before.full || before.bounds.Floors == nil || len(before.continued) != 1 {
 		t.Fatalf("before the replay: %+v, want a bounded claim with floors that continues a", before)
 	}
@@ -153,7 +153,7 @@ func TestReachForgetsEverythingAtAReplay(t *testing.T) {
 	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "c", After: 1}, rewinds: 1}})
 	// The claim planned before the replay returns afterwards.
 	r.claimed(scheduleClaim, before, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
-	p = r.plan(scheduleClaim, 10, 0)
+	p = r.plan(scheduleClaim, 10)
 	if !p.full || p.bounds.Rewinds != 2 || p.bounds.Floors != nil || len(p.continued) != 0 {
 		t.Fatalf("after a replay: %+v, want a full look at counter 2, no floors, no continuations", p)
 	}
@@ -168,7 +168,7 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 		t.Fatal("a look for stragglers before any probe")
 	}
 	r.observe(dialects.Probe{Rewinds: 4})
-	p := r.plan(scheduleClaim, 10, 0)
+	p := r.plan(scheduleClaim, 10)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
 	b, due := r.stragglersDue()
 	if !due || b.Rewinds != 4 || b.Lookback != lookbackMargin {
@@ -190,39 +190,49 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 	}
 	sent = clk.Now()
 	r.stragglersFound(time.Minute, true, sent, time.Millisecond, nil)
-	if p = r.plan(scheduleClaim, 10, 0); p.bounds.Lookback != time.Minute+lookbackMargin {
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != time.Minute+lookbackMargin {
 		t.Fatalf("after a straggler a minute old: lookback %s, want a minute plus the margin", p.bounds.Lookback)
 	}
 }
 
 // By key, a claim walks the keys only when its continuations leave room
-// for heads, and then not more often than the walk's cost allows.
+// for heads, and then not more often than the walk's cost allows; between
+// walks, it takes only its continuations when they fill it, else it goes in
+// schedule order, bounded, however many rows arrive.
 func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
 	r.observe(dialects.Probe{})
-	p := r.plan(byKeyClaim, 2, 0)
-	if !p.full || p.continueOnly {
+	p := r.plan(byKeyClaim, 2)
+	if !p.full || p.continueOnly || p.kind != byKeyClaim {
 		t.Fatalf("first claim by key: %+v, want a walk over the keys", p)
 	}
 	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 50*time.Millisecond, time.Time{})
 	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a"}}, {pos: dialects.KeyPosition{Key: "b"}}, {pos: dialects.KeyPosition{Key: "c"}}})
-	if p = r.plan(byKeyClaim, 2, 0); p.full || !p.continueOnly || len(p.continued) != 2 {
+	if p = r.plan(byKeyClaim, 2); p.full || !p.continueOnly || len(p.continued) != 2 || p.kind != byKeyClaim {
 		t.Fatalf("with three keys to continue and room for two: %+v, want a and b only", p)
 	}
-	if p = r.plan(byKeyClaim, 2, 0); p.full || !p.continueOnly || len(p.continued) != 1 {
-		t.Fatalf("with c left and the walk not due: %+v, want c only", p)
+	r.anchor = clk.Now().Add(-time.Second)
+	if p = r.plan(byKeyClaim, 2); p.full || p.continueOnly || len(p.continued) != 1 || p.kind != scheduleClaim ||
+		p.bounds.Lookback != time.Second+lookbackMargin {
+		t.Fatalf("with c left and the walk not due: %+v, want c and a walk in schedule order, bounded", p)
 	}
-	if p = r.plan(byKeyClaim, 2, 10); !p.full || p.continueOnly {
-		t.Fatalf("rows arrived since the last walk: %+v, want a walk", p)
+	clk.advance(500 * time.Millisecond)
+	if p = r.plan(byKeyClaim, 2); p.full || p.kind != scheduleClaim {
+		t.Fatalf("500 ms after a walk of 50 ms: %+v, want no walk over the keys", p)
 	}
-	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 50*time.Millisecond, time.Time{})
-	if p = r.plan(byKeyClaim, 2, 10); p.full {
-		t.Fatalf("nothing new since the last walk, 50 ms ago: %+v, want no walk", p)
-	}
-	clk.advance(time.Second)
-	if p = r.plan(byKeyClaim, 2, 10); !p.full || p.continueOnly {
+	clk.advance(500 * time.Millisecond)
+	if p = r.plan(byKeyClaim, 2); !p.full || p.continueOnly || p.kind != byKeyClaim {
 		t.Fatalf("a second after a walk of 50 ms: %+v, want a walk", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 10*time.Second, time.Time{})
+	clk.advance(30 * time.Second)
+	if p = r.plan(byKeyClaim, 2); p.kind != scheduleClaim {
+		t.Fatalf("30 s after a walk of 10 s: %+v, want a claim in schedule order", p)
+	}
+	clk.advance(30 * time.Second)
+	if p = r.plan(byKeyClaim, 2); p.kind != byKeyClaim || !p.full {
+		t.Fatalf("a minute after a walk of 10 s: %+v, want a walk over the keys (once a minute at least)", p)
 	}
 	r.failed(claimPlan{continued: []dialects.KeyPosition{{Key: "z"}}})
 	if len(r.continuing) != 1 || r.continuing[0].Key != "z" {
