@@ -69,10 +69,13 @@ func (h *hold) set(st dialects.DestinationState, now time.Time) (changed bool) {
 	return st.Paused != was
 }
 
-// destinationWatch reads the destinations' pauses from the database every
-// watchEvery and holds or releases the handles, so that a pause made on
-// one replica, or with the command line, holds on every replica within
-// about a second. It also reports this replica's open circuits for
+// destinationWatch reads the destinations' pauses from the database and
+// holds or releases the handles, so that a pause made on one replica, or
+// with the command line, holds on every replica within about a second:
+// every watchEvery, or, while logical wake-ups bring the changes of the
+// destinations table (dialects.WakeupStatus.Pauses), when one comes and
+// every pausesSafetyRead, so that an idle relay does not ask twice a
+// second. It also reports this replica's open circuits for
 // operators (refreshed every circuitRefresh, removed when they close and
 // when the engine stops). It runs in the engine's background and sends to
 // no actor.
@@ -85,6 +88,8 @@ type destinationWatch struct {
 	describe func(error) string
 	log      *slog.Logger
 	bg       context.Context
+	// wakeups, when set, may nudge on pauses (nil: none).
+	wakeups dialects.Wakeups
 
 	// reported: the circuits reported open, and when last.
 	reported map[string]time.Time
@@ -94,8 +99,11 @@ type destinationWatch struct {
 }
 
 const (
-	watchEvery     = 500 * time.Millisecond
-	circuitRefresh = 10 * time.Second
+	watchEvery = 500 * time.Millisecond
+	// pausesSafetyRead is how often the pauses are read while their
+	// changes come as nudges: in case one is lost.
+	pausesSafetyRead = 30 * time.Second
+	circuitRefresh   = 10 * time.Second
 	// CircuitFresh is how recently a replica must have refreshed a circuit
 	// for operators to be shown it open: a replica that stopped without
 	// removing its circuits is forgotten after this.
@@ -119,7 +127,13 @@ const firstReadTimeout = 2 * time.Second
 func (w *destinationWatch) loop() {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
+	var nudges <-chan struct{}
+	if w.wakeups != nil {
+		nudges = w.wakeups.Pauses()
+	}
+	lastRead, recheck := time.Now(), false
 	for {
+		nudged := false
 		select {
 		case <-w.bg.Done():
 			// The engine stops: its circuits are no one's any more.
@@ -128,10 +142,24 @@ func (w *destinationWatch) loop() {
 			cancel()
 			return
 		case <-t.C:
+		case <-nudges:
+			nudged = true
 		}
-		w.readPauses(5 * time.Second)
+		now := time.Now()
+		if nudged || recheck || !w.hearsPauses() || now.Sub(lastRead) >= pausesSafetyRead {
+			w.readPauses(5 * time.Second)
+			lastRead = now
+			// A nudge can come an instant before its transaction is
+			// visible to other sessions: read once more at the next tick.
+			recheck = nudged
+		}
 		w.reportCircuits(w.bg, false)
 	}
+}
+
+// hearsPauses says whether pauses come as nudges now.
+func (w *destinationWatch) hearsPauses() bool {
+	return w.wakeups != nil && w.wakeups.Status().Pauses
 }
 
 func (w *destinationWatch) readPauses(timeout time.Duration) {

@@ -93,7 +93,8 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	}
 	// The paused destinations are read before the claimer starts (see
 	// destinationWatch.first).
-	dests := &destinationWatch{dialect: o.Dialect, handles: s.sinks, replica: o.Replica, describe: d.policy.lastError, log: s.log, bg: s.bg.ctx}
+	dests := &destinationWatch{dialect: o.Dialect, handles: s.sinks, replica: o.Replica, describe: d.policy.lastError, log: s.log, bg: s.bg.ctx,
+		wakeups: o.Wakeups}
 	dests.first()
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)

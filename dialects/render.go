@@ -31,6 +31,7 @@ type Quoting struct {
 //	{{idx "topic"}}         an index name (bare): idx_outbox_topic
 //	{{obj "xid_first"}}     a helper object name (bare): outbox_xid_first
 //	{{pub}}                 the wake-ups publication's name (bare; Names.Publication)
+//	{{pausepub}}            the pauses publication's name (bare; Names.PausesPublication)
 //	{{q name}}              quote a bare name
 //	{{qualify quoted}}      prefix a quoted name with the schema
 //	{{lit s}}               a string literal
@@ -43,23 +44,24 @@ func TemplateFuncs(n Names, q Quoting) template.FuncMap {
 		return q.Ident(n.Schema) + "." + quoted
 	}
 	return template.FuncMap{
-		"t":       func() string { return qualify(q.Ident(n.Outbox)) },
-		"it":      func() string { return qualify(q.Ident(n.Inbox)) },
-		"c":       func(l string) string { return q.Ident(n.Col(l)) },
-		"ic":      func(l string) string { return q.Ident(n.InboxCol(l)) },
-		"seq":     func() string { return qualify(q.Ident(n.Sequence())) },
-		"iseq":    func() string { return qualify(q.Ident(n.InboxSequence())) },
-		"rewinds": func() string { return qualify(q.Ident(n.Object("rewinds"))) },
-		"idx":     n.Index,
-		"iidx":    n.InboxIndex,
-		"obj":     n.Object,
-		"pub":     n.Publication,
-		"iobj":    func(what string) string { return n.Inbox + "_" + what },
-		"q":       q.Ident,
-		"qualify": qualify,
-		"lit":     q.Literal,
-		"schema":  func() string { return n.Schema },
-		"list":    func(v ...string) []string { return v },
+		"t":        func() string { return qualify(q.Ident(n.Outbox)) },
+		"it":       func() string { return qualify(q.Ident(n.Inbox)) },
+		"c":        func(l string) string { return q.Ident(n.Col(l)) },
+		"ic":       func(l string) string { return q.Ident(n.InboxCol(l)) },
+		"seq":      func() string { return qualify(q.Ident(n.Sequence())) },
+		"iseq":     func() string { return qualify(q.Ident(n.InboxSequence())) },
+		"rewinds":  func() string { return qualify(q.Ident(n.Object("rewinds"))) },
+		"idx":      n.Index,
+		"iidx":     n.InboxIndex,
+		"obj":      n.Object,
+		"pub":      n.Publication,
+		"pausepub": n.PausesPublication,
+		"iobj":     func(what string) string { return n.Inbox + "_" + what },
+		"q":        q.Ident,
+		"qualify":  qualify,
+		"lit":      q.Literal,
+		"schema":   func() string { return n.Schema },
+		"list":     func(v ...string) []string { return v },
 	}
 }
 

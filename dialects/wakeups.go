@@ -69,6 +69,10 @@ type WakeupStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// Slot is the temporary replication slot while listening.
 	Slot string `json:"slot,omitempty"`
+	// Pauses: while listening, pauses and resumptions of destinations
+	// come as nudges too (the publication of migration V20 exists), so the
+	// relay reads them rarely rather than twice a second.
+	Pauses bool `json:"pauses,omitempty"`
 	// Since is when State last changed.
 	Since time.Time `json:"since"`
 }
@@ -108,6 +112,10 @@ func (s WakeupStatus) Kind() string {
 type Wakeups interface {
 	Outbox() <-chan struct{}
 	Inbox() <-chan struct{}
+	// Pauses receives a nudge after a destination was paused or resumed
+	// (the destinations table changed), while Status().Pauses says that
+	// such changes reach the listener.
+	Pauses() <-chan struct{}
 	Status() WakeupStatus
 }
 
@@ -125,6 +133,7 @@ var never = make(chan struct{})
 
 func (n noWakeups) Outbox() <-chan struct{} { return never }
 func (n noWakeups) Inbox() <-chan struct{}  { return never }
+func (n noWakeups) Pauses() <-chan struct{} { return never }
 func (n noWakeups) Status() WakeupStatus    { return n.st }
 
 // Publication names the PostgreSQL publication of the outbox and inbox
@@ -133,8 +142,15 @@ func (n noWakeups) Status() WakeupStatus    { return n.st }
 // schema when one is configured: <schema>_<outbox>_wakeups, else
 // <outbox>_wakeups. A name longer than PostgreSQL's 63 bytes is cut and
 // given a hash of the whole, so that it stays unique.
-func (n Names) Publication() string {
-	name := n.Object("wakeups")
+func (n Names) Publication() string { return n.publication("wakeups") }
+
+// PausesPublication names the publication of the changes to the
+// destinations table (migration V20): the listener hears pauses and
+// resumptions in it. Named as Publication is, with "pauses".
+func (n Names) PausesPublication() string { return n.publication("pauses") }
+
+func (n Names) publication(what string) string {
+	name := n.Object(what)
 	if n.Schema != "" {
 		name = n.Schema + "_" + name
 	}

@@ -410,15 +410,15 @@ type publication struct {
 	tables map[string][]string
 }
 
-// readPublication reads the publication of names; ok is false when there
-// is none.
+// readPublication reads the publication named name; ok is false when
+// there is none.
 func readPublication(t *testing.T, pool interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, names dialects.Names) (p publication, ok bool) {
+}, name string) (p publication, ok bool) {
 	t.Helper()
 	ctx := context.Background()
-	err := pool.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`, names.Publication()).
+	err := pool.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`, name).
 		Scan(&p.insert, &p.update, &p.delete, &p.truncate)
 	if err == pgx.ErrNoRows {
 		return p, false
@@ -427,7 +427,7 @@ func readPublication(t *testing.T, pool interface {
 		t.Fatal(err)
 	}
 	// pg_publication_tables names the published columns from PostgreSQL 15 on.
-	rows, err := pool.Query(ctx, `SELECT schemaname || '.' || tablename, attnames::text[] FROM pg_publication_tables WHERE pubname = $1`, names.Publication())
+	rows, err := pool.Query(ctx, `SELECT schemaname || '.' || tablename, attnames::text[] FROM pg_publication_tables WHERE pubname = $1`, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,10 +441,21 @@ func readPublication(t *testing.T, pool interface {
 }
 
 // checkPublication: V16 publishes the inserts, and only those, into both
-// tables, and only their id column.
+// tables, and only their id column; V20 every change of the destinations
+// table, whole rows.
 func checkPublication(t *testing.T, d *postgres.Dialect, schema string, names dialects.Names) {
 	t.Helper()
-	p, ok := readPublication(t, d.Pool(), names)
+	pauses, ok := readPublication(t, d.Pool(), names.PausesPublication())
+	switch {
+	case !ok:
+		t.Errorf("no publication %s", names.PausesPublication())
+	case !pauses.insert || !pauses.update || !pauses.delete || pauses.truncate:
+		t.Errorf("publication %s publishes insert=%v update=%v delete=%v truncate=%v, want inserts, updates and deletes",
+			names.PausesPublication(), pauses.insert, pauses.update, pauses.delete, pauses.truncate)
+	case len(pauses.tables) != 1 || pauses.tables[schema+"."+names.Object("destinations")] == nil:
+		t.Errorf("publication %s publishes %v, want %s.%s alone", names.PausesPublication(), pauses.tables, schema, names.Object("destinations"))
+	}
+	p, ok := readPublication(t, d.Pool(), names.Publication())
 	if !ok {
 		t.Fatalf("no publication %s", names.Publication())
 	}

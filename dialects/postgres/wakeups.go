@@ -92,13 +92,17 @@ type WakeupOptions struct {
 // Listener is the logical wake-up source of one relay (see the top of this
 // file). It implements dialects.Wakeups; Run does the work.
 type Listener struct {
-	d      *Dialect
-	q      wakeupStatements
-	opts   WakeupOptions
-	log    *slog.Logger
-	outbox chan struct{}
-	inbox  chan struct{}
-	status atomic.Pointer[dialects.WakeupStatus]
+	d       *Dialect
+	q       wakeupStatements
+	opts    WakeupOptions
+	log     *slog.Logger
+	outbox  chan struct{}
+	inbox   chan struct{}
+	pauseCh chan struct{}
+	status  atomic.Pointer[dialects.WakeupStatus]
+	// pauses: the session listening now hears the destinations table too
+	// (the publication of migration V20 exists).
+	pauses bool
 	// role is the server's name of the connecting role, for the sentences
 	// about grants (set by each check).
 	role    string
@@ -116,9 +120,10 @@ func (u *unavailable) Error() string { return u.reason }
 // relation is a table as the replication stream names it.
 type relation struct{ schema, name string }
 
-// tables are the outbox and inbox tables as the server names them; a
-// missing inbox table has an empty name.
-type tables struct{ outbox, inbox relation }
+// tables are the outbox and inbox tables as the server names them, and
+// the destinations table when the publication of its changes exists; a
+// missing one has an empty name.
+type tables struct{ outbox, inbox, pauses relation }
 
 // Wakeups makes the wake-up source that opts.Mode asks for, and decides
 // what it can be: with WakeupsProbe it never connects (Status says off);
@@ -128,7 +133,8 @@ type tables struct{ outbox, inbox relation }
 // whose text names what is missing; with WakeupsAuto the listener is then
 // unavailable or reconnecting, and the relay probes. Call Run to listen.
 func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, error) {
-	l := &Listener{d: d, opts: opts, log: opts.Logger, outbox: make(chan struct{}, 1), inbox: make(chan struct{}, 1)}
+	l := &Listener{d: d, opts: opts, log: opts.Logger, outbox: make(chan struct{}, 1), inbox: make(chan struct{}, 1),
+		pauseCh: make(chan struct{}, 1)}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -174,6 +180,10 @@ func (l *Listener) Outbox() <-chan struct{} { return l.outbox }
 
 // Inbox receives a nudge after inserts into the inbox table committed.
 func (l *Listener) Inbox() <-chan struct{} { return l.inbox }
+
+// Pauses receives a nudge after a change to the destinations table (a
+// pause or a resumption) committed.
+func (l *Listener) Pauses() <-chan struct{} { return l.pauseCh }
 
 // Status says where the listener stands.
 func (l *Listener) Status() dialects.WakeupStatus { return *l.status.Load() }
@@ -233,8 +243,9 @@ func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) 
 	var maxSlots, slots, maxSenders, senders int
 	var inboxSchema, inboxName *string
 	var outboxSchema, outboxName *string
+	var pausesSchema, pausesName *string
 	err := l.d.pool.QueryRow(ctx, l.q.WakeupsServer).Scan(&walLevel, &l.role, &mayReplicate, &maxSlots, &slots, &maxSenders, &senders,
-		&outboxSchema, &outboxName, &inboxSchema, &inboxName, &published, &outboxPublished, &inboxPublished)
+		&outboxSchema, &outboxName, &inboxSchema, &inboxName, &published, &outboxPublished, &inboxPublished, &pausesSchema, &pausesName)
 	if err != nil {
 		return nil, tbl, mapError(err)
 	}
@@ -264,6 +275,9 @@ func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) 
 	tbl.outbox = relation{*outboxSchema, *outboxName}
 	if inboxName != nil {
 		tbl.inbox = relation{*inboxSchema, *inboxName}
+	}
+	if pausesName != nil {
+		tbl.pauses = relation{*pausesSchema, *pausesName}
 	}
 	cfg := l.d.cfg.ConnConfig.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
@@ -355,11 +369,16 @@ func (l *Listener) session(ctx context.Context, conn *pgconn.PgConn, tbl tables,
 	}
 	// publication_names is a list of identifiers: quoted, so that a name
 	// with capitals keeps them.
-	args := []string{"proto_version '1'", "publication_names '" + Quoting.Ident(l.d.names.Publication()) + "'"}
+	pubs := Quoting.Ident(l.d.names.Publication())
+	if tbl.pauses != (relation{}) {
+		pubs += "," + Quoting.Ident(l.d.names.PausesPublication())
+	}
+	args := []string{"proto_version '1'", "publication_names '" + pubs + "'"}
 	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
 		return fmt.Errorf("start replication: %w", l.classify(err))
 	}
 	retry.Reset()
+	l.pauses = tbl.pauses != (relation{})
 	l.set(dialects.WakeupsListening, "", slot)
 	return l.stream(ctx, conn, tbl)
 }
@@ -383,14 +402,16 @@ const (
 	otherTable = iota
 	outboxTable
 	inboxTable
+	pausesTable
 )
 
 // stream reads the replication stream until it fails or ctx ends.
 func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables) error {
 	var acked pglogrepl.LSN
 	relations := map[uint32]int{}
-	// inserted says which tables the transaction being read inserted into.
-	var inserted [3]bool
+	// changed says which tables the transaction being read inserted into
+	// (the destinations table: changed in any way).
+	var changed [4]bool
 	beat := l.opts.Heartbeat
 	silence := max(3*beat, 30*time.Second)
 	next, heard := time.Now().Add(beat), time.Now()
@@ -460,21 +481,30 @@ func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables) 
 					relations[m.RelationID] = outboxTable
 				case tbl.inbox:
 					relations[m.RelationID] = inboxTable
+				case tbl.pauses:
+					relations[m.RelationID] = pausesTable
 				default:
 					relations[m.RelationID] = otherTable
 				}
 			case *pglogrepl.BeginMessage:
-				inserted = [3]bool{}
+				changed = [4]bool{}
 			case *pglogrepl.InsertMessage:
-				inserted[relations[m.RelationID]] = true
+				changed[relations[m.RelationID]] = true
+			case *pglogrepl.UpdateMessage:
+				changed[pausesTable] = changed[pausesTable] || relations[m.RelationID] == pausesTable
+			case *pglogrepl.DeleteMessage:
+				changed[pausesTable] = changed[pausesTable] || relations[m.RelationID] == pausesTable
 			case *pglogrepl.CommitMessage:
-				if inserted[outboxTable] {
+				if changed[outboxTable] {
 					nudge(l.outbox)
 				}
-				if inserted[inboxTable] {
+				if changed[inboxTable] {
 					nudge(l.inbox)
 				}
-				inserted = [3]bool{}
+				if changed[pausesTable] {
+					nudge(l.pauseCh)
+				}
+				changed = [4]bool{}
 				acked = max(acked, m.TransactionEndLSN)
 			}
 		}
@@ -497,7 +527,8 @@ func (l *Listener) set(state dialects.WakeupState, reason, slot string) {
 	if old := l.status.Load(); old != nil && old.State == state && old.Reason == reason && old.Slot == slot {
 		return
 	}
-	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Since: time.Now()}
+	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Since: time.Now(),
+		Pauses: state == dialects.WakeupsListening && l.pauses}
 	l.status.Store(&st)
 	switch state {
 	case dialects.WakeupsListening:
@@ -513,9 +544,10 @@ func (l *Listener) set(state dialects.WakeupState, reason, slot string) {
 	case dialects.WakeupsOff:
 		l.log.Info("wake-ups: probing", "reason", reason)
 	}
+	nudge(l.outbox)
+	nudge(l.inbox)
+	nudge(l.pauseCh)
 	if l.opts.OnStatus != nil {
 		l.opts.OnStatus(st)
 	}
-	nudge(l.outbox)
-	nudge(l.inbox)
 }

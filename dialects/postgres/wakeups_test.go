@@ -77,6 +77,7 @@ func (lt *listening) await(t *testing.T, state dialects.WakeupState) dialects.Wa
 			}
 			lt.nudged(t, lt.l.Outbox(), "outbox")
 			lt.nudged(t, lt.l.Inbox(), "inbox")
+			lt.nudged(t, lt.l.Pauses(), "pauses")
 			return st
 		case <-timeout:
 			t.Fatalf("the listener did not become %s; it is %+v", state, lt.l.Status())
@@ -196,6 +197,49 @@ func TestWakeupsNudgeOnCommit(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// A pause and a resumption of a destination nudge the pauses channel at
+// their commit, and nothing else does; without the publication of
+// migration V20 the listener listens all the same, and says that pauses do
+// not reach it.
+func TestWakeupsNudgeOnPauses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, 0)
+	lt := listen(t, d, postgres.WakeupOptions{Heartbeat: 50 * time.Millisecond})
+	if !lt.l.Status().Pauses {
+		t.Fatalf("listening with migration V20: %+v, want pauses heard", lt.l.Status())
+	}
+	exec(t, d, outboxInsert)
+	lt.nudged(t, lt.l.Outbox(), "outbox")
+	lt.quiet(t, lt.l.Pauses(), "pauses")
+	if _, _, err := d.DestinationPause(ctx, "crm", "upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	lt.nudged(t, lt.l.Pauses(), "pauses")
+	if _, _, err := d.DestinationPause(ctx, "crm", "a new reason"); err != nil {
+		t.Fatal(err)
+	}
+	lt.nudged(t, lt.l.Pauses(), "pauses")
+	if _, _, err := d.DestinationResume(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	lt.nudged(t, lt.l.Pauses(), "pauses")
+	lt.quiet(t, lt.l.Outbox(), "outbox")
+	lt.quiet(t, lt.l.Inbox(), "inbox")
+
+	before := open(t, 19)
+	lb := listen(t, before, postgres.WakeupOptions{Heartbeat: 50 * time.Millisecond})
+	if lb.l.Status().Pauses {
+		t.Fatalf("listening before migration V20: %+v, want pauses not heard", lb.l.Status())
+	}
+	if _, _, err := before.DestinationPause(ctx, "crm", "upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, before, outboxInsert)
+	lb.nudged(t, lb.l.Outbox(), "outbox")
+	lb.quiet(t, lb.l.Pauses(), "pauses")
 }
 
 // The publication and the stream work with renamed tables and columns in a

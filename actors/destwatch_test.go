@@ -1,0 +1,79 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
+)
+
+// countedStates counts the reads of the pauses.
+type countedStates struct {
+	dialects.Destinations
+	reads atomic.Int64
+}
+
+func (c *countedStates) DestinationStates(ctx context.Context) ([]dialects.DestinationState, error) {
+	c.reads.Add(1)
+	return c.Destinations.DestinationStates(ctx)
+}
+
+// heardPauses is a wake-up source whose pauses come as nudges (or not).
+type heardPauses struct {
+	ch     chan struct{}
+	hears  atomic.Bool
+	status dialects.WakeupStatus
+}
+
+func (h *heardPauses) Outbox() <-chan struct{} { return nil }
+func (h *heardPauses) Inbox() <-chan struct{}  { return nil }
+func (h *heardPauses) Pauses() <-chan struct{} { return h.ch }
+func (h *heardPauses) Status() dialects.WakeupStatus {
+	st := h.status
+	st.State, st.Pauses = dialects.WakeupsListening, h.hears.Load()
+	return st
+}
+
+// While pauses come as nudges, the watch does not read them twice a
+// second: it reads them when a nudge comes (and once more at the next
+// tick, as a nudge may come before its transaction is visible), and the
+// handle is held at once; without nudges it reads them at every tick.
+func TestThePausesAreReadWhenANudgeSaysSo(t *testing.T) {
+	t.Parallel()
+	d := testdb.Migrated(t, 4)
+	states := &countedStates{Destinations: d}
+	w := &heardPauses{ch: make(chan struct{}, 1)}
+	w.hears.Store(true)
+	h := newSinkHandle("crm", DestinationPolicy{}, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	watch := &destinationWatch{dialect: states, handles: map[string]*sinkHandle{"crm": h}, replica: "r1",
+		describe: func(err error) string { return err.Error() }, log: slog.New(slog.DiscardHandler), bg: ctx, wakeups: w}
+	watch.first()
+	done := make(chan struct{})
+	go func() { defer close(done); watch.loop() }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	time.Sleep(3 * watchEvery) // ticks that must not read: what is checked is that nothing happened
+	if n := states.reads.Load(); n != 1 {
+		t.Fatalf("%d reads of the pauses in three ticks while they come as nudges, want the first one only", n)
+	}
+	if _, _, err := d.DestinationPause(context.Background(), "crm", "upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	w.ch <- struct{}{}
+	testkit.Eventually(t, "the nudge holds the destination", 0, testkit.True(func() bool { return h.hold.reason() == heldPaused }))
+	testkit.Eventually(t, "a second read at the tick after the nudge", 0, testkit.True(func() bool { return states.reads.Load() == 3 }))
+
+	w.hears.Store(false)
+	if _, _, err := d.DestinationResume(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "without nudges, a tick reads the resumption", 0, testkit.True(func() bool { return h.hold.reason() == notHeld }))
+	reads := states.reads.Load()
+	testkit.Eventually(t, "reads at every tick without nudges", 0, testkit.True(func() bool { return states.reads.Load() >= reads+2 }))
+}
