@@ -1,0 +1,93 @@
+package sinks
+
+import (
+	"context"
+	"strings"
+	"sync"
+)
+
+// Answer is what a destination answered to one message: a status ("HTTP
+// 200 OK", a broker's acknowledgement such as "stream ORDERS seq 42") and an
+// excerpt of the response's body. The relay keeps it in the attempt
+// history; a sink reports it with Report when the caller asks (Wants).
+type Answer struct {
+	Status string
+	Body   string
+}
+
+// Answers collects the answers of one Publish call, by message. The caller
+// makes one with NewAnswers and hands it to the sink with WithAnswers; a
+// sink that reports nothing leaves every answer empty. Safe for concurrent
+// use (a sink may learn its answers in several goroutines).
+type Answers struct {
+	mu      sync.Mutex
+	ids     []string
+	answers []Answer
+	maxBody int
+}
+
+// NewAnswers collects the answers to msgs, with body excerpts of at most
+// maxBody bytes.
+func NewAnswers(msgs []Message, maxBody int) *Answers {
+	a := &Answers{ids: make([]string, len(msgs)), answers: make([]Answer, len(msgs)), maxBody: maxBody}
+	for i := range msgs {
+		a.ids[i] = msgs[i].ID
+	}
+	return a
+}
+
+// Of returns the answer to the i-th message.
+func (a *Answers) Of(i int) Answer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.answers[i]
+}
+
+type answersKey struct{}
+
+// WithAnswers returns a context that asks the sinks for their answers.
+func WithAnswers(ctx context.Context, a *Answers) context.Context {
+	return context.WithValue(ctx, answersKey{}, a)
+}
+
+// Wants says whether the caller collects answers, and how much of a body
+// it keeps: a sink that must read a body to report it reads no more, and
+// reads nothing when the caller does not ask.
+func Wants(ctx context.Context) (maxBody int, ok bool) {
+	a, _ := ctx.Value(answersKey{}).(*Answers)
+	if a == nil {
+		return 0, false
+	}
+	return a.maxBody, true
+}
+
+// Report records the answer to the message id, when the caller collects
+// answers (a no-op otherwise). The body is cut to the caller's limit and to
+// valid UTF-8.
+func Report(ctx context.Context, id string, ans Answer) {
+	a, _ := ctx.Value(answersKey{}).(*Answers)
+	if a == nil {
+		return
+	}
+	ans.Body = cutBody(ans.Body, a.maxBody)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.ids {
+		if x == id {
+			a.answers[i] = ans
+			return
+		}
+	}
+}
+
+func cutBody(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return s[:i]
+}
