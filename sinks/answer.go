@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Answer is what a destination answered to one message: a status ("HTTP
@@ -81,12 +82,22 @@ func Report(ctx context.Context, id string, ans Answer) {
 }
 
 func cutBody(s string, n int) string {
+	// A body read up to a limit may end inside a character: drop the
+	// part, rather than mark it as invalid.
+	for i := 1; i <= utf8.UTFMax-1 && i <= len(s); i++ {
+		if utf8.RuneStart(s[len(s)-i]) {
+			if !utf8.FullRuneInString(s[len(s)-i:]) {
+				s = s[:len(s)-i]
+			}
+			break
+		}
+	}
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if n <= 0 || len(s) <= n {
 		return s
 	}
 	i := n
-	for i > 0 && s[i]&0xC0 == 0x80 {
+	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}
 	return s[:i]
