@@ -108,3 +108,31 @@ admin: { listen: "127.0.0.1:0" }
 		t.Errorf("no id: exit %d\n%s", code, stderr)
 	}
 }
+
+// rows show only reads: it runs with the database settings alone, while
+// a destination's secret is unset, and shows a row that no relay has
+// tried as having no attempts.
+func TestRowsShowNeedsOnlyTheDatabase(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}", headers: { Authorization: "Bearer ${QB_UNSET_ROWS_TOKEN}" } }
+routes: [ { topicPattern: "#", destination: hook } ]
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{testkit.Row("invoice.sent")}); err != nil {
+		t.Fatal(err)
+	}
+	listed, _, err := dialects.List(context.Background(), d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	out, stderr, code := run(t, "rows", "show", listed[0].ID.String(), "--config", cfg)
+	if code != 0 || !strings.Contains(out, "state           pending, try 1 of 6") || !strings.Contains(out, "attempts: none recorded") {
+		t.Errorf("rows show with an unset secret: exit %d\n%s%s", code, out, stderr)
+	}
+}
