@@ -62,14 +62,26 @@ func Wants(ctx context.Context) (maxBody int, ok bool) {
 	return a.maxBody, true
 }
 
+// AnswersOf returns the collector of ctx, nil when the caller collects no
+// answers: a sink that learns its answers away from the Publish call (in a
+// callback) keeps it and reports with Set.
+func AnswersOf(ctx context.Context) *Answers {
+	a, _ := ctx.Value(answersKey{}).(*Answers)
+	return a
+}
+
 // Report records the answer to the message id, when the caller collects
 // answers (a no-op otherwise). The body is cut to the caller's limit and to
 // valid UTF-8.
 func Report(ctx context.Context, id string, ans Answer) {
-	a, _ := ctx.Value(answersKey{}).(*Answers)
-	if a == nil {
-		return
+	if a := AnswersOf(ctx); a != nil {
+		a.Set(id, ans)
 	}
+}
+
+// Set records the answer to the message id (Report, for a sink that holds
+// the collector).
+func (a *Answers) Set(id string, ans Answer) {
 	ans.Body = cutBody(ans.Body, a.maxBody)
 	a.mu.Lock()
 	defer a.mu.Unlock()
