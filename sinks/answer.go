@@ -23,6 +23,7 @@ type Answer struct {
 type Answers struct {
 	mu      sync.Mutex
 	ids     []string
+	index   map[string]int // by id, for a large batch; built at first use
 	answers []Answer
 	maxBody int
 }
@@ -85,6 +86,19 @@ func (a *Answers) Set(id string, ans Answer) {
 	ans.Body = cutBody(ans.Body, a.maxBody)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.ids) > 16 {
+		// A broker's batch: look ids up rather than scan for each.
+		if a.index == nil {
+			a.index = make(map[string]int, len(a.ids))
+			for i, x := range a.ids {
+				a.index[x] = i
+			}
+		}
+		if i, ok := a.index[id]; ok {
+			a.answers[i] = ans
+		}
+		return
+	}
 	for i, x := range a.ids {
 		if x == id {
 			a.answers[i] = ans
