@@ -12,9 +12,12 @@ import (
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testnats"
 	"github.com/queuebox/queuebox/internal/testrecv"
 	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
 	httpsink "github.com/queuebox/queuebox/sinks/http"
+	natssink "github.com/queuebox/queuebox/sinks/nats"
 )
 
 // attemptsTable is the qualified name of the harness's attempt history.
@@ -138,5 +141,44 @@ func TestJanitorDeletesOldAttempts(t *testing.T) {
 	})
 	if !strings.Contains(h.logs.String(), "retention deleted attempts") {
 		t.Error("the deletion was not logged")
+	}
+}
+
+// A broker's answer reaches the history too: NATS JetStream's ack names the
+// stream and the sequence that stored each row, keyed rows published in
+// one batch included.
+func TestABrokersAnswerIsRecorded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	srv := testnats.Start(t)
+	prefix := testnats.Unique("hist")
+	srv.NewStream(t, prefix, prefix+".>")
+	subject, err := routing.ParseTemplate(prefix + ".{{ topic }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.routeAllTo(func() (sinks.Sink, error) { return natssink.New(natssink.Config{URL: srv.URL, Subject: subject, JetStream: true}) })
+	h.opts.History = actors.History{Enabled: true}
+	h.insert(rows(2, 5, 2, func(int) int { return 0 }))
+	h.start()
+	h.waitState(dialects.Delivered, 12, time.Minute)
+	listed, _, err := dialects.List(context.Background(), h.d, dialects.Filter{States: dialects.States}, nil, 20)
+	if err != nil || len(listed) != 12 {
+		t.Fatalf("list: %d rows, %v", len(listed), err)
+	}
+	seqs := map[string]bool{}
+	for _, l := range listed {
+		row, _, err := h.d.OutboxRow(context.Background(), l.ID, 10)
+		if err != nil || len(row.Attempts) != 1 {
+			t.Fatalf("row %s: %+v %v", l.ID, row.Attempts, err)
+		}
+		a := row.Attempts[0]
+		if !strings.HasPrefix(a.Status, "stream "+prefix+" seq ") || a.Outcome != "delivered" || a.Destination != "dest" || a.Try != 1 {
+			t.Errorf("row %s: attempt %+v", l.ID, a)
+		}
+		seqs[a.Status] = true
+	}
+	if len(seqs) != 12 {
+		t.Errorf("12 rows stored under %d sequences: %v", len(seqs), seqs)
 	}
 }
