@@ -157,7 +157,9 @@ func TestABrokersAnswerIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.routeAllTo(func() (sinks.Sink, error) { return natssink.New(natssink.Config{URL: srv.URL, Subject: subject, JetStream: true}) })
+	h.routeAllTo(func() (sinks.Sink, error) {
+		return natssink.New(natssink.Config{URL: srv.URL, Subject: subject, JetStream: true})
+	})
 	h.opts.History = actors.History{Enabled: true}
 	h.insert(rows(2, 5, 2, func(int) int { return 0 }))
 	h.start()
