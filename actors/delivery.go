@@ -35,9 +35,13 @@ type (
 	// paused, or its circuit opened, while the delivery waited for a
 	// permit; its rows are deferred for delay).
 	deliveryDone struct {
-		gen        int
-		errs       []error
-		took       time.Duration
+		gen  int
+		errs []error
+		took time.Duration
+		// started is when the Publish started; answers what the
+		// destination answered (nil when the attempt history is off).
+		started    time.Time
+		answers    *sinks.Answers
 		notStarted bool
 		held       holdReason
 		delay      time.Duration
@@ -62,6 +66,8 @@ type deliverer struct {
 	stats  *Stats
 	obs    Observer
 	routes routeObservers
+	// history: the outcomes carry their attempts (attempts.go).
+	history bool
 }
 
 // deliveryQueue is the rows one actor holds: waiting (queue), being
@@ -231,7 +237,7 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 			q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
 			continue
 		case p.retry != nil:
-			if q.d.finish(out, &p, p.retry, 0) == dialects.OutcomeRetry {
+			if q.d.finish(out, &p, p.retry, 0, nil) == dialects.OutcomeRetry {
 				q.stopIfOrdered(out)
 			}
 			continue
@@ -340,8 +346,14 @@ func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*l
 	}
 	h, gen, log := batch[0].dest, q.gen, q.d.log
 	root, self := ctx.ActorSystem().Root, ctx.Self()
+	var answers *sinks.Answers
+	if q.d.history {
+		answers = sinks.NewAnswers(msgs, q.d.policy.maxErrorBytes)
+		fctx = sinks.WithAnswers(fctx, answers)
+	}
 	go func() {
 		done := deliver(fctx, h, f, msgs, probe, log)
+		done.answers = answers
 		done.gen = gen
 		root.Send(self, done)
 	}()
@@ -390,7 +402,7 @@ func deliver(ctx context.Context, h *sinkHandle, f *flight, msgs []sinks.Message
 		h.flow.noteTook(took)
 	}
 	h.noteHealth(errs, now.Sub(clockStart), now.Add(took).Sub(clockStart), probe, log)
-	return &deliveryDone{errs: errs, took: took}
+	return &deliveryDone{errs: errs, took: took, started: now}
 }
 
 // onDone turns a Publish's results into outcomes.
@@ -419,7 +431,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			// An ordered batch stopped at an earlier row: a row that
 			// arrived all the same is delivered, the others go back.
 			if err == nil {
-				q.d.finish(out, p, nil, m.took)
+				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i))
 			} else {
 				q.d.release(out, p.row)
 			}
@@ -429,7 +441,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			out.rewind = true
 			stopped = q.ordered
 		default:
-			if q.d.finish(out, p, err, m.took) == dialects.OutcomeRetry {
+			if q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i)) == dialects.OutcomeRetry {
 				stopped = q.ordered
 			}
 		}
@@ -563,9 +575,14 @@ func (o *outcomes) abandon(c dialects.Claim) {
 func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
 
 // finish decides the outcome of a delivery that returned err after publish
-// (0: the row never reached the sink) and records it.
-func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration) dialects.OutcomeKind {
+// (0: the row never reached the sink) and records it, with its attempt for
+// the history (nil: none).
+func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt) dialects.OutcomeKind {
 	o := d.policy.decide(p.row, err)
+	if att != nil {
+		att.Error = o.Error
+		o.Attempt = att
+	}
 	d.record(out, p, o, publish)
 	return o.Kind
 }

@@ -19,6 +19,9 @@ type janitor struct {
 	dialect     dialects.Relay
 	leaseLength time.Duration
 	retention   Retention
+	// attempts deletes the attempt history older than history.Retention.
+	attempts dialects.History
+	history  History
 	// leaseKeeper tells which claims are this replica's own; the claimer is
 	// woken when rows come back to pending.
 	leaseKeeper, claimer *actor.PID
@@ -114,6 +117,37 @@ func (j *janitor) purge() {
 		if total > 0 {
 			j.log.Info("retention deleted rows", "state", p.state, "rows", total)
 		}
+	}
+	j.purgeAttempts()
+}
+
+// purgeAttempts deletes the attempts older than the history's retention,
+// in batches like the rows. It runs whether or not this replica records
+// attempts: another replica, or an earlier run, may have.
+func (j *janitor) purgeAttempts() {
+	age, batch := j.history.Retention, j.retention.BatchSize
+	if age <= 0 || j.attempts == nil {
+		return
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	total := 0
+	for j.bg.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
+		n, err := j.attempts.AttemptsPurge(ctx, age, batch)
+		cancel()
+		if err != nil {
+			j.log.Warn("retention delete of the attempt history failed", "error", err)
+			return
+		}
+		total += n
+		if n < batch {
+			break
+		}
+	}
+	if total > 0 {
+		j.log.Info("retention deleted attempts", "attempts", total)
 	}
 }
 

@@ -57,6 +57,8 @@ type Options struct {
 	LongTransactionWarning time.Duration
 	Backoff                Backoff
 	Retention              Retention
+	// History is the attempt history (attempts.go).
+	History History
 
 	Mailboxes            Mailboxes
 	KeyIdle              time.Duration

@@ -88,7 +88,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
-		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes,
+		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes, history: o.History.Enabled,
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
 	// The paused destinations are read before the claimer starts (see
@@ -118,7 +118,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 
 	kids := &children{claimer: claimerPID}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-		return &janitor{dialect: o.Dialect, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg,
+		return &janitor{dialect: o.Dialect, attempts: o.Dialect, history: o.History, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg,
 			stats: s.stats, warnAfter: o.LongTransactionWarning}
 	}), "janitor"))
 

@@ -137,6 +137,7 @@ func (s *Server) routes() {
 	})))
 	m.Handle("GET /api/stats", s.auth(http.HandlerFunc(s.stats)))
 	m.Handle("GET /api/rows", s.auth(http.HandlerFunc(s.rows)))
+	m.Handle("GET /api/rows/{id}", s.auth(http.HandlerFunc(s.row)))
 	m.Handle("POST /api/replay", s.auth(http.HandlerFunc(s.replay)))
 	m.Handle("GET /api/dead-groups", s.auth(http.HandlerFunc(s.deadGroups)))
 	m.Handle("GET /api/blocked-keys", s.auth(http.HandlerFunc(s.blockedKeys)))

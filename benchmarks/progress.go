@@ -93,6 +93,8 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 	case "http", "tracing":
 		// Two drains: unkeyed and keyed (http), tracing off and on.
 		return 2 * o.Rows
+	case "history":
+		return len(historyRuns) * o.Rows
 	case "replicas":
 		return 6 * o.Rows
 	case "latency":

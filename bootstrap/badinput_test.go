@@ -381,7 +381,7 @@ func TestBadTypeAndKeyLists(t *testing.T) {
 		{name: "an unknown key of an HTTP source", yaml: "+inbox: { sources: { s: { type: http, topic: t, tokn: x } } }\n", key: "inbox.sources.s.tokn",
 			reason: "unknown key (did you mean token?); the keys here are aggregateId, aggregateType, maxBodyBytes, signatureTolerance, signingSecret, signingSecrets, token, topic, type"},
 		{name: "an unknown outbox key leaves the retired notify out", yaml: "+outbox: { notfy: true }\n", key: "outbox.notfy",
-			reason: "unknown key; the keys here are backoff, batchSize, claimTimeoutMs, maxAttempts, maxInFlight, pollIntervalMs, probeIntervalMs, retention", not: "notify"},
+			reason: "unknown key; the keys here are backoff, batchSize, claimTimeoutMs, history, maxAttempts, maxInFlight, pollIntervalMs, probeIntervalMs, retention", not: "notify"},
 	})
 }
 

@@ -60,6 +60,16 @@ type OutboxConfig struct {
 	Notify    *bool           `yaml:"notify,omitempty" retired:"true"`
 	Backoff   BackoffConfig   `yaml:"backoff"`
 	Retention RetentionConfig `yaml:"retention"`
+	// History is the attempt history (docs/configuration.md, "The attempt
+	// history").
+	History HistoryConfig `yaml:"history"`
+}
+
+// HistoryConfig switches the attempt history on or off, and says how long
+// its attempts are kept (0: for ever).
+type HistoryConfig struct {
+	Enabled   bool     `yaml:"enabled"`
+	Retention Duration `yaml:"retention"`
 }
 
 type BackoffConfig struct {
@@ -311,6 +321,7 @@ func Defaults() *Config {
 				IntervalMs: 60000,
 				BatchSize:  5000,
 			},
+			History: HistoryConfig{Enabled: true, Retention: Duration(168 * time.Hour)},
 		},
 		Inbox:    InboxConfig{Relay: InboxRelayConfig{Enabled: true}},
 		HTTP:     HTTPConfig{MaxErrorBodyBytes: 2048, TimeoutMs: 10000},

@@ -106,6 +106,11 @@ type Outcome struct {
 	// Error is written to last_error (OutcomeRetry and OutcomeDead only). It
 	// must already be redacted and cut.
 	Error string
+	// Attempt, when set, is recorded in the attempt history by the same
+	// statement that writes the outcome (OutcomeDelivered, OutcomeRetry and
+	// OutcomeDead only: the others made no attempt). Nil records nothing:
+	// the history is off, or no delivery was tried.
+	Attempt *Attempt
 }
 
 // ClaimParams are the inputs of one claim statement.
@@ -489,6 +494,7 @@ type Dialect interface {
 	Migrator
 	Inbox
 	Destinations
+	History
 	Close()
 }
 

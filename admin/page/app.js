@@ -294,25 +294,60 @@ function tries(r) {
   }
 }
 
+// pretty shows a payload or headers column: indented JSON, or the text.
+function pretty(v) {
+  return typeof v === "string" ? v : JSON.stringify(v, null, 2);
+}
+
+// attemptsTable lists a row's attempts, oldest first: each with when,
+// how long, how it ended, what the destination answered, and its error
+// and response excerpt under it.
+function attemptsTable(r) {
+  if (!r.attempts.length) {
+    return el("p", { class: "muted", id: "row-attempts" }, "No attempt recorded: none made yet, the attempt history is off (outbox.history), or its retention deleted them.");
+  }
+  const body = el("tbody");
+  for (const a of r.attempts) {
+    body.append(el("tr", { class: "attempt " + a.outcome },
+      el("td", { class: "num" }, a.try),
+      el("td", { title: a.at }, a.at.replace("T", " ").replace(/\.\d+Z$/, "Z") + " (" + ago(a.at) + ")"),
+      el("td", { class: "num" }, a.durationMs < 1000 ? a.durationMs.toFixed(1) + " ms" : (a.durationMs / 1000).toFixed(2) + " s"),
+      el("td", {}, el("span", { class: "tag " + (a.outcome === "delivered" ? "ok" : a.outcome === "dead" ? "open" : "paused") }, a.outcome)),
+      el("td", {}, a.destination),
+      el("td", { class: "mono" }, a.status || "(no answer)"),
+      el("td", { class: "err" }, a.error ? el("div", {}, a.error) : "", a.response ? el("div", { class: "muted" }, "response: " + a.response) : "")));
+  }
+  return el("table", { id: "row-attempts" },
+    el("thead", {}, el("tr", {}, ...["try", "at", "took", "outcome", "destination", "status", "error / response"].map((h) => el("th", {}, h)))),
+    body);
+}
+
 async function showRow(id) {
   $("#row-id").value = id;
   const out = $("#row-detail");
   out.replaceChildren();
   try {
-    const q = new URLSearchParams([["id", id.trim()], ...STATES.map((s) => ["state", s])]);
-    const res = await api("/api/rows?" + q);
-    if (!res.rows.length) {
-      out.append(el("p", { class: "muted" }, "No row has this id (it may have been deleted by retention)."));
-      return;
+    let r;
+    try {
+      r = await api("/api/rows/" + encodeURIComponent(id.trim()));
+    } catch (e) {
+      if (/no row has the id/.test(e.message)) {
+        out.append(el("p", { class: "muted" }, "No row has this id (it may have been deleted by retention)."));
+        return;
+      }
+      throw e;
     }
-    const r = res.rows[0];
     const fields = [["id", r.id], ["state", r.state], ["topic", r.topic], ["key", r.key ?? "(none)"],
       ["destination", r.destination || "(no route)"], ["tries", tries(r)], ["sequence", r.sequence],
-      ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["last error", r.lastError ?? "(none)"]];
+      ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["scheduled", r.scheduledAt],
+      ["last error", r.lastError ?? "(none)"]];
     out.append(el("dl", { class: "row" }, ...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "last error" ? "err" : "" }, v)])));
     if (r.state === "dead" || r.state === "delivered") {
       out.append(replayButton("Replay this row", { ids: [r.id], states: [r.state] }, () => setTimeout(() => showRow(r.id), 300)));
     }
+    out.append(el("h3", {}, "Headers"), el("pre", { id: "row-headers" }, pretty(r.headers)),
+      el("h3", {}, "Payload"), el("pre", { id: "row-payload" }, pretty(r.payload)),
+      el("h3", {}, "Attempts" + (r.moreAttempts ? " (the newest " + r.attempts.length + ")" : "")), attemptsTable(r));
   } catch (e) {
     out.append(el("p", { class: "problem" }, e.message));
   }

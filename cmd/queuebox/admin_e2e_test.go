@@ -433,6 +433,20 @@ inbox:
 	if recv.Delivered() != 4 {
 		t.Fatalf("the receiver accepted %d rows, want the 4 replayed", recv.Delivered())
 	}
+	// The row view of a replayed row: its payload, and both attempts (the
+	// 410 that sent it dead, and the delivery after the replay).
+	delivered, _, err := dialects.List(ctx, d, dialects.Filter{States: []dialects.State{dialects.Delivered}}, nil, 1)
+	if err != nil || len(delivered) != 1 {
+		t.Fatalf("a delivered row: %v %v", delivered, err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.querySelector("#row-id").value = `+jsString(delivered[0].ID.String())+
+		`; document.querySelector("#row-form button").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	until("the row's payload and attempts", `document.querySelectorAll("#row-attempts tr.attempt").length === 2 && `+
+		`document.querySelector("#row-attempts tr.attempt.dead").innerText.includes("HTTP 410 Gone") && `+
+		`document.querySelector("#row-attempts tr.attempt.delivered").innerText.includes("HTTP 204 No Content") && `+
+		`document.querySelector("#row-payload").innerText.includes('"order":')`)
 	until("the throughput chart's step", `document.querySelector("#chart-step").textContent.includes("step")`)
 	shot(t, tab, "admin-page.png")
 	r.stop(t)

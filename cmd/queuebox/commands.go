@@ -41,7 +41,7 @@ func newRoot() *cobra.Command {
 		}
 		return &usageError{fmt.Errorf("%v (see `%s --help`)", flagError(c, err), c.CommandPath())}
 	})
-	root.AddCommand(runCmd(), devCmd(), migrateCmd(), configCmd(), statusCmd(), replayCmd(), deadCmd(), destinationsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(runCmd(), devCmd(), migrateCmd(), configCmd(), statusCmd(), replayCmd(), deadCmd(), rowsCmd(), destinationsCmd(), versionCmd(), benchCmd())
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {

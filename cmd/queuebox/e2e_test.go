@@ -546,9 +546,9 @@ routes:
 	if code != 0 || !strings.Contains(stderr, "is valid") {
 		t.Fatalf("config check: %d %s", code, stderr)
 	}
-	// enabled: true is the inbox relay's, the Kafka destination's tls and
-	// both destinations' circuitBreaker.
-	if strings.Contains(out, "never-printed") || strings.Count(out, "brokers:") != 1 || strings.Count(out, "enabled: true") != 4 {
+	// enabled: true is the attempt history's, the inbox relay's, the Kafka
+	// destination's tls and both destinations' circuitBreaker.
+	if strings.Contains(out, "never-printed") || strings.Count(out, "brokers:") != 1 || strings.Count(out, "enabled: true") != 5 {
 		t.Fatalf("config check printed a secret or foreign keys:\n%s", out)
 	}
 	again, stderr, code := run(t, "config", "check", "--config", writeConfig(t, out))

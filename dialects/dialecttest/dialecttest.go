@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 	tests = append(tests, runGate(t, h)...)
 	tests = append(tests, boundsTests(h)...)
 	tests = append(tests, destinationTests()...)
+	tests = append(tests, attemptTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -48,12 +48,15 @@ type Dialect struct {
 	byKeyCursor atomic.Pointer[string]
 	// DestinationTables are the destinations' state (destinations.go).
 	dialects.DestinationTables
+	// AttemptTables are the attempt history's reads and retention (attempts.go).
+	dialects.AttemptTables
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
 // names; each field is the statement of the same name.
 type Catalog struct {
 	OutboxClaim, OutboxClaimByKey, OutboxRenewLeases, OutboxComplete string
+	OutboxCompleteAttempts                                           string
 	OutboxReleaseExpired                                             string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge           string
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert              string
@@ -66,6 +69,7 @@ type Catalog struct {
 	dialects.HistoryStatements
 	InboxStatements
 	dialects.DestinationStatements
+	dialects.AttemptStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -131,6 +135,7 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 		return nil, err
 	}
 	d.DestinationTables = d.destinationTables()
+	d.AttemptTables = dialects.AttemptTables{Conn: poolConn(d.pool), Statements: &d.q.AttemptStatements, Age: func(t time.Duration) any { return ms(t) }}
 	return d, nil
 }
 
@@ -339,7 +344,13 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 			errs[i], hasErr[i] = o.Error, true
 		}
 	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxComplete, ids, tokens, states, inc, delays, errs, hasErr)
+	var rows pgx.Rows
+	if a := attemptArrays(outcomes); a != nil {
+		rows, err = d.pool.Query(ctx, d.q.OutboxCompleteAttempts, ids, tokens, states, inc, delays, errs, hasErr,
+			a.ids, a.at, a.us, a.try, a.outcome, a.dest, a.status, a.err, a.resp)
+	} else {
+		rows, err = d.pool.Query(ctx, d.q.OutboxComplete, ids, tokens, states, inc, delays, errs, hasErr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -377,13 +377,8 @@ UPDATE {{t}}
    AND {{c "state"}} = 'processing'
 RETURNING {{c "id"}}
 
--- name: OutboxComplete
--- One row of the arrays per outcome: id, token, new state, attempt increment,
--- retry delay in ms (negative keeps scheduled_at), error, whether to write
--- the error (else last_error stays).
--- "id = ANY($1)" is redundant with the join, and there for the generic plan
--- of the prepared statement: without it the planner, blind to the arrays'
--- length, chose a plan 30 times slower after the fifth execution.
+-- fragment: CompleteUpdate
+-- The update of OutboxComplete and OutboxCompleteAttempts (see there).
 UPDATE {{t}} AS o
    SET {{c "state"}} = v.state,
        {{c "attempt"}} = o.{{c "attempt"}} + v.attempt_inc,
@@ -401,6 +396,32 @@ UPDATE {{t}} AS o
    AND o.{{c "claim_token"}} = v.token
    AND o.{{c "state"}} = 'processing'
 RETURNING o.{{c "id"}}
+
+-- name: OutboxComplete
+-- One row of the arrays per outcome: id, token, new state, attempt increment,
+-- retry delay in ms (negative keeps scheduled_at), error, whether to write
+-- the error (else last_error stays).
+-- "id = ANY($1)" is redundant with the join, and there for the generic plan
+-- of the prepared statement: without it the planner, blind to the arrays'
+-- length, chose a plan 30 times slower after the fifth execution.
+{{template "CompleteUpdate"}}
+
+-- name: OutboxCompleteAttempts
+-- OutboxComplete ($1 to $7), and the attempt history in the same statement:
+-- one row of the arrays $8 to $16 per attempt: row id, when it started,
+-- duration in microseconds, try, outcome, destination, status, error,
+-- response excerpt ("" for none). An attempt is recorded only when its
+-- outcome was written: a lost claim records nothing, like its outcome.
+WITH done(id) AS (
+{{template "CompleteUpdate"}}
+), recorded AS (
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response)
+    SELECT a.id, a.at, a.us, a.try, a.outcome, NULLIF(a.dest, ''), NULLIF(a.status, ''), NULLIF(a.err, ''), NULLIF(a.resp, '')
+      FROM unnest($8::uuid[], $9::timestamptz[], $10::bigint[], $11::int[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+           AS a(id, at, us, try, outcome, dest, status, err, resp)
+     WHERE a.id IN (SELECT id FROM done)
+)
+SELECT id FROM done
 
 -- name: OutboxReleaseExpired
 -- $1 limit, $2 claim tokens the caller still holds (not released). Returns
@@ -837,3 +858,33 @@ SELECT destination, replica, opened_at, seen_at, COALESCE(last_error, '')
   FROM {{q (obj "circuits") | qualify}}
  WHERE seen_at >= now() - $1::bigint * interval '1 millisecond'
  ORDER BY destination, opened_at, replica
+
+-- name: OutboxRow
+-- One row as an operator inspects it: $1 its id (text).
+SELECT {{c "id"}}::text, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},
+       {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "scheduled_at"}},
+       {{c "last_error"}}, {{c "payload"}}::text, {{c "headers"}}::text
+  FROM {{t}}
+ WHERE {{c "id"}} = $1::uuid
+
+-- name: AttemptsOfRow
+-- The newest attempts of the row $1 (text), newest first, at most $2.
+SELECT attempted_at, duration_us, try, outcome, destination, status, error, response
+  FROM {{q (obj "attempts") | qualify}}
+ WHERE row_id = $1::uuid
+ ORDER BY attempted_at DESC
+ LIMIT $2
+
+-- name: AttemptsPurge
+-- Deletes up to $2 attempts made more than $1 ms ago, oldest first, and
+-- counts them.
+WITH gone AS (
+    DELETE FROM {{q (obj "attempts") | qualify}}
+     WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM {{q (obj "attempts") | qualify}}
+              WHERE attempted_at < now() - $1::bigint * interval '1 millisecond'
+              ORDER BY attempted_at
+              LIMIT $2))
+    RETURNING 1
+)
+SELECT count(*)::int FROM gone

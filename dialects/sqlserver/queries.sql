@@ -74,11 +74,9 @@ OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
    AND (@p3 IS NULL OR o.{{c "claimed_at"}} >= DATEADD(millisecond, -@p3, @now))
    AND o.{{c "claim_token"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1));
 
--- name: OutboxComplete
--- @p1 JSON array of {i: id, t: token, s: state, a: attempt increment,
--- d: delay ms or null, w: 1 to write e into last_error, e: error}.
-SET NOCOUNT ON;
-DECLARE @now DATETIME2 = SYSUTCDATETIME();
+-- fragment: CompleteUpdate
+-- The update of OutboxComplete and OutboxCompleteAttempts; the dot is its
+-- OUTPUT clause.
 UPDATE o
    SET {{c "state"}} = v.s,
        {{c "attempt"}} = o.{{c "attempt"}} + v.a,
@@ -88,12 +86,37 @@ UPDATE o
        {{c "claim_token"}} = NULL,
        {{c "lease_expires_at"}} = NULL,
        {{c "updated_at"}} = @now
-OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
+OUTPUT {{.}}
   FROM {{t}} AS o
   JOIN OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', t UNIQUEIDENTIFIER '$.t', s NVARCHAR(50) '$.s',
                            a INT '$.a', d INT '$.d', w INT '$.w', e NVARCHAR(MAX) '$.e') AS v
     ON o.{{c "id"}} = v.i AND o.{{c "claim_token"}} = v.t
  WHERE o.{{c "state"}} = N'processing';
+
+-- name: OutboxComplete
+-- @p1 JSON array of {i: id, t: token, s: state, a: attempt increment,
+-- d: delay ms or null, w: 1 to write e into last_error, e: error}.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+{{template "CompleteUpdate" (printf "CAST(inserted.%s AS NVARCHAR(36))" (c "id"))}}
+
+-- name: OutboxCompleteAttempts
+-- OutboxComplete, and the attempt history in the same batch: the elements
+-- of @p1 that carry an attempt have at (when it started, UTC, ISO 8601
+-- without a zone), us (duration in microseconds), n (try), k (outcome), and
+-- ds, st, er, rs (destination, status, error, response excerpt; "" for
+-- none). An attempt is recorded only when its outcome was written.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @done TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+{{template "CompleteUpdate" (printf "inserted.%s INTO @done" (c "id"))}}
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response)
+SELECT v.i, CONVERT(DATETIME2, v.at, 126), v.us, v.n, v.k, NULLIF(v.ds, N''), NULLIF(v.st, N''), NULLIF(v.er, N''), NULLIF(v.rs, N'')
+  FROM OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', at NVARCHAR(40) '$.at', us BIGINT '$.us', n INT '$.n', k NVARCHAR(20) '$.k',
+                           ds NVARCHAR(255) '$.ds', st NVARCHAR(255) '$.st', er NVARCHAR(MAX) '$.er', rs NVARCHAR(MAX) '$.rs') AS v
+ WHERE v.at IS NOT NULL
+   AND v.i IN (SELECT id FROM @done);
+SELECT CAST(id AS NVARCHAR(36)) FROM @done;
 
 -- name: OutboxReleaseExpired
 -- @p1 limit, @p2 JSON array of claim tokens the caller still holds.
@@ -528,3 +551,26 @@ SELECT destination, replica, opened_at, seen_at, COALESCE(last_error, N'')
   FROM {{q (obj "circuits") | qualify}}
  WHERE seen_at >= DATEADD(millisecond, -@p1, SYSUTCDATETIME())
  ORDER BY destination, opened_at, replica;
+
+-- name: OutboxRow
+-- One row as an operator inspects it: @p1 its id (text).
+SELECT CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},
+       {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "scheduled_at"}},
+       {{c "last_error"}}, {{c "payload"}}, {{c "headers"}}
+  FROM {{t}}
+ WHERE {{c "id"}} = CAST(@p1 AS UNIQUEIDENTIFIER);
+
+-- name: AttemptsOfRow
+-- The newest attempts of the row @p1 (text), newest first, at most @p2.
+SELECT TOP (@p2) attempted_at, duration_us, try, outcome, destination, status, error, response
+  FROM {{q (obj "attempts") | qualify}}
+ WHERE row_id = CAST(@p1 AS UNIQUEIDENTIFIER)
+ ORDER BY attempted_at DESC, n DESC;
+
+-- name: AttemptsPurge
+-- Deletes up to @p2 attempts made more than @p1 seconds ago, and counts
+-- them.
+SET NOCOUNT ON;
+DELETE TOP (@p2) FROM {{q (obj "attempts") | qualify}} WITH (ROWLOCK, READPAST)
+ WHERE attempted_at < DATEADD(second, -@p1, SYSUTCDATETIME());
+SELECT @@ROWCOUNT;

@@ -44,12 +44,15 @@ type Dialect struct {
 	q     *Catalog
 	// DestinationTables are the destinations' state (destinations.go).
 	dialects.DestinationTables
+	// AttemptTables are the attempt history's reads and retention.
+	dialects.AttemptTables
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
 // names; each field is the statement of the same name.
 type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired string
+	OutboxCompleteAttempts                                               string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge               string
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert                  string
 	OutboxPendingDue, OutboxCountByTopicState, OutboxNextDue             string
@@ -59,6 +62,7 @@ type Catalog struct {
 	dialects.HistoryStatements
 	InboxStatements
 	dialects.DestinationStatements
+	dialects.AttemptStatements
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -95,6 +99,8 @@ func Open(_ context.Context, opts Options) (*Dialect, error) {
 	}
 	d := &Dialect{db: db, names: opts.Names, q: q}
 	d.DestinationTables = d.destinationTables()
+	d.AttemptTables = dialects.AttemptTables{Conn: conn{e: d.db}, Statements: &d.q.AttemptStatements,
+		Age: func(t time.Duration) any { return dateaddArg(int64(t / time.Second)) }}
 	return d, nil
 }
 
@@ -225,6 +231,26 @@ type completeArg struct {
 	D *int64    `json:"d"`
 	W int       `json:"w"`
 	E string    `json:"e"`
+	// The attempt, when the outcome carries one (OutboxCompleteAttempts).
+	At *string `json:"at,omitempty"`
+	US int64   `json:"us,omitempty"`
+	N  int     `json:"n,omitempty"`
+	K  string  `json:"k,omitempty"`
+	DS string  `json:"ds,omitempty"`
+	ST string  `json:"st,omitempty"`
+	ER string  `json:"er,omitempty"`
+	RS string  `json:"rs,omitempty"`
+}
+
+// HasAttempts reports whether any outcome carries an attempt for the
+// history: OutboxComplete then runs OutboxCompleteAttempts.
+func HasAttempts(outcomes []dialects.Outcome) bool {
+	for i := range outcomes {
+		if outcomes[i].Attempt != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // CompleteArg renders the JSON parameter of OutboxComplete (exported for the
@@ -241,6 +267,11 @@ func CompleteArg(outcomes []dialects.Outcome) string {
 		if w.WriteError {
 			a.W, a.E = 1, o.Error
 		}
+		if t := o.Attempt; t != nil {
+			at := t.At.UTC().Format("2006-01-02T15:04:05.9999999")
+			a.At, a.US, a.N, a.K = &at, t.Duration.Microseconds(), t.Try, o.Kind.String()
+			a.DS, a.ST, a.ER, a.RS = t.Destination, t.Status, t.Error, t.Response
+		}
 		args[i] = a
 	}
 	return jsonArg(args)
@@ -251,7 +282,11 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	if len(outcomes) == 0 {
 		return nil, nil
 	}
-	held, err := d.queryIDs(ctx, d.q.OutboxComplete, CompleteArg(outcomes))
+	query := d.q.OutboxComplete
+	if HasAttempts(outcomes) {
+		query = d.q.OutboxCompleteAttempts
+	}
+	held, err := d.queryIDs(ctx, query, CompleteArg(outcomes))
 	if err != nil {
 		return nil, err
 	}

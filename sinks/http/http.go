@@ -175,12 +175,18 @@ func (s *Sink) deliver(ctx context.Context, m *sinks.Message) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if n, ok := sinks.Wants(ctx); ok {
+			// The attempt history keeps an excerpt of the answer.
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(n)))
+			sinks.Report(ctx, m.ID, sinks.Answer{Status: "HTTP " + resp.Status, Body: string(body)})
+		}
 		// Read what is left (bounded) so the connection can be reused.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return nil
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(s.cfg.MaxErrorBody)))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	sinks.Report(ctx, m.ID, sinks.Answer{Status: "HTTP " + resp.Status, Body: string(body)})
 	err = statusError(resp, body)
 	if slices.Contains(s.cfg.NonRetryableStatus, resp.StatusCode) {
 		return sinks.Permanent(err)

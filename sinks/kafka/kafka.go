@@ -39,6 +39,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +108,12 @@ type Sink struct {
 	// produced: a produce succeeded, so the login and the transport work
 	// (a connection closed later is not blamed on them).
 	produced atomic.Bool
+	// asking maps the id of a message being written to the collector of
+	// its Publish call, while the caller collects answers (the partition
+	// and offset come to the writer's Completion, not to the call); asked
+	// counts them, so that Completion looks only while some do.
+	asking sync.Map
+	asked  atomic.Int64
 }
 
 // New builds the writer; it connects on first use.
@@ -128,7 +135,9 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.BatchTimeout <= 0 {
 		cfg.BatchTimeout = 2 * time.Millisecond
 	}
+	s := &Sink{}
 	w := &kafkago.Writer{
+		Completion:      s.completed,
 		Addr:            kafkago.TCP(cfg.Brokers...),
 		MaxAttempts:     3,
 		WriteBackoffMin: 100 * time.Millisecond,
@@ -183,7 +192,48 @@ func New(cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	w.Transport = tr
-	return &Sink{cfg: cfg, w: w, brokers: strings.Join(cfg.Brokers, ",")}, nil
+	s.cfg, s.w, s.brokers = cfg, w, strings.Join(cfg.Brokers, ",")
+	return s, nil
+}
+
+// completed hears the writer's produce results: while callers collect
+// answers, the partition and offset of each of their messages (found by
+// its X-Message-Id header).
+func (s *Sink) completed(msgs []kafkago.Message, err error) {
+	if err != nil || s.asked.Load() == 0 {
+		return
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		for _, h := range m.Headers {
+			if h.Key != "X-Message-Id" {
+				continue
+			}
+			if a, ok := s.asking.Load(string(h.Value)); ok {
+				a.(*sinks.Answers).Set(string(h.Value), sinks.Answer{Status: fmt.Sprintf("topic %s partition %d offset %d", m.Topic, m.Partition, m.Offset)})
+			}
+			break
+		}
+	}
+}
+
+// ask registers the messages of a Publish call whose caller collects
+// answers; the returned function forgets them.
+func (s *Sink) ask(ctx context.Context, msgs []sinks.Message) func() {
+	a := sinks.AnswersOf(ctx)
+	if a == nil {
+		return func() {}
+	}
+	for i := range msgs {
+		s.asking.Store(msgs[i].ID, a)
+	}
+	s.asked.Add(int64(len(msgs)))
+	return func() {
+		for i := range msgs {
+			s.asking.Delete(msgs[i].ID)
+		}
+		s.asked.Add(-int64(len(msgs)))
+	}
 }
 
 // Mechanism builds the SASL mechanism of s; nil for none. The Kafka
@@ -246,6 +296,7 @@ func (s *Sink) Close() error { return s.w.Close() }
 func (s *Sink) Publish(ctx context.Context, msgs []sinks.Message) []error {
 	ctx, cancel, errs := sinks.Start(ctx, msgs, s.cfg.Timeout)
 	defer cancel()
+	defer s.ask(ctx, msgs)()
 
 	records := sinks.Prepare(msgs, errs, s.record)
 	for start := 0; start < len(records); {

@@ -229,6 +229,9 @@ func (s *Sink) publishRun(ctx context.Context, msgs []sinks.Message, out []*nats
 		select {
 		case ack := <-f.Ok():
 			s.streams.learn(out[i].Subject, ack.Stream)
+			if _, ok := sinks.Wants(ctx); ok {
+				sinks.Report(ctx, msgs[i].ID, sinks.Answer{Status: ackStatus(ack)})
+			}
 			s.again.remove(msgs[i].ID)
 			continue
 		case err = <-f.Err():
@@ -429,4 +432,13 @@ func validSubject(s string) error {
 		}
 	}
 	return nil
+}
+
+// ackStatus words a stream's ack for the attempt history.
+func ackStatus(ack *jetstream.PubAck) string {
+	st := fmt.Sprintf("stream %s seq %d", ack.Stream, ack.Sequence)
+	if ack.Duplicate {
+		st += " (duplicate)"
+	}
+	return st
 }

@@ -242,6 +242,8 @@ type call struct {
 type result struct {
 	i   int
 	err error
+	// tag is the message's delivery tag on its channel.
+	tag uint64
 }
 
 // run publishes msgs[from:to], which all go to a, back to back on the
@@ -277,6 +279,9 @@ func (c *call) run(ctx context.Context, a address, from, to int) int {
 			if r.err != nil {
 				c.errs[next] = r.err
 				return next
+			}
+			if _, ok := sinks.Wants(ctx); ok {
+				sinks.Report(ctx, c.msgs[r.i].ID, sinks.Answer{Status: fmt.Sprintf("confirmed by the broker (delivery tag %d)", r.tag)})
 			}
 			next = r.i + 1
 		case <-ctx.Done():
@@ -842,7 +847,7 @@ func (st *settler) settle(w waiter) {
 		}
 	}
 	<-c.room
-	w.results <- result{w.i, err}
+	w.results <- result{w.i, err, w.dc.DeliveryTag}
 }
 
 // reason explains why the channel closed, in the broker's words when it

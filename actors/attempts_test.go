@@ -1,0 +1,186 @@
+package actors_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testnats"
+	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/routing"
+	"github.com/queuebox/queuebox/sinks"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
+	natssink "github.com/queuebox/queuebox/sinks/nats"
+)
+
+// attemptsTable is the qualified name of the harness's attempt history.
+func (h *harness) attemptsTable() string {
+	n := h.d.Names()
+	return pgx.Identifier{n.Schema, n.Outbox + "_attempts"}.Sanitize()
+}
+
+func (h *harness) countAttempts() int {
+	h.t.Helper()
+	var n int
+	if err := h.d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+h.attemptsTable()).Scan(&n); err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// With the history on, a row that failed once and was then delivered has
+// both attempts: when and how long, the outcome, the status, the error
+// redacted and cut like last_error, and an excerpt of each answer.
+func TestAttemptsAreRecordedWithTheirOutcomes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const secret = "s3cr3t-in-the-answer"
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		if r.Attempt == 0 {
+			return 500, "boom " + secret + " " + strings.Repeat("é", 400), nil
+		}
+		return 200, `{"ok":true}`, nil
+	})
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "hook")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"hook": httpDest(t, recv.URL+"/x", func(c *httpsink.Config) { c.MaxErrorBody = 5000 })}
+	h.opts.MaxErrorBytes = 301
+	h.opts.Redact = strings.NewReplacer(secret, "[REDACTED]").Replace
+	h.opts.History = actors.History{Enabled: true}
+	h.insert([]dialects.NewRow{{Topic: "order.created", Key: str("k"), Payload: []byte(`{"n":1}`)}})
+	before := time.Now()
+	h.start()
+	h.waitState(dialects.Delivered, 1, time.Minute)
+	after := time.Now()
+
+	listed, _, err := dialects.List(context.Background(), h.d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	row, found, err := h.d.OutboxRow(context.Background(), listed[0].ID, 10)
+	if err != nil || !found {
+		t.Fatalf("OutboxRow: %v %v", found, err)
+	}
+	if len(row.Attempts) != 2 {
+		t.Fatalf("want 2 attempts, got %+v", row.Attempts)
+	}
+	fail, ok := row.Attempts[0], row.Attempts[1]
+	if fail.Outcome != "retry" || fail.Try != 1 || fail.Status != "HTTP 500 Internal Server Error" || fail.Destination != "hook" {
+		t.Errorf("the failed attempt: %+v", fail)
+	}
+	for what, s := range map[string]string{"error": fail.Error, "response": fail.Response} {
+		if strings.Contains(s, secret) || !strings.Contains(s, "[REDACTED]") || len(s) > 301 || !strings.HasSuffix(s, "é") {
+			t.Errorf("the failed attempt's %s is not redacted and cut on a character: %d bytes %q", what, len(s), s[:min(len(s), 60)])
+		}
+	}
+	if !strings.HasPrefix(fail.Error, "HTTP 500") || !strings.HasPrefix(fail.Response, "boom ") {
+		t.Errorf("error %q, response %q", fail.Error[:20], fail.Response[:20])
+	}
+	if ok.Outcome != "delivered" || ok.Try != 2 || ok.Status != "HTTP 200 OK" || ok.Error != "" || ok.Response != `{"ok":true}` {
+		t.Errorf("the delivered attempt: %+v", ok)
+	}
+	for _, a := range row.Attempts {
+		if a.At.Before(before.Add(-time.Millisecond)) || a.At.After(after) || a.Duration <= 0 || a.Duration > after.Sub(before) {
+			t.Errorf("attempt %d: at %v, took %v; the test ran from %v to %v", a.Try, a.At, a.Duration, before, after)
+		}
+	}
+	if !ok.At.After(fail.At) {
+		t.Errorf("the retry (%v) is not after the failure (%v)", ok.At, fail.At)
+	}
+}
+
+// With the history off, nothing is written to its table.
+func TestHistoryOffRecordsNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, failPolicy)
+	h.routeOrdersToHook(recv.URL+"/x", "#")
+	h.insert(rows(3, 5, 5, func(i int) int { return i % 2 }))
+	h.start()
+	h.waitState(dialects.Delivered, 20, time.Minute)
+	if n := h.countAttempts(); n != 0 {
+		t.Fatalf("the history is off, yet its table holds %d attempts", n)
+	}
+	st, _ := h.d.OutboxStats(context.Background())
+	if st.Rows[dialects.Delivered] != 20 {
+		t.Fatalf("rows %v", st.Rows)
+	}
+}
+
+// The janitor deletes the attempts older than the history's retention,
+// and only those.
+func TestJanitorDeletesOldAttempts(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeOrdersToHook(recv.URL+"/x", "#")
+	h.opts.Retention = actors.Retention{Interval: 50 * time.Millisecond, BatchSize: 2}
+	h.opts.History = actors.History{Enabled: true, Retention: time.Hour}
+	_, err := h.d.Pool().Exec(context.Background(), fmt.Sprintf(`
+		INSERT INTO %s (row_id, attempted_at, duration_us, try, outcome)
+		SELECT gen_random_uuid(), now() - interval '2 hours' - g * interval '1 second', 10, 1, 'delivered' FROM generate_series(1, 5) g
+		UNION ALL
+		SELECT gen_random_uuid(), now() - interval '10 minutes', 10, 1, 'delivered'`, h.attemptsTable()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.insert([]dialects.NewRow{{Topic: "order.created", Payload: []byte(`{}`)}})
+	h.start()
+	h.waitState(dialects.Delivered, 1, time.Minute)
+	testkit.Eventually(t, "the old attempts deleted", 30*time.Second, func() error {
+		if n := h.countAttempts(); n != 2 {
+			return fmt.Errorf("%d attempts left, want the recent one and the delivery's", n)
+		}
+		return nil
+	})
+	if !strings.Contains(h.logs.String(), "retention deleted attempts") {
+		t.Error("the deletion was not logged")
+	}
+}
+
+// A broker's answer reaches the history too: NATS JetStream's ack names the
+// stream and the sequence that stored each row, keyed rows published in
+// one batch included.
+func TestABrokersAnswerIsRecorded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	srv := testnats.Start(t)
+	prefix := testnats.Unique("hist")
+	srv.NewStream(t, prefix, prefix+".>")
+	subject, err := routing.ParseTemplate(prefix + ".{{ topic }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.routeAllTo(func() (sinks.Sink, error) {
+		return natssink.New(natssink.Config{URL: srv.URL, Subject: subject, JetStream: true})
+	})
+	h.opts.History = actors.History{Enabled: true}
+	h.insert(rows(2, 5, 2, func(int) int { return 0 }))
+	h.start()
+	h.waitState(dialects.Delivered, 12, time.Minute)
+	listed, _, err := dialects.List(context.Background(), h.d, dialects.Filter{States: dialects.States}, nil, 20)
+	if err != nil || len(listed) != 12 {
+		t.Fatalf("list: %d rows, %v", len(listed), err)
+	}
+	seqs := map[string]bool{}
+	for _, l := range listed {
+		row, _, err := h.d.OutboxRow(context.Background(), l.ID, 10)
+		if err != nil || len(row.Attempts) != 1 {
+			t.Fatalf("row %s: %+v %v", l.ID, row.Attempts, err)
+		}
+		a := row.Attempts[0]
+		if !strings.HasPrefix(a.Status, "stream "+prefix+" seq ") || a.Outcome != "delivered" || a.Destination != "dest" || a.Try != 1 {
+			t.Errorf("row %s: attempt %+v", l.ID, a)
+		}
+		seqs[a.Status] = true
+	}
+	if len(seqs) != 12 {
+		t.Errorf("12 rows stored under %d sequences: %v", len(seqs), seqs)
+	}
+}

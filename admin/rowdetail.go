@@ -1,0 +1,197 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+)
+
+// MaxRowAttempts is how many attempts a row's view shows, the newest: a row
+// replayed many times has more, and the view says so (MoreAttempts).
+const MaxRowAttempts = 100
+
+// AttemptView is one delivery attempt of a row, as GET /api/rows/{id} and
+// `queuebox rows show` show it.
+type AttemptView struct {
+	// Try is the try it was (1 for the first; a replay starts again at 1).
+	Try int `json:"try"`
+	// At is when it started, DurationMs how long the destination took (the
+	// relay's clock).
+	At         time.Time `json:"at"`
+	DurationMs float64   `json:"durationMs"`
+	// Outcome is delivered, retry (failed, tried again later) or dead.
+	Outcome     string `json:"outcome"`
+	Destination string `json:"destination"`
+	// Status is what the destination answered ("HTTP 503 Service
+	// Unavailable", a broker's acknowledgement); "" when it did not answer
+	// (a refused connection, a time-out).
+	Status string `json:"status"`
+	// Error is the failure, redacted and cut like last_error; Response an
+	// excerpt of the answer's body, redacted and cut the same way.
+	Error    string `json:"error"`
+	Response string `json:"response"`
+}
+
+// RowDetailView is the body of GET /api/rows/{id}: the row as GET
+// /api/rows shows it, its payload and headers as stored (JSON; a string
+// when the column holds text that is not JSON), when it is due, and its
+// attempts, oldest first.
+type RowDetailView struct {
+	RowView
+	ScheduledAt time.Time       `json:"scheduledAt"`
+	Payload     json.RawMessage `json:"payload"`
+	Headers     json.RawMessage `json:"headers"`
+	Attempts    []AttemptView   `json:"attempts"`
+	// MoreAttempts: the row has more attempts than the MaxRowAttempts
+	// newest shown.
+	MoreAttempts bool `json:"moreAttempts"`
+}
+
+// ParseRowID reads a row's id as an operator gives it; input names where
+// it came from ("ID", "id").
+func ParseRowID(input, s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return uuid.Nil, &InputError{Input: input, Value: s, Reason: "is not a row id",
+			Fix: "give the id column of the row, a UUID such as 0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b, as `queuebox dead list` or GET /api/rows prints it"}
+	}
+	return id, nil
+}
+
+// RowDetail reads one row with its newest attempts; found is false when no
+// row has the id (a row that retention deleted is gone, with its attempts).
+func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf RouteOf) (RowDetailView, bool, error) {
+	r, found, err := d.OutboxRow(ctx, id, MaxRowAttempts)
+	if err != nil || !found {
+		return RowDetailView{}, found, err
+	}
+	v := RowDetailView{RowView: rowView(r.ListedRow, routeOf), ScheduledAt: r.ScheduledAt.UTC(),
+		Payload: rawJSON(r.Payload), Headers: rawJSON(r.Headers), Attempts: make([]AttemptView, 0, len(r.Attempts)), MoreAttempts: r.MoreAttempts}
+	for _, a := range r.Attempts {
+		v.Attempts = append(v.Attempts, AttemptView{Try: a.Try, At: a.At.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000,
+			Outcome: a.Outcome, Destination: a.Destination, Status: a.Status, Error: a.Error, Response: a.Response})
+	}
+	return v, true, nil
+}
+
+// rawJSON is a column as JSON: itself when it is JSON, else a string.
+func rawJSON(s string) json.RawMessage {
+	if json.Valid([]byte(s)) {
+		return json.RawMessage(s)
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+func (s *Server) row(w http.ResponseWriter, r *http.Request) {
+	if !s.noParams(w, r) {
+		return
+	}
+	id, err := ParseRowID("id", r.PathValue("id"))
+	if err != nil {
+		s.failInput(w, err)
+		return
+	}
+	v, found, err := RowDetail(r.Context(), s.o.Dialect, id, s.o.RouteOf)
+	if err != nil {
+		s.dbFailed(w, err)
+		return
+	}
+	if !found {
+		s.fail(w, http.StatusNotFound, fmt.Sprintf("no row has the id %s: it was never inserted, or retention deleted it", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// WriteText writes the row as `queuebox rows show` prints it: its columns,
+// headers and payload (indented), then its attempts, one line each, with
+// the error and the answer's excerpt under it.
+func (v RowDetailView) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	opt := func(p *string) string {
+		if p == nil {
+			return "-"
+		}
+		return *p
+	}
+	dest := v.Destination
+	if dest == "" {
+		dest = "(no route)"
+	} else if v.Route != "" {
+		dest += " (route " + v.Route + ")"
+	}
+	fmt.Fprintf(tw, "id\t%s\n", v.ID)
+	fmt.Fprintf(tw, "topic\t%s\n", v.Topic)
+	fmt.Fprintf(tw, "key\t%s\n", opt(v.Key))
+	fmt.Fprintf(tw, "aggregate type\t%s\n", opt(v.AggregateType))
+	fmt.Fprintf(tw, "state\t%s, %s\n", v.State, Tries(v.Attempt, v.MaxAttempts))
+	fmt.Fprintf(tw, "destination\t%s\n", dest)
+	fmt.Fprintf(tw, "sequence\t%d\n", v.Sequence)
+	fmt.Fprintf(tw, "created at\t%s\n", v.CreatedAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "updated at\t%s\n", v.UpdatedAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "scheduled at\t%s\n", v.ScheduledAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "last error\t%s\n", strings.ReplaceAll(opt(v.LastError), "\n", " "))
+	tw.Flush()
+	for _, part := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"headers", v.Headers}, {"payload", v.Payload}} {
+		fmt.Fprintf(&b, "\n%s:\n", part.name)
+		var ind bytes.Buffer
+		if json.Indent(&ind, part.raw, "  ", "  ") != nil {
+			ind.Reset()
+			ind.Write(part.raw)
+		}
+		fmt.Fprintf(&b, "  %s\n", ind.String())
+	}
+	switch {
+	case len(v.Attempts) == 0:
+		fmt.Fprintln(&b, "\nattempts: none recorded (none made yet, the attempt history is off, or its retention deleted them)")
+	case v.MoreAttempts:
+		fmt.Fprintf(&b, "\nattempts (the newest %d; older ones are not shown):\n", len(v.Attempts))
+	default:
+		fmt.Fprintf(&b, "\nattempts (%d):\n", len(v.Attempts))
+	}
+	if len(v.Attempts) > 0 {
+		// The table alone through the tabwriter (lines without all the
+		// columns would end its column blocks), then each attempt's line
+		// followed by its error and answer.
+		var tb bytes.Buffer
+		tw = tabwriter.NewWriter(&tb, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TRY\tAT\tDURATION\tOUTCOME\tDESTINATION\tSTATUS")
+		for _, a := range v.Attempts {
+			status := a.Status
+			if status == "" {
+				status = "-"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Try, a.At.Format(time.RFC3339Nano),
+				time.Duration(a.DurationMs*float64(time.Millisecond)).Round(time.Microsecond), a.Outcome, a.Destination, status)
+		}
+		tw.Flush()
+		lines := strings.Split(strings.TrimSuffix(tb.String(), "\n"), "\n")
+		b.WriteString(lines[0] + "\n")
+		for i, a := range v.Attempts {
+			b.WriteString(lines[i+1] + "\n")
+			if a.Error != "" {
+				fmt.Fprintf(&b, "       error: %s\n", strings.ReplaceAll(a.Error, "\n", " "))
+			}
+			if a.Response != "" {
+				fmt.Fprintf(&b, "       response: %s\n", strings.ReplaceAll(a.Response, "\n", " "))
+			}
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}

@@ -1,0 +1,117 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
+)
+
+// rowWithAttempts inserts one keyed order row that failed once (HTTP 500)
+// and was then delivered, both attempts recorded, and returns its id.
+func rowWithAttempts(t *testing.T, d dialects.Dialect) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	row := testkit.Row("order.created", testkit.Key("cust-9"))
+	row.Payload = []byte(`{"order":7,"total":"12.50"}`)
+	row.Headers = []byte(`{"trace":"abc"}`)
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{row}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() dialects.Row {
+		rs, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New()})
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("claim: %v %v", rs, err)
+		}
+		return rs[0]
+	}
+	r := claim()
+	at := time.Now().Add(-time.Minute)
+	fail := dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeRetry, Error: "HTTP 500 Internal Server Error: boom",
+		Attempt: &dialects.Attempt{At: at, Duration: 1500 * time.Microsecond, Try: 1, Destination: "orders-webhook",
+			Status: "HTTP 500 Internal Server Error", Error: "HTTP 500 Internal Server Error: boom", Response: "boom"}}
+	if _, err := d.OutboxComplete(ctx, []dialects.Outcome{fail}); err != nil {
+		t.Fatal(err)
+	}
+	r = claim()
+	ok := dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered,
+		Attempt: &dialects.Attempt{At: at.Add(time.Second), Duration: 2 * time.Millisecond, Try: 2, Destination: "orders-webhook", Status: "HTTP 200 OK", Response: `{"ok":true}`}}
+	if _, err := d.OutboxComplete(ctx, []dialects.Outcome{ok}); err != nil {
+		t.Fatal(err)
+	}
+	return r.ID
+}
+
+// GET /api/rows/{id} shows the row with its payload, headers, state and
+// attempts; an unknown id is a 404, a malformed one a 400 that says what
+// an id looks like.
+func TestRowRoute(t *testing.T) {
+	t.Parallel()
+	d := testdb.Migrated(t, 0)
+	id := rowWithAttempts(t, d)
+	_, hs := server(t, d, "")
+
+	a := call(t, hs, "GET", "/api/rows/"+id.String(), "")
+	expect(t, a, 200)
+	var v RowDetailView
+	a.json(t, &v)
+	if v.ID != id || v.State != "delivered" || v.Topic != "order.created" || v.Key == nil || *v.Key != "cust-9" ||
+		v.Destination != "orders-webhook" || v.Try != 2 || v.MaxTries != 6 {
+		t.Errorf("row %+v", v.RowView)
+	}
+	var payload, headers map[string]any
+	if json.Unmarshal(v.Payload, &payload) != nil || payload["order"] != 7.0 || json.Unmarshal(v.Headers, &headers) != nil || headers["trace"] != "abc" {
+		t.Errorf("payload %s, headers %s", v.Payload, v.Headers)
+	}
+	if len(v.Attempts) != 2 {
+		t.Fatalf("attempts %+v", v.Attempts)
+	}
+	if f := v.Attempts[0]; f.Try != 1 || f.Outcome != "retry" || f.Status != "HTTP 500 Internal Server Error" || f.Error == "" || f.Response != "boom" || f.DurationMs != 1.5 {
+		t.Errorf("first attempt %+v", f)
+	}
+	if s := v.Attempts[1]; s.Try != 2 || s.Outcome != "delivered" || s.Status != "HTTP 200 OK" || s.Error != "" {
+		t.Errorf("second attempt %+v", s)
+	}
+
+	expect(t, call(t, hs, "GET", "/api/rows/"+uuid.NewString(), ""), 404, "no row has the id")
+	expect(t, call(t, hs, "GET", "/api/rows/not-a-uuid", ""), 400, `id "not-a-uuid"`, "is not a row id", "UUID")
+	expect(t, call(t, hs, "GET", "/api/rows/"+id.String()+"?x=1", ""), 400, "x: is not a parameter")
+}
+
+// The text of `queuebox rows show`: the columns, the payload indented, and
+// one line per attempt with its error and answer under it.
+func TestRowDetailText(t *testing.T) {
+	t.Parallel()
+	d := testdb.Migrated(t, 0)
+	id := rowWithAttempts(t, d)
+	v, found, err := RowDetail(context.Background(), d, id, nil)
+	if err != nil || !found {
+		t.Fatal(found, err)
+	}
+	var b bytes.Buffer
+	if err := v.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"id              " + id.String(), "state           delivered, try 2 of 6", "destination     (no route)",
+		"payload:\n  {\n    \"order\": 7,", "headers:\n  {\n    \"trace\": \"abc\"\n  }",
+		"attempts (2):", "retry      orders-webhook  HTTP 500 Internal Server Error\n       error: HTTP 500", "error: HTTP 500 Internal Server Error: boom\n       response: boom\n",
+		"delivered  orders-webhook  HTTP 200 OK",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "retry") > strings.Index(out, "delivered  orders") {
+		t.Errorf("attempts are not oldest first:\n%s", out)
+	}
+}

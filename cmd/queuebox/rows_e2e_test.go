@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/admin"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testrecv"
+)
+
+// A row that failed once (HTTP 500) and then succeeded: `rows show` lists
+// both attempts, in text and JSON, as the relay's /api/rows/{id} does; a
+// malformed id is a usage error, an unknown one says so.
+func TestRowsShowListsBothAttempts(t *testing.T) {
+	t.Parallel()
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		if r.Attempt == 0 {
+			return 500, "temporarily broken", nil
+		}
+		return 200, `{"received":true}`, nil
+	})
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100, backoff: { initialMs: 50, maxMs: 200 } }
+destinations:
+  hook: { type: http, url: "%s/hook" }
+routes:
+  - { topicPattern: "#", destination: hook }
+admin: { listen: "127.0.0.1:0" }
+`, dbURL, recv.URL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	row := testkit.Row("order.created", testkit.Key("cust-1"))
+	row.Payload = []byte(`{"order":42}`)
+	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{row}); err != nil {
+		t.Fatal(err)
+	}
+	listed, _, err := dialects.List(context.Background(), d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	id := listed[0].ID.String()
+
+	r := startRelay(t, "--config", cfg)
+	page := r.pageURL(t)
+	var out string
+	testkit.Eventually(t, "the row delivered", time.Minute, func() error {
+		o, stderr, code := run(t, "rows", "show", id, "--config", cfg)
+		if code != 0 {
+			return fmt.Errorf("exit %d: %s", code, stderr)
+		}
+		if !strings.Contains(o, "state           delivered") {
+			return fmt.Errorf("not delivered yet:\n%s", o)
+		}
+		out = o
+		return nil
+	})
+	for _, want := range []string{
+		"topic           order.created", "destination     hook (route #)", "state           delivered, try 2 of 6",
+		"payload:\n  {\n    \"order\": 42\n  }", "attempts (2):",
+		"retry      hook         HTTP 500 Internal Server Error\n       error: HTTP 500 Internal Server Error: temporarily broken\n       response: temporarily broken\n",
+		"delivered  hook         HTTP 200 OK\n       response: {\"received\":true}\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rows show lacks %q:\n%s", want, out)
+		}
+	}
+
+	jsonOut, stderr, code := run(t, "rows", "show", id, "--json", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("rows show --json: exit %d %s", code, stderr)
+	}
+	code, body := httpGet(t, page+"api/rows/"+id, "")
+	if code != 200 {
+		t.Fatalf("GET /api/rows/%s: %d %s", id, code, body)
+	}
+	for src, text := range map[string]string{"rows show --json": jsonOut, "/api/rows/{id}": body} {
+		var v admin.RowDetailView
+		if err := json.Unmarshal([]byte(text), &v); err != nil {
+			t.Fatalf("%s: %v\n%s", src, err, text)
+		}
+		if len(v.Attempts) != 2 || v.Attempts[0].Status != "HTTP 500 Internal Server Error" || v.Attempts[0].Outcome != "retry" ||
+			v.Attempts[1].Status != "HTTP 200 OK" || v.Attempts[1].Outcome != "delivered" || v.Attempts[1].Try != 2 || v.State != "delivered" {
+			t.Errorf("%s: %+v", src, v)
+		}
+		if v.Attempts[0].DurationMs <= 0 || !v.Attempts[1].At.After(v.Attempts[0].At) {
+			t.Errorf("%s: times %+v", src, v.Attempts)
+		}
+	}
+	r.stop(t)
+
+	if _, stderr, code := run(t, "rows", "show", "nope", "--config", cfg); code != 2 || !strings.Contains(stderr, `ID "nope": is not a row id`) {
+		t.Errorf("a malformed id: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run(t, "rows", "show", "0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b", "--config", cfg); code != 1 || !strings.Contains(stderr, "no row has the id 0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b") {
+		t.Errorf("an unknown id: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run(t, "rows", "show", "--config", cfg); code != 2 || !strings.Contains(stderr, "give the id of the row") {
+		t.Errorf("no id: exit %d\n%s", code, stderr)
+	}
+}
+
+// rows show only reads: it runs with the database settings alone, while
+// a destination's secret is unset, and shows a row that no relay has
+// tried as having no attempts.
+func TestRowsShowNeedsOnlyTheDatabase(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}", headers: { Authorization: "Bearer ${QB_UNSET_ROWS_TOKEN}" } }
+routes: [ { topicPattern: "#", destination: hook } ]
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	if err := d.OutboxInsert(context.Background(), []dialects.NewRow{testkit.Row("invoice.sent")}); err != nil {
+		t.Fatal(err)
+	}
+	listed, _, err := dialects.List(context.Background(), d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	out, stderr, code := run(t, "rows", "show", listed[0].ID.String(), "--config", cfg)
+	if code != 0 || !strings.Contains(out, "state           pending, try 1 of 6") || !strings.Contains(out, "attempts: none recorded") {
+		t.Errorf("rows show with an unset secret: exit %d\n%s%s", code, out, stderr)
+	}
+}
