@@ -53,10 +53,6 @@ type Config struct {
 	// ackWait is the ack wait of a durable the source creates (default
 	// 30 s; tests shorten it).
 	ackWait time.Duration
-	// afterStore, when set (tests), runs after a batch committed and before
-	// it is acknowledged; an error ends the consumer there, as a crash
-	// would.
-	afterStore func() error
 }
 
 // Consumer is one durable consumer.
