@@ -498,6 +498,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	} else {
 		since, _ := c.gate.wm.Waiting()
 		c.reach.claimed(m.kind, m.plan, m.report, m.took, since)
+		c.reach.took(m.plan, len(m.rows))
 	}
 	if m.err != nil && c.gate.refused(m.err) {
 		c.reach.blind = true
@@ -535,7 +536,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.obs.Claimed(n, m.took)
 	if n > 0 {
 		c.exhausted = false
-	} else if !m.plan.continueOnly {
+	} else if !m.plan.continueOnly && len(c.reach.continuing) == 0 {
 		// Nothing to take: an idle claimer asks again when the next row
 		// comes due, rather than claim at every poll.
 		c.exhausted, c.dueKnown = true, false
@@ -567,7 +568,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	if !full && n*2 < m.requested {
 		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)
 	}
-	if c.more || c.again {
+	// Keys to continue came back while this claim ran (the statements were
+	// all taken): their next rows are heads now, so claim them at once
+	// rather than at the next tick.
+	if c.more || c.again || len(c.reach.continuing) > 0 {
 		c.again = false
 		c.maybeClaim(ctx)
 	}

@@ -63,6 +63,9 @@ type reach struct {
 	// next walk the keys.
 	nextFull, nextFloors, nextWalk time.Time
 	reading, looking               bool
+	// fruitless: a claim in schedule order made instead of a walk over the
+	// keys found nothing since the last walk.
+	fruitless bool
 	// blind: the gate cannot tell settled rows, so floors (which count on
 	// every row up to the watermark being visible) are not used.
 	blind bool
@@ -141,8 +144,9 @@ func (r *reach) continued(cs []continuation) {
 // claimPlan is what one claim takes from the reach, and what it needs back.
 type claimPlan struct {
 	// kind is the claim's kind: the one asked for, or in schedule order
-	// when a walk over the keys was asked for and is not due.
+	// when a walk over the keys was asked for and is not due (fallback).
 	kind         claimKind
+	fallback     bool
 	bounds       *dialects.Bounds
 	continued    []dialects.KeyPosition
 	continueOnly bool
@@ -186,8 +190,14 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 			p.continueOnly = true
 		case !now.Before(r.nextWalk):
 			p.full = true
+			r.fruitless = false
+		case r.fruitless:
+			// A claim in schedule order since the last walk found nothing:
+			// the rows wait behind busy heads (a deep backlog of few keys),
+			// and another would pass over all of them again.
+			p.continueOnly = true
 		default:
-			p.kind = scheduleClaim
+			p.kind, p.fallback = scheduleClaim, true
 		}
 	}
 	if p.kind == scheduleClaim {
@@ -197,6 +207,14 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 	}
 	p.bounds = b
 	return p
+}
+
+// took learns how many rows a claim took: a claim in schedule order made
+// instead of a walk that took none makes the next ones wait for the walk.
+func (r *reach) took(p claimPlan, rows int) {
+	if p.fallback && rows == 0 {
+		r.fruitless = true
+	}
 }
 
 // failed puts back the continuations of a claim that did not run.

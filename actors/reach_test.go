@@ -218,12 +218,19 @@ func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
 		t.Fatalf("with c left and the walk not due: %+v, want c and a walk in schedule order, bounded", p)
 	}
 	clk.advance(500 * time.Millisecond)
-	if p = r.plan(byKeyClaim, 2); p.full || p.kind != scheduleClaim {
+	if p = r.plan(byKeyClaim, 2); p.full || p.kind != scheduleClaim || !p.fallback {
 		t.Fatalf("500 ms after a walk of 50 ms: %+v, want no walk over the keys", p)
+	}
+	r.took(p, 0)
+	if p = r.plan(byKeyClaim, 2); p.kind != byKeyClaim || !p.continueOnly {
+		t.Fatalf("after a claim in schedule order that found nothing: %+v, want the continuations only until the next walk", p)
 	}
 	clk.advance(500 * time.Millisecond)
 	if p = r.plan(byKeyClaim, 2); !p.full || p.continueOnly || p.kind != byKeyClaim {
 		t.Fatalf("a second after a walk of 50 ms: %+v, want a walk", p)
+	}
+	if r.fruitless {
+		t.Fatal("a walk over the keys did not let claims in schedule order be tried again")
 	}
 	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 10*time.Second, time.Time{})
 	clk.advance(30 * time.Second)
