@@ -271,8 +271,17 @@ func fullStream(t *testing.T, srv *testnats.Server, name, subject string) {
 	t.Helper()
 	srv.NewStreamConfig(t, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage,
 		MaxMsgs: 1, Discard: jetstream.DiscardNew})
-	if err := srv.Connect(t).Publish(subject, []byte("{}")); err != nil {
+	// A JetStream publish, which returns once the stream has stored the
+	// message: a core publish could still be on its way when the sink's
+	// message arrives, and that one would find room.
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
 		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, subject, []byte("{}")); err != nil {
+		t.Fatalf("fill stream %s: %v", name, err)
 	}
 }
 
