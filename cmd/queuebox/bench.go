@@ -61,7 +61,9 @@ func benchCmd() *cobra.Command {
 	fl.StringSliceVar(&o.Scenarios, "scenarios", nil, "the scenarios to run, comma-separated (default: all)")
 	fl.IntVar(&o.Rows, "rows", 100000, "rows per drain (backlog: ten times as many)")
 	fl.IntVar(&o.PayloadBytes, "payload-bytes", 200, "the size of each row's payload")
-	fl.IntVar(&o.Seconds, "seconds", 10, "how long the latency and producer scenarios run; the long-transaction hold (default 90) and wake-after-idle's quiet spell (default 8) when given")
+	// 0: each scenario's own default (a default of 10 here would read
+	// as given, and cut long-transaction's hold to 10 s).
+	fl.IntVar(&o.Seconds, "seconds", 0, "how long the latency and producer scenarios run (default 10), the long-transaction hold (default 90) and wake-after-idle's quiet spell (default 8)")
 	fl.IntVar(&o.Rate, "rate", 1000, "the latency scenario's insert rate, rows per second")
 	fl.StringVar(&o.JSON, "json", "", "also write the results to this file as JSON")
 	fl.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario into this folder")

@@ -45,3 +45,21 @@ func TestHelpHasExamplesAndConfigOnlyWhereRead(t *testing.T) {
 		t.Fatalf("walked %d commands; help and completion are not all there", seen)
 	}
 }
+
+// bench's --seconds has no default of its own: each scenario has one (10 s
+// of latency and producer, a 90 s long-transaction hold, an 8 s quiet
+// spell), and a flag default would read as given and replace them all.
+func TestBenchSecondsLeavesEachScenarioItsDefault(t *testing.T) {
+	f := benchCmd().Flags().Lookup("seconds")
+	if f == nil {
+		t.Fatal("bench has no --seconds")
+	}
+	if f.DefValue != "0" {
+		t.Errorf("--seconds defaults to %s; without the flag, long-transaction would hold for that long instead of 90 s", f.DefValue)
+	}
+	for _, d := range []string{"(default 10)", "(default 90)", "(default 8)"} {
+		if !strings.Contains(f.Usage, d) {
+			t.Errorf("--seconds' help does not give %s: %q", d, f.Usage)
+		}
+	}
+}
