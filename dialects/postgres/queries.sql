@@ -55,6 +55,17 @@ CASE WHEN (SELECT ok FROM bounds)
   ORDER BY b.{{c "key"}} DESC, b.{{c "sequence"}} DESC
   LIMIT 1) IS NULL
 
+-- fragment: PendingByKey
+-- The row x (the dot names it), found by its key and sequence, is pending,
+-- in a form that only idx_outbox_key_sequence can serve: the IN proves that
+-- index's filter, and the state compared with a subquery cannot prove the
+-- filter of idx_outbox_pending_scheduled. With a plain state = 'pending'
+-- the planner, told by the statistics that few rows are pending, chose to
+-- find one key's row by walking the pending index with a filter on key and
+-- sequence; while a long transaction kept the index's dead entries, each
+-- such lookup walked all of them (seen: 28 ms per key, claims of seconds).
+{{.}}.{{c "state"}} IN ('pending', 'processing') AND {{.}}.{{c "state"}} = (SELECT 'pending')
+
 -- fragment: ClaimContinued
 -- The keys whose run this replica finished ($12), each with the run's last
 -- sequence ($13): every row of the key up to it is delivered or dead, so
@@ -79,7 +90,7 @@ continued AS (
            SELECT x.ctid AS tid, x.{{c "key"}}::text AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
             WHERE x.{{c "key"}} = h.k AND x.{{c "sequence"}} = h.seq
-              AND x.{{c "state"}} = 'pending'
+              AND {{template "PendingByKey" "x"}}
               AND x.{{c "scheduled_at"}} <= now()
               AND {{template "Settled" "x"}}
               FOR UPDATE SKIP LOCKED) AS f
@@ -248,7 +259,7 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (l
              FROM {{t}} AS x
             WHERE x.{{c "key"}} = p.k AND x.{{c "sequence"}} = p.seq
               AND x.{{c "key"}} <> ALL($12::text[])
-              AND x.{{c "state"}} = 'pending'
+              AND {{template "PendingByKey" "x"}}
               AND x.{{c "scheduled_at"}} <= now()
               AND {{template "Settled" "x"}}
               FOR UPDATE SKIP LOCKED) AS o
