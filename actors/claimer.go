@@ -546,6 +546,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.lastNews = time.Now()
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
+		// The claim's time on the database clock is its rows' claimed_at:
+		// the renewals look back exactly that far (see leasekeeper.go).
+		m.lease.claimedAt = m.report.Now
 		c.dispatch(ctx, m.rows, m.lease)
 	}
 	if c.draining {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/queuebox/queuebox/migrations"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
+	httpsink "github.com/queuebox/queuebox/sinks/http"
 	nullsink "github.com/queuebox/queuebox/sinks/null"
 )
 
@@ -232,7 +235,7 @@ func TestRetentionDeletesOldRows(t *testing.T) {
 // when the replica's path to the database is cut for renewals only.
 type failingRenewals struct{ dialects.Dialect }
 
-func (failingRenewals) OutboxRenewLeases(context.Context, []dialects.Claim, time.Duration, time.Duration) ([]dialects.Claim, error) {
+func (failingRenewals) OutboxRenewLeases(context.Context, []dialects.Claim, time.Duration, dialects.RenewBound) ([]dialects.Claim, error) {
 	return nil, fmt.Errorf("renewal refused (injected)")
 }
 
@@ -284,5 +287,50 @@ func TestWithoutTheProbeClaimsGoOnUngated(t *testing.T) {
 	recv.CheckOrder(t)
 	if n := strings.Count(h.logs.String(), "cannot see other transactions"); n != 1 {
 		t.Fatalf("the claimer said %d times that it cannot see other transactions, want once:\n%s", n, h.logs.String())
+	}
+}
+
+// A delivery that lasts several leases keeps its claim: the renewals, which
+// look back exactly to the claim's time on the database clock, find its
+// rows each time (a bound one microsecond late would report them lost), and
+// the rows behind it in its key stay claimed meanwhile too.
+func TestRenewalsKeepALongDeliverysClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	release := make(chan struct{})
+	var first atomic.Bool
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		if first.CompareAndSwap(false, true) {
+			<-release
+		}
+		return 200, "", nil
+	})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	defer letGo()
+	// The destination's timeout outlasts the hang: the delivery is one
+	// attempt, under way the whole time.
+	h.routeAllTo(httpDest(t, recv.URL+"/x", func(c *httpsink.Config) { c.Timeout = 2 * time.Minute }))
+	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
+	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`)}, {Topic: "t", Key: str("k"), Payload: []byte(`{}`)}})
+	e := h.start()
+	testkit.Eventually(t, "the first delivery started", 30*time.Second, testkit.True(first.Load))
+	// Renewed until four leases past the claim: the lease end moved on,
+	// renewal after renewal, while the delivery hung.
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	testkit.Eventually(t, "the first row's lease renewed to four leases past its claim", time.Minute, testkit.True(func() bool {
+		var renewed bool
+		err := h.d.Pool().QueryRow(context.Background(), `SELECT coalesce(bool_or(lease_expires_at > claimed_at + interval '6 seconds'), false)
+			FROM `+tbl+` WHERE state = 'processing'`).Scan(&renewed)
+		return err == nil && renewed
+	}))
+	letGo()
+	recv.WaitDelivered(t, 2, 30*time.Second)
+	h.waitState(dialects.Delivered, 2, 30*time.Second)
+	if n := e.Stats.LostClaims.Load(); n != 0 {
+		t.Fatalf("%d claims were lost while their delivery was under way and renewed", n)
+	}
+	if dups := recv.CheckOrder(t); dups != 0 {
+		t.Fatalf("%d rows delivered twice", dups)
 	}
 }

@@ -52,18 +52,32 @@ func (j *janitor) Receive(ctx actor.Context) {
 	runLoop(ctx, j.bg, j.loop)
 }
 
-// loop is the Janitor's release loop; retention has a loop of its own.
+// loop is the Janitor's release loop; retention has a loop of its own. It
+// looks every third of a lease, or, when a look takes long, fullLookFactor
+// times its duration (at most maxFullLook): the look walks the processing
+// rows' index from its oldest entry, and while a long transaction elsewhere
+// keeps the entries of every row claimed since it began, each look reads
+// all of them. Paced so, it stays a small share of the database's time,
+// and a dead replica's rows come back at most that much later.
 func (j *janitor) loop(root *actor.RootContext) {
-	release := time.NewTicker(max(j.leaseLength/3, 100*time.Millisecond))
-	defer release.Stop()
+	every := max(j.leaseLength/3, 100*time.Millisecond)
+	next := time.NewTimer(every)
+	defer next.Stop()
 	for {
 		select {
 		case <-j.bg.ctx.Done():
 			return
-		case <-release.C:
+		case <-next.C:
+			start := time.Now()
 			j.releaseExpired(root)
+			next.Reset(releasePause(every, time.Since(start)))
 		}
 	}
+}
+
+// releasePause is the pause after a look for expired leases that took took.
+func releasePause(every, took time.Duration) time.Duration {
+	return max(every, min(fullLookFactor*took, maxFullLook))
 }
 
 // releaseExpired returns rows of dead or hung replicas to pending. It keeps

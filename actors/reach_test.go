@@ -246,3 +246,19 @@ func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
 		t.Fatalf("a failed claim's continuations were not kept: %+v", r.continuing)
 	}
 }
+
+// The janitor looks for expired leases every third of a lease while a look
+// is cheap, and fullLookFactor times a look's duration, within a minute,
+// while a long transaction makes each look read many dead entries.
+func TestReleasePaceFollowsTheLooksCost(t *testing.T) {
+	for _, c := range []struct{ every, took, want time.Duration }{
+		{10 * time.Second, time.Millisecond, 10 * time.Second},
+		{10 * time.Second, 2 * time.Second, 40 * time.Second},
+		{10 * time.Second, 10 * time.Second, time.Minute},
+		{2 * time.Minute, 10 * time.Second, 2 * time.Minute},
+	} {
+		if got := releasePause(c.every, c.took); got != c.want {
+			t.Errorf("releasePause(%v, %v) = %v, want %v", c.every, c.took, got, c.want)
+		}
+	}
+}

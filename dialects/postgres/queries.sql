@@ -373,17 +373,18 @@ SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}),
               GROUP BY 1) AS f ON f.g = g.g
 
 -- name: OutboxRenewLeases
--- $1 claim tokens, $2 lease in ms, $3 how long ago, in ms, the oldest of
--- them was claimed at most (NULL: no bound): the walk of the processing
--- index starts there, past the versions of rows claimed before. Rows that a
--- completion is writing right now are skipped rather than waited for: they
--- are being released anyway.
+-- $1 claim tokens, $2 lease in ms, $3 the database time at or after which
+-- all of them were claimed (NULL: not known), else $4 how long ago, in ms,
+-- the oldest of them was claimed at most (NULL: no bound): the walk of the
+-- processing index starts there, past the versions of rows claimed before.
+-- Rows that a completion is writing right now are skipped rather than
+-- waited for: they are being released anyway.
 UPDATE {{t}}
    SET {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond'
  WHERE {{c "id"}} = ANY(ARRAY(
          SELECT {{c "id"}} FROM {{t}}
           WHERE {{c "state"}} = 'processing' AND {{c "claim_token"}} = ANY($1::uuid[])
-            AND {{c "claimed_at"}} >= now() - COALESCE($3::bigint * interval '1 millisecond', interval '1000 years')
+            AND {{c "claimed_at"}} >= COALESCE($3::timestamptz, now() - COALESCE($4::bigint * interval '1 millisecond', interval '1000 years'))
             FOR UPDATE SKIP LOCKED))
    AND {{c "state"}} = 'processing'
 RETURNING {{c "id"}}
@@ -438,6 +439,9 @@ SELECT id FROM done
 -- $1 limit, $2 claim tokens the caller still holds (not released). Returns
 -- how many rows went back to pending, and moves the rewind counter when any
 -- did: they keep their old schedule, behind what the relays have looked at.
+-- The update finds the rows by their ids (the state compared with a
+-- subquery keeps the planner off the processing index, which it chose as a
+-- bitmap scan of every entry, dead ones too, before it looked at the ids).
 WITH r AS (
     UPDATE {{t}}
        SET {{c "state"}} = 'pending',
@@ -453,7 +457,7 @@ WITH r AS (
               ORDER BY {{c "claimed_at"}}
               LIMIT $1
                 FOR UPDATE SKIP LOCKED))
-       AND {{c "state"}} = 'processing'
+       AND {{c "state"}} = (SELECT 'processing')
        AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
     RETURNING 1
 )

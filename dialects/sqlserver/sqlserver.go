@@ -207,14 +207,16 @@ func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[
 	return held, rows.Err()
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease, within time.Duration) (_ []dialects.Claim, err error) {
+// OutboxRenewLeases uses bound.Within only: SQL Server's claims report no
+// database time (ClaimReport.Now), so Since is never set for them.
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration, bound dialects.RenewBound) (_ []dialects.Claim, err error) {
 	defer func() { err = MapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
 	var back sql.NullInt64
-	if within > 0 {
-		back = sql.NullInt64{Int64: within.Milliseconds(), Valid: true}
+	if bound.Within > 0 {
+		back = sql.NullInt64{Int64: bound.Within.Milliseconds(), Valid: true}
 	}
 	held, err := d.queryIDs(ctx, d.q.OutboxRenewLeases, jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()), back)
 	if err != nil {
