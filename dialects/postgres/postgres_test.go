@@ -616,3 +616,118 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		t.Errorf("the bounded claim read %d buffers, the unbounded one %d: the bounds do not keep the claim off the versions the snapshot keeps", bounded, unbounded)
 	}
 }
+
+// Completions and lease renewals find their rows by id, in the primary key,
+// whatever the statistics say: here they were taken while no row was
+// processing, which made the small processing index, with a filter on the
+// ids, look cheaper. Once that index holds the entries of
+// many rows claimed since (dead until vacuum, and a long transaction
+// elsewhere keeps vacuum away), such a walk reads all of them at every
+// completion.
+func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	token := uuid.New()
+	var since time.Time
+	if _, err := d.Pool().Exec(ctx, `ALTER TABLE `+tbl+` SET (autovacuum_enabled = off)`); err != nil {
+		t.Fatal(err)
+	}
+	// The statistics: 20,000 rows delivered, none processing; then 64 rows
+	// are claimed.
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, payload, state) SELECT 't', '{}', 'delivered' FROM generate_series(1, 20000);
+		ANALYZE `+tbl); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Pool().QueryRow(ctx, `WITH c AS (INSERT INTO `+tbl+` (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
+		SELECT 't', 'k' || g, '{}', 'processing', $1, now(), now() + interval '1 hour' FROM generate_series(1, 64) AS g
+		RETURNING claimed_at) SELECT min(claimed_at) FROM c`, token).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uuid.UUID
+	rows, err := d.Pool().Query(ctx, `SELECT id FROM `+tbl+` WHERE state = 'processing'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil || len(ids) != 64 {
+		t.Fatalf("ids: %v %v", ids, err)
+	}
+	q, err := postgres.Queries(d.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	list := func(n int, v string) string { return strings.TrimSuffix(strings.Repeat(v+",", n), ",") }
+	idList := make([]string, len(ids))
+	for i, id := range ids {
+		idList[i] = "'" + id.String() + "'"
+	}
+	n, tok := len(ids), "'"+token.String()+"'"
+	stmts := []struct{ name, types, sql, args string }{
+		{"complete", "uuid[], uuid[], text[], int[], bigint[], text[], bool[]", q.OutboxComplete, fmt.Sprintf(
+			"ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], ARRAY[%s]::text[], ARRAY[%s]::int[], ARRAY[%s]::bigint[], ARRAY[%s]::text[], ARRAY[%s]::bool[]",
+			strings.Join(idList, ","), list(n, tok), list(n, "'delivered'"), list(n, "0"), list(n, "-1"), list(n, "''"), list(n, "false"))},
+		{"renew", "uuid[], bigint, timestamptz, bigint", q.OutboxRenewLeases,
+			fmt.Sprintf("ARRAY[%s]::uuid[], 60000, '%s'::timestamptz, NULL", tok, since.Format(time.RFC3339Nano))},
+	}
+	run := func(name, args string, explain bool) planNode {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if !explain {
+			if _, err := tx.Exec(ctx, `EXECUTE `+name+`(`+args+`)`); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return planNode{}
+		}
+		var plan []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+name+`(`+args+`)`).Scan(&plan); err != nil || len(plan) != 1 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return plan[0].Plan
+	}
+	// The pool that completes and renews plans each run with its values.
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_custom_plan`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, `PREPARE `+s.name+`(`+s.types+`) AS `+s.sql); err != nil {
+			t.Fatal(err)
+		}
+		run(s.name, s.args, false)
+	}
+	// 100,000 rows claimed before them and delivered, after the statistics
+	// were taken: their entries stay in the processing index until vacuum.
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, payload, state, claimed_at) SELECT 't', '{}', 'processing', now() - interval '1 hour' FROM generate_series(1, 100000);
+		UPDATE `+tbl+` SET state = 'delivered' WHERE claim_token IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		top := run(s.name, s.args, true)
+		if top.ActualRows != 64 && s.name == "complete" {
+			t.Errorf("%s updated %v rows, want 64", s.name, top.ActualRows)
+		}
+		// The rows are read by id in the primary key: no scan of another
+		// index with the ids as a filter.
+		var walks []string
+		top.walk(func(n planNode) {
+			if n.Index != "" && n.Index != "outbox_pkey" && strings.Contains(n.Filter, "id = ANY") {
+				walks = append(walks, n.Index)
+			}
+		})
+		if len(walks) > 0 || (s.name == "complete" && top.SharedHit > 1000) {
+			out, _ := json.MarshalIndent(top, "", " ")
+			t.Errorf("%s walked %v with a filter on the ids, %d buffers for 64 rows it knows the ids of:\n%s", s.name, walks, top.SharedHit, out)
+		}
+	}
+}
