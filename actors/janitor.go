@@ -53,7 +53,7 @@ func (j *janitor) Receive(ctx actor.Context) {
 }
 
 // loop is the Janitor's release loop; retention has a loop of its own. It
-// looks every third of a lease, or, when a look takes long, fullLookFactor
+// looks every third of a lease, or, when a look takes long, backgroundLookFactor
 // times its duration (at most maxFullLook): the look walks the processing
 // rows' index from its oldest entry, and while a long transaction elsewhere
 // keeps the entries of every row claimed since it began, each look reads
@@ -77,7 +77,7 @@ func (j *janitor) loop(root *actor.RootContext) {
 
 // releasePause is the pause after a look for expired leases that took took.
 func releasePause(every, took time.Duration) time.Duration {
-	return max(every, min(fullLookFactor*took, maxFullLook))
+	return max(every, min(backgroundLookFactor*took, maxFullLook))
 }
 
 // releaseExpired returns rows of dead or hung replicas to pending. It keeps

@@ -35,7 +35,7 @@ import (
 // claim that finds it moved sets its bounds aside: the replica's next walk
 // looks from the start. Stragglers are found by a look of their own
 // (OutboxStragglers): read only, off the claims' path, as often as its cost
-// allows (fullLookFactor times its last duration, at least every
+// allows (backgroundLookFactor times its last duration, at least every
 // maxFullLook), and it lets the next claim look back to the straggler. A
 // claim by key walks the keys only when its continuations leave room, and
 // rows arrived or its cost allows. So the looks that read every version
@@ -76,14 +76,20 @@ type reach struct {
 // transaction that began before a look may commit after it.
 const lookbackMargin = 250 * time.Millisecond
 
-// fullLookFactor, minFullLook, maxFullLook: a look for stragglers, a read
-// of the floors or a walk over the keys comes fullLookFactor times its last
-// duration after the last, within these bounds: often while it is cheap,
-// rarely while a long transaction makes it read many versions, and never
-// less than once a minute. minStragglerLook is the shortest time between
-// two looks for stragglers, which are rare.
+// fullLookFactor, minFullLook, maxFullLook: a walk over the keys comes
+// fullLookFactor times its last duration after the last, within these
+// bounds: often while it is cheap, rarely while a long transaction makes it
+// read many versions, and never less than once a minute. A look for
+// stragglers, a read of the floors and the janitor's look for expired
+// leases, which are off the claims' path and whose only cost is the
+// database's time, come backgroundLookFactor times theirs after the last:
+// together at most about 6% of one core of the database however long a
+// transaction stays open (at 20 each they took 15%, and the claims' tail
+// latency rose with it). minStragglerLook is the shortest time between two
+// looks for stragglers, which are rare.
 const (
-	fullLookFactor   = 20
+	fullLookFactor       = 20
+	backgroundLookFactor = 50
 	minFullLook      = 10 * time.Millisecond
 	maxFullLook      = time.Minute
 	minStragglerLook = time.Second
@@ -274,7 +280,7 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 // before the look was sent (at sentAt) makes the next walk look back to it.
 func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time, took time.Duration, err error) {
 	r.looking = false
-	r.nextFull = r.clock.Now().Add(min(max(fullLookFactor*took, minStragglerLook), maxFullLook))
+	r.nextFull = r.clock.Now().Add(min(max(backgroundLookFactor*took, minStragglerLook), maxFullLook))
 	if err == nil && found {
 		r.lowerTo(sentAt.Add(-ago))
 	}
@@ -299,7 +305,7 @@ func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
 		}
 		return
 	}
-	r.nextFloors = r.clock.Now().Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
+	r.nextFloors = r.clock.Now().Add(min(max(backgroundLookFactor*took, minFullLook), maxFullLook))
 	if f.Rewinds == r.rewinds {
 		r.floors, r.floorsAt = f.Groups, f.Rewinds
 	}

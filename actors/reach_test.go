@@ -179,14 +179,14 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 	}
 	sent := clk.Now()
 	clk.advance(200 * time.Millisecond)
-	r.stragglersFound(0, false, sent, 200*time.Millisecond, nil) // next in 4 s
-	clk.advance(3 * time.Second)
+	r.stragglersFound(0, false, sent, 200*time.Millisecond, nil) // next in 10 s
+	clk.advance(9 * time.Second)
 	if _, due = r.stragglersDue(); due {
-		t.Fatal("a look 3 s after one that took 200 ms")
+		t.Fatal("a look 9 s after one that took 200 ms")
 	}
 	clk.advance(2 * time.Second)
 	if _, due = r.stragglersDue(); !due {
-		t.Fatal("no look 5 s after one that took 200 ms")
+		t.Fatal("no look 11 s after one that took 200 ms")
 	}
 	sent = clk.Now()
 	r.stragglersFound(time.Minute, true, sent, time.Millisecond, nil)
@@ -248,12 +248,12 @@ func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
 }
 
 // The janitor looks for expired leases every third of a lease while a look
-// is cheap, and fullLookFactor times a look's duration, within a minute,
+// is cheap, and backgroundLookFactor times a look's duration, within a minute,
 // while a long transaction makes each look read many dead entries.
 func TestReleasePaceFollowsTheLooksCost(t *testing.T) {
 	for _, c := range []struct{ every, took, want time.Duration }{
 		{10 * time.Second, time.Millisecond, 10 * time.Second},
-		{10 * time.Second, 2 * time.Second, 40 * time.Second},
+		{10 * time.Second, 500 * time.Millisecond, 25 * time.Second},
 		{10 * time.Second, 10 * time.Second, time.Minute},
 		{2 * time.Minute, 10 * time.Second, 2 * time.Minute},
 	} {
