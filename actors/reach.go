@@ -90,9 +90,9 @@ const lookbackMargin = 250 * time.Millisecond
 const (
 	fullLookFactor       = 20
 	backgroundLookFactor = 50
-	minFullLook      = 10 * time.Millisecond
-	maxFullLook      = time.Minute
-	minStragglerLook = time.Second
+	minFullLook          = 10 * time.Millisecond
+	maxFullLook          = time.Minute
+	minStragglerLook     = time.Second
 )
 
 // maxContinuing bounds the keys the claimer remembers to continue; beyond
