@@ -359,10 +359,10 @@ type Relay interface {
 	OutboxClaim(ctx context.Context, p ClaimParams) ([]Row, error)
 	// OutboxRenewLeases extends the lease of every claim that is still held,
 	// in one statement, and returns the claims that are no longer held.
-	// back bounds how far back in the processing rows' index the renewal
+	// bound says how far back in the processing rows' index the renewal
 	// looks, and so keeps it past the versions that a long transaction
 	// keeps there.
-	OutboxRenewLeases(ctx context.Context, claims []Claim, lease time.Duration, back RenewBound) (lost []Claim, err error)
+	OutboxRenewLeases(ctx context.Context, claims []Claim, lease time.Duration, bound RenewBound) (lost []Claim, err error)
 	// OutboxComplete writes many outcomes in one statement and returns the
 	// outcomes whose claim was lost (nothing was written for them).
 	OutboxComplete(ctx context.Context, outcomes []Outcome) (lost []Claim, err error)
