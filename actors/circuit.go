@@ -22,7 +22,8 @@ import (
 // backoff would only burn the rows' attempts until they go dead. While the
 // circuit is open, the destination's rows are deferred (no attempt made or
 // counted), and one delivery of one row, the probe, goes out per
-// ProbeInterval. The probe's row is attempted as any row: when it succeeds
+// ProbeInterval, counted from the previous probe's answer. The probe's row
+// is attempted as any row: when it succeeds
 // the circuit closes, and the rows flow again. Each replica has its own
 // breakers.
 //
@@ -137,7 +138,11 @@ func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, probe 
 	hs.Lock()
 	defer hs.Unlock()
 	if probe {
+		// The next probe goes an interval after this one's answer, not
+		// after its start: a destination that answers slowly is not sent
+		// its probes back to back.
 		hs.probing = false
+		hs.nextProbe = max(hs.nextProbe, ended+hs.breaker.ProbeInterval)
 	}
 	if failure == nil && !ok {
 		return
