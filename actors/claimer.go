@@ -323,7 +323,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		c.repace(time.Now())
 		return false
 	}
-	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds, sentAt: time.Now()}
+	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds}
 	if plan.bounds != nil {
 		l.rewinds = plan.bounds.Rewinds
 	}
@@ -546,9 +546,6 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.lastNews = time.Now()
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
-		// The claim's time on the database clock is its rows' claimed_at:
-		// the renewals look back exactly that far (see leasekeeper.go).
-		m.lease.claimedAt = m.report.Now
 		c.dispatch(ctx, m.rows, m.lease)
 	}
 	if c.draining {

@@ -235,7 +235,7 @@ func TestRetentionDeletesOldRows(t *testing.T) {
 // when the replica's path to the database is cut for renewals only.
 type failingRenewals struct{ dialects.Dialect }
 
-func (failingRenewals) OutboxRenewLeases(context.Context, []dialects.Claim, time.Duration, dialects.RenewBound) ([]dialects.Claim, error) {
+func (failingRenewals) OutboxRenewLeases(context.Context, []dialects.Claim, time.Duration) ([]dialects.Claim, error) {
 	return nil, fmt.Errorf("renewal refused (injected)")
 }
 

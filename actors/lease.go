@@ -21,10 +21,6 @@ type lease struct {
 	// reach.go): a key's position learnt from its rows holds only while
 	// the counter stands there.
 	rewinds int64
-	// sentAt is when the claim was sent, and claimedAt its time on the
-	// database clock (zero: the dialect does not tell), for the renewal's
-	// bound. claimedAt is set before the lease is shared.
-	sentAt, claimedAt time.Time
 }
 
 func (l *lease) trusted(now time.Time) bool { return now.UnixNano() < l.trustedUntil.Load() }

@@ -133,30 +133,8 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 		}
 	}
 	leases := make([]*lease, 0, len(k.leases))
-	oldest := time.Now()
-	var since time.Time // the oldest claim on the database clock, while every one has it
-	exact := true
 	for _, l := range k.leases {
 		leases = append(leases, l)
-		if !l.sentAt.IsZero() && l.sentAt.Before(oldest) {
-			oldest = l.sentAt
-		}
-		switch {
-		case l.claimedAt.IsZero():
-			exact = false
-		case since.IsZero() || l.claimedAt.Before(since):
-			since = l.claimedAt
-		}
-	}
-	// The renewal looks back to the oldest claim: exactly, when the
-	// database told each claim's time (its claimed_at); else on this
-	// replica's clock, with a minute more for the difference between its
-	// pace and the database's, and for a renewal that waits for a
-	// connection. Under a long transaction elsewhere, each second of that
-	// minute is a second of claims' dead versions walked at every renewal.
-	bound := dialects.RenewBound{Within: time.Since(oldest) + time.Minute}
-	if exact && !since.IsZero() {
-		bound.Since = since
 	}
 	k.renewing = true
 	root, self := ctx.ActorSystem().Root, ctx.Self()
@@ -164,7 +142,7 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 	go func() {
 		sentAt := time.Now()
 		qctx, cancel := context.WithTimeout(bg, length/3)
-		lost, err := dialect.OutboxRenewLeases(qctx, claims, length, bound)
+		lost, err := dialect.OutboxRenewLeases(qctx, claims, length)
 		cancel()
 		root.Send(self, &renewDone{sentAt: sentAt, leases: leases, lost: lost, err: err})
 	}()

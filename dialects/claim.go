@@ -51,19 +51,6 @@ type Floors struct {
 	Groups  []int64
 }
 
-// RenewBound is how far back a lease renewal looks (OutboxRenewLeases). A
-// dialect uses Since when it is set and it can, else Within; both zero: no
-// bound. A bound only narrows the renewal's walk: a claim made before it
-// would be reported lost, so each must hold for every claim renewed.
-type RenewBound struct {
-	// Since: every claim was made at or after it, on the database clock
-	// (ClaimReport.Now of each claim, which is its claimed_at).
-	Since time.Time
-	// Within: every claim was made at most this long before the renewal,
-	// with room for the difference between the two clocks' pace.
-	Within time.Duration
-}
-
 // ClaimReport is what a claim tells about its walk in schedule order.
 type ClaimReport struct {
 	// Cut is true when the walk stopped at its limit of heads: rows due

@@ -358,11 +358,11 @@ type Relay interface {
 	// and returns them ordered by key, then sequence.
 	OutboxClaim(ctx context.Context, p ClaimParams) ([]Row, error)
 	// OutboxRenewLeases extends the lease of every claim that is still held,
-	// in one statement, and returns the claims that are no longer held.
-	// bound says how far back in the processing rows' index the renewal
-	// looks, and so keeps it past the versions that a long transaction
-	// keeps there.
-	OutboxRenewLeases(ctx context.Context, claims []Claim, lease time.Duration, bound RenewBound) (lost []Claim, err error)
+	// in one statement, and returns the claims that are no longer held. It
+	// finds the rows by id, so that its cost is that of the claims it
+	// renews, not of the rows claimed since a long transaction elsewhere
+	// began.
+	OutboxRenewLeases(ctx context.Context, claims []Claim, lease time.Duration) (lost []Claim, err error)
 	// OutboxComplete writes many outcomes in one statement and returns the
 	// outcomes whose claim was lost (nothing was written for them).
 	OutboxComplete(ctx context.Context, outcomes []Outcome) (lost []Claim, err error)

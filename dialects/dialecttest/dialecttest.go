@@ -491,8 +491,7 @@ func testStaleToken(t *testing.T, h Harness) {
 func testRenew(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
-	var rep dialects.ClaimReport
-	a, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 2, Lease: lease, Token: uuid.New(), ByKey: h.byKey, Report: &rep})
+	a, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 2, Lease: lease, Token: uuid.New(), ByKey: h.byKey})
 	if err != nil || len(a) != 2 {
 		t.Fatalf("claim: %v %v", a, err)
 	}
@@ -504,29 +503,23 @@ func testRenew(t *testing.T, h Harness) {
 	for _, r := range append(a, b...) {
 		claims = append(claims, r.Claim)
 	}
-	lost, err := d.OutboxRenewLeases(ctx(t), claims, lease, dialects.RenewBound{Within: time.Minute})
+	lost, err := d.OutboxRenewLeases(ctx(t), claims, lease)
 	if err != nil || len(lost) != 0 {
 		t.Fatalf("renewing held claims: lost %v, %v", lost, err)
 	}
-	if !rep.Now.IsZero() {
-		// The claim's database time is its rows' claimed_at, to the
-		// microsecond: a renewal bounded by it exactly finds them, and one
-		// bounded past it does not look at them (so the bound is used).
-		lost, err := d.OutboxRenewLeases(ctx(t), claims[:2], lease, dialects.RenewBound{Since: rep.Now, Within: time.Nanosecond})
-		if err != nil || len(lost) != 0 {
-			t.Fatalf("renewing held claims since their claim's database time %v: lost %v, %v", rep.Now, lost, err)
-		}
-		lost, err = d.OutboxRenewLeases(ctx(t), claims[:2], lease, dialects.RenewBound{Since: rep.Now.Add(time.Microsecond)})
-		if err != nil || len(lost) != 2 {
-			t.Fatalf("a renewal that looks only past the claims' time found them (lost %v, %v): the bound is not used", lost, err)
-		}
+	// A row is held by its own claim's token, not by any token held: a's
+	// first row paired with b's token (which holds b's row) is not held.
+	crossed := dialects.Claim{ID: a[0].ID, Token: b[0].Token}
+	lost, err = d.OutboxRenewLeases(ctx(t), []dialects.Claim{crossed, a[1].Claim}, lease)
+	if err != nil || len(lost) != 1 || lost[0] != crossed {
+		t.Fatalf("renewing a row with another claim's token: lost %v, %v; want that claim lost", lost, err)
 	}
 	// b's lease was 0 but is now renewed: it must not be released.
 	if n, _ := d.OutboxReleaseExpired(ctx(t), 10, nil); n != 0 {
 		t.Fatalf("released %d renewed rows", n)
 	}
 	complete(t, d, outcome(a[0], dialects.OutcomeDelivered))
-	lost, err = d.OutboxRenewLeases(ctx(t), claims, lease, dialects.RenewBound{})
+	lost, err = d.OutboxRenewLeases(ctx(t), claims, lease)
 	if err != nil || len(lost) != 1 || lost[0] != a[0].Claim {
 		t.Fatalf("after a completion, renewal reported lost %v, want the completed claim", lost)
 	}

@@ -280,21 +280,16 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	return out, nil
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration, bound dialects.RenewBound) (_ []dialects.Claim, err error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
 	defer func() { err = mapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	var since *time.Time
-	if !bound.Since.IsZero() {
-		since = &bound.Since
+	ids, tokens := make([][16]byte, len(claims)), make([][16]byte, len(claims))
+	for i, c := range claims {
+		ids[i], tokens[i] = c.ID, c.Token
 	}
-	var back *int64
-	if bound.Within > 0 {
-		b := ms(bound.Within)
-		back = &b
-	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxRenewLeases, uuids(dialects.Tokens(claims)), ms(lease), since, back)
+	rows, err := d.pool.Query(ctx, d.q.OutboxRenewLeases, ids, tokens, ms(lease))
 	if err != nil {
 		return nil, err
 	}

@@ -630,7 +630,6 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 	ctx := context.Background()
 	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
 	token := uuid.New()
-	var since time.Time
 	if _, err := d.Pool().Exec(ctx, `ALTER TABLE `+tbl+` SET (autovacuum_enabled = off)`); err != nil {
 		t.Fatal(err)
 	}
@@ -640,9 +639,8 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		ANALYZE `+tbl); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Pool().QueryRow(ctx, `WITH c AS (INSERT INTO `+tbl+` (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
-		SELECT 't', 'k' || g, '{}', 'processing', $1, now(), now() + interval '1 hour' FROM generate_series(1, 64) AS g
-		RETURNING claimed_at) SELECT min(claimed_at) FROM c`, token).Scan(&since); err != nil {
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
+		SELECT 't', 'k' || g, '{}', 'processing', $1, now(), now() + interval '1 hour' FROM generate_series(1, 64) AS g`, token); err != nil {
 		t.Fatal(err)
 	}
 	var ids []uuid.UUID
@@ -672,8 +670,8 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		{"complete", "uuid[], uuid[], text[], int[], bigint[], text[], bool[]", q.OutboxComplete, fmt.Sprintf(
 			"ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], ARRAY[%s]::text[], ARRAY[%s]::int[], ARRAY[%s]::bigint[], ARRAY[%s]::text[], ARRAY[%s]::bool[]",
 			strings.Join(idList, ","), list(n, tok), list(n, "'delivered'"), list(n, "0"), list(n, "-1"), list(n, "''"), list(n, "false"))},
-		{"renew", "uuid[], bigint, timestamptz, bigint", q.OutboxRenewLeases,
-			fmt.Sprintf("ARRAY[%s]::uuid[], 60000, '%s'::timestamptz, NULL", tok, since.Format(time.RFC3339Nano))},
+		{"renew", "uuid[], uuid[], bigint", q.OutboxRenewLeases,
+			fmt.Sprintf("ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], 60000", strings.Join(idList, ","), list(n, tok))},
 	}
 	run := func(name, args string, explain bool) planNode {
 		t.Helper()
@@ -706,26 +704,28 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		}
 		run(s.name, s.args, false)
 	}
-	// 100,000 rows claimed before them and delivered, after the statistics
+	// 100,000 rows claimed with them and delivered, after the statistics
 	// were taken: their entries stay in the processing index until vacuum.
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, payload, state, claimed_at) SELECT 't', '{}', 'processing', now() - interval '1 hour' FROM generate_series(1, 100000);
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, payload, state, claimed_at) SELECT 't', '{}', 'processing', now() FROM generate_series(1, 100000);
 		UPDATE `+tbl+` SET state = 'delivered' WHERE claim_token IS NULL`); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range stmts {
 		top := run(s.name, s.args, true)
-		if top.ActualRows != 64 && s.name == "complete" {
+		if top.ActualRows != 64 {
 			t.Errorf("%s updated %v rows, want 64", s.name, top.ActualRows)
 		}
 		// The rows are read by id in the primary key: no scan of another
-		// index with the ids as a filter.
+		// index with the ids as a filter. Updating 64 rows costs hundreds
+		// of buffers (each new version goes into every index); a walk of
+		// the dead entries, 100,000 or more.
 		var walks []string
 		top.walk(func(n planNode) {
 			if n.Index != "" && n.Index != "outbox_pkey" && strings.Contains(n.Filter, "id = ANY") {
 				walks = append(walks, n.Index)
 			}
 		})
-		if len(walks) > 0 || (s.name == "complete" && top.SharedHit > 1000) {
+		if len(walks) > 0 || top.SharedHit > 5000 {
 			out, _ := json.MarshalIndent(top, "", " ")
 			t.Errorf("%s walked %v with a filter on the ids, %d buffers for 64 rows it knows the ids of:\n%s", s.name, walks, top.SharedHit, out)
 		}

@@ -373,20 +373,22 @@ SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}),
               GROUP BY 1) AS f ON f.g = g.g
 
 -- name: OutboxRenewLeases
--- $1 claim tokens, $2 lease in ms, $3 the database time at or after which
--- all of them were claimed (NULL: not known), else $4 how long ago, in ms,
--- the oldest of them was claimed at most (NULL: no bound): the walk of the
--- processing index starts there, past the versions of rows claimed before.
--- Rows that a completion is writing right now are skipped rather than
--- waited for: they are being released anyway. The update finds the rows
--- by id (see CompleteUpdate for the state compared with a subquery).
+-- $1 the held rows' ids, $2 their claim tokens (pairwise), $3 lease in ms.
+-- Both lookups go by id, in the primary key, which holds a few versions of
+-- each row: a walk of the processing index by token would pass over the
+-- entry of every row claimed since a long transaction elsewhere began (see
+-- CompleteUpdate for the state compared with a subquery). Rows that a
+-- completion is writing right now are skipped rather than waited for: they
+-- are being released anyway.
 UPDATE {{t}}
-   SET {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond'
+   SET {{c "lease_expires_at"}} = now() + $3::bigint * interval '1 millisecond'
  WHERE {{c "id"}} = ANY(ARRAY(
-         SELECT {{c "id"}} FROM {{t}}
-          WHERE {{c "state"}} = 'processing' AND {{c "claim_token"}} = ANY($1::uuid[])
-            AND {{c "claimed_at"}} >= COALESCE($3::timestamptz, now() - COALESCE($4::bigint * interval '1 millisecond', interval '1000 years'))
-            FOR UPDATE SKIP LOCKED))
+         SELECT x.{{c "id"}}
+           FROM {{t}} AS x
+           JOIN unnest($1::uuid[], $2::uuid[]) AS v(id, token) ON x.{{c "id"}} = v.id AND x.{{c "claim_token"}} = v.token
+          WHERE x.{{c "id"}} = ANY($1::uuid[])
+            AND x.{{c "state"}} = (SELECT 'processing')
+            FOR UPDATE OF x SKIP LOCKED))
    AND {{c "state"}} = (SELECT 'processing')
 RETURNING {{c "id"}}
 

@@ -60,19 +60,20 @@ OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36)), inserted.{{c "topic"}}, COALES
 COMMIT TRANSACTION;
 
 -- name: OutboxRenewLeases
--- @p1 JSON array of claim tokens, @p2 lease in ms, @p3 how long ago, in ms,
--- the oldest of them was claimed at most (NULL: no bound): the seek of the
--- processing index starts there, past the ghost records of rows claimed
--- before.
+-- @p1 JSON array of {i: id, t: token} of the held rows, @p2 lease in ms.
+-- The rows are found by id, in the primary key, as completions find them:
+-- a seek of the processing index by token would pass over the ghost
+-- records of every row claimed and completed since. Rows that a completion
+-- holds right now are skipped (READPAST): they are being released anyway.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 UPDATE o
    SET {{c "lease_expires_at"}} = DATEADD(millisecond, @p2, @now)
 OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36))
   FROM {{t}} AS o WITH (ROWLOCK, READPAST)
- WHERE o.{{c "state"}} = N'processing'
-   AND (@p3 IS NULL OR o.{{c "claimed_at"}} >= DATEADD(millisecond, -@p3, @now))
-   AND o.{{c "claim_token"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1));
+  JOIN OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', t UNIQUEIDENTIFIER '$.t') AS v
+    ON o.{{c "id"}} = v.i AND o.{{c "claim_token"}} = v.t
+ WHERE o.{{c "state"}} = N'processing';
 
 -- fragment: CompleteUpdate
 -- The update of OutboxComplete and OutboxCompleteAttempts; the dot is its

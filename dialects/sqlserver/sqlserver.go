@@ -207,22 +207,30 @@ func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[
 	return held, rows.Err()
 }
 
-// OutboxRenewLeases uses bound.Within only: SQL Server's claims report no
-// database time (ClaimReport.Now), so Since is never set for them.
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration, bound dialects.RenewBound) (_ []dialects.Claim, err error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
 	defer func() { err = MapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	var back sql.NullInt64
-	if bound.Within > 0 {
-		back = sql.NullInt64{Int64: bound.Within.Milliseconds(), Valid: true}
-	}
-	held, err := d.queryIDs(ctx, d.q.OutboxRenewLeases, jsonArg(dialects.Tokens(claims)), dateaddArg(lease.Milliseconds()), back)
+	held, err := d.queryIDs(ctx, d.q.OutboxRenewLeases, jsonArg(renewArgs(claims)), dateaddArg(lease.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}
 	return dialects.LostClaims(claims, held), nil
+}
+
+// renewArgs are the held claims as OutboxRenewLeases reads them.
+func renewArgs(claims []dialects.Claim) []renewArg {
+	out := make([]renewArg, len(claims))
+	for i, c := range claims {
+		out[i] = renewArg{I: c.ID, T: c.Token}
+	}
+	return out
+}
+
+type renewArg struct {
+	I uuid.UUID `json:"i"`
+	T uuid.UUID `json:"t"`
 }
 
 type completeArg struct {
