@@ -175,10 +175,15 @@ func (e *env) harness(names dialects.Names) (*harness, error) {
 
 // fresh makes a migrated schema of its own for one scenario.
 func (e *env) fresh(ctx context.Context, name string) (*postgres.Dialect, *harness, error) {
+	return e.freshAt(ctx, e.url, name)
+}
+
+// freshAt is fresh in the database of url.
+func (e *env) freshAt(ctx context.Context, url, name string) (*postgres.Dialect, *harness, error) {
 	e.n++
 	names := dialects.DefaultNames()
 	names.Schema = fmt.Sprintf("qb_bench_%s_%d_%s", e.run, e.n, strings.ReplaceAll(name, "-", "_"))
-	d, err := postgres.Open(ctx, postgres.Options{URL: e.url, Names: names, MaxConnections: 20, ApplicationName: benchApplicationName})
+	d, err := postgres.Open(ctx, postgres.Options{URL: url, Names: names, MaxConnections: 20, ApplicationName: benchApplicationName})
 	if err != nil {
 		return nil, nil, err
 	}

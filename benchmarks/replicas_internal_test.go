@@ -28,3 +28,18 @@ func TestAdminAddrFromTheLog(t *testing.T) {
 		t.Fatalf("address %q from lines that hold none", b.get())
 	}
 }
+
+// The idle relays' database is named in either form of connection string,
+// and nothing else in it changes.
+func TestWithDatabase(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"postgres://u:p@127.0.0.1:5432/bench?sslmode=disable", "postgres://u:p@127.0.0.1:5432/qb_idle?sslmode=disable"},
+		{"postgresql://127.0.0.1", "postgresql://127.0.0.1/qb_idle"},
+		{"host=/tmp dbname=bench user=u", "host=/tmp dbname=bench user=u dbname=qb_idle"},
+	} {
+		got, err := withDatabase(c.in, "qb_idle")
+		if err != nil || got != c.want {
+			t.Errorf("withDatabase(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+}
