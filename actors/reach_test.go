@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -112,21 +114,87 @@ func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 		t.Fatalf("105 ms after the last claim was planned: %+v, want a lookback of 105 ms plus the margin", p.bounds)
 	}
 	// A walk cut at its limit reached rows due 30 ms before the claim: the
-	// next one looks back to there.
+	// next one looks back to there, with the narrow margin (the last walk
+	// with the whole margin was 10 ms ago, and no row came late).
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now(), Cut: true, Reach: clk.Now().Add(-30 * time.Millisecond)}, time.Millisecond, time.Time{})
 	clk.advance(10 * time.Millisecond)
-	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 40*time.Millisecond+lookbackMargin {
-		t.Fatalf("after a cut walk: lookback %s, want 40 ms plus the margin", p.bounds.Lookback)
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 40*time.Millisecond+minMargin {
+		t.Fatalf("after a cut walk: lookback %s, want 40 ms plus the narrow margin", p.bounds.Lookback)
 	}
 	// Keyed rows waiting for a writer since 5 ms ago hold the look back
 	// there, however long they wait.
 	waiting := clk.Now().Add(-5 * time.Millisecond)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
 	clk.advance(200 * time.Millisecond)
-	p = r.plan(scheduleClaim, 10)
+	p = r.plan(scheduleClaim, 10) // wide: the last wide walk was 210 ms ago
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
-	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 205*time.Millisecond+lookbackMargin {
-		t.Fatalf("while rows wait for a writer: lookback %s, want 205 ms plus the margin", p.bounds.Lookback)
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 205*time.Millisecond+minMargin {
+		t.Fatalf("while rows wait for a writer: lookback %s, want 205 ms plus the narrow margin", p.bounds.Lookback)
+	}
+}
+
+// A walk looks back with the whole lookbackMargin at least every
+// wideEvery; the walks in between, with twice the lateness seen lately
+// plus minMargin: how long before the previous walk looked the rows that a
+// walk took became due. A window without late rows narrows it again.
+func TestReachsMarginFollowsTheRowsLateness(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{Rewinds: 1})
+	var last time.Time // when the last walk was planned: the anchor
+	walk := func(earliest time.Duration) time.Duration {
+		t.Helper()
+		p := r.plan(scheduleClaim, 10)
+		rep := dialects.ClaimReport{Now: clk.Now()}
+		if earliest != 0 {
+			rep.Earliest = clk.Now().Add(-earliest)
+		}
+		r.claimed(scheduleClaim, p, rep, time.Millisecond, time.Time{})
+		since := p.sentAt.Sub(last)
+		last = p.sentAt
+		clk.advance(5 * time.Millisecond)
+		if p.full {
+			return -1
+		}
+		return p.bounds.Lookback - since // the margin
+	}
+	if m := walk(0); m != -1 {
+		t.Fatalf("the first walk after the probe: %s, want a full look", m)
+	}
+	if m := walk(0); m != lookbackMargin {
+		t.Fatalf("the first bounded walk: margin %s, want the whole %s", m, lookbackMargin)
+	}
+	if m := walk(0); m != minMargin {
+		t.Fatalf("5 ms later, no row late: margin %s, want %s", m, minMargin)
+	}
+	// A row that became due 12 ms before this walk, 7 ms before the last.
+	walk(12 * time.Millisecond)
+	if m := walk(0); m != 14*time.Millisecond+minMargin {
+		t.Fatalf("after a row 7 ms late: margin %s, want 14 ms plus %s", m, minMargin)
+	}
+	clk.advance(wideEvery)
+	if m := walk(0); m != lookbackMargin {
+		t.Fatalf("%s after the last wide walk: margin %s, want %s", wideEvery, m, lookbackMargin)
+	}
+	// A row 300 ms late: the margin is at most the whole one.
+	walk(305 * time.Millisecond)
+	if m := walk(0); m != lookbackMargin {
+		t.Fatalf("after a row 300 ms late: margin %s, want %s", m, lookbackMargin)
+	}
+	// Two windows without late rows forget them.
+	clk.advance(2 * lateWindow)
+	walk(0) // wide
+	if m := walk(0); m != minMargin {
+		t.Fatalf("%s later: margin %s, want %s", 2*lateWindow, m, minMargin)
+	}
+	// A walk cut at its limit: the next walk's rows are not late.
+	p := r.plan(scheduleClaim, 10)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now(), Cut: true, Reach: clk.Now()}, time.Millisecond, time.Time{})
+	last = p.sentAt
+	clk.advance(5 * time.Millisecond)
+	walk(100 * time.Millisecond)
+	if m := walk(0); m != minMargin {
+		t.Fatalf("after a walk that followed a cut one: margin %s, want %s", m, minMargin)
 	}
 }
 
@@ -260,5 +328,52 @@ func TestReleasePaceFollowsTheLooksCost(t *testing.T) {
 		if got := releasePause(c.every, c.took); got != c.want {
 			t.Errorf("releasePause(%v, %v) = %v, want %v", c.every, c.took, got, c.want)
 		}
+	}
+}
+
+// Once the floors are older than positionsAfter, a claim in schedule order
+// carries the positions of the keys whose runs finished, in bytewise key
+// order, each at its furthest; at most maxPositions of them, the most
+// recently updated; none after a replay.
+func TestReachCarriesKeysPositionsWhenTheFloorsAreOld(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{Rewinds: 1})
+	p := r.plan(scheduleClaim, 10)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	r.floorsRead(dialects.Floors{Rewinds: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
+	r.continued([]continuation{
+		{pos: dialects.KeyPosition{Key: "b", After: 9}, rewinds: 1},
+		{pos: dialects.KeyPosition{Key: "B", After: 4}, rewinds: 1},
+		{pos: dialects.KeyPosition{Key: "a", After: 7}, rewinds: 1},
+		{pos: dialects.KeyPosition{Key: "b", After: 3}, rewinds: 1}, // older news: b stays at 9
+		{pos: dialects.KeyPosition{Key: "c", After: 2}, rewinds: 0}, // another counter's
+	})
+	if p := r.plan(scheduleClaim, 10); p.bounds.Positions != nil {
+		t.Fatalf("with floors just read: positions %v, want none", p.bounds.Positions)
+	}
+	clk.advance(positionsAfter)
+	p = r.plan(scheduleClaim, 10)
+	want := []dialects.KeyPosition{{Key: "B", After: 4}, {Key: "a", After: 7}, {Key: "b", After: 9}}
+	if !slices.Equal(p.bounds.Positions, want) {
+		t.Fatalf("with floors %s old: positions %v, want %v", positionsAfter, p.bounds.Positions, want)
+	}
+	if p := r.plan(byKeyClaim, 10); p.kind == byKeyClaim && p.bounds.Positions != nil {
+		t.Fatalf("a claim by key carries positions %v; only the walk in schedule order probes heads", p.bounds.Positions)
+	}
+	for i := range 2 * maxPositions {
+		r.continued([]continuation{{pos: dialects.KeyPosition{Key: fmt.Sprintf("k%05d", i), After: int64(i)}, rewinds: 1}})
+	}
+	clk.advance(positionsEvery)
+	p = r.plan(scheduleClaim, 10)
+	if n := len(p.bounds.Positions); n > maxPositions || n < maxPositions/2 {
+		t.Fatalf("%d positions after %d keys, want between %d and %d", n, 2*maxPositions, maxPositions/2, maxPositions)
+	}
+	if last := p.bounds.Positions[len(p.bounds.Positions)-1]; last.Key != fmt.Sprintf("k%05d", 2*maxPositions-1) {
+		t.Fatalf("the last position is %v, want the most recent key's", last)
+	}
+	r.observe(dialects.Probe{Rewinds: 2})
+	if p := r.plan(scheduleClaim, 10); p.bounds.Positions != nil {
+		t.Fatalf("after a replay: positions %v, want none", p.bounds.Positions)
 	}
 }

@@ -38,6 +38,10 @@ type Bounds struct {
 	// sequence per group of keys below which no row of those keys is
 	// pending or processing (OutboxFloors); nil when not known.
 	Floors []int64
+	// Positions, in key order (bytewise), are keys' positions, which bound
+	// the head rule's probe of a row of their key as a floor does, only
+	// closer (see KeyPosition). A dialect may ignore them.
+	Positions []KeyPosition
 }
 
 // FloorGroups is how many groups of keys Bounds.Floors has: more groups
@@ -60,6 +64,9 @@ type ClaimReport struct {
 	// Now is the claim's time on the database clock, which is its rows'
 	// claimed_at.
 	Now time.Time
+	// Earliest is when the earliest row the walk took became due (its
+	// scheduled_at; zero: the walk took none).
+	Earliest time.Time
 }
 
 // SortClaimed orders claimed rows by key, then sequence, so that the rows of

@@ -230,7 +230,8 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		}
 	}
 	var rewinds, lookback *int64
-	var floors []int64
+	var floors, posAfter []int64
+	var posKeys []string
 	if b := p.Bounds; b != nil {
 		rewinds = &b.Rewinds
 		if b.Lookback > 0 {
@@ -238,13 +239,19 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 			lookback = &lb
 		}
 		floors = b.Floors
+		if len(b.Positions) > 0 {
+			posKeys, posAfter = make([]string, len(b.Positions)), make([]int64, len(b.Positions))
+			for i, kp := range b.Positions {
+				posKeys[i], posAfter[i] = kp.Key, kp.After
+			}
+		}
 	}
 	keys, positions := make([]string, len(p.Continue)), make([]int64, len(p.Continue))
 	for i, c := range p.Continue {
 		keys[i], positions[i] = c.Key, c.After
 	}
 	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
-		rewinds, lookback, floors, keys, positions, !p.ContinueOnly)
+		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -254,8 +261,9 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		var cursor *string
 		var reach *time.Time
 		var now time.Time
+		var earliest *time.Time
 		if err := rows.Scan((*[16]byte)(&r.ID), &r.Topic, &r.Key, &r.Payload, &r.Headers, &r.AggregateType,
-			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor, &reach, &now); err != nil {
+			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor, &reach, &now, &earliest); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -267,6 +275,9 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 				rep.Now, rep.Cut = now, reach != nil
 				if reach != nil {
 					rep.Reach = *reach
+				}
+				if earliest != nil {
+					rep.Earliest = *earliest
 				}
 			}
 		}

@@ -229,7 +229,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	conn := claimSession(t, d)
 	for _, name := range []string{"claim", "claim_by_key"} {
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true)`)
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true)`
+	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`
 	stmts := []string{"claim", "claim_by_key"}
 	for _, name := range stmts {
 		// The first run makes the plan, on the empty table.
@@ -378,7 +378,7 @@ func claimSession(t *testing.T, d *postgres.Dialect) *pgxpool.Conn {
 	}
 	t.Cleanup(conn.Release)
 	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
-		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text, bigint, bigint, bigint[], text[], bigint[], bool) AS `+stmt); err != nil {
+		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text, bigint, bigint, bigint[], text[], bigint[], bool, text[], bigint[]) AS `+stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -416,7 +416,7 @@ func TestAKeysHeadIsFoundByItsKeyNotByAWalkOfThePending(t *testing.T) {
 	}
 	// Continuations only: the keys k0..k49 from their start, no walk.
 	args := `(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', 0, 1000, NULL, ARRAY[` +
-		strings.Join(keys, ",") + `]::text[], ARRAY[` + strings.Join(positions, ",") + `]::bigint[], false)`
+		strings.Join(keys, ",") + `]::text[], ARRAY[` + strings.Join(positions, ",") + `]::bigint[], false, NULL, NULL)`
 	for _, name := range []string{"claim", "claim_by_key"} {
 		// The claim pool's plans are generic, made at the first run: here
 		// while few rows are pending.
@@ -508,7 +508,7 @@ func TestClaimByKeyCostDoesNotGrowWithDepthBehindBusyHeads(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true)`).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
@@ -594,7 +594,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', `+bounds+`, '{}'::text[], '{}'::bigint[], true)`).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', `+bounds+`, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
 		}
 		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead, plan[0].Plan.ActualRows
@@ -729,5 +729,136 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 			out, _ := json.MarshalIndent(top, "", " ")
 			t.Errorf("%s walked %v with a filter on the ids, %d buffers for 64 rows it knows the ids of:\n%s", s.name, walks, top.SharedHit, out)
 		}
+	}
+}
+
+// Under a held snapshot, floors read long ago leave a head's probe to walk
+// back over the versions of every row of its key delivered since; the
+// key's position (where the relay finished its last run) stops the probe
+// right behind the row. The position only narrows the probe: a row above
+// it that is still processing keeps the next row of its key back.
+func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, 0)
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	reader, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM `+tbl); err != nil {
+		t.Fatal(err)
+	}
+	// The floors, read while nothing was pending; then 3,000 rows over 10
+	// keys, claimed and delivered under the snapshot.
+	p, err := d.OutboxProbe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floors, err := d.OutboxFloors(ctx, p.Last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
+		SELECT 't', 'k' || (g % 10), '{}' FROM generate_series(1, 3000) AS g`); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		out := make([]dialects.Outcome, len(rows))
+		for i, r := range rows {
+			out[i] = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered}
+		}
+		if _, err := d.OutboxComplete(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lookedAt := time.Now()
+	// Each key's position: its last delivered row. Key k9 gets a row that
+	// another replica holds (processing) before its fresh one.
+	var keys []string
+	var positions []int64
+	rows, err := d.Pool().Query(ctx, `SELECT key, max(sequence) FROM `+tbl+` GROUP BY key ORDER BY key COLLATE "C"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var pos int64
+		if err := rows.Scan(&k, &pos); err != nil {
+			t.Fatal(err)
+		}
+		keys, positions = append(keys, "'"+k+"'"), append(positions, pos)
+	}
+	if rows.Err() != nil || len(keys) != 10 {
+		t.Fatalf("positions of %d keys: %v", len(keys), rows.Err())
+	}
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
+		VALUES ('held', 'k9', '{}', 'processing', gen_random_uuid(), now(), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'fresh', 'k' || g, '{}' FROM generate_series(0, 9) AS g`); err != nil {
+		t.Fatal(err)
+	}
+	conn := claimSession(t, d)
+	claim := func(pos string) (int, []string) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		groups := make([]string, len(floors.Groups))
+		for i, f := range floors.Groups {
+			groups[i] = strconv.FormatInt(f, 10)
+		}
+		lookback := (time.Since(lookedAt) + 250*time.Millisecond).Milliseconds()
+		args := fmt.Sprintf(`(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', %d, %d, '{%s}'::bigint[], '{}'::text[], '{}'::bigint[], true, %s)`,
+			floors.Rewinds, lookback, strings.Join(groups, ","), pos)
+		var plan []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim`+args).Scan(&plan); err != nil || len(plan) != 1 {
+			t.Fatalf("explain: %v", err)
+		}
+		if _, err := tx.Exec(ctx, `EXECUTE claim`+args); err != nil {
+			t.Fatal(err)
+		}
+		var taken []string
+		r, err := tx.Query(ctx, `SELECT key FROM `+tbl+` WHERE topic = 'fresh' AND state = 'processing' ORDER BY key`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken, err = pgx.CollectRows(r, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead, taken
+	}
+	ps := make([]string, len(positions))
+	for i, p := range positions {
+		ps[i] = strconv.FormatInt(p, 10)
+	}
+	withFloors, takenF := claim("NULL, NULL")
+	withPositions, takenP := claim(fmt.Sprintf("ARRAY[%s]::text[], ARRAY[%s]::bigint[]", strings.Join(keys, ","), strings.Join(ps, ",")))
+	want := "k0 k1 k2 k3 k4 k5 k6 k7 k8"
+	if got := strings.Join(takenF, " "); got != want {
+		t.Errorf("with the floors, the claim took the fresh rows of %s; want %s (k9's waits behind the row held)", got, want)
+	}
+	if got := strings.Join(takenP, " "); got != want {
+		t.Errorf("with the positions, the claim took the fresh rows of %s; want %s (k9's waits behind the row held)", got, want)
+	}
+	t.Logf("buffers for 9 fresh heads behind 300 delivered rows per key under a held snapshot: %d with old floors, %d with positions", withFloors, withPositions)
+	if withPositions*3 > withFloors {
+		t.Errorf("the claim with positions read %d buffers, with old floors only %d: the positions do not bound the heads' probes", withPositions, withFloors)
 	}
 }

@@ -15,12 +15,15 @@ gate AS (
 
 -- fragment: Bounds
 -- The relay's bounds as the CTE bounds: ok while the rewind counter stands
--- where they were made (the dot's first parameter; NULL: no bounds), and
--- the floors of the groups of keys (its second).
+-- where they were made (the dot's first parameter; NULL: no bounds), the
+-- floors of the groups of keys (its second), and the keys' positions: the
+-- keys in bytewise order (its third) and their positions (its fourth).
 bounds AS (
     SELECT {{index . 0}}::bigint IS NOT NULL
            AND {{index . 0}}::bigint = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}) AS ok,
-           {{index . 1}}::bigint[] AS floors
+           {{index . 1}}::bigint[] AS floors,
+           {{index . 2}}::text[] AS pkeys,
+           {{index . 3}}::bigint[] AS ppos
 )
 
 -- fragment: Settled
@@ -36,21 +39,34 @@ CASE WHEN (SELECT ok FROM bounds)
      THEN COALESCE((SELECT fl.f[(hashtext({{.}}) & (cardinality(fl.f) - 1)) + 1] FROM (SELECT floors AS f FROM bounds) AS fl), 0)
      ELSE 0 END
 
+-- fragment: Position
+-- The sequence from which the key (the dot) may have a pending or
+-- processing row, after its position among the bounds' positions, while
+-- the bounds hold (every row of the key up to the position is delivered or
+-- dead); 0 when the key has none. A binary search (width_bucket) of the
+-- keys, which are in bytewise order, hence the "C" collation.
+COALESCE((SELECT CASE WHEN p.k[p.i] = {{.}} THEN p.p[p.i] + 1 END
+            FROM (SELECT pkeys AS k, ppos AS p, width_bucket({{.}} COLLATE "C", pkeys) AS i
+                    FROM bounds WHERE ok AND pkeys IS NOT NULL) AS p), 0)
+
 -- fragment: Head
 -- The row o (the dot names it), keyed, is the head of its key: no earlier
 -- row of its key is pending or processing. One probe of
 -- idx_outbox_key_sequence, backwards from the row (ORDER BY ... DESC LIMIT
--- 1) and down to the key's floor, whatever the statistics say about the
+-- 1) and down to the key's floor or position, whatever the statistics say about the
 -- key: with one hot key they make a sequential scan look cheaper, and that
 -- plan is quadratic. Backwards, because the front of a busy key's range in
 -- the index is full of entries of rows already delivered (dead until
 -- vacuum): a row behind a busy head finds its live predecessor at once; the
 -- floor keeps a head's probe from walking the entries that a long
--- transaction elsewhere keeps alive.
+-- transaction elsewhere keeps alive, and the key's position, when the
+-- relay knows it, from those of the rows delivered since the floors were
+-- read.
 (SELECT b.{{c "sequence"}} FROM {{t}} AS b
   WHERE b.{{c "key"}} = {{.}}.{{c "key"}}
     AND b.{{c "sequence"}} < {{.}}.{{c "sequence"}}
-    AND b.{{c "sequence"}} >= {{template "Floor" (printf "%s.%s" . (c "key"))}}
+    AND b.{{c "sequence"}} >= GREATEST({{template "Floor" (printf "%s.%s" . (c "key"))}},
+                                       {{template "Position" (printf "%s.%s" . (c "key"))}})
     AND b.{{c "state"}} IN ('pending', 'processing')
   ORDER BY b.{{c "key"}} DESC, b.{{c "sequence"}} DESC
   LIMIT 1) IS NULL
@@ -122,8 +138,9 @@ followers AS (
 
 -- fragment: ClaimUpdate
 -- Stamps the heads and followers, and returns the rows with the CTE
--- cursor's key (where the next claim by key goes on) and the CTE walked's
--- reach (how far in schedule order a walk that stopped at its limit got).
+-- cursor's key (where the next claim by key goes on), the CTE walked's
+-- reach (how far in schedule order a walk that stopped at its limit got),
+-- the claim's time, and when the earliest row the walk took became due.
 -- The update finds the rows by ctid (a TID scan), not by a second walk of
 -- the primary key: heads are locked, so their ctid cannot change under us,
 -- and a follower that was updated meanwhile is re-checked against the new
@@ -142,7 +159,7 @@ UPDATE {{t}} AS o
    AND o.{{c "state"}} = (SELECT 'pending')
 RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "payload"}}, o.{{c "headers"}},
           o.{{c "aggregate_type"}}, o.{{c "attempt"}}, o.{{c "max_attempts"}}, o.{{c "sequence"}}, o.{{c "created_at"}},
-          (SELECT k FROM cursor), (SELECT reach FROM reach), now()
+          (SELECT k FROM cursor), (SELECT reach FROM reach), now(), (SELECT earliest FROM reach)
 
 -- name: OutboxClaim
 -- The claim that finds heads in schedule order: cheapest when heads are
@@ -154,7 +171,8 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- rewind counter the bounds were made at (NULL: no bounds), $10 how far
 -- back, in ms, the walk looks for due rows (NULL: from the start), $11 the
 -- floors of the groups of keys (NULL: none), $12/$13 the keys to continue
--- and their positions.
+-- and their positions, $15/$16 keys in bytewise order and their positions,
+-- which bound the head rule's probe (NULL: none).
 --
 -- gate: keyed rows are claimable only up to the watermark w: every
 -- transaction that could still commit an earlier row of their key has ended
@@ -170,7 +188,7 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- followers: for each keyed head, the pending rows right behind it, in
 -- sequence order, up to the first row that is processing, waiting for a
 -- retry, or beyond the watermark; the claim stays within $1.
-WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11")}}, {{template "ClaimContinued"}}, walked AS (
+WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, walked AS (
     SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq, o.{{c "scheduled_at"}} AS at
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
@@ -192,7 +210,8 @@ WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "
 ), cursor AS (
     SELECT $8::text AS k, $14::bool AS discover
 ), reach AS (
-    SELECT CASE WHEN count(*) > 0 AND count(*) >= $4 - (SELECT count(*) FROM continued) THEN max(at) END AS reach
+    SELECT CASE WHEN count(*) > 0 AND count(*) >= $4 - (SELECT count(*) FROM continued) THEN max(at) END AS reach,
+           min(at) AS earliest
       FROM walked
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
@@ -217,7 +236,7 @@ WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "
 -- nullkey, emptykey: rows without a key, from the same index (its null and
 -- empty-key ranges, in sequence order), so that this claim, like
 -- OutboxClaim, considers every due row.
-WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11")}}, {{template "ClaimContinued"}}, after AS (
+WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
       WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
@@ -297,7 +316,7 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (l
 ), cursor AS (
     SELECT max(k) AS k FROM keyed
 ), reach AS (
-    SELECT NULL::timestamptz AS reach, $10::bigint AS lookback
+    SELECT NULL::timestamptz AS reach, NULL::timestamptz AS earliest, $10::bigint AS lookback
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
@@ -308,7 +327,7 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (l
 -- bounds, $5 the floors. It reads every version behind the lookback, and
 -- takes no lock: the relay runs it off the claims' path, as rarely as its
 -- cost asks, and lets its next claim look back that far.
-WITH {{template "Gate" (list "$1" "$2" "$3")}}, {{template "Bounds" (list "$4" "$5")}}
+WITH {{template "Gate" (list "$1" "$2" "$3")}}, {{template "Bounds" (list "$4" "$5" "NULL" "NULL")}}
 SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
   FROM {{t}} AS o
  WHERE o.{{c "state"}} = 'pending'
