@@ -85,6 +85,10 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The next variant starts on a server without this one's table: its
+	// versions, and autovacuum's work on them once the hold ends, are not
+	// the next variant's.
+	defer e.dropSchema(d)
 	cfg := e.config(d)
 	eng, rec, stop, err := e.recording(ctx, cfg)
 	if err != nil {
