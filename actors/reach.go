@@ -129,11 +129,19 @@ const (
 // transaction stays open (at 20 each they took 15%, and the claims' tail
 // latency rose with it). minStragglerLook is the shortest time between two
 // looks for stragglers, which are rare.
+//
+// maxFloorsLook bounds the time between two reads of the floors instead:
+// the floors only narrow the head rule's probes, and once they are more than
+// positionsAfter old the keys' positions narrow them further, so a read
+// that takes seconds under a long transaction comes no more often than its
+// cost allows (a read of 6.5 s once a minute, seen in a ten-minute hold,
+// was a tenth of a core of the database).
 const (
 	fullLookFactor       = 20
 	backgroundLookFactor = 50
 	minFullLook          = 10 * time.Millisecond
 	maxFullLook          = time.Minute
+	maxFloorsLook        = 10 * time.Minute
 	minStragglerLook     = time.Second
 )
 
@@ -452,7 +460,7 @@ func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
 		}
 		return
 	}
-	r.nextFloors = r.clock.Now().Add(min(max(backgroundLookFactor*took, minFullLook), maxFullLook))
+	r.nextFloors = r.clock.Now().Add(min(max(backgroundLookFactor*took, minFullLook), maxFloorsLook))
 	if f.Rewinds == r.rewinds {
 		r.floors, r.floorsAt, r.floorsReadAt = f.Groups, f.Rewinds, r.clock.Now()
 	}
