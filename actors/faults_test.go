@@ -231,6 +231,43 @@ func TestRetentionDeletesOldRows(t *testing.T) {
 	}
 }
 
+// countingPurges is the real dialect with its retention deletes counted.
+type countingPurges struct {
+	dialects.Dialect
+	purges, waits *atomic.Int64
+}
+
+func (c countingPurges) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (int, error) {
+	c.purges.Add(1)
+	return c.Dialect.OutboxPurge(ctx, p)
+}
+
+func (c countingPurges) OutboxPurgeWait(ctx context.Context, s dialects.State, age time.Duration) (time.Duration, error) {
+	c.waits.Add(1)
+	return c.Dialect.OutboxPurgeWait(ctx, s, age)
+}
+
+// Once retention has deleted every row old enough, it learns when the
+// oldest row left comes of age and does not delete again before then: a
+// delete that finds nothing reads the whole table on PostgreSQL.
+func TestRetentionWaitsUntilTheOldestRowComesOfAge(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.routeAllTo(func() (sinks.Sink, error) { return nullsink.New(), nil })
+	h.insert(rows(2, 5, 0, func(int) int { return 0 }))
+	var purges, waits atomic.Int64
+	h.opts.Dialect = countingPurges{Dialect: h.d, purges: &purges, waits: &waits}
+	h.opts.Retention = actors.Retention{Delivered: time.Hour, Interval: 20 * time.Millisecond, BatchSize: 100}
+	h.start()
+	h.waitState(dialects.Delivered, 10, time.Minute)
+	testkit.Eventually(t, "retention to learn when the oldest row comes of age", 30*time.Second, testkit.True(func() bool { return waits.Load() > 0 }))
+	before := purges.Load()
+	time.Sleep(300 * time.Millisecond) // 15 intervals
+	if n := purges.Load() - before; n > 1 {
+		t.Fatalf("%d retention deletes in 15 intervals after learning that no row is an hour old before an hour from now", n)
+	}
+}
+
 // failingRenewals is the real dialect whose lease renewals always fail, as
 // when the replica's path to the database is cut for renewals only.
 type failingRenewals struct{ dialects.Dialect }

@@ -373,6 +373,11 @@ type Relay interface {
 	// OutboxPurge deletes up to p.Batch rows in p.State that were last
 	// updated more than p.OlderThan ago.
 	OutboxPurge(ctx context.Context, p PurgeParams) (int, error)
+	// OutboxPurgeWait is how long until a row in state was last updated
+	// more than olderThan ago: until its oldest row is that old (0 or less:
+	// one is), or olderThan when none is in the state. A row's updated_at
+	// only moves forward, so a purge before then would find nothing.
+	OutboxPurgeWait(ctx context.Context, state State, olderThan time.Duration) (time.Duration, error)
 	// OutboxProbe reads where the outbox sequence stands, then the
 	// database's running transactions: cheap enough to run every few
 	// milliseconds, it is how an idle relay learns that rows arrived, and

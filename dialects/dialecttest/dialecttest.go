@@ -629,7 +629,26 @@ func testPurge(t *testing.T, h Harness) {
 	if n, err := d.OutboxPurge(ctx(t), dialects.PurgeParams{State: dialects.Delivered, OlderThan: time.Hour, Batch: 100}); err != nil || n != 0 {
 		t.Fatalf("purged %d fresh rows (%v)", n, err)
 	}
+	// Rows delivered just now are an hour from being old enough; with none
+	// in a state, a row that enters it now is.
+	wait := func(state dialects.State, age time.Duration) time.Duration {
+		t.Helper()
+		w, err := d.OutboxPurgeWait(ctx(t), state, age)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	if w := wait(dialects.Delivered, time.Hour); w < 59*time.Minute || w > time.Hour {
+		t.Fatalf("rows delivered just now are old enough in %s, want just under an hour", w)
+	}
+	if w := wait(dialects.Pending, 2*time.Hour); w != 2*time.Hour {
+		t.Fatalf("with no pending row, a pending row is old enough in %s, want the age, 2h", w)
+	}
 	h.Exec(t, d, h.BackdateUpdated, "delivered", 2)
+	if w := wait(dialects.Delivered, time.Hour); w > -59*time.Minute {
+		t.Fatalf("rows delivered two hours ago are old enough in %s, want an hour ago", w)
+	}
 	total := 0
 	for {
 		n, err := d.OutboxPurge(ctx(t), dialects.PurgeParams{State: dialects.Delivered, OlderThan: time.Hour, Batch: 4})

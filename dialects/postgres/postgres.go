@@ -59,6 +59,7 @@ type Catalog struct {
 	OutboxCompleteAttempts                                           string
 	OutboxReleaseExpired                                             string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge           string
+	OutboxPurgeWait                                                  string
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert              string
 	OutboxPendingDue, OutboxCountByTopicState                        string
 	OutboxBlockedKeys, OutboxDeadGroups                              string
@@ -523,6 +524,13 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+func (d *Dialect) OutboxPurgeWait(ctx context.Context, state dialects.State, olderThan time.Duration) (_ time.Duration, err error) {
+	defer func() { err = mapError(err) }()
+	var wait int64
+	err = d.pool.QueryRow(ctx, d.q.OutboxPurgeWait, string(state), ms(olderThan)).Scan(&wait)
+	return time.Duration(wait) * time.Millisecond, err
 }
 
 // OutboxProbe reads the sequence, then a snapshot, as two statements (the

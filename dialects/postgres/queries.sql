@@ -563,6 +563,16 @@ DELETE FROM {{t}}
           LIMIT $3
             FOR UPDATE SKIP LOCKED))
 
+-- name: OutboxPurgeWait
+-- $1 state, $2 age in ms: how long, in ms, until the oldest row in the
+-- state was last updated more than the age ago ($2 when none is in it).
+-- Without an index on updated_at this reads the table, as a purge that
+-- finds nothing does: the relay runs it when a purge found nothing more,
+-- and purges again only then.
+SELECT COALESCE((EXTRACT(EPOCH FROM min({{c "updated_at"}}) - now()) * 1000)::bigint + $2::bigint, $2::bigint)
+  FROM {{t}}
+ WHERE {{c "state"}} = $1::text
+
 -- name: OutboxCountByState
 SELECT {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "state"}}
 

@@ -192,6 +192,14 @@ DELETE TOP (@p3) FROM {{t}} WITH (ROWLOCK, READPAST)
    AND {{c "updated_at"}} < DATEADD(second, -@p2, SYSUTCDATETIME());
 SELECT @@ROWCOUNT;
 
+-- name: OutboxPurgeWait
+-- @p1 state, @p2 age in seconds: how long, in ms, until the oldest row in
+-- the state was last updated more than the age ago (the age when none is in
+-- it). One seek of idx_outbox_state_updated.
+SELECT COALESCE(DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), DATEADD(second, @p2, MIN({{c "updated_at"}}))), CAST(@p2 AS BIGINT) * 1000)
+  FROM {{t}}
+ WHERE {{c "state"}} = @p1;
+
 -- name: OutboxCountByState
 SELECT {{c "state"}}, COUNT_BIG(*) FROM {{t}} GROUP BY {{c "state"}};
 

@@ -54,6 +54,7 @@ type Catalog struct {
 	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired string
 	OutboxCompleteAttempts                                               string
 	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge               string
+	OutboxPurgeWait                                                      string
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert                  string
 	OutboxPendingDue, OutboxCountByTopicState, OutboxNextDue             string
 	OutboxHorizon                                                        string
@@ -419,6 +420,13 @@ func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ in
 		}
 	}
 	return total, nil
+}
+
+func (d *Dialect) OutboxPurgeWait(ctx context.Context, state dialects.State, olderThan time.Duration) (_ time.Duration, err error) {
+	defer func() { err = MapError(err) }()
+	var wait int64
+	err = d.db.QueryRowContext(ctx, d.q.OutboxPurgeWait, string(state), dateaddArg(int64(olderThan/time.Second))).Scan(&wait)
+	return time.Duration(wait) * time.Millisecond, err
 }
 
 func (d *Dialect) OutboxStats(ctx context.Context) (_ dialects.Stats, err error) {
