@@ -190,6 +190,16 @@ func newClaimer(c claimer) *claimer {
 	return &c
 }
 
+// horizonHeld says whether, at the janitor's last look, a transaction had
+// held the database's horizon back for heldAfter or longer (see reach.held).
+func (c *claimer) horizonHeld() bool {
+	if c.stats == nil {
+		return false
+	}
+	h := c.stats.Horizon.Load()
+	return h != nil && h.Holder != nil && !h.Holder.Since.IsZero() && time.Since(h.Holder.Since) >= heldAfter
+}
+
 func (c *claimer) threshold() int {
 	return max(1, min(c.batchSize, c.maxInFlight)/4)
 }
@@ -313,6 +323,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	c.pace.hold() // the claim probes first; ticks meanwhile would be ignored
 	heads, run := c.heads.next(limit)
+	c.reach.held = c.horizonHeld()
 	plan := c.reach.plan(c.choice.pick(c.heads.run), heads)
 	kind := plan.kind
 	if plan.continueOnly && len(plan.continued) == 0 {

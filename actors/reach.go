@@ -26,19 +26,20 @@ import (
 //     writer. A row's scheduled_at is its transaction's start: a
 //     transaction that inserts more than the margin after it began, and
 //     commits between two looks, leaves a row behind the lookback (a
-//     straggler). The margin is lookbackMargin at least every wideEvery,
-//     and in between twice the lateness the walks have seen lately (how
-//     long before the previous walk the rows that the next one took became
-//     due), plus minMargin: every walk passes over the versions of every
-//     row that became due in its margin, and a long transaction elsewhere
+//     straggler). The margin is lookbackMargin; while a long transaction
+//     holds the horizon back (held), it is lookbackMargin at least every
+//     wideEvery, and in between twice the lateness the walks have seen
+//     lately (how long before the previous walk the rows that the next one
+//     took became due), plus minMargin: every walk passes over the versions
+//     of every row that became due in its margin, and such a transaction
 //     keeps them all (at 1,000 rows/s and a claim every 6 ms, a margin of
 //     250 ms walked 250 versions a claim for a few rows).
 //   - floors: per group of keys, a sequence below which no row is pending
 //     or processing (OutboxFloors); the head rule's probe stops there.
-//   - positions: the keys whose runs this replica finished lately, each
-//     with its run's last sequence, once the floors are older than
-//     positionsAfter (a long transaction makes them expensive to read, and
-//     so rare). The head rule's probe of a row of such a key stops at its
+//   - positions: while held, the keys whose runs this replica finished
+//     lately, each with its run's last sequence, once the floors are older
+//     than positionsAfter (a long transaction makes them expensive to
+//     read, and so rare). The head rule's probe of a row of such a key stops at its
 //     position rather than at its group's floor: between the two lie the
 //     versions of every row of the key delivered since the floors were
 //     read (seen: 130 of them per probe, a floor a minute old, at 1 row/s
@@ -95,6 +96,12 @@ type reach struct {
 	// blind: the gate cannot tell settled rows, so floors (which count on
 	// every row up to the watermark being visible) are not used.
 	blind bool
+	// held: a transaction has held the database's horizon back for
+	// heldAfter or longer (the janitor's look at it), so that vacuum keeps
+	// every version: the walks take the narrow margin, and the claims carry
+	// the keys' positions. Otherwise vacuum keeps up, the index scans skip
+	// the versions cheaply, and the claims do as they always did.
+	held bool
 	// lastWalk is the database time of the last walk in schedule order that
 	// was not cut (zero: none since the anchor moved back); late and
 	// latePrev the largest lateness seen in this window of lateWindow
@@ -160,6 +167,10 @@ const (
 	positionsAfter = time.Second
 	positionsEvery = 100 * time.Millisecond
 )
+
+// heldAfter is how long a transaction must have held the horizon back
+// before the claims behave as under a long transaction.
+const heldAfter = 5 * time.Second
 
 // keyPos is a key's position and when it was last updated (posCount).
 type keyPos struct {
@@ -320,13 +331,15 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 	}
 	if p.kind == scheduleClaim {
 		if p.full = r.anchor.IsZero(); !p.full {
-			margin := r.margin(now)
-			if !now.Before(r.nextWide) {
-				margin, r.nextWide = lookbackMargin, now.Add(wideEvery)
+			margin := lookbackMargin
+			if r.held && now.Before(r.nextWide) {
+				margin = r.margin(now)
+			} else if r.held {
+				r.nextWide = now.Add(wideEvery)
 			}
 			b.Lookback = now.Sub(r.anchor) + margin
 		}
-		if !r.blind && (r.floors == nil || now.Sub(r.floorsReadAt) >= positionsAfter) {
+		if r.held && !r.blind && (r.floors == nil || now.Sub(r.floorsReadAt) >= positionsAfter) {
 			b.Positions = r.sortedPositions(now)
 		}
 	}

@@ -114,32 +114,34 @@ func TestReachLooksBackOnlyToTheLastLook(t *testing.T) {
 		t.Fatalf("105 ms after the last claim was planned: %+v, want a lookback of 105 ms plus the margin", p.bounds)
 	}
 	// A walk cut at its limit reached rows due 30 ms before the claim: the
-	// next one looks back to there, with the narrow margin (the last walk
-	// with the whole margin was 10 ms ago, and no row came late).
+	// next one looks back to there.
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now(), Cut: true, Reach: clk.Now().Add(-30 * time.Millisecond)}, time.Millisecond, time.Time{})
 	clk.advance(10 * time.Millisecond)
-	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 40*time.Millisecond+minMargin {
-		t.Fatalf("after a cut walk: lookback %s, want 40 ms plus the narrow margin", p.bounds.Lookback)
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 40*time.Millisecond+lookbackMargin {
+		t.Fatalf("after a cut walk: lookback %s, want 40 ms plus the margin", p.bounds.Lookback)
 	}
 	// Keyed rows waiting for a writer since 5 ms ago hold the look back
 	// there, however long they wait.
 	waiting := clk.Now().Add(-5 * time.Millisecond)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
 	clk.advance(200 * time.Millisecond)
-	p = r.plan(scheduleClaim, 10) // wide: the last wide walk was 210 ms ago
+	p = r.plan(scheduleClaim, 10)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, waiting)
-	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 205*time.Millisecond+minMargin {
-		t.Fatalf("while rows wait for a writer: lookback %s, want 205 ms plus the narrow margin", p.bounds.Lookback)
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 205*time.Millisecond+lookbackMargin {
+		t.Fatalf("while rows wait for a writer: lookback %s, want 205 ms plus the margin", p.bounds.Lookback)
 	}
 }
 
-// A walk looks back with the whole lookbackMargin at least every
-// wideEvery; the walks in between, with twice the lateness seen lately
-// plus minMargin: how long before the previous walk looked the rows that a
-// walk took became due. A window without late rows narrows it again.
+// While a long transaction holds the horizon back, a walk looks back with
+// the whole lookbackMargin at least every wideEvery; the walks in between,
+// with twice the lateness seen lately plus minMargin: how long before the
+// previous walk looked the rows that a walk took became due. A window
+// without late rows narrows it again. Without such a transaction every
+// walk has the whole margin.
 func TestReachsMarginFollowsTheRowsLateness(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
+	r.held = true
 	r.observe(dialects.Probe{Rewinds: 1})
 	var last time.Time // when the last walk was planned: the anchor
 	walk := func(earliest time.Duration) time.Duration {
@@ -195,6 +197,10 @@ func TestReachsMarginFollowsTheRowsLateness(t *testing.T) {
 	walk(100 * time.Millisecond)
 	if m := walk(0); m != minMargin {
 		t.Fatalf("after a walk that followed a cut one: margin %s, want %s", m, minMargin)
+	}
+	r.held = false
+	if m := walk(0); m != lookbackMargin {
+		t.Fatalf("with the horizon no longer held: margin %s, want %s", m, lookbackMargin)
 	}
 }
 
@@ -331,13 +337,15 @@ func TestReleasePaceFollowsTheLooksCost(t *testing.T) {
 	}
 }
 
-// Once the floors are older than positionsAfter, a claim in schedule order
-// carries the positions of the keys whose runs finished, in bytewise key
-// order, each at its furthest; at most maxPositions of them, the most
-// recently updated; none after a replay.
+// While a long transaction holds the horizon back, and once the floors are
+// older than positionsAfter, a claim in schedule order carries the
+// positions of the keys whose runs finished, in bytewise key order, each at
+// its furthest; at most maxPositions of them, the most recently updated;
+// none after a replay, nor without such a transaction.
 func TestReachCarriesKeysPositionsWhenTheFloorsAreOld(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
+	r.held = true
 	r.observe(dialects.Probe{Rewinds: 1})
 	p := r.plan(scheduleClaim, 10)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
@@ -372,6 +380,11 @@ func TestReachCarriesKeysPositionsWhenTheFloorsAreOld(t *testing.T) {
 	if last := p.bounds.Positions[len(p.bounds.Positions)-1]; last.Key != fmt.Sprintf("k%05d", 2*maxPositions-1) {
 		t.Fatalf("the last position is %v, want the most recent key's", last)
 	}
+	r.held = false
+	if p := r.plan(scheduleClaim, 10); p.bounds.Positions != nil {
+		t.Fatalf("with the horizon no longer held: positions %v, want none", p.bounds.Positions)
+	}
+	r.held = true
 	r.observe(dialects.Probe{Rewinds: 2})
 	if p := r.plan(scheduleClaim, 10); p.bounds.Positions != nil {
 		t.Fatalf("after a replay: positions %v, want none", p.bounds.Positions)
