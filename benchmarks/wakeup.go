@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
 )
@@ -329,9 +330,12 @@ func withDatabase(dsn, db string) (string, error) {
 // idleCost counts the transactions the relays' database ran over
 // idleWindow while the replicas had nothing to do, after letting them
 // settle. It reads the count from the bench's own database, so that its
-// reads are not counted.
+// reads are not counted. The start read each replica's /metrics, and a
+// replica whose counts were read keeps its cheap reads going for
+// admin.WatchedFor (as for an operator's open page): the count waits that
+// out.
 func (e *env) idleCost(ctx context.Context, r *wakeRelay, db *idleDatabase, n int) (Result, error) {
-	if err := sleepCtx(ctx, defaultQuiet); err != nil {
+	if err := sleepCtx(ctx, max(defaultQuiet, admin.WatchedFor+5*time.Second)); err != nil {
 		return Result{}, err
 	}
 	conn, err := pgx.Connect(ctx, e.url)
