@@ -536,39 +536,14 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 	ctx := context.Background()
 	d := open(t, 0)
 	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
-	reader, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Rollback(ctx)
-	if _, err := reader.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reader.Exec(ctx, `SELECT count(*) FROM `+tbl); err != nil {
-		t.Fatal(err)
-	}
+	holdSnapshot(t, d)
 	// 6,000 rows over 100 keys, claimed and delivered under the snapshot.
 	for round := range 3 {
 		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
 			SELECT 't', 'k' || (g % 100), '{}' FROM generate_series(1, 2000) AS g`); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(rows) == 0 {
-				break
-			}
-			out := make([]dialects.Outcome, len(rows))
-			for i, r := range rows {
-				out[i] = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered}
-			}
-			if _, err := d.OutboxComplete(ctx, out); err != nil {
-				t.Fatal(err)
-			}
-		}
+		deliverAll(t, d)
 		t.Logf("round %d delivered", round)
 	}
 	lookedAt := time.Now() // where the relay's last walk looked: everything before is claimed
@@ -742,17 +717,7 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 	ctx := context.Background()
 	d := open(t, 0)
 	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
-	reader, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Rollback(ctx)
-	if _, err := reader.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reader.Exec(ctx, `SELECT count(*) FROM `+tbl); err != nil {
-		t.Fatal(err)
-	}
+	holdSnapshot(t, d)
 	// The floors, read while nothing was pending; then 3,000 rows over 10
 	// keys, claimed and delivered under the snapshot.
 	p, err := d.OutboxProbe(ctx)
@@ -767,22 +732,7 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 		SELECT 't', 'k' || (g % 10), '{}' FROM generate_series(1, 3000) AS g`); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rows) == 0 {
-			break
-		}
-		out := make([]dialects.Outcome, len(rows))
-		for i, r := range rows {
-			out[i] = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered}
-		}
-		if _, err := d.OutboxComplete(ctx, out); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deliverAll(t, d)
 	lookedAt := time.Now()
 	// Each key's position: its last delivered row. Key k9 gets a row that
 	// another replica holds (processing) before its fresh one.
@@ -860,5 +810,45 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 	t.Logf("buffers for 9 fresh heads behind 300 delivered rows per key under a held snapshot: %d with old floors, %d with positions", withFloors, withPositions)
 	if withPositions*3 > withFloors {
 		t.Errorf("the claim with positions read %d buffers, with old floors only %d: the positions do not bound the heads' probes", withPositions, withFloors)
+	}
+}
+
+// holdSnapshot holds a REPEATABLE READ snapshot of the database, taken now,
+// until the test ends: vacuum can remove no version made after it.
+func holdSnapshot(t *testing.T, d *postgres.Dialect) {
+	t.Helper()
+	ctx := context.Background()
+	reader, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reader.Rollback(ctx) })
+	if _, err := reader.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, `SELECT 1 FROM pg_class LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deliverAll claims and delivers every claimable row.
+func deliverAll(t *testing.T, d *postgres.Dialect) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			return
+		}
+		out := make([]dialects.Outcome, len(rows))
+		for i, r := range rows {
+			out[i] = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDelivered}
+		}
+		if _, err := d.OutboxComplete(ctx, out); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
