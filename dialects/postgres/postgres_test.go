@@ -550,14 +550,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'fresh', 'k' || g, '{}' FROM generate_series(1, 10) AS g`); err != nil {
 		t.Fatal(err)
 	}
-	p, err := d.OutboxProbe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	floors, err := d.OutboxFloors(ctx, p.Last)
-	if err != nil {
-		t.Fatal(err)
-	}
+	floors := readFloors(t, d)
 	conn := claimSession(t, d)
 	buffers := func(bounds string) (int, float64) {
 		t.Helper()
@@ -720,14 +713,7 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 	holdSnapshot(t, d)
 	// The floors, read while nothing was pending; then 3,000 rows over 10
 	// keys, claimed and delivered under the snapshot.
-	p, err := d.OutboxProbe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	floors, err := d.OutboxFloors(ctx, p.Last)
-	if err != nil {
-		t.Fatal(err)
-	}
+	floors := readFloors(t, d)
 	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
 		SELECT 't', 'k' || (g % 10), '{}' FROM generate_series(1, 3000) AS g`); err != nil {
 		t.Fatal(err)
@@ -851,4 +837,18 @@ func deliverAll(t *testing.T, d *postgres.Dialect) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// readFloors reads the floors up to the sequence's last value.
+func readFloors(t *testing.T, d *postgres.Dialect) dialects.Floors {
+	t.Helper()
+	p, err := d.OutboxProbe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	floors, err := d.OutboxFloors(context.Background(), p.Last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return floors
 }
