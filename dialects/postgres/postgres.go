@@ -592,15 +592,6 @@ func (d *Dialect) writers(ctx context.Context, query string) (_ []dialects.Write
 	})
 }
 
-// uuids turns ids into the element type pgx encodes directly.
-func uuids(ids []uuid.UUID) [][16]byte {
-	out := make([][16]byte, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
-}
-
 // mapError maps native errors that a user can act on to the seam's own:
 // "relation does not exist" to dialects.ErrNoTable, a failed connection to
 // dialects.ErrUnreachable (with the driver's last line, which names the
