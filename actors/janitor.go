@@ -113,8 +113,8 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 	}
 }
 
-// purge deletes the rows older than their state's retention. Once a state
-// has none left, it learns when its oldest row comes of age, and skips the
+// purge deletes the rows older than their state's retention. When a pass
+// finds none in a state, it learns when its oldest row comes of age, and skips the
 // state until then (at most maxPurgeWait): PostgreSQL has no index on
 // updated_at, so a delete that finds nothing reads the whole table, and a
 // long transaction elsewhere makes that table every version since it began
@@ -146,7 +146,9 @@ func (j *janitor) purge() {
 				break
 			}
 		}
-		if done {
+		if done && total == 0 {
+			// Nothing was old enough. (A pass that deleted some rows finds
+			// more in the next: the rows come of age all the time.)
 			ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
 			wait, err := j.dialect.OutboxPurgeWait(ctx, p.state, p.age)
 			cancel()

@@ -45,7 +45,8 @@ import (
 //     read (seen: 130 of them per probe, a floor a minute old, at 1 row/s
 //     per key).
 //
-// Bounds only ever leave rows out of a claim's view; floors are exact.
+// Bounds only ever leave rows out of a claim's view; floors and positions
+// are exact.
 // Rows that go back to pending behind the bounds (a replay, a lease that
 // expired, a stopping replica's releases) move a rewind counter, and every
 // claim that finds it moved sets its bounds aside: the replica's next walk
@@ -332,9 +333,9 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 	if p.kind == scheduleClaim {
 		if p.full = r.anchor.IsZero(); !p.full {
 			margin := lookbackMargin
-			if r.held && now.Before(r.nextWide) {
+			if narrow := r.held && !r.blind; narrow && now.Before(r.nextWide) {
 				margin = r.margin(now)
-			} else if r.held {
+			} else if narrow {
 				r.nextWide = now.Add(wideEvery)
 			}
 			b.Lookback = now.Sub(r.anchor) + margin
@@ -473,8 +474,9 @@ func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
 		}
 		return
 	}
-	r.nextFloors = r.clock.Now().Add(min(max(backgroundLookFactor*took, minFullLook), maxFloorsLook))
-	if f.Rewinds == r.rewinds {
-		r.floors, r.floorsAt, r.floorsReadAt = f.Groups, f.Rewinds, r.clock.Now()
+	if f.Rewinds != r.rewinds {
+		return // made before a rewind: the next read comes as soon as it may
 	}
+	r.nextFloors = r.clock.Now().Add(min(max(backgroundLookFactor*took, minFullLook), maxFloorsLook))
+	r.floors, r.floorsAt, r.floorsReadAt = f.Groups, f.Rewinds, r.clock.Now()
 }

@@ -231,6 +231,15 @@ func TestReachForgetsEverythingAtAReplay(t *testing.T) {
 	if !p.full || p.bounds.Rewinds != 2 || p.bounds.Floors != nil || len(p.continued) != 0 {
 		t.Fatalf("after a replay: %+v, want a full look at counter 2, no floors, no continuations", p)
 	}
+	// A read of the floors that began before the replay returns after it:
+	// it is dropped, and the next read is due at once, however long it took.
+	if !r.floorsDue() {
+		t.Fatal("after a replay, no read of the floors is due")
+	}
+	r.floorsRead(dialects.Floors{Rewinds: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Minute, nil)
+	if !r.floorsDue() || r.plan(scheduleClaim, 10).bounds.Floors != nil {
+		t.Fatal("floors made before the replay were kept, or the next read waits for them")
+	}
 }
 
 // A look for stragglers comes no more often than its cost allows, and a

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // KeyPosition is where a key stands for the replica that finished a run of
@@ -78,17 +76,4 @@ func SortClaimed(rows []Row) {
 		}
 		return cmp.Compare(a.Sequence, b.Sequence)
 	})
-}
-
-// Tokens returns the distinct claim tokens of claims.
-func Tokens(claims []Claim) []uuid.UUID {
-	seen := map[uuid.UUID]struct{}{}
-	var out []uuid.UUID
-	for _, c := range claims {
-		if _, ok := seen[c.Token]; !ok {
-			seen[c.Token] = struct{}{}
-			out = append(out, c.Token)
-		}
-	}
-	return out
 }
