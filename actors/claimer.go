@@ -196,8 +196,7 @@ func (c *claimer) horizonHeld() bool {
 	if c.stats == nil {
 		return false
 	}
-	h := c.stats.Horizon.Load()
-	return h != nil && h.Holder != nil && !h.Holder.Since.IsZero() && time.Since(h.Holder.Since) >= heldAfter
+	return c.stats.Horizon.Load().HeldFor(heldAfter)
 }
 
 func (c *claimer) threshold() int {

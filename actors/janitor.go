@@ -206,7 +206,7 @@ func (j *janitor) watchHorizon() {
 		return
 	}
 	j.stats.Horizon.Store(&h)
-	held := h.Holder != nil && !h.Holder.Since.IsZero() && time.Since(h.Holder.Since) >= j.warnAfter
+	held := h.HeldFor(j.warnAfter)
 	switch {
 	case held && j.warnAfter > 0 && (j.warned == nil || j.warned.PID != h.Holder.PID || !j.warned.Since.Equal(h.Holder.Since)):
 		j.warned = h.Holder

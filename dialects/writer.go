@@ -31,6 +31,12 @@ type Horizon struct {
 	DeadVersions int64
 }
 
+// HeldFor says whether a holder whose start is known has held the horizon
+// back for d or longer.
+func (h *Horizon) HeldFor(d time.Duration) bool {
+	return h != nil && h.Holder != nil && !h.Holder.Since.IsZero() && time.Since(h.Holder.Since) >= d
+}
+
 // HorizonHolder is a transaction, prepared transaction, standby or
 // replication slot that holds the horizon back.
 type HorizonHolder struct {
