@@ -26,8 +26,8 @@ type Bounds struct {
 	// Rewinds is the rewind counter (Probe.Rewinds, Floors.Rewinds) that
 	// the bounds were made at. A replay, a lease that expired, or the
 	// release of a stopping replica's rows may put a row back below any of
-	// them, and each moves the counter: a claim that finds it moved ignores
-	// them.
+	// them, and each moves the counter in the same transaction: a claim
+	// that finds it moved in its own snapshot ignores them.
 	Rewinds int64
 	// Lookback is how long ago the oldest due row that the walk in schedule
 	// order looks at became due; 0 looks from the start.

@@ -27,7 +27,7 @@ type Quoting struct {
 //	{{t}} {{it}}            the outbox / inbox table, schema-qualified
 //	{{c "key"}} {{ic "x"}}  a column of the outbox / inbox table, by logical name
 //	{{seq}} {{iseq}}        the outbox / inbox sequence, schema-qualified
-//	{{rewinds}}             the outbox's rewind counter (a sequence), schema-qualified
+//	{{rewinds}}             the outbox's rewind counter (a one-row table), schema-qualified
 //	{{idx "topic"}}         an index name (bare): idx_outbox_topic
 //	{{obj "xid_first"}}     a helper object name (bare): outbox_xid_first
 //	{{pub}}                 the wake-ups publication's name (bare; Names.Publication)

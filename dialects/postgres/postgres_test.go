@@ -20,6 +20,7 @@ import (
 	"github.com/queuebox/queuebox/dialects/dialecttest"
 	"github.com/queuebox/queuebox/dialects/postgres"
 	"github.com/queuebox/queuebox/internal/testdb"
+	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/migrations"
 )
 
@@ -851,4 +852,82 @@ func readFloors(t *testing.T, d *postgres.Dialect) dialects.Floors {
 		t.Fatal(err)
 	}
 	return floors
+}
+
+// A replay moves the rewind counter with its commit, not before: floors
+// read while a replay is under way (its rows updated, not yet committed)
+// carry the counter from before it, so a claim after the replay sets them
+// aside and takes the replayed row before a later row of its key. Here the
+// replay is held between its update of the rows and its commit by a lock
+// on the counter's row.
+func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, 0)
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("t", testkit.Key("k")), testkit.Row("t", testkit.Key("k"))}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(first) != 2 {
+		t.Fatalf("claim: %d rows, %v", len(first), err)
+	}
+	dead, delivered := first[0], first[1]
+	if _, err := d.OutboxComplete(ctx, []dialects.Outcome{
+		{Claim: dead.Claim, Kind: dialects.OutcomeDead, Error: "gone"},
+		{Claim: delivered.Claim, Kind: dialects.OutcomeDelivered},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("t", testkit.Key("k"))}); err != nil {
+		t.Fatal(err)
+	}
+	before := probe(t, d).Rewinds
+
+	holder := begin(t, d)
+	defer holder.Rollback()
+	if err := holder.Exec(`SELECT counter FROM {{rewinds}} FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	replayed := make(chan error, 1)
+	go func() {
+		n, err := d.OutboxReplayIDs(ctx, []uuid.UUID{dead.ID}, []dialects.State{dialects.Dead})
+		if err == nil && n != 1 {
+			err = fmt.Errorf("replayed %d rows, want 1", n)
+		}
+		replayed <- err
+	}()
+	testkit.Eventually(t, "the replay waits for the counter's row, its row updated", 0, func() error {
+		var waiting bool
+		err := d.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%counter = counter + 1%')`).Scan(&waiting)
+		if err == nil && !waiting {
+			err = fmt.Errorf("not waiting yet")
+		}
+		return err
+	})
+	floors := readFloors(t, d)
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-replayed; err != nil {
+		t.Fatal(err)
+	}
+	after := probe(t, d).Rewinds
+	if floors.Rewinds != before || after == before {
+		t.Fatalf("counter %d before the replay, %d after; the floors read during it carry %d, want %d", before, after, floors.Rewinds, before)
+	}
+	rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(),
+		Bounds: &dialects.Bounds{Rewinds: floors.Rewinds, Floors: floors.Groups}})
+	if err != nil || len(rows) == 0 || rows[0].ID != dead.ID {
+		t.Fatalf("the claim after the replay took %v (%v), want the replayed row %s first", rows, err, dead.ID)
+	}
+}
+
+func probe(t *testing.T, d *postgres.Dialect) dialects.Probe {
+	t.Helper()
+	p, err := d.OutboxProbe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

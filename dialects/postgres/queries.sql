@@ -20,7 +20,7 @@ gate AS (
 -- keys in bytewise order (its third) and their positions (its fourth).
 bounds AS (
     SELECT {{index . 0}}::bigint IS NOT NULL
-           AND {{index . 0}}::bigint = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}) AS ok,
+           AND {{index . 0}}::bigint = (SELECT counter FROM {{rewinds}}) AS ok,
            {{index . 1}}::bigint[] AS floors,
            {{index . 2}}::text[] AS pkeys,
            {{index . 3}}::bigint[] AS ppos
@@ -378,12 +378,13 @@ SELECT (EXTRACT(EPOCH FROM min({{c "scheduled_at"}}) - now()) * 1000)::bigint
 -- processing row of the group, or, for a group with none, the settled
 -- watermark plus one ($2: every row up to it is visible to this statement;
 -- a row beyond it may still commit). $1 the number of groups (a power of
--- two; the same hash as the claims' Floor). The rewind counter is read
--- first: floors made before a replay are never taken for after it. This
+-- two; the same hash as the claims' Floor). The rewind counter is read in
+-- the same snapshot as the rows: floors that do not see a replay carry the
+-- counter from before it, and are never taken for after it. This
 -- reads every pending and processing entry of idx_outbox_key_sequence, and
 -- every version a long transaction keeps there: the relay runs it rarely,
 -- as rarely as its cost asks.
-SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {{rewinds}}),
+SELECT (SELECT counter FROM {{rewinds}}),
        array_agg(LEAST(f.floor, $2::bigint + 1) ORDER BY g.g)
   FROM generate_series(0, $1::int - 1) AS g(g)
   LEFT JOIN (SELECT hashtext(x.{{c "key"}}) & ($1::int - 1) AS g, min(x.{{c "sequence"}}) AS floor
@@ -488,14 +489,23 @@ WITH r AS (
        AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
     RETURNING 1
 )
-SELECT n, CASE WHEN n > 0 THEN nextval({{lit rewinds}}) END
-  FROM (SELECT count(*)::int AS n FROM r) AS c
+{{template "Rewound"}}
 
 -- name: OutboxRewind
 -- Moves the rewind counter: rows went back to pending behind what the
 -- relays have looked at (a stopping replica released the rows it had not
 -- started).
-SELECT nextval({{lit rewinds}})
+UPDATE {{rewinds}} SET counter = counter + 1
+
+-- fragment: Rewound
+-- The end of a statement whose CTE r returned a row for each row it put
+-- back to pending: how many, and the rewind counter, moved (in the
+-- statement's own transaction, so that it moves with the commit) when any
+-- was.
+, moved AS (
+    UPDATE {{rewinds}} SET counter = counter + 1 WHERE EXISTS (SELECT FROM r) RETURNING counter
+)
+SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved)
 
 -- fragment: Filter
 -- The operator filter: $1 states, $2 ids or NULL, $3 key or NULL,
@@ -532,9 +542,9 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
 
 -- name: OutboxReplayIDs
 -- $1 ids, $2 states that may be replayed. Never a processing row. Returns
--- how many rows it put back, and moves the rewind counter, before the
--- commit: a claim whose snapshot sees a replayed row reads the counter
--- after it was moved, and sets its bounds aside (see OutboxClaim).
+-- how many rows it put back, and moves the rewind counter in the same
+-- transaction: a claim whose snapshot sees a replayed row sees the counter
+-- moved, and sets its bounds aside (see OutboxClaim).
 WITH r AS (
     UPDATE {{t}}
        SET {{c "state"}} = 'pending',
@@ -550,8 +560,7 @@ WITH r AS (
        AND {{c "state"}} <> 'processing'
     RETURNING 1
 )
-SELECT n, CASE WHEN n > 0 THEN nextval({{lit rewinds}}) END
-  FROM (SELECT count(*)::int AS n FROM r) AS c
+{{template "Rewound"}}
 
 -- name: OutboxPurge
 -- $1 state, $2 age in ms, $3 batch.
@@ -672,11 +681,13 @@ SELECT pg_advisory_unlock(hashtext($1))
 
 -- name: OutboxProbeSequence
 -- The last value the outbox sequence handed out, and the rewind counter.
--- Sequences are not transactional: this reads the values as they stand,
--- drawn by transactions that may still be running. is_called is false
--- until the first value.
+-- Sequences are not transactional: this reads the sequence's value as it
+-- stands, drawn by transactions that may still be running (is_called is
+-- false until the first value). The rewind counter is a row, read in the
+-- statement's snapshot: it has moved once the rows it was moved for are
+-- visible.
 SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END,
-       (SELECT CASE WHEN r.is_called THEN r.last_value ELSE 0 END FROM {{rewinds}} AS r)
+       (SELECT r.counter FROM {{rewinds}} AS r)
   FROM {{seq}} AS s
 
 -- fragment: Horizon
