@@ -378,12 +378,13 @@ func (c *claimer) readFloors(ctx actor.Context) {
 	if c.gate.blind || !c.reach.floorsDue() {
 		return
 	}
-	root, self, dialect, bg, settled := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.gate.wm.Settled()
+	root, self, dialect, bg, stats, settled := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.stats, c.gate.wm.Settled()
 	go func() {
 		qctx, cancel := context.WithTimeout(bg, time.Minute)
 		defer cancel()
 		start := time.Now()
 		f, err := dialect.OutboxFloors(qctx, settled)
+		stats.looked(floorsLook, time.Since(start))
 		root.Send(self, &floorsResult{floors: f, took: time.Since(start), err: err})
 	}()
 }
@@ -399,12 +400,13 @@ func (c *claimer) lookForStragglers(ctx actor.Context) {
 	if !ok {
 		return
 	}
-	root, self, dialect, bg, g := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.gate.wm.Gate()
+	root, self, dialect, bg, stats, g := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.stats, c.gate.wm.Gate()
 	go func() {
 		qctx, cancel := context.WithTimeout(bg, time.Minute)
 		defer cancel()
 		start := time.Now()
 		ago, found, err := dialect.OutboxStragglers(qctx, g, b)
+		stats.looked(stragglersLook, time.Since(start))
 		root.Send(self, &stragglersResult{ago: ago, found: found, sentAt: start, took: time.Since(start), err: err})
 	}()
 }

@@ -43,6 +43,60 @@ type Stats struct {
 	// Claims counts the claims of each kind (in schedule order, by key):
 	// how many, the rows they took and their time.
 	Claims [claimKinds]struct{ Statements, Rows, Time atomic.Int64 }
+	// Looks counts the background looks of each kind (the floors, the
+	// stragglers, expired leases): how many, and their time. Each reads
+	// what a long transaction elsewhere keeps, off the claims' path.
+	Looks [lookKinds]struct{ Count, Time atomic.Int64 }
+}
+
+// lookKind is a kind of background look.
+type lookKind uint8
+
+const (
+	floorsLook lookKind = iota
+	stragglersLook
+	releaseLook
+	lookKinds
+)
+
+func (k lookKind) String() string {
+	return [...]string{"floors", "stragglers", "expired leases"}[k]
+}
+
+// looked counts a background look of kind k that took took.
+func (s *Stats) looked(k lookKind, took time.Duration) {
+	if s != nil {
+		s.Looks[k].Count.Add(1)
+		s.Looks[k].Time.Add(int64(took))
+	}
+}
+
+// LookKinds describes the background looks of each kind, for benchmarks:
+// from the counts in since (nil: from the start).
+func (s *Stats) LookKinds(since *[lookKinds][2]int64) string {
+	var b strings.Builder
+	for k := range lookKinds {
+		n, t := s.Looks[k].Count.Load(), s.Looks[k].Time.Load()
+		if since != nil {
+			n, t = n-since[k][0], t-since[k][1]
+		}
+		if n == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d × %.0f ms", k, n, float64(t)/1e6/float64(n))
+	}
+	return b.String()
+}
+
+// LookCounts are the looks' counts and times as they stand, for LookKinds.
+func (s *Stats) LookCounts() (c [lookKinds][2]int64) {
+	for k := range lookKinds {
+		c[k] = [2]int64{s.Looks[k].Count.Load(), s.Looks[k].Time.Load()}
+	}
+	return c
 }
 
 // ClaimKinds describes the claims of each kind, for benchmarks and logs.

@@ -35,7 +35,21 @@ type janitor struct {
 	// purgeAfter is, per state, when a row may next be old enough to
 	// delete (read and written by the retention loop only).
 	purgeAfter map[dialects.State]time.Time
+	// releaseFrom is where the next look for expired leases starts (on
+	// the database's clock; zero: from the start), and fullReleaseAt when
+	// a look last started from the start (the release loop's own).
+	releaseFrom, fullReleaseAt time.Time
 }
+
+// releaseSlack is how long a claim may run between its start, which is
+// its rows' claimed_at, and its commit: a look for expired leases starts
+// that long before the previous look's clock, or at the oldest row that
+// look saw processing, whichever is earlier. Rows claimed before that are
+// found by a look from the start, every fullReleaseEvery.
+const (
+	releaseSlack     = time.Minute
+	fullReleaseEvery = 10 * time.Minute
+)
 
 // maxPurgeWait bounds how long retention skips a state after learning
 // when its oldest row comes of age: a row that an application wrote in the
@@ -62,10 +76,12 @@ func (j *janitor) Receive(ctx actor.Context) {
 
 // loop is the Janitor's release loop; retention has a loop of its own. It
 // looks every third of a lease, or, when a look takes long, backgroundLookFactor
-// times its duration (at most maxFullLook): the look walks the processing
-// rows' index from its oldest entry, and while a long transaction elsewhere
-// keeps the entries of every row claimed since it began, each look reads
-// all of them. Paced so, it stays a small share of the database's time,
+// times its duration (at most maxFullLook). A look walks the processing
+// rows' index, and while a long transaction elsewhere keeps the entries of
+// every row claimed since it began, a walk from the oldest entry reads all
+// of them; so each look starts where the previous one said no processing
+// row can be (see releaseSlack), and only one every fullReleaseEvery walks
+// from the start. Paced so, it stays a small share of the database's time,
 // and a dead replica's rows come back at most that much later.
 func (j *janitor) loop(root *actor.RootContext) {
 	every := max(j.leaseLength/3, 100*time.Millisecond)
@@ -98,11 +114,28 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 		return
 	}
 	keep, _ := res.([]uuid.UUID)
-	for j.bg.ctx.Err() == nil {
+	from := j.releaseFrom
+	full := from.IsZero() || time.Since(j.fullReleaseAt) >= fullReleaseEvery
+	if full {
+		from = time.Time{}
+	}
+	for first := true; j.bg.ctx.Err() == nil; first = false {
 		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-		n, err := j.dialect.OutboxReleaseExpired(ctx, 1000, keep)
+		start := time.Now()
+		r, err := j.dialect.OutboxReleaseExpired(ctx, 1000, keep, from)
 		cancel()
-		if err != nil || n == 0 {
+		j.stats.looked(releaseLook, time.Since(start))
+		if err != nil {
+			return
+		}
+		if first {
+			j.releaseFrom = nextReleaseFrom(r)
+			if full {
+				j.fullReleaseAt = start
+			}
+		}
+		n := r.Rows
+		if n == 0 {
 			return
 		}
 		j.log.Info("released rows whose leases had passed", "rows", n)
@@ -111,6 +144,20 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 			return
 		}
 	}
+}
+
+// nextReleaseFrom is where the look after r may start: releaseSlack
+// before r's clock, or at the oldest row r saw processing when that is
+// earlier; zero (from the start) when the dialect tells no clock.
+func nextReleaseFrom(r dialects.Released) time.Time {
+	if r.At.IsZero() {
+		return time.Time{}
+	}
+	from := r.At.Add(-releaseSlack)
+	if !r.Oldest.IsZero() && r.Oldest.Before(from) {
+		from = r.Oldest
+	}
+	return from
 }
 
 // purge deletes the rows older than their state's retention. When a pass

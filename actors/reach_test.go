@@ -346,6 +346,28 @@ func TestReleasePaceFollowsTheLooksCost(t *testing.T) {
 	}
 }
 
+// A look for expired leases starts where the previous look said no row can
+// be processing: a minute before its clock, or at the oldest processing
+// row it saw when that is earlier; from the start when the dialect tells
+// no clock.
+func TestTheNextReleaseLookStartsAtTheOldestPossibleClaim(t *testing.T) {
+	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		r    dialects.Released
+		want time.Time
+	}{
+		{"none processing", dialects.Released{At: at}, at.Add(-releaseSlack)},
+		{"a recent claim", dialects.Released{At: at, Oldest: at.Add(-time.Second)}, at.Add(-releaseSlack)},
+		{"a claim held for ten minutes", dialects.Released{At: at, Oldest: at.Add(-10 * time.Minute)}, at.Add(-10 * time.Minute)},
+		{"no clock", dialects.Released{Rows: 3}, time.Time{}},
+	} {
+		if got := nextReleaseFrom(c.r); !got.Equal(c.want) {
+			t.Errorf("%s: next look from %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // While a long transaction holds the horizon back, and once the floors are
 // older than positionsAfter, a claim in schedule order carries the
 // positions of the keys whose runs finished, in bytewise key order, each at

@@ -126,19 +126,22 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 			d.Names().Schema).Scan(&r.dead)
 		r.err = tx.Rollback(ctx)
 	}()
-	// The claims of each window: how many, and how long each took.
+	// The claims of each window: how many, and how long each took; and
+	// the background looks that ran in it.
 	type claims struct{ n, took int64 }
 	var perWindow []claims
+	var looks []string
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		st := &eng.Stats
-		last := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}
+		last, lastLooks := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}, st.LookCounts()
 		for t := start.Add(holdWindow); !t.After(end.Add(holdWindow / 2)); t = t.Add(holdWindow) {
 			sleepUntil(ctx, t)
 			now := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}
 			perWindow = append(perWindow, claims{now.n - last.n, now.took - last.took})
-			last = now
+			looks = append(looks, st.LookKinds(&lastLooks))
+			last, lastLooks = now, st.LookCounts()
 		}
 	}()
 	load := e.steadily(ctx, d, e.o.Rate, 1000, end)
@@ -186,6 +189,9 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 		}
 		if w < len(perWindow) && perWindow[w].n > 0 {
 			r.Note = fmt.Sprintf("%d claims, %.2f ms each", perWindow[w].n, float64(perWindow[w].took)/1e6/float64(perWindow[w].n))
+		}
+		if w < len(looks) && looks[w] != "" {
+			r.Note += "; looks: " + looks[w]
 		}
 		out = append(out, r)
 	}

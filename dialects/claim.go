@@ -77,3 +77,16 @@ func SortClaimed(rows []Row) {
 		return cmp.Compare(a.Sequence, b.Sequence)
 	})
 }
+
+// Released is what a look for expired leases did, and what it saw that
+// lets the next look start later than the oldest entry of the processing
+// index: a long transaction elsewhere keeps there the entry of every row
+// claimed since it began, and a look from the start reads them all.
+type Released struct {
+	// Rows is how many rows went back to pending.
+	Rows int
+	// Oldest is when the oldest row that was processing, from the look's
+	// from on, was claimed (zero: none was, or the dialect does not say),
+	// and At the database's clock at the look.
+	Oldest, At time.Time
+}

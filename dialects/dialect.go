@@ -369,7 +369,9 @@ type Relay interface {
 	// OutboxReleaseExpired returns up to limit processing rows whose lease has
 	// passed (or that have none) to pending, attempt unchanged, except rows of
 	// the claims in keep: the caller still holds those and will write them.
-	OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (int, error)
+	// A from that is not zero bounds the look: rows claimed before it are
+	// not looked at (see Released). A dialect may ignore it.
+	OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID, from time.Time) (Released, error)
 	// OutboxPurge deletes up to p.Batch rows in p.State that were last
 	// updated more than p.OlderThan ago.
 	OutboxPurge(ctx context.Context, p PurgeParams) (int, error)

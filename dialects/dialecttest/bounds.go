@@ -27,7 +27,8 @@ func boundsTests(h Harness) []subtest {
 			subtest{"ClaimFloorsKeepTheHeadRule", testFloors},
 			subtest{"ReplayMovesTheCounter", testReplayCounter},
 			subtest{"ExpiredLeasesAndRewindMoveTheCounter", testRewinds},
-			subtest{"StragglersAreHeadsBehindTheLookback", testStragglers})
+			subtest{"StragglersAreHeadsBehindTheLookback", testStragglers},
+			subtest{"ReleaseLooksFromItsBound", testReleaseFrom})
 	}
 	return tests
 }
@@ -223,7 +224,7 @@ func testRewinds(t *testing.T, h Harness) {
 	}
 	at := probe(t, d).Rewinds
 	testkit.Eventually(t, "the lease of one millisecond passes and the row is released", 0, func() error {
-		n, err := d.OutboxReleaseExpired(ctx(t), 10, nil)
+		n, err := releaseExpired(t, d, 10, nil)
 		if err == nil && n != 1 {
 			err = fmt.Errorf("released %d rows", n)
 		}
@@ -233,7 +234,7 @@ func testRewinds(t *testing.T, h Harness) {
 	if released <= at {
 		t.Fatalf("releasing an expired lease left the counter at %d", at)
 	}
-	if n, _ := d.OutboxReleaseExpired(ctx(t), 10, nil); n != 0 || probe(t, d).Rewinds != released {
+	if n, _ := releaseExpired(t, d, 10, nil); n != 0 || probe(t, d).Rewinds != released {
 		t.Fatal("a release of nothing moved the counter")
 	}
 	if err := d.OutboxRewind(ctx(t)); err != nil || probe(t, d).Rewinds <= released {
@@ -268,5 +269,45 @@ func testStragglers(t *testing.T, h Harness) {
 	ago, found, err := d.OutboxStragglers(ctx(t), nil, b)
 	if err != nil || !found || ago < 59*time.Minute || ago > 61*time.Minute {
 		t.Fatalf("straggler an hour old: %s, %v, %v", ago, found, err)
+	}
+}
+
+// releaseExpired releases expired leases with no bound, and says how many.
+func releaseExpired(t *testing.T, d dialects.Dialect, limit int, keep []uuid.UUID) (int, error) {
+	t.Helper()
+	r, err := d.OutboxReleaseExpired(ctx(t), limit, keep, time.Time{})
+	return r.Rows, err
+}
+
+// A look for expired leases from a bound leaves rows claimed before it
+// alone, and reports when the oldest processing row it saw was claimed and
+// the database's clock, from which the next look may start.
+func testReleaseFrom(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, dialects.NewRow{}, dialects.NewRow{})
+	expired, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()})
+	if err != nil || len(expired) != 1 {
+		t.Fatalf("claim: %v %v", expired, err)
+	}
+	time.Sleep(20 * time.Millisecond) // the second claim comes later on the database's clock
+	if live, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Hour, Token: uuid.New()}); err != nil || len(live) != 1 {
+		t.Fatalf("claim: %v %v", live, err)
+	}
+	// Kept by its caller, the expired row is not released, but seen.
+	kept, err := d.OutboxReleaseExpired(ctx(t), 10, []uuid.UUID{expired[0].Token}, time.Now().Add(-time.Hour))
+	if err != nil || kept.Rows != 0 || kept.Oldest.IsZero() || kept.At.Before(kept.Oldest) {
+		t.Fatalf("a look from an hour ago: %+v, %v; want nothing released, the oldest claim seen before the clock", kept, err)
+	}
+	// From just after its claim: not looked at; the live row is the oldest.
+	after, err := d.OutboxReleaseExpired(ctx(t), 10, nil, kept.Oldest.Add(time.Millisecond))
+	if err != nil || after.Rows != 0 || !after.Oldest.After(kept.Oldest) {
+		t.Fatalf("a look from after the expired claim: %+v, %v; want nothing released, the live claim the oldest", after, err)
+	}
+	if ahead, err := d.OutboxReleaseExpired(ctx(t), 10, nil, after.At.Add(time.Hour)); err != nil || ahead.Rows != 0 || !ahead.Oldest.IsZero() {
+		t.Fatalf("a look from an hour ahead: %+v, %v; want nothing seen", ahead, err)
+	}
+	// From its claim on: released.
+	if found, err := d.OutboxReleaseExpired(ctx(t), 10, nil, kept.Oldest); err != nil || found.Rows != 1 || !found.Oldest.Equal(kept.Oldest) {
+		t.Fatalf("a look from the expired claim on: %+v, %v; want it released", found, err)
 	}
 }

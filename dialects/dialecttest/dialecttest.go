@@ -446,10 +446,10 @@ func testExpiredLease(t *testing.T, h Harness) {
 		t.Fatalf("claimed %d rows while the head is processing", len(more))
 	}
 	// A caller that still holds the claim does not release it.
-	if n, err := d.OutboxReleaseExpired(ctx(t), 100, []uuid.UUID{dead[0].Token}); err != nil || n != 0 {
+	if n, err := releaseExpired(t, d, 100, []uuid.UUID{dead[0].Token}); err != nil || n != 0 {
 		t.Fatalf("released a claim its caller keeps: %d, %v", n, err)
 	}
-	n, err := d.OutboxReleaseExpired(ctx(t), 100, nil)
+	n, err := releaseExpired(t, d, 100, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("release expired: %d, %v", n, err)
 	}
@@ -463,7 +463,7 @@ func testExpiredLease(t *testing.T, h Harness) {
 		t.Fatalf("a completion by the expired claim was not reported lost")
 	}
 	// A live lease is not released.
-	if n, _ := d.OutboxReleaseExpired(ctx(t), 100, nil); n != 0 {
+	if n, _ := releaseExpired(t, d, 100, nil); n != 0 {
 		t.Fatalf("released %d rows with live leases", n)
 	}
 }
@@ -515,7 +515,7 @@ func testRenew(t *testing.T, h Harness) {
 		t.Fatalf("renewing a row with another claim's token: lost %v, %v; want that claim lost", lost, err)
 	}
 	// b's lease was 0 but is now renewed: it must not be released.
-	if n, _ := d.OutboxReleaseExpired(ctx(t), 10, nil); n != 0 {
+	if n, _ := releaseExpired(t, d, 10, nil); n != 0 {
 		t.Fatalf("released %d renewed rows", n)
 	}
 	complete(t, d, outcome(a[0], dialects.OutcomeDelivered))

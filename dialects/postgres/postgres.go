@@ -372,15 +372,21 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	return dialects.LostClaims(claims, held), nil
 }
 
-func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (_ int, err error) {
+func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID, from time.Time) (r dialects.Released, err error) {
 	defer func() { err = mapError(err) }()
 	if keep == nil {
 		keep = []uuid.UUID{}
 	}
-	var n int
+	var since, oldest *time.Time
+	if !from.IsZero() {
+		since = &from
+	}
 	var counter *int64
-	err = d.pool.QueryRow(ctx, d.q.OutboxReleaseExpired, limit, keep).Scan(&n, &counter)
-	return n, err
+	err = d.pool.QueryRow(ctx, d.q.OutboxReleaseExpired, limit, keep, since).Scan(&r.Rows, &counter, &oldest, &r.At)
+	if oldest != nil {
+		r.Oldest = *oldest
+	}
+	return r, err
 }
 
 // OutboxStragglers finds the oldest due head that a walk looking back

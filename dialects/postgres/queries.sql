@@ -464,12 +464,18 @@ WITH done(id) AS (
 SELECT id FROM done
 
 -- name: OutboxReleaseExpired
--- $1 limit, $2 claim tokens the caller still holds (not released). Returns
--- how many rows went back to pending, and moves the rewind counter when any
--- did: they keep their old schedule, behind what the relays have looked at.
--- The update finds the rows by their ids (the state compared with a
--- subquery keeps the planner off the processing index, which it chose as a
--- bitmap scan of every entry, dead ones too, before it looked at the ids).
+-- $1 limit, $2 claim tokens the caller still holds (not released), $3 the
+-- earliest claimed_at to look at (NULL: from the start). Returns how many
+-- rows went back to pending, and moves the rewind counter when any did:
+-- they keep their old schedule, behind what the relays have looked at.
+-- Then the claimed_at of the oldest row processing from $3 on (the
+-- released ones too), and the statement's clock: the next look may start
+-- there (see the janitor), past the entries of every row claimed and
+-- finished before, which a long transaction elsewhere keeps in the
+-- processing index. The update finds the rows by their ids (the state
+-- compared with a subquery keeps the planner off the processing index,
+-- which it chose as a bitmap scan of every entry, dead ones too, before it
+-- looked at the ids).
 WITH r AS (
     UPDATE {{t}}
        SET {{c "state"}} = 'pending',
@@ -480,6 +486,7 @@ WITH r AS (
      WHERE {{c "id"}} = ANY(ARRAY(
              SELECT {{c "id"}} FROM {{t}}
               WHERE {{c "state"}} = 'processing'
+                AND ($3::timestamptz IS NULL OR {{c "claimed_at"}} >= $3::timestamptz)
                 AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
                 AND ({{c "claim_token"}} IS NULL OR {{c "claim_token"}} <> ALL($2::uuid[]))
               ORDER BY {{c "claimed_at"}}
@@ -488,8 +495,11 @@ WITH r AS (
        AND {{c "state"}} = (SELECT 'processing')
        AND ({{c "lease_expires_at"}} IS NULL OR {{c "lease_expires_at"}} <= now())
     RETURNING 1
-)
-{{template "Rewound"}}
+){{template "Rewound"}}
+SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved),
+       (SELECT min({{c "claimed_at"}}) FROM {{t}}
+         WHERE {{c "state"}} = 'processing' AND ($3::timestamptz IS NULL OR {{c "claimed_at"}} >= $3::timestamptz)),
+       now()
 
 -- name: OutboxRewind
 -- Moves the rewind counter: rows went back to pending behind what the
@@ -498,14 +508,12 @@ WITH r AS (
 UPDATE {{rewinds}} SET counter = counter + 1
 
 -- fragment: Rewound
--- The end of a statement whose CTE r returned a row for each row it put
--- back to pending: how many, and the rewind counter, moved (in the
--- statement's own transaction, so that it moves with the commit) when any
--- was.
+-- The CTE moved, after a CTE r that returned a row for each row it put
+-- back to pending: it moves the rewind counter when r put any back, in the
+-- statement's own transaction, so that the counter moves with the commit.
 , moved AS (
     UPDATE {{rewinds}} SET counter = counter + 1 WHERE EXISTS (SELECT FROM r) RETURNING counter
 )
-SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved)
 
 -- fragment: Filter
 -- The operator filter: $1 states, $2 ids or NULL, $3 key or NULL,
@@ -559,8 +567,8 @@ WITH r AS (
        AND {{c "state"}} = ANY($2::text[])
        AND {{c "state"}} <> 'processing'
     RETURNING 1
-)
-{{template "Rewound"}}
+){{template "Rewound"}}
+SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved)
 
 -- name: OutboxPurge
 -- $1 state, $2 age in ms, $3 batch.

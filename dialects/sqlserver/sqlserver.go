@@ -314,12 +314,15 @@ func (d *Dialect) scalarInt(ctx context.Context, query string, args ...any) (int
 	return n, err
 }
 
-func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID) (_ int, err error) {
+// OutboxReleaseExpired looks from the start whatever from says: SQL
+// Server's claims keep no bounds, and it reports no oldest row.
+func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID, _ time.Time) (_ dialects.Released, err error) {
 	defer func() { err = MapError(err) }()
 	if keep == nil {
 		keep = []uuid.UUID{}
 	}
-	return d.scalarInt(ctx, d.q.OutboxReleaseExpired, limit, jsonArg(keep))
+	n, err := d.scalarInt(ctx, d.q.OutboxReleaseExpired, limit, jsonArg(keep))
+	return dialects.Released{Rows: n}, err
 }
 
 // filterArgs binds the filter parameters that every operator statement
