@@ -108,6 +108,11 @@ func Open(ctx context.Context, opts Options) (*Dialect, error) {
 	if _, set := claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		claimCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// A claim commits without waiting for its WAL to reach the disk (see
+	// the package doc, "Claims commit asynchronously").
+	if _, set := claimCfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		claimCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	// A claim session plans once, often on an empty table: it rules out
 	// every plan shape a claim never wants (see the package doc).
 	for _, k := range []string{"enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashjoin", "enable_mergejoin"} {
