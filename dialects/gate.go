@@ -29,6 +29,10 @@ type Probe struct {
 	// batch job on other tables, a session left idle in transaction) does
 	// not hold rows back.
 	Writer int64
+	// Writers are the ids of every open transaction that drew a value of
+	// the table's sequence, read after Last, oldest first (Writer is the
+	// first); empty when none is open, nil when the dialect cannot tell.
+	Writers []int64
 }
 
 // NoWriters is Probe.Writer when no transaction that drew a sequence value
@@ -51,6 +55,12 @@ type Epoch struct {
 type Gate struct {
 	Settled int64
 	Open    []Epoch
+	// Writers are the last probe's writers (Probe.Writers), read after
+	// every open epoch's Last: an open epoch also settles in a claim whose
+	// snapshot no longer sees any of them below its Next running (they
+	// ended before the snapshot; any other transaction that drew a value up
+	// to its Last had ended before the probe). Nil when not known.
+	Writers []int64
 }
 
 // maxOpenEpochs bounds how many epochs a Watermark keeps: while a
@@ -76,6 +86,8 @@ type Watermark struct {
 	// oldest open epoch was opened.
 	lastSeen  int64
 	openSince time.Time
+	// writers are the last probe's writers (see Gate.Writers).
+	writers []int64
 }
 
 // Observe adds a probe: its own epoch, and its horizon, which may settle
@@ -100,6 +112,7 @@ func (w *Watermark) Observe(p Probe, now time.Time) {
 			w.open = append(w.open, Epoch{Last: p.Last, Next: p.Next})
 		}
 	}
+	w.writers = p.Writers
 	w.SettleBelow(max(p.Xmin, p.Writer), now)
 }
 
@@ -122,12 +135,13 @@ func (w *Watermark) SettleBelow(xmin int64, now time.Time) {
 func (w *Watermark) Clone() *Watermark {
 	c := *w
 	c.open = slices.Clone(w.open)
+	c.writers = slices.Clone(w.writers)
 	return &c
 }
 
 // Gate returns the gate for the next claim (a copy).
 func (w *Watermark) Gate() *Gate {
-	return &Gate{Settled: w.settled, Open: slices.Clone(w.open)}
+	return &Gate{Settled: w.settled, Open: slices.Clone(w.open), Writers: slices.Clone(w.writers)}
 }
 
 // Settled is the watermark: keyed rows up to it are settled.

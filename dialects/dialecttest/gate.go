@@ -45,6 +45,8 @@ func runGate(t *testing.T, h Harness) []subtest {
 		{"GateHoldsBackRowsOfOpenTransactions", testGateHoldsBack},
 		{"GateWaitsForATransactionBlockedOnARowLock", testGateRowLock},
 		{"GateDoesNotWaitForATransactionThatWroteNoOutboxRows", testGateBystander},
+		{"AClaimSettlesRowsOfWritersThatEndedAfterItsProbe", testGateSettlesInTheClaim},
+		{"AClaimDoesNotSettleRowsOfTheNewestWriter", testGateNewestWriter},
 		{"WritersAreTheOpenOutboxTransactions", testWriters},
 	}
 }
@@ -198,6 +200,82 @@ func testGateBystander(t *testing.T, h Harness) {
 	if len(got) != 1 || got[0].Topic != "keyed" {
 		t.Fatalf("claimed %v with one probe while a transaction that wrote no outbox row is open (watermark %d), want the keyed row",
 			topics(got), w.Settled())
+	}
+}
+
+// A keyed row whose transaction was open at the probe and committed before
+// the claim is settled by the claim itself, although a transaction that
+// wrote no outbox row holds the snapshot's xmin back: none of the writers
+// that the probe saw still runs in the claim's snapshot. A writer that
+// still runs holds the row back (GateHoldsBackRowsOfOpenTransactions).
+func testGateSettlesInTheClaim(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	h.Exec(t, d, createBusiness)
+	bystander := begin(t, h, d)
+	txExec(t, bystander, insertBusiness)
+	writer := begin(t, h, d)
+	txExec(t, writer, insertRow, "keyed", "k")
+	p, err := d.OutboxProbe(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Writers == nil {
+		t.Skip("the dialect's probe does not list the writers")
+	}
+	if len(p.Writers) != 1 || p.Writers[0] != p.Writer {
+		t.Fatalf("probe %+v, want the one open outbox transaction as its writers", p)
+	}
+	var w dialects.Watermark
+	w.Observe(p, time.Now())
+	if w.Settled() >= p.Last {
+		t.Fatalf("the probe settled %d while the row's transaction was open", w.Settled())
+	}
+	if err := writer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), Gate: w.Gate(), ByKey: h.byKey})
+	if err != nil || len(rows) != 1 || rows[0].Topic != "keyed" {
+		t.Fatalf("the claim after the writer's commit took %v (%v), want the keyed row without another probe", topics(rows), err)
+	}
+}
+
+// The writer that a claim's snapshot sees running may be newer than every
+// transaction that ended before it: a transaction that had its id first
+// (from a business write) draws the later sequence value and commits,
+// while the newest one, which drew the earlier value, stays open. Its row
+// holds the key back in the claim as at the probe.
+func testGateNewestWriter(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	h.Exec(t, d, createBusiness)
+	older := begin(t, h, d)
+	txExec(t, older, insertBusiness)
+	newest := begin(t, h, d)
+	txExec(t, newest, insertRow, "earlier", "k")
+	txExec(t, older, insertRow, "later", "k")
+	if err := older.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var w dialects.Watermark
+	for range 3 {
+		if rows := h.gateClaim(t, d, &w, 10); len(rows) > 0 {
+			t.Fatalf("claimed %v while the transaction of the key's earlier row is open", topics(rows))
+		}
+	}
+	if err := newest.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	testkit.Eventually(t, "both rows are claimed", 0, func() error {
+		for _, r := range h.gateClaim(t, d, &w, 10) {
+			order = append(order, r.Topic)
+		}
+		if len(order) < 2 {
+			return errors.New("claimed " + strings.Join(order, ", "))
+		}
+		return nil
+	})
+	if !slices.Equal(order, []string{"earlier", "later"}) {
+		t.Fatalf("claimed %v, want earlier then later", order)
 	}
 }
 

@@ -99,7 +99,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 	if p.Limit <= 0 {
 		return res, nil
 	}
-	settled, openLast, openNext := gateArgs(p.Gate)
+	settled, openLast, openNext, writers := gateArgs(p.Gate)
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var locked bool
 		if err := tx.QueryRow(ctx, d.q.InboxRelayLock, dialects.InboxRelayLockName(d.names)).Scan(&locked); err != nil {
@@ -109,7 +109,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 			res.Busy = true
 			return nil
 		}
-		rows, err := tx.Query(ctx, d.q.InboxRelay, p.Limit, settled, openLast, openNext, p.MaxAttempts, p.After)
+		rows, err := tx.Query(ctx, d.q.InboxRelay, p.Limit, settled, openLast, openNext, p.MaxAttempts, p.After, writers)
 		if err != nil {
 			return err
 		}

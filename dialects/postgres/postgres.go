@@ -227,7 +227,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	settled, openLast, openNext := gateArgs(p.Gate)
+	settled, openLast, openNext, writers := gateArgs(p.Gate)
 	stmt, after := d.q.OutboxClaim, ""
 	if p.ByKey {
 		stmt = d.q.OutboxClaimByKey
@@ -257,7 +257,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		keys[i], positions[i] = c.Key, c.After
 	}
 	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
-		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter)
+		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter, writers)
 	if err != nil {
 		return nil, err
 	}
@@ -398,25 +398,27 @@ func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uu
 // b.Lookback would not see.
 func (d *Dialect) OutboxStragglers(ctx context.Context, g *dialects.Gate, b dialects.Bounds) (_ time.Duration, _ bool, err error) {
 	defer func() { err = mapError(err) }()
-	settled, openLast, openNext := gateArgs(g)
+	settled, openLast, openNext, writers := gateArgs(g)
 	var ago int64
-	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, b.Floors, ms(b.Lookback)).Scan(&ago)
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, b.Floors, ms(b.Lookback), writers).Scan(&ago)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
 	return time.Duration(ago) * time.Millisecond, err == nil, err
 }
 
-// gateArgs binds a gate: the watermark (NULL: no gate) and the open epochs.
-func gateArgs(g *dialects.Gate) (settled *int64, openLast, openNext []int64) {
+// gateArgs binds a gate: the watermark (NULL: no gate), the open epochs,
+// and the writers of the last probe (NULL: not known).
+func gateArgs(g *dialects.Gate) (settled *int64, openLast, openNext, writers []int64) {
 	openLast, openNext = []int64{}, []int64{}
 	if g != nil {
 		settled = &g.Settled
 		for _, e := range g.Open {
 			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
 		}
+		writers = g.Writers
 	}
-	return settled, openLast, openNext
+	return settled, openLast, openNext, writers
 }
 
 // OutboxHorizon reads what holds the horizon back.
@@ -561,14 +563,15 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds 
 		}
 		return r.Scan(&p.Last)
 	})
-	var writer *int64
-	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &writer) })
+	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &p.Writers) })
 	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
 		return p, err
 	}
 	p.Writer = dialects.NoWriters
-	if writer != nil {
-		p.Writer = *writer
+	if len(p.Writers) > 0 {
+		p.Writer = p.Writers[0]
+	} else {
+		p.Writers = []int64{}
 	}
 	return p, nil
 }

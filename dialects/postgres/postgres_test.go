@@ -230,7 +230,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	conn := claimSession(t, d)
 	for _, name := range []string{"claim", "claim_by_key"} {
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`)
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`
+	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`
 	stmts := []string{"claim", "claim_by_key"}
 	for _, name := range stmts {
 		// The first run makes the plan, on the empty table.
@@ -417,7 +417,7 @@ func TestAKeysHeadIsFoundByItsKeyNotByAWalkOfThePending(t *testing.T) {
 	}
 	// Continuations only: the keys k0..k49 from their start, no walk.
 	args := `(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', 0, 1000, NULL, ARRAY[` +
-		strings.Join(keys, ",") + `]::text[], ARRAY[` + strings.Join(positions, ",") + `]::bigint[], false, NULL, NULL)`
+		strings.Join(keys, ",") + `]::text[], ARRAY[` + strings.Join(positions, ",") + `]::bigint[], false, NULL, NULL, NULL)`
 	for _, name := range []string{"claim", "claim_by_key"} {
 		// The claim pool's plans are generic, made at the first run: here
 		// while few rows are pending.
@@ -509,7 +509,7 @@ func TestClaimByKeyCostDoesNotGrowWithDepthBehindBusyHeads(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
@@ -563,7 +563,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', `+bounds+`, '{}'::text[], '{}'::bigint[], true, NULL, NULL)`).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', `+bounds+`, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
 		}
 		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead, plan[0].Plan.ActualRows
@@ -760,7 +760,7 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 			groups[i] = strconv.FormatInt(f, 10)
 		}
 		lookback := (time.Since(lookedAt) + 250*time.Millisecond).Milliseconds()
-		args := fmt.Sprintf(`(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', %d, %d, '{%s}'::bigint[], '{}'::text[], '{}'::bigint[], true, %s)`,
+		args := fmt.Sprintf(`(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', %d, %d, '{%s}'::bigint[], '{}'::text[], '{}'::bigint[], true, %s, NULL)`,
 			floors.Rewinds, lookback, strings.Join(groups, ","), pos)
 		var plan []struct {
 			Plan planNode `json:"Plan"`
@@ -930,4 +930,51 @@ func probe(t *testing.T, d *postgres.Dialect) dialects.Probe {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A producer with an open savepoint holds a lock on its subtransaction's
+// id too, newer than its own and than the horizon of a probe before the
+// savepoint. Its own id is the one that must hold its key back: a later
+// row of the key, committed before that probe, is not claimed before its
+// row.
+func TestAProducerWithASubtransactionStillHoldsItsKeyBack(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	exec(t, d, `CREATE TABLE {{q (obj "orders") | qualify}} (id INT PRIMARY KEY)`)
+	first := begin(t, d)
+	defer first.Rollback()
+	if err := first.Exec(`INSERT INTO {{t}} ({{c "topic"}}, {{c "key"}}, {{c "payload"}}) VALUES ('first', 'k', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, d, `INSERT INTO {{t}} ({{c "topic"}}, {{c "key"}}, {{c "payload"}}) VALUES ('second', 'k', '{}')`)
+	var w dialects.Watermark
+	w.Observe(probe(t, d), time.Now())
+	// A subtransaction, still open, with an id newer than that probe's Next.
+	for _, q := range []string{`SAVEPOINT s`, `INSERT INTO {{q (obj "orders") | qualify}} (id) VALUES (1)`} {
+		if err := first.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		p := probe(t, d)
+		w.Observe(p, time.Now())
+		if len(p.Writers) != 1 {
+			t.Fatalf("probe %+v: want the open producer as the one writer", p)
+		}
+		rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) > 0 {
+			t.Fatalf("claimed %s of key k while the producer of its earlier row is open (writers %v, settled %d)", rows[0].Topic, p.Writers, w.Settled())
+		}
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Observe(probe(t, d), time.Now())
+	rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+	if err != nil || len(rows) != 2 || rows[0].Topic != "first" {
+		t.Fatalf("after the commit: %d rows (%v), want first then second", len(rows), err)
+	}
 }

@@ -6,11 +6,27 @@
 -- The settled watermark (see OutboxClaim) as the CTE gate: open (no gate)
 -- and w. The dot names the parameters: the watermark, then the open
 -- epochs' sequence values and horizons, which this statement's own
--- snapshot may settle.
-gate AS (
+-- snapshot may settle, then the writers of the sequence that the last
+-- probe saw open (NULL: not known). An epoch settles once its horizon is
+-- at or below the snapshot's xmin, or below every one of those writers
+-- that still runs in this snapshot (is not visible in it: a running
+-- transaction newer than every one that ended is past the snapshot's
+-- xmax, and not among its xip): the probe read them after every open
+-- epoch's sequence value, so any transaction that drew a value up to it
+-- and still ran then is among them, and one that is no longer running
+-- here has ended before this snapshot, its rows visible to it. The second
+-- rule is what settles rows in the claim itself while a transaction that
+-- writes no outbox row holds xmin back.
+gate_horizon AS (
+    SELECT GREATEST(pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+                    CASE WHEN {{index . 3}}::bigint[] IS NULL THEN 0
+                         ELSE COALESCE((SELECT min(r.x) FROM unnest({{index . 3}}::bigint[]) AS r(x)
+                                         WHERE NOT pg_visible_in_snapshot(r.x::text::xid8, pg_current_snapshot())),
+                                       9223372036854775807) END) AS x
+), gate AS (
     SELECT {{index . 0}}::bigint IS NULL AS open,
            GREATEST({{index . 0}}::bigint, (SELECT max(e.l) FROM unnest({{index . 1}}::bigint[], {{index . 2}}::bigint[]) AS e(l, x)
-                                  WHERE e.x <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint)) AS w
+                                  WHERE e.x <= (SELECT h.x FROM gate_horizon AS h))) AS w
 )
 
 -- fragment: Bounds
@@ -172,7 +188,8 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- back, in ms, the walk looks for due rows (NULL: from the start), $11 the
 -- floors of the groups of keys (NULL: none), $12/$13 the keys to continue
 -- and their positions, $15/$16 keys in bytewise order and their positions,
--- which bound the head rule's probe (NULL: none).
+-- which bound the head rule's probe (NULL: none), $17 the writers the last
+-- probe saw open (see Gate; NULL: not known).
 --
 -- gate: keyed rows are claimable only up to the watermark w: every
 -- transaction that could still commit an earlier row of their key has ended
@@ -188,7 +205,7 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- followers: for each keyed head, the pending rows right behind it, in
 -- sequence order, up to the first row that is processing, waiting for a
 -- retry, or beyond the watermark; the claim stays within $1.
-WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, walked AS (
+WITH {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, walked AS (
     SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq, o.{{c "scheduled_at"}} AS at
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
@@ -236,7 +253,7 @@ WITH {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "
 -- nullkey, emptykey: rows without a key, from the same index (its null and
 -- empty-key ranges, in sequence order), so that this claim, like
 -- OutboxClaim, considers every due row.
-WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, after AS (
+WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
       WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
@@ -324,10 +341,10 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7")}}, {{template "Bounds" (l
 -- The oldest due row that a claim would take but that a walk looking back
 -- $6 ms would not see: how long ago, in ms, it became due (no row: none).
 -- $1 the settled watermark, $2/$3 open epochs, $4 the rewind counter of the
--- bounds, $5 the floors. It reads every version behind the lookback, and
+-- bounds, $5 the floors, $7 the writers the last probe saw open. It reads every version behind the lookback, and
 -- takes no lock: the relay runs it off the claims' path, as rarely as its
 -- cost asks, and lets its next claim look back that far.
-WITH {{template "Gate" (list "$1" "$2" "$3")}}, {{template "Bounds" (list "$4" "$5" "NULL" "NULL")}}
+WITH {{template "Gate" (list "$1" "$2" "$3" "$7")}}, {{template "Bounds" (list "$4" "$5" "NULL" "NULL")}}
 SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
   FROM {{t}} AS o
  WHERE o.{{c "state"}} = 'pending'
@@ -716,24 +733,26 @@ CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
 -- Run after the statement that reads the sequence (its dot), in a statement
 -- of its own. xmin: every transaction with a smaller id has ended. next: the
 -- next transaction id to be assigned, an upper bound of every id assigned
--- before the sequence was read. writer: the oldest open transaction that
--- drew a value of the sequence (nextval locks the sequence until the
--- transaction ends; pg_locks is read live, after the sequence), NULL when
--- none is; looked at only when some transaction is running. One scan of
--- pg_locks: a writer's relation lock and its own transaction-id lock share
--- its virtual transaction.
+-- before the sequence was read. writers: the open transactions that drew
+-- a value of the sequence (nextval locks the sequence until the
+-- transaction ends; pg_locks is read live, after the sequence), oldest
+-- first, NULL when none is; looked at only when some transaction is
+-- running. One scan of pg_locks: a writer's relation lock and its
+-- transaction-id locks share its virtual transaction. A transaction that
+-- opened subtransactions holds a lock on each of their ids too, all of
+-- them newer than its own: its id is the smallest.
 WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin, {{template "Horizon"}} AS next)
 SELECT h.xmin, h.next,
        CASE WHEN h.xmin < h.next THEN
-           (SELECT min({{template "Widen"}})
-              FROM (SELECT max(l.transactionid::text::bigint) FILTER (WHERE l.locktype = 'transactionid') AS transactionid
-                      FROM pg_locks AS l
-                     WHERE l.granted
-                       AND ((l.locktype = 'relation' AND l.relation = {{lit .}}::regclass)
-                            OR (l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock'))
-                     GROUP BY l.virtualtransaction
-                    HAVING bool_or(l.locktype = 'relation')) AS x
-             WHERE x.transactionid IS NOT NULL)
+           (SELECT array_agg(w.xid ORDER BY w.xid)
+              FROM (SELECT min({{template "Widen"}}) FILTER (WHERE x.locktype = 'transactionid') AS xid
+                      FROM pg_locks AS x
+                     WHERE x.granted
+                       AND ((x.locktype = 'relation' AND x.relation = {{lit .}}::regclass)
+                            OR (x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'))
+                     GROUP BY x.virtualtransaction
+                    HAVING bool_or(x.locktype = 'relation')) AS w
+             WHERE w.xid IS NOT NULL)
        END
   FROM h
 
@@ -820,7 +839,8 @@ SELECT pg_try_advisory_xact_lock(hashtext($1))
 -- Run under InboxRelayLock. $1 limit, $2 settled watermark of the inbox
 -- sequence (NULL: no gate), $3/$4 open epochs (sequence value, next
 -- transaction id) that this statement's snapshot may settle, as in
--- OutboxClaim; $5 max_attempts of the outbox rows.
+-- OutboxClaim; $5 max_attempts of the outbox rows, $6 the sequence value to
+-- start after, $7 the writers the last probe saw open (see Gate).
 -- picked: received rows in sequence order; keyed ones (a non-empty
 -- aggregate_id) only up to the watermark, so that no earlier row of their
 -- aggregate can still commit. Unkeyed rows take part in no order.
@@ -830,7 +850,7 @@ SELECT pg_try_advisory_xact_lock(hashtext($1))
 -- outbox row that has the id already is left as it is.
 -- The update marks the picked rows relayed and says which got a new
 -- outbox row.
-WITH {{template "Gate" (list "$2" "$3" "$4")}}, picked AS (
+WITH {{template "Gate" (list "$2" "$3" "$4" "$7")}}, picked AS (
     SELECT i.{{ic "id"}} AS id, i.{{ic "topic"}} AS topic, i.{{ic "aggregate_type"}} AS aggregate_type,
            i.{{ic "aggregate_id"}} AS aggregate_id, i.{{ic "payload"}} AS payload, i.{{ic "headers"}} AS headers,
            i.{{ic "sequence"}} AS seq
