@@ -42,14 +42,17 @@ type janitor struct {
 }
 
 // releaseSlack is how long a claim may run between its start, which is
-// its rows' claimed_at, and its commit: a look for expired leases starts
-// that long before the previous look's clock, or at the oldest row that
-// look saw processing, whichever is earlier. Rows claimed before that are
+// its rows' claimed_at, and its commit (its timeout is half a lease, at
+// least a second; a minute at least here): a look for expired leases
+// starts that long before the previous look's clock, or at the oldest row
+// that look saw processing, whichever is earlier. Rows claimed before
+// that (a replica with a longer lease, a clock that stepped back) are
 // found by a look from the start, every fullReleaseEvery.
-const (
-	releaseSlack     = time.Minute
-	fullReleaseEvery = 10 * time.Minute
-)
+func releaseSlack(lease time.Duration) time.Duration {
+	return max(time.Minute, lease/2+5*time.Second)
+}
+
+const fullReleaseEvery = 10 * time.Minute
 
 // maxPurgeWait bounds how long retention skips a state after learning
 // when its oldest row comes of age: a row that an application wrote in the
@@ -129,7 +132,7 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 			return
 		}
 		if first {
-			j.releaseFrom = nextReleaseFrom(r)
+			j.releaseFrom = nextReleaseFrom(r, releaseSlack(j.leaseLength))
 			if full {
 				j.fullReleaseAt = start
 			}
@@ -146,14 +149,14 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 	}
 }
 
-// nextReleaseFrom is where the look after r may start: releaseSlack
-// before r's clock, or at the oldest row r saw processing when that is
-// earlier; zero (from the start) when the dialect tells no clock.
-func nextReleaseFrom(r dialects.Released) time.Time {
+// nextReleaseFrom is where the look after r may start: slack before r's
+// clock, or at the oldest row r saw processing when that is earlier; zero
+// (from the start) when the dialect tells no clock.
+func nextReleaseFrom(r dialects.Released, slack time.Duration) time.Time {
 	if r.At.IsZero() {
 		return time.Time{}
 	}
-	from := r.At.Add(-releaseSlack)
+	from := r.At.Add(-slack)
 	if !r.Oldest.IsZero() && r.Oldest.Before(from) {
 		from = r.Oldest
 	}

@@ -357,14 +357,18 @@ func TestTheNextReleaseLookStartsAtTheOldestPossibleClaim(t *testing.T) {
 		r    dialects.Released
 		want time.Time
 	}{
-		{"none processing", dialects.Released{At: at}, at.Add(-releaseSlack)},
-		{"a recent claim", dialects.Released{At: at, Oldest: at.Add(-time.Second)}, at.Add(-releaseSlack)},
+		{"none processing", dialects.Released{At: at}, at.Add(-time.Minute)},
+		{"a recent claim", dialects.Released{At: at, Oldest: at.Add(-time.Second)}, at.Add(-time.Minute)},
 		{"a claim held for ten minutes", dialects.Released{At: at, Oldest: at.Add(-10 * time.Minute)}, at.Add(-10 * time.Minute)},
 		{"no clock", dialects.Released{Rows: 3}, time.Time{}},
 	} {
-		if got := nextReleaseFrom(c.r); !got.Equal(c.want) {
+		if got := nextReleaseFrom(c.r, releaseSlack(30*time.Second)); !got.Equal(c.want) {
 			t.Errorf("%s: next look from %v, want %v", c.name, got, c.want)
 		}
+	}
+	// A claim runs for up to half a lease: a long lease looks further back.
+	if got := releaseSlack(10 * time.Minute); got != 5*time.Minute+5*time.Second {
+		t.Errorf("the slack for a ten-minute lease is %v, want half of it and 5 s", got)
 	}
 }
 

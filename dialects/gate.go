@@ -31,7 +31,8 @@ type Probe struct {
 	Writer int64
 	// Writers are the ids of every open transaction that drew a value of
 	// the table's sequence, read after Last, oldest first (Writer is the
-	// first); empty when none is open, nil when the dialect cannot tell.
+	// first); empty when none is open, nil when the dialect cannot tell
+	// (or one writer's id could not be read: then Writer is 0 too).
 	Writers []int64
 }
 
@@ -55,11 +56,11 @@ type Epoch struct {
 type Gate struct {
 	Settled int64
 	Open    []Epoch
-	// Writers are the last probe's writers (Probe.Writers), read after
-	// every open epoch's Last: an open epoch also settles in a claim whose
-	// snapshot no longer sees any of them below its Next running (they
-	// ended before the snapshot; any other transaction that drew a value up
-	// to its Last had ended before the probe). Nil when not known.
+	// Writers are a probe's writers (Probe.Writers), read after every open
+	// epoch's Last: an open epoch also settles in a claim whose snapshot
+	// no longer sees any of them below its Next running (they ended before
+	// the snapshot; any other transaction that drew a value up to its Last
+	// had ended before the probe). Nil when not known.
 	Writers []int64
 }
 
@@ -86,8 +87,10 @@ type Watermark struct {
 	// oldest open epoch was opened.
 	lastSeen  int64
 	openSince time.Time
-	// writers are the last probe's writers (see Gate.Writers).
-	writers []int64
+	// writers are the writers of the probe that had seen the newest Last,
+	// writersLast (see Gate.Writers).
+	writers     []int64
+	writersLast int64
 }
 
 // Observe adds a probe: its own epoch, and its horizon, which may settle
@@ -112,16 +115,27 @@ func (w *Watermark) Observe(p Probe, now time.Time) {
 			w.open = append(w.open, Epoch{Last: p.Last, Next: p.Next})
 		}
 	}
-	w.writers = p.Writers
-	w.SettleBelow(max(p.Xmin, p.Writer), now)
+	// Probes may be observed out of the order they ran in (each claim
+	// probes, and claims overlap). Xmin settles an epoch whatever the
+	// order: no transaction below it runs, and one that drew a value up to
+	// the epoch's Last had an id below its Next. The writers only tell of
+	// the values this probe had seen: an epoch with a later Last was read
+	// after them, and a transaction may have drawn its values since.
+	if p.Last >= w.writersLast {
+		w.writers, w.writersLast = p.Writers, p.Last
+	}
+	w.settle(p.Xmin, max(p.Xmin, p.Writer), p.Last, now)
 }
 
 // SettleBelow settles every open epoch whose horizon is at or below xmin:
-// no transaction with an id below xmin that could commit a row is running,
-// as a probe read after every open epoch's Last has shown.
-func (w *Watermark) SettleBelow(xmin int64, now time.Time) {
+// no transaction with an id below xmin that could commit a row is running.
+func (w *Watermark) SettleBelow(xmin int64, now time.Time) { w.settle(xmin, xmin, 0, now) }
+
+// settle settles the open epochs, oldest first, whose horizon is at or
+// below xmin, or at or below horizon if their Last is at most upTo.
+func (w *Watermark) settle(xmin, horizon, upTo int64, now time.Time) {
 	i := 0
-	for i < len(w.open) && w.open[i].Next <= xmin {
+	for i < len(w.open) && (w.open[i].Next <= xmin || (w.open[i].Last <= upTo && w.open[i].Next <= horizon)) {
 		w.settled = max(w.settled, w.open[i].Last)
 		i++
 	}
@@ -141,7 +155,11 @@ func (w *Watermark) Clone() *Watermark {
 
 // Gate returns the gate for the next claim (a copy).
 func (w *Watermark) Gate() *Gate {
-	return &Gate{Settled: w.settled, Open: slices.Clone(w.open), Writers: slices.Clone(w.writers)}
+	g := &Gate{Settled: w.settled, Open: slices.Clone(w.open)}
+	if n := len(w.open); n == 0 || w.open[n-1].Last <= w.writersLast {
+		g.Writers = slices.Clone(w.writers)
+	}
+	return g
 }
 
 // Settled is the watermark: keyed rows up to it are settled.

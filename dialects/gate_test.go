@@ -69,3 +69,47 @@ func TestWatermarkStaysSmallWhileHeldBack(t *testing.T) {
 		t.Fatalf("settled %d, want everything (109)", s)
 	}
 }
+
+// Probes may be observed out of the order they ran in. An older probe's
+// xmin still settles, but what it said of the writers holds only for the
+// values it had seen: its "no writer" must not settle an epoch whose Last
+// a later probe read after a transaction drew it. Nor do its writers
+// replace those of the later probe in the claims' gate.
+func TestWatermarkTakesAnOlderProbesWritersOnlyForWhatItSaw(t *testing.T) {
+	var w dialects.Watermark
+	now := time.Now()
+	// The later probe: a transaction (id 150, still open) drew 10 and a
+	// committed one 11; the sequence stands at 11.
+	w.Observe(dialects.Probe{Last: 11, Xmin: 100, Next: 160, Writer: 150, Writers: []int64{150}}, now)
+	if w.Settled() != 0 {
+		t.Fatalf("settled %d while writer 150 is open", w.Settled())
+	}
+	// The older probe, observed last: the sequence stood at 9, no writer.
+	w.Observe(dialects.Probe{Last: 9, Xmin: 100, Next: 140, Writer: dialects.NoWriters, Writers: []int64{}}, now)
+	if w.Settled() > 9 {
+		t.Fatalf("settled %d on an older probe that had not seen 10 and 11", w.Settled())
+	}
+	g := w.Gate()
+	if len(g.Writers) != 1 || g.Writers[0] != 150 {
+		t.Fatalf("gate writers %v, want the later probe's [150]", g.Writers)
+	}
+	// An older probe's xmin settles whatever the order.
+	w.Observe(dialects.Probe{Last: 9, Xmin: 160, Next: 161, Writer: dialects.NoWriters, Writers: []int64{}}, now)
+	if w.Settled() != 11 {
+		t.Fatalf("settled %d, want 11: no transaction below 160 runs", w.Settled())
+	}
+}
+
+// A probe that could not tell a writer's id (Writers nil) gives the claims
+// no writers to settle by.
+func TestAGateWithoutKnownWritersHasNone(t *testing.T) {
+	var w dialects.Watermark
+	w.Observe(dialects.Probe{Last: 5, Xmin: 100, Next: 120, Writers: []int64{110}, Writer: 110}, time.Now())
+	if g := w.Gate(); len(g.Writers) != 1 {
+		t.Fatalf("gate %+v, want the writer 110", g)
+	}
+	w.Observe(dialects.Probe{Last: 6, Xmin: 100, Next: 125}, time.Now())
+	if g := w.Gate(); g.Writers != nil {
+		t.Fatalf("gate %+v after a probe that did not know its writers, want none", g)
+	}
+}

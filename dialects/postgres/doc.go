@@ -51,7 +51,8 @@
 // later synchronous commit on the server, such as the completion of the
 // claim's rows, flushes the claim's WAL with its own. Completions, lease
 // renewals, releases and every operator statement run on the main pool
-// and commit synchronously. A setting in the database URL wins here too.
+// and commit synchronously. A synchronous_commit in the database URL wins
+// here too; one set with ALTER ROLE or ALTER DATABASE does not.
 //
 // # Sessions
 //

@@ -567,11 +567,14 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds 
 	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
 		return p, err
 	}
-	p.Writer = dialects.NoWriters
-	if len(p.Writers) > 0 {
+	switch {
+	case len(p.Writers) == 0:
+		p.Writer, p.Writers = dialects.NoWriters, []int64{}
+	case p.Writers[0] < 0:
+		// A writer whose id was not seen: only xmin settles.
+		p.Writer, p.Writers = 0, nil
+	default:
 		p.Writer = p.Writers[0]
-	} else {
-		p.Writers = []int64{}
 	}
 	return p, nil
 }

@@ -528,8 +528,11 @@ UPDATE {{rewinds}} SET counter = counter + 1
 -- The CTE moved, after a CTE r that returned a row for each row it put
 -- back to pending: it moves the rewind counter when r put any back, in the
 -- statement's own transaction, so that the counter moves with the commit.
+-- It counts all of r first, so that every statement locks its rows before
+-- the counter's row, never between them (two replays, which wait for row
+-- locks, could otherwise deadlock).
 , moved AS (
-    UPDATE {{rewinds}} SET counter = counter + 1 WHERE EXISTS (SELECT FROM r) RETURNING counter
+    UPDATE {{rewinds}} SET counter = counter + 1 WHERE (SELECT count(*) FROM r) > 0 RETURNING counter
 )
 
 -- fragment: Filter
@@ -724,52 +727,62 @@ SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END,
 
 -- fragment: Widen
 -- A 32-bit transaction id of pg_locks (the column x.transactionid), widened
--- with the epoch of h.next, the next id (a running id is below it).
-CASE WHEN ((h.next >> 32) << 32) + x.transactionid::text::bigint >= h.next
-     THEN ((h.next >> 32) << 32) + x.transactionid::text::bigint - 4294967296
-     ELSE ((h.next >> 32) << 32) + x.transactionid::text::bigint END
+-- to the 64-bit id nearest h.next, the next id read before pg_locks: a
+-- running id is below it, and one assigned since (a new transaction or
+-- subtransaction) a little above it. Not "below h.next always": an id
+-- assigned between the two reads would be taken for one of the previous
+-- epoch, 2^32 back.
+h.next + (((x.transactionid::text::bigint - h.next % 4294967296 + 2147483648) % 4294967296 + 4294967296) % 4294967296 - 2147483648)
 
 -- fragment: ProbeSnapshot
 -- Run after the statement that reads the sequence (its dot), in a statement
 -- of its own. xmin: every transaction with a smaller id has ended. next: the
 -- next transaction id to be assigned, an upper bound of every id assigned
 -- before the sequence was read. writers: the open transactions that drew
--- a value of the sequence (nextval locks the sequence until the
--- transaction ends; pg_locks is read live, after the sequence), oldest
--- first, NULL when none is; looked at only when some transaction is
--- running. One scan of pg_locks: a writer's relation lock and its
--- transaction-id locks share its virtual transaction. A transaction that
--- opened subtransactions holds a lock on each of their ids too, all of
--- them newer than its own: its id is the smallest.
+-- a value of the sequence (nextval takes a RowExclusiveLock on it, held by
+-- the transaction until it ends; pg_locks is read live, after the
+-- sequence), oldest first, NULL when none is; looked at only when some
+-- transaction is running. One scan of pg_locks: a writer's relation lock
+-- and its transaction-id locks share its virtual transaction. A
+-- transaction that opened subtransactions holds a lock on each open one's
+-- id too, all newer than its own: its own is the smallest. A writer whose
+-- id is not seen beside its lock (a transaction being prepared, whose
+-- locks move to the prepared transaction one partition at a time; a
+-- nextval outside an insert, with no id) is -1: the caller then knows no
+-- more than xmin.
 WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin, {{template "Horizon"}} AS next)
 SELECT h.xmin, h.next,
        CASE WHEN h.xmin < h.next THEN
-           (SELECT array_agg(w.xid ORDER BY w.xid)
+           (SELECT array_agg(COALESCE(w.xid, -1) ORDER BY COALESCE(w.xid, -1))
               FROM (SELECT min({{template "Widen"}}) FILTER (WHERE x.locktype = 'transactionid') AS xid
                       FROM pg_locks AS x
                      WHERE x.granted
-                       AND ((x.locktype = 'relation' AND x.relation = {{lit .}}::regclass)
+                       AND ((x.locktype = 'relation' AND x.relation = {{lit .}}::regclass AND x.mode = 'RowExclusiveLock')
                             OR (x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'))
                      GROUP BY x.virtualtransaction
-                    HAVING bool_or(x.locktype = 'relation')) AS w
-             WHERE w.xid IS NOT NULL)
+                    HAVING bool_or(x.locktype = 'relation')) AS w)
        END
   FROM h
 
 -- fragment: Writers
 -- Open transactions that drew values from the sequence (the dot): nextval
--- locks it until the transaction ends. Prepared transactions have no
--- process (pid NULL). Oldest first.
+-- takes a RowExclusiveLock on it, held until the transaction ends. Each
+-- with its own id, the smallest of its transaction-id locks (see
+-- ProbeSnapshot). Prepared transactions have no process (pid NULL).
+-- Oldest first.
 WITH h AS (SELECT {{template "Horizon"}} AS next)
-SELECT COALESCE(l.pid, 0)::bigint, {{template "Widen"}} AS xid,
-       a.xact_start, COALESCE(a.state, CASE WHEN l.pid IS NULL THEN 'prepared' ELSE '' END),
-       COALESCE(a.application_name, ''), COALESCE(left(a.query, 200), '')
-  FROM h, pg_locks AS l
-  JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid'
-                    AND x.mode = 'ExclusiveLock' AND x.granted
-  LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
- WHERE l.locktype = 'relation' AND l.relation = {{lit .}}::regclass AND l.granted
- ORDER BY xid
+SELECT w.pid, w.xid, w.xact_start, w.state, w.name, w.query
+  FROM (SELECT DISTINCT ON (l.virtualtransaction)
+               COALESCE(l.pid, 0)::bigint AS pid, {{template "Widen"}} AS xid,
+               a.xact_start, COALESCE(a.state, CASE WHEN l.pid IS NULL THEN 'prepared' ELSE '' END) AS state,
+               COALESCE(a.application_name, '') AS name, COALESCE(left(a.query, 200), '') AS query
+          FROM h, pg_locks AS l
+          JOIN pg_locks AS x ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid'
+                            AND x.mode = 'ExclusiveLock' AND x.granted
+          LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+         WHERE l.locktype = 'relation' AND l.relation = {{lit .}}::regclass AND l.granted AND l.mode = 'RowExclusiveLock'
+         ORDER BY l.virtualtransaction, 2) AS w
+ ORDER BY w.xid
 
 -- name: OutboxProbeSnapshot
 {{template "ProbeSnapshot" seq}}
