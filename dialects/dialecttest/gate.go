@@ -171,9 +171,16 @@ func testGateRowLock(t *testing.T, h Harness) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	h.claimInOrder(t, d, &w, "young", "old")
+}
+
+// claimInOrder claims with probes until the two rows are claimed, and
+// checks that they came in the order given (the smaller sequence first).
+func (h Harness) claimInOrder(t *testing.T, d dialects.Dialect, w *dialects.Watermark, first, second string) {
+	t.Helper()
 	var order []string
 	testkit.Eventually(t, "both rows are claimed", 0, func() error {
-		for _, r := range h.gateClaim(t, d, &w, 100) {
+		for _, r := range h.gateClaim(t, d, w, 100) {
 			order = append(order, r.Topic)
 		}
 		if len(order) < 2 {
@@ -181,8 +188,8 @@ func testGateRowLock(t *testing.T, h Harness) {
 		}
 		return nil
 	})
-	if !slices.Equal(order, []string{"young", "old"}) {
-		t.Fatalf("claimed %v, want young (smaller sequence) then old", order)
+	if !slices.Equal(order, []string{first, second}) {
+		t.Fatalf("claimed %v, want %s (smaller sequence) then %s", order, first, second)
 	}
 }
 
@@ -209,12 +216,7 @@ func testGateBystander(t *testing.T, h Harness) {
 // that the probe saw still runs in the claim's snapshot. A writer that
 // still runs holds the row back (GateHoldsBackRowsOfOpenTransactions).
 func testGateSettlesInTheClaim(t *testing.T, h Harness) {
-	d := h.New(t, 0)
-	h.Exec(t, d, createBusiness)
-	bystander := begin(t, h, d)
-	txExec(t, bystander, insertBusiness)
-	writer := begin(t, h, d)
-	txExec(t, writer, insertRow, "keyed", "k")
+	d, _, writer := h.businessThenOutbox(t, "keyed")
 	p, err := d.OutboxProbe(ctx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -239,18 +241,27 @@ func testGateSettlesInTheClaim(t *testing.T, h Harness) {
 	}
 }
 
+// businessThenOutbox opens two transactions on a fresh dialect, held
+// open: the first writes a business row (and so has the older id), the
+// second then inserts an outbox row of key k with the given topic.
+func (h Harness) businessThenOutbox(t *testing.T, topic string) (d dialects.Dialect, business, outbox Tx) {
+	t.Helper()
+	d = h.New(t, 0)
+	h.Exec(t, d, createBusiness)
+	business = begin(t, h, d)
+	txExec(t, business, insertBusiness)
+	outbox = begin(t, h, d)
+	txExec(t, outbox, insertRow, topic, "k")
+	return d, business, outbox
+}
+
 // The writer that a claim's snapshot sees running may be newer than every
 // transaction that ended before it: a transaction that had its id first
 // (from a business write) draws the later sequence value and commits,
 // while the newest one, which drew the earlier value, stays open. Its row
 // holds the key back in the claim as at the probe.
 func testGateNewestWriter(t *testing.T, h Harness) {
-	d := h.New(t, 0)
-	h.Exec(t, d, createBusiness)
-	older := begin(t, h, d)
-	txExec(t, older, insertBusiness)
-	newest := begin(t, h, d)
-	txExec(t, newest, insertRow, "earlier", "k")
+	d, older, newest := h.businessThenOutbox(t, "earlier")
 	txExec(t, older, insertRow, "later", "k")
 	if err := older.Commit(); err != nil {
 		t.Fatal(err)
@@ -264,19 +275,7 @@ func testGateNewestWriter(t *testing.T, h Harness) {
 	if err := newest.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var order []string
-	testkit.Eventually(t, "both rows are claimed", 0, func() error {
-		for _, r := range h.gateClaim(t, d, &w, 10) {
-			order = append(order, r.Topic)
-		}
-		if len(order) < 2 {
-			return errors.New("claimed " + strings.Join(order, ", "))
-		}
-		return nil
-	})
-	if !slices.Equal(order, []string{"earlier", "later"}) {
-		t.Fatalf("claimed %v, want earlier then later", order)
-	}
+	h.claimInOrder(t, d, &w, "earlier", "later")
 }
 
 // OutboxWriters lists open transactions that wrote outbox rows, with their
