@@ -53,7 +53,13 @@ import (
 // looks from the start. Stragglers are found by a look of their own
 // (OutboxStragglers): read only, off the claims' path, as often as its cost
 // allows (backgroundLookFactor times its last duration, at least every
-// maxFullLook), and it lets the next claim look back to the straggler. A
+// maxFullLook), and it lets the next claim look back to the straggler.
+// While held, a look from the start reads every version the long
+// transaction keeps, so it comes only that often, and in between a look
+// every second or so reads the last stragglerSpan only: rows whose
+// transaction took up to that long from its start to its commit (a commit
+// that stalled on the disk, a producer that works a while before it
+// inserts), which would otherwise wait for the look from the start. A
 // claim by key walks the keys only when its continuations leave room, and
 // rows arrived or its cost allows. So the looks that read every version
 // stay a small share of the time however many versions a long transaction
@@ -86,11 +92,12 @@ type reach struct {
 	posCount    int64
 	posSorted   []dialects.KeyPosition
 	posSortedAt time.Time
-	// nextFull is when the next full look is due, nextFloors the next
-	// floors read (reading: one runs), nextWalk when a claim by key may
-	// next walk the keys.
-	nextFull, nextFloors, nextWalk time.Time
-	reading, looking               bool
+	// nextLook is when the next look for stragglers is due (looking: one
+	// runs; whole: from the start), nextWhole the next such look from the
+	// start while held, nextFloors the next floors read (reading: one
+	// runs), nextWalk when a claim by key may next walk the keys.
+	nextLook, nextWhole, nextFloors, nextWalk time.Time
+	reading, looking, whole                   bool
 	// fruitless: a claim in schedule order made instead of a walk over the
 	// keys found nothing since the last walk.
 	fruitless bool
@@ -152,6 +159,12 @@ const (
 	maxFloorsLook        = 10 * time.Minute
 	minStragglerLook     = time.Second
 )
+
+// stragglerSpan is how far back the looks for stragglers between two
+// looks from the start reach, while held: transactions that take longer
+// from their start to their commit leave rows that only a look from the
+// start finds.
+const stragglerSpan = 10 * time.Second
 
 // maxContinuing bounds the keys the claimer remembers to continue; beyond
 // it the oldest are forgotten (their next rows are found by the walks).
@@ -434,11 +447,15 @@ func (r *reach) noteLateness(now time.Time, rep dialects.ClaimReport) {
 // bounds (marking the look under way).
 func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 	now := r.clock.Now()
-	if r.looking || !r.known || r.anchor.IsZero() || now.Before(r.nextFull) {
+	if r.looking || !r.known || r.anchor.IsZero() || now.Before(r.nextLook) {
 		return dialects.Bounds{}, false
 	}
 	r.looking = true
 	b := dialects.Bounds{Rewinds: r.rewinds, Lookback: r.lookback(now)}
+	r.whole = !r.held || !now.Before(r.nextWhole)
+	if !r.whole {
+		b.Within = stragglerSpan
+	}
 	if r.floors != nil && r.floorsAt == r.rewinds && !r.blind {
 		b.Floors = r.floors
 	}
@@ -449,7 +466,15 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 // before the look was sent (at sentAt) makes the next walk look back to it.
 func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time, took time.Duration, err error) {
 	r.looking = false
-	r.nextFull = r.clock.Now().Add(min(max(backgroundLookFactor*took, minStragglerLook), maxFullLook))
+	now := r.clock.Now()
+	next := min(max(backgroundLookFactor*took, minStragglerLook), maxFullLook)
+	if r.whole {
+		r.nextWhole = now.Add(next)
+		if r.held {
+			next = minStragglerLook // the narrow looks go on in between
+		}
+	}
+	r.nextLook = now.Add(next)
 	if err == nil && found {
 		r.lowerTo(sentAt.Add(-ago))
 	}

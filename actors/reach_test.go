@@ -278,6 +278,42 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 	}
 }
 
+// While held, a look for stragglers from the start comes as rarely as its
+// cost asks, and between two of them a look over the last stragglerSpan
+// comes every second: a row whose commit came late is found in a second
+// however long the looks from the start take.
+func TestReachLooksNarrowlyBetweenWholeLooksWhileHeld(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{Rewinds: 1})
+	r.held = true
+	p := r.plan(scheduleClaim, 10)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	b, due := r.stragglersDue()
+	if !due || b.Within != 0 {
+		t.Fatalf("the first look while held: %+v %v, want one from the start", b, due)
+	}
+	r.stragglersFound(0, false, clk.Now(), 1200*time.Millisecond, nil) // whole: next in a minute
+	for i := range 50 {
+		clk.advance(minStragglerLook)
+		b, due = r.stragglersDue()
+		if !due || b.Within != stragglerSpan {
+			t.Fatalf("look %d after a whole one: %+v %v, want one over the last %s", i, b, due, stragglerSpan)
+		}
+		r.stragglersFound(0, false, clk.Now(), 15*time.Millisecond, nil)
+	}
+	clk.advance(10 * time.Second)
+	if b, due = r.stragglersDue(); !due || b.Within != 0 {
+		t.Fatalf("a minute after the whole look: %+v %v, want one from the start again", b, due)
+	}
+	r.stragglersFound(0, false, clk.Now(), time.Second, nil)
+	r.held = false
+	clk.advance(maxFullLook)
+	if b, due = r.stragglersDue(); !due || b.Within != 0 {
+		t.Fatalf("once the hold ended: %+v %v, want every look from the start", b, due)
+	}
+}
+
 // By key, a claim walks the keys only when its continuations leave room
 // for heads, and then not more often than the walk's cost allows; between
 // walks, it takes only its continuations when they fill it, else it goes in
@@ -347,7 +383,7 @@ func TestReleasePaceFollowsTheLooksCost(t *testing.T) {
 }
 
 // A look for expired leases starts where the previous look said no row can
-// be processing: a minute before its clock, or at the oldest processing
+// be processing: half a lease and 5 s before its clock, or at the oldest processing
 // row it saw when that is earlier; from the start when the dialect tells
 // no clock.
 func TestTheNextReleaseLookStartsAtTheOldestPossibleClaim(t *testing.T) {
@@ -357,8 +393,9 @@ func TestTheNextReleaseLookStartsAtTheOldestPossibleClaim(t *testing.T) {
 		r    dialects.Released
 		want time.Time
 	}{
-		{"none processing", dialects.Released{At: at}, at.Add(-time.Minute)},
-		{"a recent claim", dialects.Released{At: at, Oldest: at.Add(-time.Second)}, at.Add(-time.Minute)},
+		{"none processing", dialects.Released{At: at}, at.Add(-20 * time.Second)},
+		{"a recent claim", dialects.Released{At: at, Oldest: at.Add(-time.Second)}, at.Add(-20 * time.Second)},
+		{"a claim of 30 s ago", dialects.Released{At: at, Oldest: at.Add(-30 * time.Second)}, at.Add(-30 * time.Second)},
 		{"a claim held for ten minutes", dialects.Released{At: at, Oldest: at.Add(-10 * time.Minute)}, at.Add(-10 * time.Minute)},
 		{"no clock", dialects.Released{Rows: 3}, time.Time{}},
 	} {
@@ -369,6 +406,10 @@ func TestTheNextReleaseLookStartsAtTheOldestPossibleClaim(t *testing.T) {
 	// A claim runs for up to half a lease: a long lease looks further back.
 	if got := releaseSlack(10 * time.Minute); got != 5*time.Minute+5*time.Second {
 		t.Errorf("the slack for a ten-minute lease is %v, want half of it and 5 s", got)
+	}
+	// A claim's timeout is a second at least.
+	if got := releaseSlack(time.Second); got != 6*time.Second {
+		t.Errorf("the slack for a lease of a second is %v, want 6 s", got)
 	}
 }
 

@@ -40,6 +40,9 @@ type Bounds struct {
 	// the head rule's probe of a row of their key as a floor does, only
 	// closer (see KeyPosition). A dialect may ignore them.
 	Positions []KeyPosition
+	// Within, for a look for stragglers only, is how long before the look
+	// the oldest row it looks at became due: 0 looks from the start.
+	Within time.Duration
 }
 
 // FloorGroups is how many groups of keys Bounds.Floors has: more groups

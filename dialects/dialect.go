@@ -398,10 +398,11 @@ type Relay interface {
 	OutboxNextDue(ctx context.Context) (time.Duration, bool, error)
 	// OutboxStragglers finds the oldest due row that a claim with gate g
 	// would take but that a walk looking back only b.Lookback would not
-	// see, and says how long ago it became due (false: there is none). It
-	// reads every row version behind the lookback: the relay runs it off
-	// its claims' path, rarely. ErrNotSupported where the dialect keeps no
-	// bounds.
+	// see, and that became due no longer than b.Within ago (0: at any
+	// time), and says how long ago it became due (false: there is none).
+	// It reads every row version in that span: the relay runs it off its
+	// claims' path, and rarely from the start. ErrNotSupported where the
+	// dialect keeps no bounds.
 	OutboxStragglers(ctx context.Context, g *Gate, b Bounds) (time.Duration, bool, error)
 	// OutboxRewind moves the rewind counter (see Bounds): rows went back to
 	// pending behind what the relays have looked at. A no-op where the

@@ -270,6 +270,21 @@ func testStragglers(t *testing.T, h Harness) {
 	if err != nil || !found || ago < 59*time.Minute || ago > 61*time.Minute {
 		t.Fatalf("straggler an hour old: %s, %v, %v", ago, found, err)
 	}
+	// A look within a span sees the stragglers in it only.
+	within := b
+	within.Within = 30 * time.Minute
+	if ago, found, err := d.OutboxStragglers(ctx(t), nil, within); err != nil || found {
+		t.Fatalf("a look over the last 30 minutes found a straggler an hour old: %s, %v, %v", ago, found, err)
+	}
+	recent := time.Now().Add(-10 * time.Minute)
+	insert(t, d, dialects.NewRow{ScheduledAt: &recent})
+	ago, found, err = d.OutboxStragglers(ctx(t), nil, within)
+	if err != nil || !found || ago < 9*time.Minute || ago > 11*time.Minute {
+		t.Fatalf("a look over the last 30 minutes, a straggler 10 minutes old: %s, %v, %v", ago, found, err)
+	}
+	if ago, _, _ := d.OutboxStragglers(ctx(t), nil, b); ago < 59*time.Minute {
+		t.Fatalf("a look from the start found a straggler %s old first, want the hour-old one", ago)
+	}
 }
 
 // releaseExpired releases expired leases with no bound, and says how many.

@@ -400,7 +400,11 @@ func (d *Dialect) OutboxStragglers(ctx context.Context, g *dialects.Gate, b dial
 	defer func() { err = mapError(err) }()
 	settled, openLast, openNext, writers := gateArgs(g)
 	var ago int64
-	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, b.Floors, ms(b.Lookback), writers).Scan(&ago)
+	var within any
+	if b.Within > 0 {
+		within = ms(b.Within)
+	}
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, b.Floors, ms(b.Lookback), writers, within).Scan(&ago)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

@@ -339,16 +339,20 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
 
 -- name: OutboxStragglers
 -- The oldest due row that a claim would take but that a walk looking back
--- $6 ms would not see: how long ago, in ms, it became due (no row: none).
--- $1 the settled watermark, $2/$3 open epochs, $4 the rewind counter of the
--- bounds, $5 the floors, $7 the writers the last probe saw open. It reads every version behind the lookback, and
--- takes no lock: the relay runs it off the claims' path, as rarely as its
--- cost asks, and lets its next claim look back that far.
+-- $6 ms would not see, and that became due at most $8 ms ago (NULL: at
+-- any time): how long ago, in ms, it became due (no row: none). $1 the
+-- settled watermark, $2/$3 open epochs, $4 the rewind counter of the
+-- bounds, $5 the floors, $7 the writers the last probe saw open. It reads
+-- every version between the two bounds, and takes no lock: the relay runs
+-- it off the claims' path, as rarely as its cost asks, and lets its next
+-- claim look back that far.
 WITH {{template "Gate" (list "$1" "$2" "$3" "$7")}}, {{template "Bounds" (list "$4" "$5" "NULL" "NULL")}}
 SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
   FROM {{t}} AS o
  WHERE o.{{c "state"}} = 'pending'
    AND o.{{c "scheduled_at"}} < now() - $6::bigint * interval '1 millisecond'
+   AND o.{{c "scheduled_at"}} >= CASE WHEN $8::bigint IS NULL THEN '-infinity'::timestamptz
+                                     ELSE now() - $8::bigint * interval '1 millisecond' END
    AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR ({{template "Settled" "o"}} AND {{template "Head" "o"}}))
  ORDER BY o.{{c "scheduled_at"}}
  LIMIT 1
