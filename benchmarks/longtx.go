@@ -126,22 +126,27 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 			d.Names().Schema).Scan(&r.dead)
 		r.err = tx.Rollback(ctx)
 	}()
-	// The claims of each window: how many, and how long each took; and
-	// the background looks that ran in it.
+	// The claims of each window: how many, and how long each took; the
+	// background looks that ran in it; and what the window cost: the CPU
+	// of this process and of the server, autovacuum's runs on the outbox,
+	// and the blocks the database read from outside its buffers.
 	type claims struct{ n, took int64 }
 	var perWindow []claims
-	var looks []string
+	var looks, costs []string
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		st := &eng.Stats
 		last, lastLooks := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}, st.LookCounts()
+		lastCost := e.windowCost(ctx, d)
 		for t := start.Add(holdWindow); !t.After(end.Add(holdWindow / 2)); t = t.Add(holdWindow) {
 			sleepUntil(ctx, t)
 			now := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}
 			perWindow = append(perWindow, claims{now.n - last.n, now.took - last.took})
 			looks = append(looks, st.LookKinds(&lastLooks))
-			last, lastLooks = now, st.LookCounts()
+			cost := e.windowCost(ctx, d)
+			costs = append(costs, cost.since(lastCost))
+			last, lastLooks, lastCost = now, st.LookCounts(), cost
 		}
 	}()
 	load := e.steadily(ctx, d, e.o.Rate, 1000, end)
@@ -192,6 +197,9 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 		}
 		if w < len(looks) && looks[w] != "" {
 			r.Note += "; looks: " + looks[w]
+		}
+		if w < len(costs) && costs[w] != "" {
+			r.Note += "; " + costs[w]
 		}
 		out = append(out, r)
 	}
@@ -259,4 +267,34 @@ func runDrainHeld(ctx context.Context, e *env) ([]Result, error) {
 	r, err := e.drain(ctx, "drain-held", e.o.Rows, 1000, nil)
 	r.Note = "with a REPEATABLE READ snapshot held from before the rows were inserted until the drain ended; " + r.Note
 	return []Result{r}, err
+}
+
+// cost is what a long-transaction window costs, as counters that stand at
+// a moment.
+type cost struct {
+	relay, db time.Duration
+	vacuums   int64
+	read, hit int64
+}
+
+// windowCost reads the counters; those it cannot read stay zero.
+func (e *env) windowCost(ctx context.Context, d *postgres.Dialect) cost {
+	c := cost{relay: selfCPU(), db: e.dbCPU()}
+	_ = d.Pool().QueryRow(ctx, `SELECT COALESCE((SELECT autovacuum_count + vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox'), 0),
+	        COALESCE((SELECT blks_read FROM pg_stat_database WHERE datname = current_database()), 0),
+	        COALESCE((SELECT blks_hit FROM pg_stat_database WHERE datname = current_database()), 0)`,
+		d.Names().Schema).Scan(&c.vacuums, &c.read, &c.hit)
+	return c
+}
+
+// since describes the window from c0 to c.
+func (c cost) since(c0 cost) string {
+	s := fmt.Sprintf("CPU: this process %.1f s, the server %.1f s", (c.relay - c0.relay).Seconds(), (c.db - c0.db).Seconds())
+	if n := c.vacuums - c0.vacuums; n > 0 {
+		s += fmt.Sprintf("; %d vacuums of the outbox", n)
+	}
+	if hit, read := c.hit-c0.hit, c.read-c0.read; hit+read > 0 {
+		s += fmt.Sprintf("; blocks %.1fM, %.2f%% read outside the buffers", float64(hit+read)/1e6, 100*float64(read)/float64(hit+read))
+	}
+	return s
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/queuebox/queuebox/internal/testdb"
 )
 
-// The tracing scenario drains the same backlog with tracing off and on,
-// exports the spans of the second drain, and gives it a ratio to the
-// first. (What the figures are is for a real run, not a test.)
+// The tracing scenario drains the same backlog with tracing off, on, on
+// and off, exports the spans of the traced drains, and gives them a ratio
+// to the mean of the others. (What the figures are is for a real run, not
+// a test.)
 func TestTracingScenarioRuns(t *testing.T) {
 	t.Parallel()
 	var table, progress bytes.Buffer
@@ -22,20 +23,19 @@ func TestTracingScenarioRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	if len(results) != 2 {
+	if len(results) != 4 {
 		t.Fatalf("results %+v", results)
 	}
-	off, on := results[0], results[1]
-	if off.Variant != "tracing off" || off.Failed != 0 || off.RowsPerSec <= 0 || off.Ratio != nil {
-		t.Errorf("tracing off: %+v", off)
+	for i, r := range results {
+		traced := i == 1 || i == 2
+		if r.Failed != 0 || r.RowsPerSec <= 0 || (r.Ratio != nil) != traced || strings.HasPrefix(r.Variant, "tracing on") != traced {
+			t.Errorf("drain %d: %+v", i, r)
+		}
+		if traced && (strings.HasPrefix(r.Note, "0 exports") || strings.Contains(r.Note, "not all exported")) {
+			t.Errorf("the spans of drain %d did not reach the receiver: %s", i, r.Note)
+		}
 	}
-	if !strings.HasPrefix(on.Variant, "tracing on") || on.Failed != 0 || on.RowsPerSec <= 0 || on.Ratio == nil {
-		t.Errorf("tracing on: %+v", on)
-	}
-	if strings.HasPrefix(on.Note, "0 exports") || strings.Contains(on.Note, "not all exported") {
-		t.Errorf("the spans did not reach the receiver: %s", on.Note)
-	}
-	if !strings.Contains(table.String(), "tracing on: OTLP/HTTP, always_on") {
-		t.Errorf("the table lacks the traced drain:\n%s", table.String())
+	if !strings.Contains(table.String(), "tracing on (2): OTLP/HTTP, always_on") || !strings.Contains(table.String(), "tracing off (2)") {
+		t.Errorf("the table lacks a drain:\n%s", table.String())
 	}
 }
