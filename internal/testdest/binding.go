@@ -21,9 +21,10 @@ import (
 // EventMessage reads what a destination of type typ received as the CloudEvents SDK
 // does: with the SDK's own binding where it has one (HTTP; Kafka; NATS in
 // structured mode), and otherwise with the SDK's attribute tables under the
-// binding's prefix (NATS in binary mode, which the SDK's NATS binding does
-// not read yet; AMQP, whose SDK binding speaks AMQP 1.0, read here from the
-// 0-9-1 headers table and content_type property they map onto).
+// binding's prefix (NATS in binary mode, which the SDK's NATS binding,
+// protocol/nats/v2, does not read: it takes structured messages only;
+// AMQP, whose SDK binding speaks AMQP 1.0, read here from the 0-9-1
+// headers table and content_type property they map onto).
 func (r Received) EventMessage(typ string) binding.Message {
 	switch typ {
 	case "http":
