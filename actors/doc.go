@@ -37,16 +37,16 @@
 //	                 (flush goroutine) ──credit──▶ Claimer, ──untrack──▶ Lease keeper
 //
 // No trigger or notification wakes the relay: the Claimer learns of new rows
-// from clocks (loops.go). Between claims it probes every probe interval
-// (slower while idle) where the outbox sequence and the transaction horizon
-// stand, and claims when rows arrived or settled; a slower poll, written
-// outcomes and a wake from the Janitor or the Inbox relay (rows back to
-// pending, rows relayed) also make it claim. Each claim probes first and is gated: keyed
-// rows are claimed only once settled, when no transaction that could still
-// commit an earlier row of their key is open (dialects.Watermark), so rows
-// that producers commit out of sequence order are still delivered in it. A
-// keyed row that waits long for an open transaction is reported
-// (heldback.go).
+// from clocks (background.go; how fast they tick, pace.go). Between claims it
+// probes every probe interval (slower while idle) where the outbox sequence
+// and the transaction horizon stand, and claims when rows arrived or
+// settled; a slower poll, written outcomes and a wake from the Janitor or the
+// Inbox relay (rows back to pending, rows relayed) also make it claim. Each
+// claim probes first and is gated: keyed rows are claimed only once settled,
+// when no transaction that could still commit an earlier row of their key is
+// open (dialects.Watermark), so rows that producers commit out of sequence
+// order are still delivered in it. A keyed row that waits long for an open
+// transaction is reported (gate.go).
 //
 // The Claimer claims a batch no larger than its free credit (so memory is
 // bounded by outbox.maxInFlight), groups it by key and sends each key's run,

@@ -2,13 +2,15 @@
 //
 // Every SQL statement QueueBox runs lives behind this seam, one method per
 // statement, named noun-first (OutboxClaim, OutboxRenewLeases,
-// OutboxComplete, ...), in five interfaces by who uses them: Relay (the
+// OutboxComplete, ...), in six interfaces by who uses them: Relay (the
 // engine's claims, renewals, completions, releases, retention, probes and
 // the inbox relay), Inbox (what the inbox's sources store), Operator
 // (counts, listings, replay and inserts for the command line and the admin
 // API), Migrator (quoting and the migration history for the migration
-// runner) and Destinations (the destinations operators paused, which every
-// relay reads, and the circuits relays opened). Dialect is all five. The postgres and sqlserver packages
+// runner), Destinations (the destinations operators paused, which every
+// relay reads, and the circuits relays opened) and History (one row with
+// its delivery attempts for operators, and the deletion of old attempts).
+// Dialect is all six, and Close. The postgres and sqlserver packages
 // implement it; the dialecttest package is one conformance suite that both
 // must pass. Methods with more than two arguments take a *Params struct.
 //
@@ -20,8 +22,9 @@
 // topic patterns in Go; the migration session runs over a small Conn that
 // each dialect adapts its driver to. Native errors a user can act on are
 // mapped to this package's sentinels: ErrNoTable, ErrUnreachable (and
-// ErrLoginRefused, which is also ErrUnreachable), ErrNotPermitted and
-// ErrNotSupported.
+// ErrLoginRefused, which is also ErrUnreachable), ErrNotPermitted,
+// ErrNotSupported and ErrInvalidValue (a value of an inbox message that
+// the database refuses to store).
 //
 // # Names
 //

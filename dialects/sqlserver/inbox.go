@@ -13,8 +13,9 @@ import (
 )
 
 // InboxStatements are the inbox's statements of queries.sql (the section
-// "The inbox"); Catalog embeds them. InboxWriters runs OutboxWriters: SQL
-// Server cannot tell which open transactions drew which sequence's values.
+// "The inbox"); Catalog embeds them. InboxProbe and InboxWriters are the
+// outbox's Probe and Writers templates over the inbox's sequence and table:
+// the writers are the open transactions that hold a lock on the inbox.
 type InboxStatements struct {
 	InboxReceive, InboxRelayLock, InboxRelay, InboxProbe, InboxWriters string
 	InboxCountByState, InboxOldestReceived                             string
