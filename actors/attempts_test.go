@@ -53,7 +53,7 @@ func TestAttemptsAreRecordedWithTheirOutcomes(t *testing.T) {
 	h.opts.MaxErrorBytes = 301
 	h.opts.Redact = strings.NewReplacer(secret, "[REDACTED]").Replace
 	h.opts.History = actors.History{Enabled: true}
-	h.insert([]dialects.NewRow{{Topic: "order.created", Key: str("k"), Payload: []byte(`{"n":1}`)}})
+	h.insert(testkit.Row("order.created", testkit.Key("k"), testkit.Payload(`{"n":1}`)))
 	before := time.Now()
 	h.start()
 	h.waitState(dialects.Delivered, 1, time.Minute)
@@ -101,7 +101,7 @@ func TestHistoryOffRecordsNothing(t *testing.T) {
 	h := newHarness(t)
 	recv := testrecv.New(t, failPolicy)
 	h.routeOrdersToHook(recv.URL+"/x", "#")
-	h.insert(rows(3, 5, 5, func(i int) int { return i % 2 }))
+	h.insert(rows(3, 5, 5, func(i int) int { return i % 2 })...)
 	h.start()
 	h.waitState(dialects.Delivered, 20, time.Minute)
 	if n := h.countAttempts(); n != 0 {
@@ -130,7 +130,7 @@ func TestJanitorDeletesOldAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.insert([]dialects.NewRow{{Topic: "order.created", Payload: []byte(`{}`)}})
+	h.insert(testkit.Row("order.created"))
 	h.start()
 	h.waitState(dialects.Delivered, 1, time.Minute)
 	testkit.Eventually(t, "the old attempts deleted", 30*time.Second, func() error {
@@ -161,7 +161,7 @@ func TestABrokersAnswerIsRecorded(t *testing.T) {
 		return natssink.New(natssink.Config{URL: srv.URL, Subject: subject, JetStream: true})
 	})
 	h.opts.History = actors.History{Enabled: true}
-	h.insert(rows(2, 5, 2, func(int) int { return 0 }))
+	h.insert(rows(2, 5, 2, func(int) int { return 0 })...)
 	h.start()
 	h.waitState(dialects.Delivered, 12, time.Minute)
 	listed, _, err := dialects.List(context.Background(), h.d, dialects.Filter{States: dialects.States}, nil, 20)

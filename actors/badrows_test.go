@@ -74,13 +74,10 @@ func runBadRows(t *testing.T, cases []badRow, hookURL string) map[string]rowEnd 
 		if r.Key == nil {
 			r.Key = str("bad-" + strings.ReplaceAll(c.name, " ", "-"))
 		}
-		if r.Payload == nil {
-			r.Payload = []byte(`{"ok":true}`)
-		}
-		next := dialects.NewRow{Topic: "next.row", Key: r.Key, Payload: []byte(fmt.Sprintf(`{"after":%d}`, i))}
+		next := testkit.Row("next.row", testkit.Key(*r.Key), testkit.Payload(fmt.Sprintf(`{"after":%d}`, i)))
 		all = append(all, r, next)
 	}
-	h.insert(all)
+	h.insert(all...)
 	h.start()
 	h.waitState(dialects.Delivered, int64(len(cases)), time.Minute)
 	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
@@ -125,21 +122,21 @@ func TestBadRowsGoDeadWithAClearReason(t *testing.T) {
 	t.Parallel()
 	recv := testrecv.New(t, nil)
 	cases := []badRow{
-		{"no route", dialects.NewRow{Topic: "nowhere.to.go"}, []string{`no route matches topic "nowhere.to.go"`}},
-		{"a JSON string of JSON", dialects.NewRow{Topic: "order.created", Payload: []byte(`"{\"orderId\":7}"`)}, []string{"a JSON string that holds JSON text", "encoded twice"}},
-		{"a JSON string", dialects.NewRow{Topic: "order.created", Payload: []byte(`"hello"`)}, []string{"is a JSON string", "object or array"}},
-		{"a number", dialects.NewRow{Topic: "order.created", Payload: []byte(`42`)}, []string{"is a JSON number", "object or array"}},
-		{"null", dialects.NewRow{Topic: "order.created", Payload: []byte(`null`)}, []string{"is JSON null"}},
-		{"a boolean", dialects.NewRow{Topic: "order.created", Payload: []byte(`true`)}, []string{"is a JSON boolean"}},
-		{"headers a list", dialects.NewRow{Topic: "order.created", Headers: []byte(`["X-A"]`)}, []string{"headers must be a JSON object of string values, got an array"}},
-		{"headers a string", dialects.NewRow{Topic: "order.created", Headers: []byte(`"X-A: b"`)}, []string{"headers must be a JSON object of string values, got a string"}},
-		{"a header that is a number", dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-Count": 3}`)}, []string{`"X-Count" is a number`}},
-		{"a header that is an object", dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-Meta": {"a": "b"}}`)}, []string{`"X-Meta" is an object`}},
-		{"a header with a line break", dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-A": "one\ntwo"}`)}, []string{`"X-A" is not a valid header`}},
-		{"a header name with a colon", dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-A:": "v"}`)}, []string{"is not a valid header"}},
-		{"an address needing a null aggregate_type", dialects.NewRow{Topic: "agg.created"}, []string{"{{ aggregateType }}", "aggregate_type is null or empty"}},
-		{"an address needing the key of an unkeyed row", dialects.NewRow{Topic: "keyed.created", Key: str("")}, []string{"{{ key }}", "key is null or empty"}},
-		{"a destination that does not exist at run time", dialects.NewRow{Topic: "ghost.created"}, []string{`sends to destination "ghost", which does not exist`}},
+		{"no route", testkit.Row("nowhere.to.go"), []string{`no route matches topic "nowhere.to.go"`}},
+		{"a JSON string of JSON", testkit.Row("order.created", testkit.Payload(`"{\"orderId\":7}"`)), []string{"a JSON string that holds JSON text", "encoded twice"}},
+		{"a JSON string", testkit.Row("order.created", testkit.Payload(`"hello"`)), []string{"is a JSON string", "object or array"}},
+		{"a number", testkit.Row("order.created", testkit.Payload(`42`)), []string{"is a JSON number", "object or array"}},
+		{"null", testkit.Row("order.created", testkit.Payload(`null`)), []string{"is JSON null"}},
+		{"a boolean", testkit.Row("order.created", testkit.Payload(`true`)), []string{"is a JSON boolean"}},
+		{"headers a list", testkit.Row("order.created", testkit.Headers(`["X-A"]`)), []string{"headers must be a JSON object of string values, got an array"}},
+		{"headers a string", testkit.Row("order.created", testkit.Headers(`"X-A: b"`)), []string{"headers must be a JSON object of string values, got a string"}},
+		{"a header that is a number", testkit.Row("order.created", testkit.Headers(`{"X-Count": 3}`)), []string{`"X-Count" is a number`}},
+		{"a header that is an object", testkit.Row("order.created", testkit.Headers(`{"X-Meta": {"a": "b"}}`)), []string{`"X-Meta" is an object`}},
+		{"a header with a line break", testkit.Row("order.created", testkit.Headers(`{"X-A": "one\ntwo"}`)), []string{`"X-A" is not a valid header`}},
+		{"a header name with a colon", testkit.Row("order.created", testkit.Headers(`{"X-A:": "v"}`)), []string{"is not a valid header"}},
+		{"an address needing a null aggregate_type", testkit.Row("agg.created"), []string{"{{ aggregateType }}", "aggregate_type is null or empty"}},
+		{"an address needing the key of an unkeyed row", testkit.Row("keyed.created", testkit.Key("")), []string{"{{ key }}", "key is null or empty"}},
+		{"a destination that does not exist at run time", testkit.Row("ghost.created"), []string{`sends to destination "ghost", which does not exist`}},
 	}
 	checkBadRows(t, cases, runBadRows(t, cases, recv.URL))
 	if n := len(recv.Requests()); n != 0 {
@@ -156,11 +153,11 @@ func TestRowsHTTPCannotCarryGoDeadAtOnce(t *testing.T) {
 	t.Parallel()
 	recv := testrecv.New(t, nil)
 	cases := []badRow{
-		{"a key with a control character", dialects.NewRow{Topic: "order.created", Key: str("cust\x01-7")}, []string{"X-Key"}},
-		{"a key with a line break", dialects.NewRow{Topic: "order.created", Key: str("cust\n7")}, []string{"X-Key"}},
-		{"a topic with a control character", dialects.NewRow{Topic: "order.created\x7f"}, []string{"X-Topic"}},
-		{"a header value with a control character", dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-A": "a\u0001b"}`)}, []string{"X-A"}},
-		{"a header name that is not a token", dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-(A)": "v"}`)}, []string{"X-(A)"}},
+		{"a key with a control character", testkit.Row("order.created", testkit.Key("cust\x01-7")), []string{"X-Key"}},
+		{"a key with a line break", testkit.Row("order.created", testkit.Key("cust\n7")), []string{"X-Key"}},
+		{"a topic with a control character", testkit.Row("order.created\x7f"), []string{"X-Topic"}},
+		{"a header value with a control character", testkit.Row("order.created", testkit.Headers(`{"X-A": "a\u0001b"}`)), []string{"X-A"}},
+		{"a header name that is not a token", testkit.Row("order.created", testkit.Headers(`{"X-(A)": "v"}`)), []string{"X-(A)"}},
 	}
 	checkBadRows(t, cases, runBadRows(t, cases, recv.URL))
 }

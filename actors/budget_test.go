@@ -89,7 +89,7 @@ func TestRelaysThatShareTheServerRunOneClaimAndOneCompletionAtATime(t *testing.T
 		t.Helper()
 		o.maxClaims.Store(0)
 		o.maxCompletes.Store(0)
-		h.insert(rows(0, 0, backlog, func(int) int { return 0 }))
+		h.insert(rows(0, 0, backlog, func(int) int { return 0 })...)
 		drained += backlog
 		h.waitState(dialects.Delivered, int64(drained), 30*time.Second)
 		if c, f := o.maxClaims.Load(), o.maxCompletes.Load(); c != want || f != want {

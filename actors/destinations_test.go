@@ -87,7 +87,7 @@ func TestRateLimitHoldsAcrossKeysAndThePool(t *testing.T) {
 	h.explain(e)
 	all := rows(20, 10, 100, func(int) int { return 0 })
 	began := time.Now()
-	h.insert(all)
+	h.insert(all...)
 	recv.WaitDelivered(t, len(all), time.Minute)
 	took := time.Since(began)
 	if took < 5*time.Second {
@@ -133,7 +133,7 @@ func TestMaxConcurrencyHoldsAcrossKeysAndThePool(t *testing.T) {
 	h.opts.Policies = map[string]actors.DestinationPolicy{"dest": {MaxConcurrency: 3}}
 	h.start()
 	all := rows(20, 5, 50, func(int) int { return 0 })
-	h.insert(all)
+	h.insert(all...)
 	testkit.Eventually(t, "every row delivered", time.Minute, func() error {
 		if n := served.Load(); n < int64(len(all)) {
 			return fmt.Errorf("%d of %d served", n, len(all))
@@ -165,7 +165,7 @@ func TestAThrottledDestinationDoesNotStarveTheOthers(t *testing.T) {
 		}
 		backlog = append(backlog, testkit.Row("slow.created", opts...))
 	}
-	h.insert(backlog)
+	h.insert(backlog...)
 	e := h.start()
 	h.explain(e)
 	testkit.Eventually(t, "the backlog to fill the slow destination's flow", time.Minute, testkit.True(func() bool {
@@ -173,7 +173,7 @@ func TestAThrottledDestinationDoesNotStarveTheOthers(t *testing.T) {
 	}))
 	h.insert(testkit.Rows(200, "fast.created", func(i int) []testkit.RowOption {
 		return []testkit.RowOption{testkit.Key(fmt.Sprintf("f%d", i%10))}
-	}))
+	})...)
 	fast.WaitDelivered(t, 200, time.Minute)
 	if n := slow.Delivered(); n >= 1000 {
 		t.Fatalf("the slow destination got %d rows before the fast one got its 200; its rate is 5 a second", n)
@@ -199,8 +199,8 @@ func TestAPausedDestinationWaitsOnEveryReplica(t *testing.T) {
 	e1, e2 := h.start(), h.start() // two replicas on one database
 	h.explain(e1, e2)
 	orders := append(rows(10, 10, 0, func(int) int { return 0 }), testkit.Rows(50, "order.placed", nil)...)
-	h.insert(orders)
-	h.insert(testkit.Rows(100, "audit.logged", nil))
+	h.insert(orders...)
+	h.insert(testkit.Rows(100, "audit.logged", nil)...)
 
 	// Both replicas hold the rows a while: each has deferred some, and
 	// together many times as many as there are heads to claim.
@@ -249,7 +249,7 @@ func TestAPausedDestinationWaitsOnEveryReplica(t *testing.T) {
 	sent := len(recv.Requests())
 	before := status(t, e1, "hook").Deferred["paused"] + status(t, e2, "hook").Deferred["paused"]
 	more := append(rows(5, 4, 0, func(int) int { return 0 }), testkit.Rows(10, "order.placed", nil)...)
-	h.insert(more)
+	h.insert(more...)
 	testkit.Eventually(t, "the new rows to be held", time.Minute, func() error {
 		if d := status(t, e1, "hook").Deferred["paused"] + status(t, e2, "hook").Deferred["paused"] - before; d < 3*(5+10) {
 			return fmt.Errorf("%d deferrals since the pause", d)
@@ -296,7 +296,7 @@ func TestAnOpenCircuitSendsOneProbePerInterval(t *testing.T) {
 	h.opts.UnorderedConcurrency = 1
 	e := h.start()
 	h.explain(e)
-	h.insert(testkit.Rows(50, "audit.logged", nil, testkit.MaxAttempts(1000)))
+	h.insert(testkit.Rows(50, "audit.logged", nil, testkit.MaxAttempts(1000))...)
 
 	testkit.Eventually(t, "the circuit to open", time.Minute, testkit.True(func() bool { return status(t, e, "dest").CircuitOpen }))
 	opened := status(t, e, "dest").CircuitOpenedAt
@@ -359,7 +359,7 @@ func TestOpenCircuitsAreReported(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.Stop(context.Background()) })
 	h.explain(e)
-	h.insert(testkit.Rows(20, "audit.logged", nil, testkit.MaxAttempts(1000)))
+	h.insert(testkit.Rows(20, "audit.logged", nil, testkit.MaxAttempts(1000))...)
 	var cs []dialects.OpenCircuit
 	testkit.Eventually(t, "the circuit to be reported", time.Minute, func() error {
 		var err error

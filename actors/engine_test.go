@@ -131,19 +131,19 @@ func rows(keys, perKey, unkeyed int, fail func(i int) int) []dialects.NewRow {
 	i := 0
 	for n := range perKey {
 		for k := range keys {
-			out = append(out, dialects.NewRow{Topic: "order.created", Key: str(fmt.Sprintf("key-%d", k)),
-				Payload: []byte(fmt.Sprintf(`{"i":%d,"n":%d,"fail":%d}`, i, n, fail(i)))})
+			out = append(out, testkit.Row("order.created", testkit.Key(fmt.Sprintf("key-%d", k)),
+				testkit.Payload(fmt.Sprintf(`{"i":%d,"n":%d,"fail":%d}`, i, n, fail(i)))))
 			i++
 		}
 	}
 	for range unkeyed {
-		out = append(out, dialects.NewRow{Topic: "audit.logged", Payload: []byte(fmt.Sprintf(`{"i":%d,"fail":%d}`, i, fail(i)))})
+		out = append(out, testkit.Row("audit.logged", testkit.Payload(fmt.Sprintf(`{"i":%d,"fail":%d}`, i, fail(i)))))
 		i++
 	}
 	return out
 }
 
-func (h *harness) insert(rs []dialects.NewRow) {
+func (h *harness) insert(rs ...dialects.NewRow) {
 	h.t.Helper()
 	for len(rs) > 0 {
 		n := min(len(rs), 1000)
@@ -197,7 +197,7 @@ func TestDeliversEverythingInOrderThroughFailures(t *testing.T) {
 		return 0
 	}
 	all := rows(100, 25, 500, fail)
-	h.insert(all)
+	h.insert(all...)
 	e := h.start()
 	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
 
@@ -253,7 +253,7 @@ func TestMailboxesOfOneDoNotDeadlock(t *testing.T) {
 		}
 		return 0
 	})
-	h.insert(all)
+	h.insert(all...)
 	h.start()
 	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
 	recv.CheckOrder(t)
@@ -279,28 +279,25 @@ func TestBadRowsGoDeadWithTheirOwnMessage(t *testing.T) {
 		row  dialects.NewRow
 		want string
 	}{
-		{dialects.NewRow{Topic: "nobody.listens"}, `no route matches topic "nobody.listens"`},
-		{dialects.NewRow{Topic: "order.created", Payload: []byte(`"{\"a\":1}"`)}, "JSON string that holds JSON text"},
-		{dialects.NewRow{Topic: "order.created", Payload: []byte(`42`)}, "the payload is a JSON number"},
-		{dialects.NewRow{Topic: "order.created", Headers: []byte(`{"X-Count": 3}`)}, `"X-Count" is a number`},
-		{dialects.NewRow{Topic: "order.created", Headers: []byte(`["a"]`)}, "headers must be a JSON object of string values, got an array"},
-		{dialects.NewRow{Topic: "typed.created"}, "needs {{ aggregateType }}, but aggregate_type is null"},
-		{dialects.NewRow{Topic: "ghost.created"}, `sends to destination "nowhere", which does not exist`},
+		{testkit.Row("nobody.listens"), `no route matches topic "nobody.listens"`},
+		{testkit.Row("order.created", testkit.Payload(`"{\"a\":1}"`)), "JSON string that holds JSON text"},
+		{testkit.Row("order.created", testkit.Payload(`42`)), "the payload is a JSON number"},
+		{testkit.Row("order.created", testkit.Headers(`{"X-Count": 3}`)), `"X-Count" is a number`},
+		{testkit.Row("order.created", testkit.Headers(`["a"]`)), "headers must be a JSON object of string values, got an array"},
+		{testkit.Row("typed.created"), "needs {{ aggregateType }}, but aggregate_type is null"},
+		{testkit.Row("ghost.created"), `sends to destination "nowhere", which does not exist`},
 	}
 	var all []dialects.NewRow
 	for _, b := range bad {
 		r := b.row
-		if r.Payload == nil {
-			r.Payload = []byte(`{"bad":true}`)
-		}
 		r.Key = str("shared") // bad rows first in one key: the good row behind them still goes
 		r.MaxAttempts = new(int)
 		*r.MaxAttempts = 5
 		all = append(all, r)
 	}
-	all = append(all, dialects.NewRow{Topic: "order.created", Key: str("shared"), Payload: []byte(`{"good":1}`)})
+	all = append(all, testkit.Row("order.created", testkit.Key("shared"), testkit.Payload(`{"good":1}`)))
 	all = append(all, rows(20, 5, 20, func(int) int { return 0 })...)
-	h.insert(all)
+	h.insert(all...)
 	h.start()
 	h.waitState(dialects.Delivered, int64(len(all)-len(bad)), time.Minute)
 	st := h.waitState(dialects.Dead, int64(len(bad)), time.Minute)
@@ -355,8 +352,7 @@ func TestSecretsNeverLeakAndErrorsAreCut(t *testing.T) {
 	h.opts.MaxErrorBytes = 301 // odd, so a cut could land inside a two-byte character
 	h.opts.Redact = strings.NewReplacer("Bearer "+secret, "[REDACTED]", secret, "[REDACTED]").Replace
 	h.opts.Logger = slog.New(redactingHandler{slog.NewTextHandler(h.logs, nil), h.opts.Redact})
-	one := 1
-	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`), MaxAttempts: &one}})
+	h.insert(testkit.Row("t", testkit.Key("k"), testkit.MaxAttempts(1)))
 	h.start()
 	h.waitState(dialects.Dead, 1, time.Minute)
 	dead, _, _ := dialects.List(context.Background(), h.d, dialects.Filter{}, nil, 1)
@@ -400,7 +396,7 @@ func TestStopDrains(t *testing.T) {
 	h.opts.UnorderedConcurrency = 5
 	rec := newRecorder()
 	h.opts.Observer = rec
-	h.insert(rows(10, 20, 100, func(int) int { return 0 }))
+	h.insert(rows(10, 20, 100, func(int) int { return 0 })...)
 	e := h.start()
 	// Wait until deliveries are in flight.
 	testkit.Eventually(t, "deliveries in flight", 30*time.Second, testkit.True(func() bool { return len(recv.Requests()) > 0 }))
@@ -453,7 +449,7 @@ func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
 	h, recv := probeOnly(t)
 	// A table whose rows were all delivered before: the sequence has moved,
 	// which the first claim sees and is no news to the probes after it.
-	h.insert(rows(3, 1, 0, func(int) int { return 0 }))
+	h.insert(rows(3, 1, 0, func(int) int { return 0 })...)
 	n := h.d.Names()
 	if _, err := h.d.Pool().Exec(context.Background(), "UPDATE "+pgx.Identifier{n.Schema, n.Outbox}.Sanitize()+" SET state = 'delivered'"); err != nil {
 		t.Fatal(err)
@@ -482,7 +478,7 @@ func TestAnIdleReplicaProbesLessAndWakesForARow(t *testing.T) {
 		}
 		break
 	}
-	h.insert(rows(1, 1, 0, func(int) int { return 0 }))
+	h.insert(rows(1, 1, 0, func(int) int { return 0 })...)
 	testkit.Eventually(t, "a row that arrived at an idle replica is delivered within a second (a probe every 250 ms at the longest)", time.Second,
 		testkit.True(func() bool { return recv.Delivered() > 0 }))
 	// The claim that found the row leaves the idle pace: the next rows are
@@ -522,7 +518,7 @@ func TestARowSeenByAFailedClaimIsClaimedAtTheNextProbe(t *testing.T) {
 	e := h.start()
 	testkit.Eventually(t, "the replica settles at the idle pace", 5*time.Second, testkit.True(e.Stats.Idle.Load))
 	f.armed.Store(true)
-	h.insert(rows(1, 1, 0, func(int) int { return 0 }))
+	h.insert(rows(1, 1, 0, func(int) int { return 0 })...)
 	testkit.Eventually(t, "the row is delivered within 3 s of a failed claim (the poll is 10 s away)", 3*time.Second,
 		testkit.True(func() bool { return recv.Delivered() > 0 }))
 	if f.armed.Load() {

@@ -56,7 +56,7 @@ func TestDatabaseRestart(t *testing.T) {
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.BatchSize, h.opts.UnorderedConcurrency = 20, 4
 	all := rows(20, 40, 200, func(int) int { return 0 })
-	h.insert(all)
+	h.insert(all...)
 	e := h.start()
 	recv.WaitDelivered(t, len(all)/5, time.Minute)
 	cluster.Kill()
@@ -103,8 +103,8 @@ func TestDestinationOutage(t *testing.T) {
 		keyed[i].MaxAttempts = &m
 	}
 	other := rows(0, 0, 300, func(int) int { return 0 }) // audit.logged -> null
-	h.insert(keyed)
-	h.insert(other)
+	h.insert(keyed...)
+	h.insert(other...)
 	h.start()
 	// The other destination drains while this one is down.
 	h.waitState(dialects.Delivered, int64(len(other)), time.Minute)
@@ -138,7 +138,7 @@ func TestLostClaimIsCancelledAndNotWritten(t *testing.T) {
 	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
 	rec := newRecorder()
 	h.opts.Observer = rec
-	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`)}, {Topic: "t", Key: str("k"), Payload: []byte(`{}`)}})
+	h.insert(testkit.Rows(2, "t", nil, testkit.Key("k"))...)
 	e := h.start()
 	<-started
 	// Another replica "takes" both rows: a new token.
@@ -177,11 +177,11 @@ func TestProbeWakesTheClaimer(t *testing.T) {
 	h.start()
 	time.Sleep(300 * time.Millisecond) // the first (empty) claim is done
 	for i := range 4 {
-		row := dialects.NewRow{Topic: "t", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+		row := testkit.Row("t", testkit.Payload(fmt.Sprintf(`{"i":%d}`, i)))
 		if i%2 == 1 {
 			row.Key = str("k")
 		}
-		h.insert([]dialects.NewRow{row})
+		h.insert(row)
 		recv.WaitDelivered(t, i+1, 30*time.Second) // a poll would take an hour
 	}
 }
@@ -199,9 +199,9 @@ func TestRetentionDeletesOldRows(t *testing.T) {
 		if i%3 == 0 {
 			topic = "nowhere" // dead
 		}
-		rs = append(rs, dialects.NewRow{Topic: topic, Payload: []byte(`{}`)})
+		rs = append(rs, testkit.Row(topic))
 	}
-	h.insert(rs)
+	h.insert(rs...)
 	// Deliver everything first, with retention off.
 	e := h.start()
 	h.waitState(dialects.Delivered, 20, time.Minute)
@@ -254,7 +254,7 @@ func TestRetentionWaitsUntilTheOldestRowComesOfAge(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.routeAllTo(func() (sinks.Sink, error) { return nullsink.New(), nil })
-	h.insert(rows(2, 5, 0, func(int) int { return 0 }))
+	h.insert(rows(2, 5, 0, func(int) int { return 0 })...)
 	var purges, waits atomic.Int64
 	h.opts.Dialect = countingPurges{Dialect: h.d, purges: &purges, waits: &waits}
 	h.opts.Retention = actors.Retention{Delivered: time.Hour, Interval: 20 * time.Millisecond, BatchSize: 100}
@@ -287,7 +287,7 @@ func TestTrustWindowStopsDeliveriesWithoutRenewal(t *testing.T) {
 	h.opts.Dialect = failingRenewals{h.d}
 	h.opts.Lease = time.Second // trusted for 800 ms after each claim
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
-	h.insert(rows(1, 10, 0, func(int) int { return 0 }))
+	h.insert(rows(1, 10, 0, func(int) int { return 0 })...)
 	e := h.start()
 	h.waitState(dialects.Delivered, 10, time.Minute)
 	if e.Stats.Released.Load() == 0 {
@@ -318,7 +318,7 @@ func TestWithoutTheProbeClaimsGoOnUngated(t *testing.T) {
 	recv := testrecv.New(t, nil)
 	h.opts.Dialect = noProbe{h.d}
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
-	h.insert(rows(5, 4, 3, func(int) int { return 0 }))
+	h.insert(rows(5, 4, 3, func(int) int { return 0 })...)
 	h.start()
 	h.waitState(dialects.Delivered, 23, time.Minute)
 	recv.CheckOrder(t)
@@ -349,7 +349,7 @@ func TestRenewalsKeepALongDeliverysClaim(t *testing.T) {
 	// attempt, under way the whole time.
 	h.routeAllTo(httpDest(t, recv.URL+"/x", func(c *httpsink.Config) { c.Timeout = 2 * time.Minute }))
 	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
-	h.insert([]dialects.NewRow{{Topic: "t", Key: str("k"), Payload: []byte(`{}`)}, {Topic: "t", Key: str("k"), Payload: []byte(`{}`)}})
+	h.insert(testkit.Rows(2, "t", nil, testkit.Key("k"))...)
 	e := h.start()
 	testkit.Eventually(t, "the first delivery started", 30*time.Second, testkit.True(first.Load))
 	// Renewed until four leases past the claim: the lease end moved on,

@@ -179,7 +179,7 @@ func TestInboxRelayOff(t *testing.T) {
 	if _, err := h.d.InboxReceive(ctx, []dialects.InboxMessage{{Source: "web", MessageID: "m1", Topic: "t", Payload: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	h.insert([]dialects.NewRow{{Topic: "marker", Payload: []byte(`{}`)}})
+	h.insert(testkit.Row("marker"))
 	h.start()
 	h.waitState(dialects.Delivered, 1, time.Minute)
 	st, err := h.d.InboxStats(ctx)

@@ -88,8 +88,8 @@ func TestObserverHearsEveryRow(t *testing.T) {
 		}
 		return 0
 	})
-	h.insert(all)
-	h.insert([]dialects.NewRow{{Topic: "nobody.listens", Payload: []byte(`{}`)}})
+	h.insert(all...)
+	h.insert(testkit.Row("nobody.listens"))
 	e := h.start()
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
 	h.waitState(dialects.Dead, 1, time.Minute)

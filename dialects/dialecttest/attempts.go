@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // attemptTests are the attempt history's subtests.
@@ -38,7 +39,7 @@ func rowDetail(t *testing.T, d dialects.Dialect, id uuid.UUID, attempts int) dia
 // recorded, like its outcome.
 func testAttemptsRecorded(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{Payload: []byte(`{"order":7}`), Headers: []byte(`{"trace":"abc"}`), Key: str("k")})
+	insert(t, d, testkit.Row(anyTopic, testkit.Payload(`{"order":7}`), testkit.Headers(`{"trace":"abc"}`), testkit.Key("k")))
 	r := h.claim(t, d, 1)[0]
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	fail := dialects.Attempt{At: t0, Duration: 1500 * time.Microsecond, Try: 1, Destination: "webhook",
@@ -59,7 +60,7 @@ func testAttemptsRecorded(t *testing.T, h Harness) {
 	}
 
 	got := rowDetail(t, d, r.ID, 50)
-	if got.State != dialects.Delivered || got.Attempt != 1 || got.Topic != "test.topic" || got.Key == nil || *got.Key != "k" {
+	if got.State != dialects.Delivered || got.Attempt != 1 || got.Topic != anyTopic || got.Key == nil || *got.Key != "k" {
 		t.Errorf("row %+v", got.ListedRow)
 	}
 	var payload, headers map[string]any
@@ -92,7 +93,7 @@ func testAttemptsRecorded(t *testing.T, h Harness) {
 // Outcomes without attempts (the history is off) record nothing.
 func testAttemptsOff(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{}, dialects.NewRow{})
+	insert(t, d, testkit.Rows(2, anyTopic, nil)...)
 	rows := h.claim(t, d, 2)
 	dead := outcome(rows[1], dialects.OutcomeDead)
 	dead.Error = "no"
@@ -110,7 +111,7 @@ func testAttemptsOff(t *testing.T, h Harness) {
 // Retention deletes the attempts made before its age, and no others.
 func testAttemptsPurge(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
+	insert(t, d, testkit.Rows(3, anyTopic, nil)...)
 	rows := h.claim(t, d, 3)
 	now := time.Now()
 	complete(t, d,

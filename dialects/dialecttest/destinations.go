@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // The destinations' state: a deferred row (a destination held), pauses and
@@ -23,7 +24,7 @@ func destinationTests() []subtest {
 func testDefer(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, keyed("k", 3)...)
-	insert(t, d, dialects.NewRow{Topic: "unkeyed"})
+	insert(t, d, testkit.Row("unkeyed"))
 	got := byKey(h.claim(t, d, 100))
 	k, loose := got["k"], got[""]
 	if len(k) != 3 || len(loose) != 1 {

@@ -125,6 +125,11 @@ func ctx(t *testing.T) context.Context {
 
 func str(s string) *string { return &s }
 
+// anyTopic is the topic of rows whose topic does not matter to a subtest.
+const anyTopic = "test.topic"
+
+// insert inserts rows; one without a topic gets anyTopic, one without a
+// payload a small JSON object.
 func insert(t *testing.T, d dialects.Dialect, rows ...dialects.NewRow) {
 	t.Helper()
 	for i := range rows {
@@ -132,7 +137,7 @@ func insert(t *testing.T, d dialects.Dialect, rows ...dialects.NewRow) {
 			rows[i].Payload = []byte(`{"n":` + strconv.Itoa(i) + `}`)
 		}
 		if rows[i].Topic == "" {
-			rows[i].Topic = "test.topic"
+			rows[i].Topic = anyTopic
 		}
 	}
 	if err := d.OutboxInsert(ctx(t), rows); err != nil {
@@ -143,7 +148,7 @@ func insert(t *testing.T, d dialects.Dialect, rows ...dialects.NewRow) {
 func keyed(key string, n int) []dialects.NewRow {
 	rows := make([]dialects.NewRow, n)
 	for i := range rows {
-		rows[i] = dialects.NewRow{Key: str(key), Payload: []byte(fmt.Sprintf(`{"key":%q,"i":%d}`, key, i))}
+		rows[i] = testkit.Row(anyTopic, testkit.Key(key), testkit.Payload(fmt.Sprintf(`{"key":%q,"i":%d}`, key, i)))
 	}
 	return rows
 }
@@ -189,13 +194,8 @@ func byKey(rows []dialects.Row) map[string][]dialects.Row {
 
 func testClaimLimitAndSchedule(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	later := time.Now().Add(time.Hour)
-	var rows []dialects.NewRow
-	for range 10 {
-		rows = append(rows, dialects.NewRow{})
-	}
-	rows = append(rows, dialects.NewRow{Topic: "later", ScheduledAt: &later})
-	insert(t, d, rows...)
+	insert(t, d, testkit.Rows(10, anyTopic, nil)...)
+	insert(t, d, testkit.Row("later", testkit.ScheduledAt(time.Now().Add(time.Hour))))
 	got := h.claim(t, d, 4)
 	if len(got) != 4 {
 		t.Fatalf("claimed %d rows with limit 4", len(got))
@@ -256,16 +256,12 @@ func testConcurrentClaimers(t *testing.T, h Harness) {
 	var rows []dialects.NewRow
 	for i := range perKey {
 		for k := range keys {
-			rows = append(rows, dialects.NewRow{Key: str("key-" + strconv.Itoa(k)), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+			rows = append(rows, testkit.Row(anyTopic, testkit.Key("key-"+strconv.Itoa(k)), testkit.Payload(fmt.Sprintf(`{"i":%d}`, i))))
 		}
-		for range unkeyed / perKey {
-			rows = append(rows, dialects.NewRow{})
-		}
+		rows = append(rows, testkit.Rows(unkeyed/perKey, anyTopic, nil)...)
 	}
 	// Empty keys are unkeyed too.
-	for range 10 {
-		rows = append(rows, dialects.NewRow{Key: str("")})
-	}
+	rows = append(rows, testkit.Rows(10, anyTopic, nil, testkit.Key(""))...)
 	insert(t, d, rows...)
 	total := len(rows)
 
@@ -470,7 +466,7 @@ func testExpiredLease(t *testing.T, h Harness) {
 
 func testStaleToken(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{}, dialects.NewRow{})
+	insert(t, d, testkit.Rows(2, anyTopic, nil)...)
 	rows := h.claim(t, d, 10)
 	stale := rows[0].Claim
 	stale.Token = uuid.New()
@@ -490,7 +486,7 @@ func testStaleToken(t *testing.T, h Harness) {
 
 func testRenew(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
+	insert(t, d, testkit.Rows(3, anyTopic, nil)...)
 	a, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 2, Lease: lease, Token: uuid.New(), ByKey: h.byKey})
 	if err != nil || len(a) != 2 {
 		t.Fatalf("claim: %v %v", a, err)
@@ -527,7 +523,7 @@ func testRenew(t *testing.T, h Harness) {
 
 func testOutcomes(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"}, dialects.NewRow{Topic: "d"})
+	insert(t, d, testkit.Row("a"), testkit.Row("b"), testkit.Row("c"), testkit.Row("d"))
 	rows := h.claim(t, d, 10)
 	topic := map[string]dialects.Row{}
 	for _, r := range rows {
@@ -567,7 +563,7 @@ func testOutcomes(t *testing.T, h Harness) {
 
 func testReplay(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{Topic: "order.created"}, dialects.NewRow{Topic: "order.paid"}, dialects.NewRow{Topic: "user.created"}, dialects.NewRow{Topic: "held"})
+	insert(t, d, testkit.Row("order.created"), testkit.Row("order.paid"), testkit.Row("user.created"), testkit.Row("held"))
 	rows := h.claim(t, d, 10)
 	var out []dialects.Outcome
 	var held dialects.Row
@@ -614,7 +610,7 @@ func testReplay(t *testing.T, h Harness) {
 func testPurge(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	for range 3 {
-		insert(t, d, dialects.NewRow{}, dialects.NewRow{}, dialects.NewRow{})
+		insert(t, d, testkit.Rows(3, anyTopic, nil)...)
 	}
 	rows := h.claim(t, d, 100)
 	var out []dialects.Outcome
@@ -671,7 +667,7 @@ func testPurge(t *testing.T, h Harness) {
 
 func testStats(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"})
+	insert(t, d, testkit.Row("a"), testkit.Row("a"), testkit.Row("b"), testkit.Row("c"))
 	rows := h.claim(t, d, 3)
 	var out []dialects.Outcome
 	for _, r := range rows {
@@ -721,7 +717,7 @@ func testMaxHeads(t *testing.T, h Harness) {
 	}
 	// Unkeyed rows are heads of their own: MaxHeads bounds them too.
 	d2 := h.New(t, 0)
-	insert(t, d2, make([]dialects.NewRow, 6)...)
+	insert(t, d2, testkit.Rows(6, anyTopic, nil)...)
 	rows, err = d2.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 3, ByKey: h.byKey})
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claimed %d unkeyed rows with 3 heads at most (%v)", len(rows), err)
@@ -738,7 +734,7 @@ func testList(t *testing.T, h Harness) {
 		if i%3 == 0 {
 			topic = "user.created"
 		}
-		rows = append(rows, dialects.NewRow{Topic: topic})
+		rows = append(rows, testkit.Row(topic))
 	}
 	insert(t, d, rows...)
 	claimed := h.claim(t, d, 100)
@@ -785,7 +781,7 @@ func testList(t *testing.T, h Harness) {
 	}
 	// A key narrows the selection in the database.
 	k := "only"
-	insert(t, d, dialects.NewRow{Key: &k, Topic: "order.created"})
+	insert(t, d, testkit.Row("order.created", testkit.Key(k)))
 	if got := list(t, d, dialects.Filter{Key: &k, States: []dialects.State{dialects.Pending}}, 10); len(got) != 1 || got[0].Key == nil || *got[0].Key != k {
 		t.Fatalf("by key: %+v", got)
 	}
@@ -800,13 +796,12 @@ func testPendingDue(t *testing.T, h Harness) {
 		t.Fatalf("an empty outbox: %+v, %v", p, err)
 	}
 	ahead := time.Now().Add(time.Hour)
-	insert(t, d, dialects.NewRow{Topic: "ahead", ScheduledAt: &ahead}, dialects.NewRow{Topic: "ahead", ScheduledAt: &ahead})
+	insert(t, d, testkit.Rows(2, "ahead", nil, testkit.ScheduledAt(ahead))...)
 	p, err = d.OutboxPending(ctx(t))
 	if err != nil || p.OldestDue != 0 || p.ScheduledLater != 2 {
 		t.Fatalf("two rows scheduled an hour ahead: %+v, %v; want nothing due and 2 later", p, err)
 	}
-	due := time.Now().Add(-90 * time.Minute)
-	insert(t, d, dialects.NewRow{Topic: "late", ScheduledAt: &due}, dialects.NewRow{Topic: "now"})
+	insert(t, d, testkit.Row("late", testkit.ScheduledAt(time.Now().Add(-90*time.Minute))), testkit.Row("now"))
 	p, err = d.OutboxPending(ctx(t))
 	if err != nil || p.OldestDue < 89*time.Minute || p.OldestDue > 91*time.Minute || p.ScheduledLater != 2 {
 		t.Fatalf("a row due 90 minutes ago: %+v, %v", p, err)
@@ -821,7 +816,7 @@ func testPendingDue(t *testing.T, h Harness) {
 // rows written by hand, which QueueBox never touches, are not invisible.
 func testCountByTopic(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"}, dialects.NewRow{Topic: "c"})
+	insert(t, d, testkit.Row("a"), testkit.Row("a"), testkit.Row("b"), testkit.Row("c"))
 	rows := h.claim(t, d, 10)
 	for _, r := range rows {
 		if r.Topic == "b" {
@@ -856,9 +851,8 @@ func testBlockedKeys(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, keyed("stuck", 3)...)
 	insert(t, d, keyed("busy", 2)...)
-	insert(t, d, dialects.NewRow{Topic: "unkeyed"})
-	ahead := time.Now().Add(time.Hour)
-	insert(t, d, dialects.NewRow{Key: str("planned"), ScheduledAt: &ahead})
+	insert(t, d, testkit.Row("unkeyed"))
+	insert(t, d, testkit.Row(anyTopic, testkit.Key("planned"), testkit.ScheduledAt(time.Now().Add(time.Hour))))
 	var out []dialects.Outcome
 	var head dialects.Row
 	for _, r := range h.claim(t, d, 100) {
@@ -898,7 +892,7 @@ func testDeadGroups(t *testing.T, h Harness) {
 	if g, err := d.OutboxDeadGroups(ctx(t), 100); err != nil || len(g) != 0 {
 		t.Fatalf("no dead rows: %+v, %v", g, err)
 	}
-	insert(t, d, dialects.NewRow{Topic: "old"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "a"}, dialects.NewRow{Topic: "b"})
+	insert(t, d, testkit.Row("old"), testkit.Row("a"), testkit.Row("a"), testkit.Row("a"), testkit.Row("b"))
 	rows := h.claim(t, d, 10)
 	// One completion per row, in insert order, so that each gets its own
 	// updated_at and "old" is the oldest.

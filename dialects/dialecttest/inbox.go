@@ -282,7 +282,7 @@ func testRelayExistingOutboxRow(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	rc := receive(t, d, msg("web", "m1", "a", 1), msg("web", "m2", "a", 2))
 	// Another writer made an outbox row with the first inbox row's id.
-	insert(t, d, dialects.NewRow{ID: &rc[0].ID, Topic: "already.there", Key: str("a")})
+	insert(t, d, testkit.Row("already.there", testkit.ID(rc[0].ID), testkit.Key("a")))
 	r := relay(t, d, dialects.InboxRelayParams{Limit: 10, MaxAttempts: 5})
 	if r.Relayed != 2 || r.Created != 1 {
 		t.Fatalf("relay %+v, want both rows relayed and one outbox row created", r)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // BenchmarkClaimComplete drains a backlog with the two hot statements: claim
@@ -105,7 +106,7 @@ func BenchmarkProducerInsert(b *testing.B) {
 					for i := 0; i < total; i += per {
 						rows := make([]dialects.NewRow, per)
 						for j := range rows {
-							rows[j] = dialects.NewRow{Topic: "t", Payload: []byte(`{"a":1}`)}
+							rows[j] = testkit.Row("t", testkit.Payload(`{"a":1}`))
 							switch keys {
 							case "distinct":
 								k := fmt.Sprintf("k%d-%d", n, i+j)

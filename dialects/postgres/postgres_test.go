@@ -257,10 +257,7 @@ func TestClaimsByKeyTakeTurns(t *testing.T) {
 	ctx := context.Background()
 	var rows []dialects.NewRow
 	for _, k := range []string{"a", "b", "c"} {
-		for range 5 {
-			key := k
-			rows = append(rows, dialects.NewRow{Topic: "t", Key: &key, Payload: []byte(`{}`)})
-		}
+		rows = append(rows, testkit.Rows(5, "t", nil, testkit.Key(k))...)
 	}
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
