@@ -28,7 +28,7 @@ type Harness struct {
 	New func(t *testing.T, upTo int) dialects.Dialect
 	// Exec runs one statement of the dialect's own SQL, for setups the
 	// Dialect interface does not offer (backdating a row). The statement may
-	// use {{t}} and {{c "name"}} as the migrations do.
+	// use {{t}}, {{c "name"}}, {{it}} and {{ic "name"}} as the migrations do.
 	Exec func(t *testing.T, d dialects.Dialect, sql string, args ...any)
 	// BackdateUpdated is the statement that sets updated_at of every row in
 	// a state ($1) to a given number of hours ago ($2).
@@ -44,8 +44,9 @@ type Harness struct {
 	// apart by their workstation and process).
 	Named func(t *testing.T, app string) dialects.Dialect
 	// Begin opens a transaction that a subtest holds open while the dialect
-	// claims and probes: the gate's subtests need producers that commit
-	// out of order and sessions that write other tables.
+	// claims, relays and probes: the subtests of the outbox's gate and the
+	// inbox relay's need producers that commit out of order and sessions
+	// that write other tables.
 	Begin func(t *testing.T, d dialects.Dialect) Tx
 	// RefusedLogin opens and pings a dialect whose server answers and
 	// refuses the login, and returns the error; RefusedBecause is a part of

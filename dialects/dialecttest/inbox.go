@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,17 +19,20 @@ import (
 )
 
 // RunInbox runs the inbox's subtests: receiving once per source and message
-// id, and the relay that turns inbox rows into outbox rows.
+// id, the relay that turns inbox rows into outbox rows, and its gate. The
+// harness needs New, Exec and Begin.
 func RunInbox(t *testing.T, h Harness) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness)
-	}{
+	if h.Exec == nil || h.Begin == nil {
+		t.Fatal("the harness must offer Exec and Begin: the relay gate's subtests hold transactions open")
+	}
+	tests := []subtest{
 		{"ReceiveStoresOncePerSourceAndMessageID", testReceiveOnce},
 		{"ConcurrentReceiversStoreOnce", testConcurrentReceive},
 		{"RelayMovesRowsInReceiveOrder", testRelayOrder},
 		{"RelayLeavesAnExistingOutboxRow", testRelayExistingOutboxRow},
 		{"RelayGateHoldsBackUnsettledKeyedRows", testRelayGate},
+		{"RelayGateHoldsBackRowsOfOpenTransactions", testRelayGateHoldsBack},
+		{"InboxWritersAreTheOpenInboxTransactions", testInboxWriters},
 		{"ConcurrentRelaysRelayEachRowOnce", testConcurrentRelays},
 	}
 	for _, tc := range tests {
@@ -326,6 +330,113 @@ func testRelayGate(t *testing.T, h Harness) {
 	r = relay(t, d, dialects.InboxRelayParams{Limit: 10, MaxAttempts: 5, Gate: w.Gate()})
 	if r.Relayed != 2 {
 		t.Fatalf("relayed %d rows once settled (watermark %d, probe %+v), want the two keyed ones", r.Relayed, w.Settled(), p)
+	}
+}
+
+// insertInbox stores an inbox row of source web whose message id and topic
+// are $1 and whose aggregate id is $2, as Tx.Exec and Harness.Exec run it.
+const insertInbox = `INSERT INTO {{it}} ({{ic "source"}}, {{ic "message_id"}}, {{ic "topic"}}, {{ic "aggregate_id"}}, {{ic "payload"}})
+	VALUES ('web', $1, $1, $2, '{}')`
+
+// relayGated probes the inbox, then relays with the gate the probes so far
+// allow, as the inbox relay does, and returns the topics of the outbox rows
+// it created, by key and then in outbox sequence order.
+func relayGated(t *testing.T, d dialects.Dialect, w *dialects.Watermark) []string {
+	t.Helper()
+	p, err := d.InboxProbe(ctx(t))
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	w.Observe(p, time.Now())
+	relay(t, d, dialects.InboxRelayParams{Limit: 100, MaxAttempts: 5, Gate: w.Gate()})
+	var out []string
+	for _, r := range claimAll(t, d) {
+		out = append(out, r.Topic)
+	}
+	return out
+}
+
+// Two transactions store inbox rows of one aggregate; the one with the
+// larger sequence commits first. The relay holds the later row back until
+// the earlier transaction has ended, and then relays both in receive order;
+// an unkeyed row does not wait.
+func testRelayGateHoldsBack(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	first := begin(t, h, d)
+	txExec(t, first, insertInbox, "x-first", "x")
+	second := begin(t, h, d)
+	txExec(t, second, insertInbox, "x-second", "x")
+	if err := second.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	h.Exec(t, d, insertInbox, "other", "y")
+	h.Exec(t, d, insertInbox, "unkeyed", nil)
+	var w dialects.Watermark
+	var got []string
+	for range 5 {
+		got = append(got, relayGated(t, d, &w)...)
+	}
+	if slices.Contains(got, "x-first") || slices.Contains(got, "x-second") {
+		t.Fatalf("relayed %v while a transaction that stored an earlier row of aggregate x is open", got)
+	}
+	if !slices.Contains(got, "unkeyed") {
+		t.Fatalf("relayed %v; the unkeyed row must not wait", got)
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var x []string
+	testkit.Eventually(t, "both rows of aggregate x relayed once the first transaction commits", 0, func() error {
+		for _, topic := range relayGated(t, d, &w) {
+			if strings.HasPrefix(topic, "x-") {
+				x = append(x, topic)
+			}
+		}
+		if len(x) < 2 {
+			return fmt.Errorf("relayed %v", x)
+		}
+		return nil
+	})
+	if !slices.Equal(x, []string{"x-first", "x-second"}) {
+		t.Fatalf("after the first transaction committed, relayed %v, want x-first then x-second", x)
+	}
+}
+
+// InboxWriters lists an open transaction that stored inbox rows, with its
+// session, and neither one that wrote only the outbox nor one that has
+// committed.
+func testInboxWriters(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	writer := begin(t, h, d)
+	txExec(t, writer, insertInbox, "m", nil)
+	bystander := begin(t, h, d)
+	txExec(t, bystander, insertRow, "t", nil)
+	ws, err := d.InboxWriters(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine int
+	for _, w := range ws {
+		if w.PID == bystander.Session() {
+			t.Errorf("an outbox writer is listed as an inbox writer: %+v", w)
+		}
+		if w.PID == writer.Session() && w.Xid > 0 {
+			mine++
+		}
+	}
+	if mine != 1 {
+		t.Fatalf("writers %+v; want the open inbox transaction of session %d", ws, writer.Session())
+	}
+	if err := writer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err = d.InboxWriters(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.PID == writer.Session() {
+			t.Fatalf("a committed transaction is still listed: %+v", w)
+		}
 	}
 }
 

@@ -1,19 +1,14 @@
 package sqlserver_test
 
 import (
-	"context"
 	"encoding/json"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/dialecttest"
 	"github.com/queuebox/queuebox/dialects/sqlserver"
-	"github.com/queuebox/queuebox/migrations"
 )
 
 var renamedInbox = dialects.Names{
@@ -153,26 +148,5 @@ func ptr(s string) *string { return &s }
 // The inbox conformance subtests, against a real SQL Server when one is
 // configured.
 func TestInboxConformance(t *testing.T) {
-	url := os.Getenv("QUEUEBOX_TEST_SQLSERVER_URL")
-	if url == "" {
-		t.Skip("QUEUEBOX_TEST_SQLSERVER_URL is not set: no SQL Server to run the inbox conformance subtests against")
-	}
-	dialecttest.RunInbox(t, dialecttest.Harness{
-		New: func(t *testing.T, upTo int) dialects.Dialect {
-			names := dialects.DefaultNames()
-			names.Schema = "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
-			d, err := sqlserver.Open(context.Background(), sqlserver.Options{URL: url, Names: names})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
-			if upTo == 0 {
-				upTo = 1 << 30
-			}
-			if _, err := migrations.UpTo(context.Background(), d, upTo); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-	})
+	dialecttest.RunInbox(t, harness(t))
 }

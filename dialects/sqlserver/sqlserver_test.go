@@ -154,6 +154,12 @@ func TestMigrationsRender(t *testing.T) {
 
 // The conformance suite, against a real SQL Server when one is configured.
 func TestConformance(t *testing.T) {
+	dialecttest.Run(t, harness(t))
+}
+
+// harness is the conformance suites' harness on the SQL Server of
+// QUEUEBOX_TEST_SQLSERVER_URL; it skips the test when none is configured.
+func harness(t *testing.T) dialecttest.Harness {
 	url := os.Getenv("QUEUEBOX_TEST_SQLSERVER_URL")
 	if url == "" {
 		t.Skip("QUEUEBOX_TEST_SQLSERVER_URL is not set: no SQL Server to run the conformance suite against")
@@ -168,7 +174,7 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(d.Close)
 		return d
 	}
-	dialecttest.Run(t, dialecttest.Harness{
+	return dialecttest.Harness{
 		New: func(t *testing.T, upTo int) dialects.Dialect {
 			d := fresh(t)
 			if upTo == 0 {
@@ -222,7 +228,7 @@ func TestConformance(t *testing.T) {
 			return d.Ping(context.Background())
 		},
 		RefusedBecause: "Login failed for user 'qb_no_such_login'",
-	})
+	}
 }
 
 // heldTx is a transaction a conformance subtest holds open.
