@@ -174,8 +174,11 @@ func TestProbeWakesTheClaimer(t *testing.T) {
 	recv := testrecv.New(t, nil)
 	h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
 	h.opts.PollInterval = time.Hour
-	h.start()
-	time.Sleep(300 * time.Millisecond) // the first (empty) claim is done
+	e := h.start()
+	// The first (empty) claim is done: ClaimStatements counts a claim when
+	// it is sent, ClaimTime when it returns. A row inserted after that
+	// reaches the claimer only through a probe.
+	testkit.Eventually(t, "the first claim returned", 0, testkit.True(func() bool { return e.Stats.ClaimTime.Load() > 0 }))
 	for i := range 4 {
 		row := testkit.Row("t", testkit.Payload(fmt.Sprintf(`{"i":%d}`, i)))
 		if i%2 == 1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
 )
 
 // Two application transactions write two keys in opposite orders and are
@@ -129,8 +130,7 @@ func await(t *testing.T, done <-chan error) error {
 func waitOnLock(t *testing.T, h *harness, a *appTx, done <-chan error) {
 	t.Helper()
 	pid := a.conn.PgConn().PID()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, "the update of the shared row waits on a lock", 30*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("the update of the shared row did not wait for the other transaction's lock (err %v)", err)
@@ -139,14 +139,13 @@ func waitOnLock(t *testing.T, h *harness, a *appTx, done <-chan error) {
 		var waiting bool
 		if err := h.d.Pool().QueryRow(context.Background(),
 			`SELECT COALESCE(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if waiting {
-			return
+		if !waiting {
+			return errors.New("its session is not waiting on a lock")
 		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("the update of the shared row never waited on a lock")
+		return nil
+	})
 }
 
 func runCrossing(t *testing.T, shared bool) {
