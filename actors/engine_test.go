@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testdb.Main(goleakMain{m})
+	// goleakMain fails a run whose tests passed when goroutines leaked:
+	// exit with its code rather than testing.M.Run's.
+	os.Exit(testdb.Main(goleakMain{m}))
 }
 
 // goleakMain checks that no goroutine outlives the tests.

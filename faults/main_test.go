@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"os"
 	"testing"
 
 	"github.com/queuebox/queuebox/internal/testbin"
@@ -12,7 +11,6 @@ import (
 // TestMain stops the private RabbitMQ node (if a test started one) and
 // removes the binary the tests built.
 func TestMain(m *testing.M) {
-	code := testrabbit.Run(m)
+	testrabbit.Main(m)
 	testbin.Remove()
-	os.Exit(code)
 }

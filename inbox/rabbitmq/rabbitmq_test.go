@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 // testdb stops its cluster.
 type runner struct{ m *testing.M }
 
-func (r runner) Run() int { return testrabbit.Run(r.m) }
+func (r runner) Run() int { return testrabbit.Main(r.m) }
 
 // The RabbitMQ source passes the sources' conformance suite: it refuses a
 // message by rejecting it without requeue, so the queue's dead-letter

@@ -32,15 +32,18 @@ var (
 	baseURL string
 )
 
-// Main runs the tests of a package and stops a cluster it started.
-func Main(m interface{ Run() int }) {
+// Main runs the tests of a package, stops a cluster it started, and
+// returns m's code. A TestMain that only calls Main may return: the test
+// binary then exits with the code of testing.M.Run. One whose m changes
+// that code passes Main's result to os.Exit.
+func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	mu.Lock()
 	if cluster != nil {
 		cluster.Stop()
 	}
 	mu.Unlock()
-	os.Exit(code)
+	return code
 }
 
 // ServerURL returns the URL of the test server's default database, starting

@@ -77,11 +77,9 @@ var (
 )
 
 // Main runs the tests, stops the private node if one was started, and
-// exits with the tests' code.
-func Main(m interface{ Run() int }) { os.Exit(Run(m)) }
-
-// Run is Main without the exit, for a TestMain that has more to stop.
-func Run(m interface{ Run() int }) int {
+// returns m's code. A TestMain that only calls Main may return: the test
+// binary then exits with the code of testing.M.Run.
+func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	privateMu.Lock()
 	if private != nil {

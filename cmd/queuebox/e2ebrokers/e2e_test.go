@@ -30,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testdb.Main(runner(func() int { return testrabbit.Run(m) }))
+	testdb.Main(runner(func() int { return testrabbit.Main(m) }))
 }
 
 type runner func() int
