@@ -35,6 +35,7 @@ inbox:
 	for _, args := range [][]string{
 		{"migrate"}, {"migrate", "status"}, {"status"}, {"status", "--json"}, {"dead", "list"}, {"dead", "groups"},
 		{"replay", "--topic", "#", "--dry-run"},
+		{"destinations", "list"}, {"destinations", "pause", "hook", "--reason", "upgrade"}, {"destinations", "resume", "hook"},
 	} {
 		out, stderr, code := run(t, append(args, "--config", cfg)...)
 		if code != 0 {
