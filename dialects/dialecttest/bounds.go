@@ -133,7 +133,7 @@ func testContinueOnly(t *testing.T, h Harness) {
 	run := h.claim(t, d, 100)
 	insert(t, d, keyed("a", 1)...)
 	insert(t, d, keyed("b", 1)...)
-	insert(t, d, dialects.NewRow{})
+	insert(t, d, testkit.Row(anyTopic))
 	deliverAll(t, d, run)
 	got := h.claimWith(t, d, dialects.ClaimParams{ByKey: true, ContinueOnly: true,
 		Continue: []dialects.KeyPosition{{Key: "a", After: run[0].Sequence}}, Bounds: &dialects.Bounds{Rewinds: probe(t, d).Rewinds}})
@@ -152,7 +152,7 @@ func testLookback(t *testing.T, h Harness) {
 	h.byKey = false
 	d := h.New(t, 0)
 	old := time.Now().Add(-time.Hour)
-	insert(t, d, dialects.NewRow{ScheduledAt: &old}, dialects.NewRow{})
+	insert(t, d, testkit.Row(anyTopic, testkit.ScheduledAt(old)), testkit.Row(anyTopic))
 	b := &dialects.Bounds{Rewinds: probe(t, d).Rewinds, Lookback: time.Minute}
 	got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b})
 	if len(got) != 1 {
@@ -200,7 +200,7 @@ func testFloors(t *testing.T, h Harness) {
 // puts nothing back does not.
 func testReplayCounter(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{})
+	insert(t, d, testkit.Row(anyTopic))
 	r := h.claim(t, d, 1)
 	complete(t, d, dialects.Outcome{Claim: r[0].Claim, Kind: dialects.OutcomeDead, Error: "x"})
 	at := probe(t, d).Rewinds
@@ -217,7 +217,7 @@ func testReplayCounter(t *testing.T, h Harness) {
 // (OutboxRewind).
 func testRewinds(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{})
+	insert(t, d, testkit.Row(anyTopic))
 	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v %v", rows, err)
@@ -261,11 +261,11 @@ func testStragglers(t *testing.T, h Harness) {
 	behind := keyed("busy", 1)
 	behind[0].ScheduledAt = &twoHours
 	insert(t, d, behind...)
-	insert(t, d, dialects.NewRow{}) // recent
+	insert(t, d, testkit.Row(anyTopic)) // recent
 	if _, found, _ := d.OutboxStragglers(ctx(t), nil, b); found {
 		t.Fatal("a row behind a busy head, or a recent one, counts as a straggler")
 	}
-	insert(t, d, dialects.NewRow{ScheduledAt: &hour})
+	insert(t, d, testkit.Row(anyTopic, testkit.ScheduledAt(hour)))
 	ago, found, err := d.OutboxStragglers(ctx(t), nil, b)
 	if err != nil || !found || ago < 59*time.Minute || ago > 61*time.Minute {
 		t.Fatalf("straggler an hour old: %s, %v, %v", ago, found, err)
@@ -277,7 +277,7 @@ func testStragglers(t *testing.T, h Harness) {
 		t.Fatalf("a look over the last 30 minutes found a straggler an hour old: %s, %v, %v", ago, found, err)
 	}
 	recent := time.Now().Add(-10 * time.Minute)
-	insert(t, d, dialects.NewRow{ScheduledAt: &recent})
+	insert(t, d, testkit.Row(anyTopic, testkit.ScheduledAt(recent)))
 	ago, found, err = d.OutboxStragglers(ctx(t), nil, within)
 	if err != nil || !found || ago < 9*time.Minute || ago > 11*time.Minute {
 		t.Fatalf("a look over the last 30 minutes, a straggler 10 minutes old: %s, %v, %v", ago, found, err)
@@ -299,7 +299,7 @@ func releaseExpired(t *testing.T, d dialects.Dialect, limit int, keep []uuid.UUI
 // the database's clock, from which the next look may start.
 func testReleaseFrom(t *testing.T, h Harness) {
 	d := h.New(t, 0)
-	insert(t, d, dialects.NewRow{}, dialects.NewRow{})
+	insert(t, d, testkit.Row(anyTopic), testkit.Row(anyTopic))
 	expired, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()})
 	if err != nil || len(expired) != 1 {
 		t.Fatalf("claim: %v %v", expired, err)
