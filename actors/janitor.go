@@ -43,13 +43,15 @@ type janitor struct {
 
 // releaseSlack is how long a claim may run between its start, which is
 // its rows' claimed_at, and its commit (its timeout is half a lease, at
-// least a second; 5 s more here for a commit at the deadline): a look for
-// expired leases starts that long before the previous look's clock, or at
-// the oldest row that look saw processing, whichever is earlier. Rows
-// claimed before that (a replica with a longer lease, a clock that stepped
-// back) are found by a look from the start, every fullReleaseEvery.
+// least a second; a minute at least here, because the timeout is the
+// client's: a claim that stalls in the server may still commit after it):
+// a look for expired leases starts that long before the previous look's
+// clock, or at the oldest row that look saw processing, whichever is
+// earlier. Rows claimed before that (a replica with a longer lease, a clock
+// that stepped back, a claim that stalled longer) are found by a look from
+// the start, every fullReleaseEvery.
 func releaseSlack(lease time.Duration) time.Duration {
-	return max(time.Second, lease/2) + 5*time.Second
+	return max(time.Minute, lease/2+5*time.Second)
 }
 
 const fullReleaseEvery = 10 * time.Minute

@@ -345,11 +345,17 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
 -- bounds, $5 the floors, $7 the writers the last probe saw open. It reads
 -- every version between the two bounds, and takes no lock: the relay runs
 -- it off the claims' path, as rarely as its cost asks, and lets its next
--- claim look back that far.
+-- claim look back that far. The state compared with a subquery as well:
+-- in a statement that locks nothing, the planner drops state = 'pending'
+-- from the index's conditions (the partial index's filter implies it),
+-- and a scan without a condition on the index's first column starts at
+-- its first entry whatever the bound on scheduled_at; with >= on the
+-- first column it starts at the bound.
 WITH {{template "Gate" (list "$1" "$2" "$3" "$7")}}, {{template "Bounds" (list "$4" "$5" "NULL" "NULL")}}
 SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
   FROM {{t}} AS o
  WHERE o.{{c "state"}} = 'pending'
+   AND o.{{c "state"}} >= (SELECT 'pending')
    AND o.{{c "scheduled_at"}} < now() - $6::bigint * interval '1 millisecond'
    AND o.{{c "scheduled_at"}} >= CASE WHEN $8::bigint IS NULL THEN '-infinity'::timestamptz
                                      ELSE now() - $8::bigint * interval '1 millisecond' END
