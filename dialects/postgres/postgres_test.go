@@ -300,6 +300,20 @@ func TestANarrowLookForStragglersStartsAtItsBound(t *testing.T) {
 	if index != "idx_outbox_pending_scheduled" || buffers > 20 {
 		t.Fatalf("a look over the last 10 s behind 50,000 older pending rows walked the outbox through %q with %d buffers, want the pending index and a few", index, buffers)
 	}
+	// So does the idle relay's look at when the next row comes due.
+	if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+q.OutboxNextDue).Scan(&plan); err != nil || len(plan) != 1 {
+		t.Fatalf("explain: %v", err)
+	}
+	index, buffers = "", 0
+	plan[0].Plan.walk(func(n planNode) {
+		if n.Relation == "outbox" {
+			index = n.Index
+			buffers += n.SharedHit + n.SharedRead
+		}
+	})
+	if index != "idx_outbox_pending_scheduled" || buffers > 20 {
+		t.Fatalf("the look at the next due row behind 50,000 pending rows already due walked the outbox through %q with %d buffers, want the pending index and a few", index, buffers)
+	}
 }
 
 // Claims by key take the keys in turns: each goes on after the last key the

@@ -395,10 +395,13 @@ SELECT h.kind, h.pid, h.since, h.query_start, h.state, h.name, h.query, h.xage,
 -- name: OutboxNextDue
 -- How long, in ms, until the earliest pending row scheduled later comes
 -- due (no value: none is). One probe of the pending_scheduled index: an idle
--- relay claims again then, rather than on every poll.
+-- relay claims again then, rather than on every poll. The state compared
+-- with a subquery as well, as in OutboxStragglers: the probe starts at now()
+-- rather than at the index's first entry, past the entries of every row
+-- that came due before, which a long transaction elsewhere keeps.
 SELECT (EXTRACT(EPOCH FROM min({{c "scheduled_at"}}) - now()) * 1000)::bigint
   FROM {{t}}
- WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now()
+ WHERE {{c "state"}} = 'pending' AND {{c "state"}} >= (SELECT 'pending') AND {{c "scheduled_at"}} > now()
 
 -- name: OutboxFloors
 -- The floor of every group of keys: the smallest sequence of a pending or
