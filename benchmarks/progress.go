@@ -90,11 +90,11 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 		return 5 * o.Rows
 	case "batch", "in-flight":
 		return 3 * o.Rows
-	case "http", "tracing":
-		// Two drains: unkeyed and keyed (http), tracing off and on.
+	case "http":
+		// Two drains: unkeyed and keyed.
 		return 2 * o.Rows
-	case "history":
-		return len(historyRuns) * o.Rows
+	case "history", "tracing":
+		return len(offOnRuns) * o.Rows
 	case "replicas":
 		return 6 * o.Rows
 	case "latency":

@@ -19,17 +19,12 @@ import (
 // tracingKeys is the keys of the tracing scenario's backlog, as drain-keys.
 const tracingKeys = 1000
 
-// tracingRuns are the drains of the tracing scenario, in order: off, on,
-// on, off, so that a server that slows as the run goes on weighs on both
-// alike (as the history scenario's).
-var tracingRuns = []bool{false, true, true, false}
-
 // runTracing drains the same backlog (over 1,000 keys, to the null
 // destination) with tracing off, as a relay with no OTEL_* variable runs,
 // and with tracing on as OTEL_TRACES_EXPORTER=otlp and
 // OTEL_TRACES_SAMPLER=always_on set it up (a span per delivery, batched
 // and exported over OTLP/HTTP to a receiver in this process that reads
-// every export and keeps nothing), in the order of tracingRuns. The lines
+// every export and keeps nothing), in the order of offOnOnOff. The lines
 // of tracing on carry their rate against the mean of those with it off.
 func runTracing(ctx context.Context, e *env) ([]Result, error) {
 	recv, err := startDiscardingOTLP()
@@ -37,33 +32,18 @@ func runTracing(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	defer recv.close()
-	var out []Result
-	var off []float64
-	for i, on := range tracingRuns {
-		if !on {
-			r, err := e.drain(ctx, "tracing", e.o.Rows, tracingKeys, nil)
-			if err != nil {
-				return nil, err
-			}
-			r.Variant = fmt.Sprintf("tracing off (%d)", len(off)+1)
-			off = append(off, r.RowsPerSec)
-			out = append(out, r)
-			continue
+	offs := 0
+	return offOnOnOff(func(i int, on bool) (Result, error) {
+		if on {
+			r, err := e.tracedDrain(ctx, recv)
+			r.Variant = fmt.Sprintf("tracing on (%d): OTLP/HTTP, always_on", i)
+			return r, err
 		}
-		r, err := e.tracedDrain(ctx, recv)
-		if err != nil {
-			return nil, err
-		}
-		r.Variant = fmt.Sprintf("tracing on (%d): OTLP/HTTP, always_on", i)
-		out = append(out, r)
-	}
-	mean := (off[0] + off[1]) / 2
-	for i, on := range tracingRuns {
-		if on && mean > 0 {
-			out[i].Ratio = ptr(out[i].RowsPerSec / mean)
-		}
-	}
-	return out, nil
+		offs++
+		r, err := e.drain(ctx, "tracing", e.o.Rows, tracingKeys, nil)
+		r.Variant = fmt.Sprintf("tracing off (%d)", offs)
+		return r, err
+	})
 }
 
 // tracedDrain drains with a span per delivery, exported to recv.
