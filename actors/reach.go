@@ -57,10 +57,10 @@ import (
 // While held, a look from the start reads every version the long
 // transaction keeps, so it comes only that often, and in between a look
 // every second or so reads back to stragglerSpan before the previous look
-// only: rows whose
-// transaction took up to that long from its start to its commit (a commit
-// that stalled on the disk, a producer that works a while before it
-// inserts), which would otherwise wait for the look from the start. A
+// only: it finds the rows of transactions that took up to that long from
+// their start to their commit (a commit that stalled on the disk, a
+// producer that works a while before it inserts), which would otherwise
+// wait for the look from the start. A
 // claim by key walks the keys only when its continuations leave room, and
 // rows arrived or its cost allows. So the looks that read every version
 // stay a small share of the time however many versions a long transaction
