@@ -450,16 +450,12 @@ SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;
 -- same id, their sequence drawn in inbox sequence order, except where an
 -- outbox row has the id already; the rows marked relayed. One result row
 -- per relayed row: its id, 1 when it got a new outbox row, its sequence.
--- The pick passes over rows that a transaction still holds (READPAST): an
--- unkeyed one is relayed once it commits, and a keyed one lies beyond the
--- watermark until then; without the hint a pick under locking READ
--- COMMITTED waits for that transaction, and every aggregate with it.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 DECLARE @picked TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, seq BIGINT NOT NULL);
 INSERT INTO @picked (id, seq)
 SELECT TOP (@p1) i.{{ic "id"}}, i.{{ic "sequence"}}
-  FROM {{it}} AS i WITH (READPAST)
+  FROM {{it}} AS i
  WHERE i.{{ic "state"}} = N'received'
    AND i.{{ic "sequence"}} > @p4
    AND (i.{{ic "aggregate_id"}} IS NULL OR i.{{ic "aggregate_id"}} = N'' OR @p2 IS NULL OR i.{{ic "sequence"}} <= @p2)
