@@ -556,10 +556,6 @@ func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
 	return d.probe(ctx, d.q.OutboxProbeSequence, d.q.OutboxProbeSnapshot, true)
 }
 
-// unpairedRetries is how many times a probe reads the snapshot again when
-// a writer's id was not seen beside its lock.
-const unpairedRetries = 2
-
 // probe runs the two statements of a probe in one round trip; the outbox's
 // first statement also reads the replay counter.
 func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds bool) (p dialects.Probe, err error) {
@@ -574,17 +570,6 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds 
 	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &p.Writers) })
 	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
 		return p, err
-	}
-	// A writer whose id was not seen beside its lock is most often one
-	// caught between its nextval and its first row, which assigns the id:
-	// microseconds, or longer on a busy machine. The snapshot read again
-	// (still after the sequence's) most often pairs it, and a probe that
-	// knows the writers lets the claims settle rows past a transaction
-	// that holds xmin back; one that does not leaves them to the next.
-	for retry := 0; retry < unpairedRetries && len(p.Writers) > 0 && p.Writers[0] < 0; retry++ {
-		if err = d.claimPool.QueryRow(ctx, snapshot).Scan(&p.Xmin, &p.Next, &p.Writers); err != nil {
-			return p, err
-		}
 	}
 	switch {
 	case len(p.Writers) == 0:
