@@ -56,11 +56,10 @@ import (
 // maxFullLook), and it lets the next claim look back to the straggler.
 // While held, a look from the start reads every version the long
 // transaction keeps, so it comes only that often, and in between a look
-// every second or so reads back to stragglerSpan before the previous look
-// only: it finds the rows of transactions that took up to that long from
-// their start to their commit (a commit that stalled on the disk, a
-// producer that works a while before it inserts), which would otherwise
-// wait for the look from the start. A
+// every second or so reads the last stragglerSpan only: rows whose
+// transaction took up to that long from its start to its commit (a commit
+// that stalled on the disk, a producer that works a while before it
+// inserts), which would otherwise wait for the look from the start. A
 // claim by key walks the keys only when its continuations leave room, and
 // rows arrived or its cost allows. So the looks that read every version
 // stay a small share of the time however many versions a long transaction
@@ -99,8 +98,6 @@ type reach struct {
 	// runs), nextWalk when a claim by key may next walk the keys.
 	nextLook, nextWhole, nextFloors, nextWalk time.Time
 	reading, looking, whole                   bool
-	// lastLook is when the last look for stragglers was sent.
-	lastLook time.Time
 	// fruitless: a claim in schedule order made instead of a walk over the
 	// keys found nothing since the last walk.
 	fruitless bool
@@ -216,12 +213,6 @@ func (r *reach) observe(p dialects.Probe) bool {
 // (zero: from the start), and the next claim by key walk the keys.
 func (r *reach) lowerTo(t time.Time) {
 	r.nextWalk = time.Time{}
-	r.lowerAnchor(t)
-}
-
-// lowerAnchor makes the next walk in schedule order look back to t at
-// least (zero: from the start).
-func (r *reach) lowerAnchor(t time.Time) {
 	if !r.anchor.IsZero() && (t.IsZero() || t.Before(r.anchor)) {
 		r.anchor = t
 		r.lowered++
@@ -461,14 +452,10 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 	}
 	r.looking = true
 	b := dialects.Bounds{Rewinds: r.rewinds, Lookback: r.lookback(now)}
-	r.whole = !r.held || !now.Before(r.nextWhole) || r.lastLook.IsZero()
+	r.whole = !r.held || !now.Before(r.nextWhole)
 	if !r.whole {
-		// Back to stragglerSpan before the previous look was sent: a
-		// transaction that began up to stragglerSpan before it committed
-		// and that this look's predecessor could not see is in reach.
-		b.Within = stragglerSpan + min(now.Sub(r.lastLook), stragglerSpan)
+		b.Within = stragglerSpan
 	}
-	r.lastLook = now
 	if r.floors != nil && r.floorsAt == r.rewinds && !r.blind {
 		b.Floors = r.floors
 	}
@@ -477,37 +464,20 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 
 // stragglersFound takes a look's result: a straggler that became due ago
 // before the look was sent (at sentAt) makes the next walk look back to it.
-// Between two looks from the start while held, the next look comes
-// minStragglerLook or more later, and never after the next look from the
-// start is due.
 func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time, took time.Duration, err error) {
 	r.looking = false
 	now := r.clock.Now()
 	next := min(max(backgroundLookFactor*took, minStragglerLook), maxFullLook)
-	whole := r.whole
-	if whole {
+	if r.whole {
 		r.nextWhole = now.Add(next)
+		if r.held {
+			next = minStragglerLook // the narrow looks go on in between
+		}
 	}
 	r.nextLook = now.Add(next)
-	if r.held {
-		if whole {
-			r.nextLook = now.Add(minStragglerLook)
-		}
-		if r.nextWhole.Before(r.nextLook) {
-			r.nextLook = r.nextWhole
-		}
-	}
-	if err != nil || !found {
-		return
-	}
-	if whole {
+	if err == nil && found {
 		r.lowerTo(sentAt.Add(-ago))
-		return
 	}
-	// A late row found in the last seconds moves only the walk's anchor:
-	// a claim by key need not walk every key for it, and under a steady
-	// producer that takes a while such rows come every second.
-	r.lowerAnchor(sentAt.Add(-ago))
 }
 
 // floorsDue says whether to read the floors now (and marks the read

@@ -279,10 +279,9 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 }
 
 // While held, a look for stragglers from the start comes as rarely as its
-// cost asks, and between two of them a look every second reaches back
-// stragglerSpan before the previous look: a row whose transaction took up
-// to that long from its start to its commit is found within a second or
-// so, however long the looks from the start take.
+// cost asks, and between two of them a look over the last stragglerSpan
+// comes every second: a row whose commit came late is found in a second
+// however long the looks from the start take.
 func TestReachLooksNarrowlyBetweenWholeLooksWhileHeld(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
@@ -294,47 +293,20 @@ func TestReachLooksNarrowlyBetweenWholeLooksWhileHeld(t *testing.T) {
 	if !due || b.Within != 0 {
 		t.Fatalf("the first look while held: %+v %v, want one from the start", b, due)
 	}
-	r.stragglersFound(0, false, clk.Now(), 1200*time.Millisecond, nil) // whole: the next in a minute
-	clk.advance(minStragglerLook / 2)
-	if _, due = r.stragglersDue(); due {
-		t.Fatal("a look half a second after the last")
-	}
-	for i := range 58 {
-		clk.advance(minStragglerLook / 2)
+	r.stragglersFound(0, false, clk.Now(), 1200*time.Millisecond, nil) // whole: next in a minute
+	for i := range 50 {
+		clk.advance(minStragglerLook)
 		b, due = r.stragglersDue()
-		if !due || b.Within != stragglerSpan+minStragglerLook {
-			t.Fatalf("look %d after a whole one: %+v %v, want one back to %s before the previous look", i, b, due, stragglerSpan)
+		if !due || b.Within != stragglerSpan {
+			t.Fatalf("look %d after a whole one: %+v %v, want one over the last %s", i, b, due, stragglerSpan)
 		}
 		r.stragglersFound(0, false, clk.Now(), 15*time.Millisecond, nil)
-		clk.advance(minStragglerLook / 2)
 	}
-	// A narrow look that took long (a minute's pause) still lets the look
-	// from the start come when it is due.
-	clk.advance(minStragglerLook / 2)
-	if b, due = r.stragglersDue(); !due || b.Within == 0 {
-		t.Fatalf("the last narrow look: %+v %v", b, due)
-	}
-	r.stragglersFound(0, false, clk.Now(), 10*time.Second, nil)
-	clk.advance(2 * time.Second)
+	clk.advance(10 * time.Second)
 	if b, due = r.stragglersDue(); !due || b.Within != 0 {
 		t.Fatalf("a minute after the whole look: %+v %v, want one from the start again", b, due)
 	}
 	r.stragglersFound(0, false, clk.Now(), time.Second, nil)
-	// A late row found by a narrow look moves the walk's anchor back, and
-	// leaves the walk over the keys to its own pace.
-	clk.advance(minStragglerLook)
-	b, due = r.stragglersDue()
-	if !due || b.Within == 0 {
-		t.Fatalf("a narrow look: %+v %v", b, due)
-	}
-	r.nextWalk = clk.Now().Add(time.Minute)
-	r.stragglersFound(3*time.Second, true, clk.Now(), time.Millisecond, nil)
-	if got := r.plan(scheduleClaim, 10).bounds.Lookback; got < 3*time.Second {
-		t.Fatalf("after a late row 3 s old: lookback %s", got)
-	}
-	if r.nextWalk.IsZero() {
-		t.Fatal("a late row found by a narrow look made the next claim by key walk every key")
-	}
 	r.held = false
 	clk.advance(maxFullLook)
 	if b, due = r.stragglersDue(); !due || b.Within != 0 {
