@@ -509,6 +509,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.reach.failed(m.plan)
 	} else {
 		since, _ := c.gate.wm.Waiting()
+		if m.probe != nil {
+			m.plan.writerAge = c.reach.writersSeen(m.probe.Writers, m.plan.sentAt)
+		}
 		c.reach.claimed(m.kind, m.plan, m.report, m.took, since)
 		c.reach.took(m.plan, len(m.rows))
 	}

@@ -26,7 +26,11 @@ import (
 //     writer. A row's scheduled_at is its transaction's start: a
 //     transaction that inserts more than the margin after it began, and
 //     commits between two looks, leaves a row behind the lookback (a
-//     straggler). The margin is lookbackMargin; while a long transaction
+//     straggler). A walk looks back as well to when a probe first saw the
+//     oldest writer that its own probe sees open (up to maxWriterLook):
+//     such a writer has drawn its sequence values, and commits behind the
+//     walk (see writersSeen). The margin
+//     is lookbackMargin; while a long transaction
 //     holds the horizon back (held), it is lookbackMargin at least every
 //     wideEvery, and in between twice the lateness the walks have seen
 //     lately (how long before the previous walk the rows that the next one
@@ -55,8 +59,10 @@ import (
 // allows (backgroundLookFactor times its last duration, at least every
 // maxFullLook), and it lets the next claim look back to the straggler.
 // While held, a look from the start reads every version the long
-// transaction keeps, so it comes only that often, and in between a look
-// every second or so reads the last stragglerSpan only: rows whose
+// transaction keeps, so it comes only that often (and as rarely while
+// vacuum catches up once the transaction ended, the looks slow), and in
+// between a look every second or so reads the last stragglerSpan only
+// (while a look from the start is cheap it comes as often): rows whose
 // transaction took up to that long from its start to its commit (a commit
 // that stalled on the disk, a producer that works a while before it
 // inserts), which would otherwise wait for the look from the start. A
@@ -119,6 +125,9 @@ type reach struct {
 	late, latePrev time.Duration
 	lateFrom       time.Time
 	nextWide       time.Time
+	// writers are the open writers the last probes saw (transaction ids),
+	// each with when a claim whose probe saw it first was planned.
+	writers map[int64]time.Time
 }
 
 // lookbackMargin is how far before the last look a walk in schedule order
@@ -132,6 +141,14 @@ const (
 	wideEvery      = 100 * time.Millisecond
 	lateWindow     = 10 * time.Second
 )
+
+// maxWriterLook is how far back, at most, a walk looks for the rows of the
+// writers its probe saw open: a row's scheduled_at is about when its
+// writer was first seen, and a writer that still runs when a walk looks
+// commits its rows behind it. An older writer's rows are left to the looks for stragglers,
+// so that one transaction left open after its insert does not make every
+// walk look back to it.
+const maxWriterLook = lookbackMargin
 
 // fullLookFactor, minFullLook, maxFullLook: a walk over the keys comes
 // fullLookFactor times its last duration after the last, within these
@@ -161,7 +178,7 @@ const (
 )
 
 // stragglerSpan is how far back the looks for stragglers between two
-// looks from the start reach, while held: transactions that take longer
+// looks from the start reach: transactions that take longer
 // from their start to their commit leave rows that only a look from the
 // start finds.
 const stragglerSpan = 10 * time.Second
@@ -298,6 +315,10 @@ type claimPlan struct {
 	full    bool
 	lowered int
 	sentAt  time.Time
+	// writerAge is how long before the claim the oldest writer that its
+	// probe saw open was first seen (see writersSeen), up to
+	// maxWriterLook; 0: none, or older (left to the looks for stragglers).
+	writerAge time.Duration
 }
 
 // plan fills a claim's bounds and continuations: at most heads keys, the
@@ -385,15 +406,21 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 		if p.lowered != r.lowered || rep.Now.IsZero() {
 			return // the anchor moved back meanwhile, or the dialect keeps no bounds
 		}
-		r.noteLateness(now, rep)
+		r.noteLateness(now, rep, p.writerAge)
 		to := p.sentAt
 		if rep.Cut {
 			to = p.sentAt.Add(-rep.Now.Sub(rep.Reach))
 		}
+		if from := p.sentAt.Add(-p.writerAge); from.Before(to) {
+			to = from
+		}
 		if !waitingSince.IsZero() && waitingSince.Before(to) {
 			to = waitingSince
 		}
-		if to.After(r.anchor) {
+		// Forward only, but back to a writer's start: it began before the
+		// walk that set the anchor, and drew its values after that walk's
+		// probe.
+		if to.After(r.anchor) || p.writerAge > 0 {
 			r.anchor = to
 		}
 	case byKeyClaim:
@@ -401,6 +428,43 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 			r.nextWalk = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
 		}
 	}
+}
+
+// writersSeen learns the writers a claim's probe saw open (nil: it could
+// not tell) and returns how long before the claim was planned (sentAt) the
+// oldest of them was first seen: such a writer drew its sequence values
+// by then, its transaction began about then (its rows' scheduled_at), and
+// it commits them behind the walks, so the next walk looks back to it.
+// Older than maxWriterLook: 0, and its rows are left to the looks for
+// stragglers. Writers no longer open are forgotten.
+func (r *reach) writersSeen(ws []int64, sentAt time.Time) time.Duration {
+	if ws == nil {
+		return 0
+	}
+	oldest := sentAt
+	for _, w := range ws {
+		at, ok := r.writers[w]
+		if !ok {
+			if r.writers == nil {
+				r.writers = map[int64]time.Time{}
+			}
+			r.writers[w], at = sentAt, sentAt
+		}
+		if at.Before(oldest) {
+			oldest = at
+		}
+	}
+	if len(r.writers) > len(ws) {
+		for w := range r.writers {
+			if !slices.Contains(ws, w) {
+				delete(r.writers, w)
+			}
+		}
+	}
+	if age := sentAt.Sub(oldest); age <= maxWriterLook {
+		return age
+	}
+	return 0
 }
 
 // lookback is how far back a walk planned now with the whole margin looks
@@ -427,17 +491,18 @@ func (r *reach) rotateLate(now time.Time) {
 
 // noteLateness learns from a walk how late its rows came: the earliest row
 // it took became due this long before the previous walk looked (its
-// transaction committed after that walk, or the walk could not take it).
-// A walk cut at its limit did not look at everything due: the next one's
-// rows are not late.
-func (r *reach) noteLateness(now time.Time, rep dialects.ClaimReport) {
+// transaction committed after that walk, or the walk could not take it),
+// or before the start of the oldest writer that walk's probe saw open,
+// which the next walk looked back to. A walk cut at its limit did not
+// look at everything due: the next one's rows are not late.
+func (r *reach) noteLateness(now time.Time, rep dialects.ClaimReport, writerAge time.Duration) {
 	if !r.lastWalk.IsZero() && !rep.Earliest.IsZero() {
 		if late := r.lastWalk.Sub(rep.Earliest); late > 0 {
 			r.rotateLate(now)
 			r.late = max(r.late, late)
 		}
 	}
-	r.lastWalk = rep.Now
+	r.lastWalk = rep.Now.Add(-writerAge)
 	if rep.Cut {
 		r.lastWalk = time.Time{}
 	}
@@ -452,7 +517,7 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 	}
 	r.looking = true
 	b := dialects.Bounds{Rewinds: r.rewinds, Lookback: r.lookback(now)}
-	r.whole = !r.held || !now.Before(r.nextWhole)
+	r.whole = !now.Before(r.nextWhole)
 	if !r.whole {
 		b.Within = stragglerSpan
 	}
@@ -470,9 +535,7 @@ func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time,
 	next := min(max(backgroundLookFactor*took, minStragglerLook), maxFullLook)
 	if r.whole {
 		r.nextWhole = now.Add(next)
-		if r.held {
-			next = minStragglerLook // the narrow looks go on in between
-		}
+		next = minStragglerLook // the narrow looks go on in between
 	}
 	r.nextLook = now.Add(next)
 	if err == nil && found {

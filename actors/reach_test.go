@@ -262,14 +262,21 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 	}
 	sent := clk.Now()
 	clk.advance(200 * time.Millisecond)
-	r.stragglersFound(0, false, sent, 200*time.Millisecond, nil) // next in 10 s
-	clk.advance(9 * time.Second)
+	// The next from the start in 10 s; in between, a look over the last
+	// stragglerSpan every second.
+	r.stragglersFound(0, false, sent, 200*time.Millisecond, nil)
+	clk.advance(900 * time.Millisecond)
 	if _, due = r.stragglersDue(); due {
-		t.Fatal("a look 9 s after one that took 200 ms")
+		t.Fatal("a look 0.9 s after one from the start")
 	}
-	clk.advance(2 * time.Second)
-	if _, due = r.stragglersDue(); !due {
-		t.Fatal("no look 11 s after one that took 200 ms")
+	clk.advance(200 * time.Millisecond)
+	if b, due = r.stragglersDue(); !due || b.Within != stragglerSpan {
+		t.Fatalf("1.1 s after a look from the start that took 200 ms: %+v %v, want a look over the last %s", b, due, stragglerSpan)
+	}
+	r.stragglersFound(0, false, clk.Now(), time.Millisecond, nil)
+	clk.advance(9 * time.Second)
+	if b, due = r.stragglersDue(); !due || b.Within != 0 {
+		t.Fatalf("10.1 s after a look from the start that took 200 ms: %+v %v, want one from the start", b, due)
 	}
 	sent = clk.Now()
 	r.stragglersFound(time.Minute, true, sent, time.Millisecond, nil)
@@ -463,5 +470,64 @@ func TestReachCarriesKeysPositionsWhenTheFloorsAreOld(t *testing.T) {
 	r.observe(dialects.Probe{Rewinds: 2})
 	if p := r.plan(scheduleClaim, 10); p.bounds.Positions != nil {
 		t.Fatalf("after a replay: positions %v, want none", p.bounds.Positions)
+	}
+}
+
+// A walk whose probe saw a writer open since 40 ms before it was planned
+// makes the next walk look back to that writer's start, and a row of that
+// writer which the next walk takes does not count as late: the margin stays
+// narrow. A writer older than maxWriterLook is left to the looks for
+// stragglers.
+func TestReachLooksBackToTheOpenWriters(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.held = true
+	r.observe(dialects.Probe{Rewinds: 1})
+	for range 2 { // the full look, then the first (wide) bounded one
+		p := r.plan(scheduleClaim, 10)
+		r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+		clk.advance(5 * time.Millisecond)
+	}
+	p := r.plan(scheduleClaim, 10)
+	p.writerAge = 40 * time.Millisecond
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	clk.advance(5 * time.Millisecond)
+	next := r.plan(scheduleClaim, 10)
+	if want := 45*time.Millisecond + minMargin; next.bounds.Lookback != want {
+		t.Fatalf("after a probe that saw a writer open 40 ms: lookback %s, want %s", next.bounds.Lookback, want)
+	}
+	// It takes the writer's row, due 44 ms before it (39 ms before the
+	// previous walk, 1 ms after the writer's start).
+	r.claimed(scheduleClaim, next, dialects.ClaimReport{Now: clk.Now(), Earliest: clk.Now().Add(-44 * time.Millisecond)}, time.Millisecond, time.Time{})
+	clk.advance(5 * time.Millisecond)
+	if p := r.plan(scheduleClaim, 10); p.bounds.Lookback != 5*time.Millisecond+minMargin {
+		t.Fatalf("after the writer's row: lookback %s, want 5 ms plus %s (the row was not late)", p.bounds.Lookback, minMargin)
+	}
+}
+
+// The writers a claim's probe saw are remembered from the first claim
+// that saw them; the age of the oldest still open goes to the next walk,
+// up to maxWriterLook.
+func TestReachRemembersWhenItFirstSawEachWriter(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	t0 := clk.Now()
+	if age := r.writersSeen([]int64{10}, t0); age != 0 {
+		t.Fatalf("a writer seen for the first time: age %s, want 0", age)
+	}
+	if age := r.writersSeen([]int64{10, 11}, t0.Add(30*time.Millisecond)); age != 30*time.Millisecond {
+		t.Fatalf("writer 10 seen again 30 ms later: age %s, want 30ms", age)
+	}
+	if age := r.writersSeen(nil, t0.Add(40*time.Millisecond)); age != 0 || len(r.writers) != 2 {
+		t.Fatalf("a probe that could not tell the writers: age %s, %d remembered, want 0 and both kept", age, len(r.writers))
+	}
+	if age := r.writersSeen([]int64{11}, t0.Add(50*time.Millisecond)); age != 20*time.Millisecond || len(r.writers) != 1 {
+		t.Fatalf("writer 10 ended: age %s (want 20ms, writer 11's), %d remembered (want 1)", age, len(r.writers))
+	}
+	if age := r.writersSeen([]int64{11}, t0.Add(30*time.Millisecond+maxWriterLook+time.Millisecond)); age != 0 {
+		t.Fatalf("a writer open longer than %s: age %s, want 0 (left to the looks for stragglers)", maxWriterLook, age)
+	}
+	if age := r.writersSeen([]int64{}, t0.Add(time.Second)); age != 0 || len(r.writers) != 0 {
+		t.Fatalf("no writer open: age %s, %d remembered, want 0 and none", age, len(r.writers))
 	}
 }

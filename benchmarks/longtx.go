@@ -1,9 +1,12 @@
 package benchmarks
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,16 +165,30 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	// Latency per window of commit time.
 	windows := int((end.Sub(start) + holdWindow - 1) / holdWindow)
 	lat := make([][]float64, windows)
-	missing := 0
+	var missing []string
+	// QUEUEBOX_BENCH_LATENCIES names a file to which every row's commit
+	// time (ms since the variant began) and latency are appended, for a
+	// closer look at the tail.
+	var dump *bufio.Writer
+	if path := os.Getenv("QUEUEBOX_BENCH_LATENCIES"); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			defer f.Close()
+			dump = bufio.NewWriter(f)
+			defer dump.Flush()
+		}
+	}
 	rec.mu.Lock()
 	for id, at := range load.committed {
 		got, ok := rec.seen[id]
 		if !ok {
-			missing++
+			missing = append(missing, id)
 			continue
 		}
 		w := min(windows-1, int(at.Sub(start)/holdWindow))
 		lat[w] = append(lat[w], float64(got.Sub(at))/float64(time.Millisecond))
+		if dump != nil {
+			fmt.Fprintf(dump, "%s,%.3f,%.3f\n", h.name, float64(at.Sub(start))/float64(time.Millisecond), float64(got.Sub(at))/float64(time.Millisecond))
+		}
 	}
 	rec.mu.Unlock()
 	var out []Result
@@ -209,10 +226,13 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	lastW := int(last / holdWindow)
 	before := out[0]
 	sum := &out[min(lastW, len(out)-1)]
-	sum.Failed = load.failed + int64(missing)
+	sum.Failed = load.failed + int64(len(missing))
 	sum.PeakRSSMB, sum.RelayCPU, sum.DBCPU, sum.DBCPUShare = total.PeakRSSMB, total.RelayCPU, total.DBCPU, total.DBCPUShare
 	sum.Note += fmt.Sprintf("; %s, open %s; %d dead row versions in the outbox when it ended; %d rows not delivered of %d",
 		h.what, hold, hr.dead, sum.Failed, len(load.committed))
+	if len(missing) > 0 {
+		sum.Note += "; " + undelivered(ctx, d, missing)
+	}
 	if before.P99 != nil && sum.P99 != nil && *before.P99 > 0 {
 		sum.Ratio = ptr(*sum.P99 / *before.P99)
 		sum.Note += fmt.Sprintf("; p99 of the hold's last window %.1f ms = %.2fx the window before the hold", *sum.P99, *sum.Ratio)
@@ -297,4 +317,46 @@ func (c cost) since(c0 cost) string {
 		s += fmt.Sprintf("; blocks %.1fM, %.2f%% read outside the buffers", float64(hit+read)/1e6, 100*float64(read)/float64(hit+read))
 	}
 	return s
+}
+
+// undelivered tells where the rows that did not arrive stand in the table:
+// how many in each state, and the oldest one with the rows of its key
+// around it, so that a run that lost sight of rows says why.
+func undelivered(ctx context.Context, d *postgres.Dialect, ids []string) string {
+	t := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	rows, err := d.Pool().Query(ctx, `SELECT state, count(*), (EXTRACT(EPOCH FROM now() - min(scheduled_at)) * 1000)::bigint,
+	       count(DISTINCT key), max(attempt) FROM `+t+` WHERE id = ANY($1::uuid[]) GROUP BY state ORDER BY state`, ids)
+	if err != nil {
+		return "where the undelivered rows stand: " + err.Error()
+	}
+	var parts []string
+	for rows.Next() {
+		var state string
+		var n, oldest, keys, attempt int64
+		if err := rows.Scan(&state, &n, &oldest, &keys, &attempt); err != nil {
+			return "where the undelivered rows stand: " + err.Error()
+		}
+		parts = append(parts, fmt.Sprintf("%d %s (%d keys, the oldest due %d ms before this look, attempt up to %d)", n, state, keys, oldest, attempt))
+	}
+	rows.Close()
+	var key string
+	var seq int64
+	if err := d.Pool().QueryRow(ctx, `SELECT COALESCE(key, ''), sequence FROM `+t+` WHERE id = ANY($1::uuid[]) ORDER BY sequence LIMIT 1`, ids).Scan(&key, &seq); err == nil {
+		var around []string
+		r, err := d.Pool().Query(ctx, `SELECT sequence, state, attempt, (EXTRACT(EPOCH FROM scheduled_at - created_at) * 1000)::bigint,
+		       (EXTRACT(EPOCH FROM now() - scheduled_at) * 1000)::bigint
+		  FROM `+t+` WHERE key = $1 AND sequence BETWEEN $2 - 3000 AND $2 + 3000 ORDER BY sequence`, key, seq)
+		if err == nil {
+			for r.Next() {
+				var s, a, sched, ago int64
+				var st string
+				if r.Scan(&s, &st, &a, &sched, &ago) == nil {
+					around = append(around, fmt.Sprintf("%d %s a%d due+%d ago %d", s, st, a, sched, ago))
+				}
+			}
+			r.Close()
+		}
+		parts = append(parts, fmt.Sprintf("the oldest, key %s sequence %d, among its key's rows [%s]", key, seq, strings.Join(around, ", ")))
+	}
+	return "undelivered rows: " + strings.Join(parts, "; ")
 }

@@ -556,6 +556,10 @@ func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
 	return d.probe(ctx, d.q.OutboxProbeSequence, d.q.OutboxProbeSnapshot, true)
 }
 
+// unpairedRetries is how many times a probe reads the snapshot again when
+// a writer's id was not seen beside its lock.
+const unpairedRetries = 2
+
 // probe runs the two statements of a probe in one round trip; the outbox's
 // first statement also reads the replay counter.
 func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds bool) (p dialects.Probe, err error) {
@@ -570,6 +574,19 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds 
 	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &p.Writers) })
 	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
 		return p, err
+	}
+	// A writer whose id was not seen beside its lock is most often one that
+	// was ending while pg_locks was read (its relation lock, taken by the
+	// fast path, is read before the lock on its id, which it had released
+	// by then). The snapshot read again, still after the sequence's, most
+	// often no longer sees it; a probe that knows the writers lets the
+	// claims settle rows past a transaction that holds xmin back (one that
+	// wrote only other tables), and one that does not leaves them to the
+	// next probe.
+	for retry := 0; retry < unpairedRetries && len(p.Writers) > 0 && p.Writers[0] < 0; retry++ {
+		if err = d.claimPool.QueryRow(ctx, snapshot).Scan(&p.Xmin, &p.Next, &p.Writers); err != nil {
+			return p, err
+		}
 	}
 	switch {
 	case len(p.Writers) == 0:
