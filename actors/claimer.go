@@ -248,6 +248,9 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.reach.floorsRead(m.floors, m.took, m.err)
 	case *stragglersResult:
 		c.reach.stragglersFound(m.ago, m.found, m.sentAt, m.took, m.err)
+		if m.found && m.err == nil {
+			c.stats.looked(stragglersFoundLook, m.ago)
+		}
 		if m.found {
 			c.exhausted = false
 			c.maybeClaim(ctx)
@@ -513,6 +516,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 			m.plan.writerAge = c.reach.writersSeen(m.probe.Writers, m.plan.sentAt)
 		}
 		c.reach.claimed(m.kind, m.plan, m.report, m.took, since)
+		if m.kind == scheduleClaim && m.plan.full {
+			c.stats.looked(fromStartWalk, m.took)
+		}
 		c.reach.took(m.plan, len(m.rows))
 	}
 	if m.err != nil && c.gate.refused(m.err) {

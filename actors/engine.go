@@ -45,7 +45,11 @@ type Stats struct {
 	Claims [claimKinds]struct{ Statements, Rows, Time atomic.Int64 }
 	// Looks counts the background looks of each kind (the floors, the
 	// stragglers, expired leases): how many, and their time. Each reads
-	// what a long transaction elsewhere keeps, off the claims' path.
+	// what a long transaction elsewhere keeps, off the claims' path. Two
+	// more kinds count what sends the walks back: the stragglers found
+	// (with how long before the look they became due, as their time), and
+	// the walks in schedule order from the start (after a rewind, or rows
+	// released back to pending).
 	Looks [lookKinds]struct{ Count, Time atomic.Int64 }
 }
 
@@ -56,11 +60,13 @@ const (
 	floorsLook lookKind = iota
 	stragglersLook
 	releaseLook
+	stragglersFoundLook
+	fromStartWalk
 	lookKinds
 )
 
 func (k lookKind) String() string {
-	return [...]string{"floors", "stragglers", "expired leases"}[k]
+	return [...]string{"floors", "stragglers", "expired leases", "stragglers found (due before)", "walks from the start"}[k]
 }
 
 // looked counts a background look of kind k that took took.

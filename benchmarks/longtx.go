@@ -133,19 +133,19 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	// background looks that ran in it; and what the window cost: the CPU
 	// of this process and of the server, autovacuum's runs on the outbox,
 	// and the blocks the database read from outside its buffers.
-	type claims struct{ n, took int64 }
+	type claims struct{ n, took, released int64 }
 	var perWindow []claims
 	var looks, costs []string
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		st := &eng.Stats
-		last, lastLooks := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}, st.LookCounts()
+		last, lastLooks := claims{st.ClaimStatements.Load(), st.ClaimTime.Load(), st.Released.Load()}, st.LookCounts()
 		lastCost := e.windowCost(ctx, d)
 		for t := start.Add(holdWindow); !t.After(end.Add(holdWindow / 2)); t = t.Add(holdWindow) {
 			sleepUntil(ctx, t)
-			now := claims{st.ClaimStatements.Load(), st.ClaimTime.Load()}
-			perWindow = append(perWindow, claims{now.n - last.n, now.took - last.took})
+			now := claims{st.ClaimStatements.Load(), st.ClaimTime.Load(), st.Released.Load()}
+			perWindow = append(perWindow, claims{now.n - last.n, now.took - last.took, now.released - last.released})
 			looks = append(looks, st.LookKinds(&lastLooks))
 			cost := e.windowCost(ctx, d)
 			costs = append(costs, cost.since(lastCost))
@@ -211,6 +211,9 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 		}
 		if w < len(perWindow) && perWindow[w].n > 0 {
 			r.Note = fmt.Sprintf("%d claims, %.2f ms each", perWindow[w].n, float64(perWindow[w].took)/1e6/float64(perWindow[w].n))
+			if n := perWindow[w].released; n > 0 {
+				r.Note += fmt.Sprintf("; %d rows released back to pending", n)
+			}
 		}
 		if w < len(looks) && looks[w] != "" {
 			r.Note += "; looks: " + looks[w]
