@@ -83,10 +83,10 @@ const maxOpenEpochs = 8
 type Watermark struct {
 	settled int64
 	open    []Epoch
-	// lastSeen is the newest Last of any probe; openSince is when the
-	// oldest open epoch was opened.
-	lastSeen  int64
-	openSince time.Time
+	// lastSeen is the newest Last of any probe; opened is when each open
+	// epoch was opened (the first probe of an epoch that took in others).
+	lastSeen int64
+	opened   []time.Time
 	// writers are the writers of the probe that had seen the newest Last,
 	// writersLast (see Gate.Writers).
 	writers     []int64
@@ -109,10 +109,8 @@ func (w *Watermark) Observe(p Probe, now time.Time) {
 			// and the later horizon.
 			w.open[n-1] = Epoch{Last: max(w.open[n-1].Last, p.Last), Next: max(w.open[n-1].Next, p.Next)}
 		} else {
-			if n == 0 {
-				w.openSince = now
-			}
 			w.open = append(w.open, Epoch{Last: p.Last, Next: p.Next})
+			w.opened = append(w.opened, now)
 		}
 	}
 	// Probes may be observed out of the order they ran in (each claim
@@ -141,7 +139,7 @@ func (w *Watermark) settle(xmin, horizon, upTo int64, now time.Time) {
 	}
 	if i > 0 {
 		w.open = slices.Delete(w.open, 0, i)
-		w.openSince = now
+		w.opened = slices.Delete(w.opened, 0, i)
 	}
 }
 
@@ -149,6 +147,7 @@ func (w *Watermark) settle(xmin, horizon, upTo int64, now time.Time) {
 func (w *Watermark) Clone() *Watermark {
 	c := *w
 	c.open = slices.Clone(w.open)
+	c.opened = slices.Clone(w.opened)
 	c.writers = slices.Clone(w.writers)
 	return &c
 }
@@ -169,7 +168,14 @@ func (w *Watermark) Settled() int64 { return w.settled }
 func (w *Watermark) LastSeen() int64 { return w.lastSeen }
 
 // Waiting reports since when the oldest open epoch waits, and whether one
-// does: keyed rows inserted since then wait for running transactions.
+// does: keyed rows inserted since then wait for running transactions. It
+// is when that epoch was opened, not when the last one before it settled:
+// the walks look back to it (see the claimer's reach), and a later time
+// let them pass over rows of the epochs still open, which then waited for
+// a look for stragglers once they settled.
 func (w *Watermark) Waiting() (time.Time, bool) {
-	return w.openSince, len(w.open) > 0
+	if len(w.open) == 0 {
+		return time.Time{}, false
+	}
+	return w.opened[0], true
 }

@@ -113,3 +113,29 @@ func TestAGateWithoutKnownWritersHasNone(t *testing.T) {
 		t.Fatalf("gate %+v after a probe that did not know its writers, want none", g)
 	}
 }
+
+// Waiting tells when the oldest epoch still open was opened, also after
+// the epochs before it settled: the walks look back to it.
+func TestWaitingIsSinceTheOldestEpochStillOpen(t *testing.T) {
+	var w dialects.Watermark
+	t0 := time.Unix(1000, 0)
+	// Two epochs open while a writer (id 100) holds both.
+	w.Observe(dialects.Probe{Last: 10, Xmin: 100, Next: 105, Writer: 100, Writers: []int64{100}}, t0)
+	w.Observe(dialects.Probe{Last: 20, Xmin: 100, Next: 110, Writer: 100, Writers: []int64{100, 106}}, t0.Add(time.Second))
+	if since, waiting := w.Waiting(); !waiting || !since.Equal(t0) {
+		t.Fatalf("two epochs open: waiting since %v (%v), want %v", since, waiting, t0)
+	}
+	// Writer 100 ended; 106 still runs: the first epoch settles, the second
+	// (opened a second later) still waits.
+	w.Observe(dialects.Probe{Last: 20, Xmin: 100, Next: 111, Writer: 106, Writers: []int64{106}}, t0.Add(3*time.Second))
+	if w.Settled() != 10 {
+		t.Fatalf("settled %d, want 10", w.Settled())
+	}
+	if since, waiting := w.Waiting(); !waiting || !since.Equal(t0.Add(time.Second)) {
+		t.Fatalf("after the first epoch settled: waiting since %v (%v), want %v (when the second opened)", since, waiting, t0.Add(time.Second))
+	}
+	w.Observe(dialects.Probe{Last: 20, Xmin: 111, Next: 112, Writer: dialects.NoWriters, Writers: []int64{}}, t0.Add(4*time.Second))
+	if _, waiting := w.Waiting(); waiting || w.Settled() != 20 {
+		t.Fatalf("every writer ended: waiting %v, settled %d, want none and 20", waiting, w.Settled())
+	}
+}
