@@ -29,15 +29,14 @@ import (
 //     straggler). A walk looks back as well to when a probe first saw the
 //     oldest writer that its own probe sees open (up to maxWriterLook):
 //     such a writer has drawn its sequence values, and commits behind the
-//     walk (see writersSeen). The margin
-//     is lookbackMargin; while a long transaction
-//     holds the horizon back (held), it is lookbackMargin at least every
-//     wideEvery, and in between twice the lateness the walks have seen
-//     lately (how long before the previous walk the rows that the next one
-//     took became due), plus minMargin: every walk passes over the versions
-//     of every row that became due in its margin, and such a transaction
-//     keeps them all (at 1,000 rows/s and a claim every 6 ms, a margin of
-//     250 ms walked 250 versions a claim for a few rows).
+//     walk (see writersSeen). The margin is lookbackMargin; while a long
+//     transaction holds the horizon back (held), it is lookbackMargin at
+//     least every wideEvery, and in between twice the lateness the walks
+//     have seen lately (how long before the previous walk the rows that
+//     the next one took became due), plus minMargin: every walk passes
+//     over the versions of every row that became due in its margin, and
+//     such a transaction keeps them all (at 1,000 rows/s and a claim every
+//     6 ms, a margin of 250 ms walked 250 versions a claim for a few rows).
 //   - floors: per group of keys, a sequence below which no row is pending
 //     or processing (OutboxFloors); the head rule's probe stops there.
 //   - positions: while held, the keys whose runs this replica finished
@@ -145,9 +144,9 @@ const (
 // maxWriterLook is how far back, at most, a walk looks for the rows of the
 // writers its probe saw open: a row's scheduled_at is about when its
 // writer was first seen, and a writer that still runs when a walk looks
-// commits its rows behind it. An older writer's rows are left to the looks for stragglers,
-// so that one transaction left open after its insert does not make every
-// walk look back to it.
+// commits its rows behind it. An older writer's rows are left to the
+// looks for stragglers, so that one transaction left open after its insert
+// does not make every walk look back to it.
 const maxWriterLook = lookbackMargin
 
 // fullLookFactor, minFullLook, maxFullLook: a walk over the keys comes
@@ -417,9 +416,9 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 		if !waitingSince.IsZero() && waitingSince.Before(to) {
 			to = waitingSince
 		}
-		// Forward only, but back to a writer's start: it began before the
-		// walk that set the anchor, and drew its values after that walk's
-		// probe.
+		// Forward only, but back to when an open writer was first seen: it
+		// drew its values after the probe of the walk that set the anchor,
+		// and may have begun before that walk.
 		if to.After(r.anchor) || p.writerAge > 0 {
 			r.anchor = to
 		}
@@ -492,7 +491,7 @@ func (r *reach) rotateLate(now time.Time) {
 // noteLateness learns from a walk how late its rows came: the earliest row
 // it took became due this long before the previous walk looked (its
 // transaction committed after that walk, or the walk could not take it),
-// or before the start of the oldest writer that walk's probe saw open,
+// or before the oldest writer that walk's probe saw open was first seen,
 // which the next walk looked back to. A walk cut at its limit did not
 // look at everything due: the next one's rows are not late.
 func (r *reach) noteLateness(now time.Time, rep dialects.ClaimReport, writerAge time.Duration) {
