@@ -169,6 +169,31 @@ type claimer struct {
 	// take, so the table holds nothing claimable until rows arrive, settle,
 	// come back or come due.
 	exhausted bool
+	// claimsStarted counts the claims started, so that a check for a slow
+	// claim (slowClaimCheck) can tell whether one started since; typical is
+	// a moving average of the claims' durations.
+	claimsStarted int64
+	typical       time.Duration
+}
+
+// slowClaimCheck: the claim numbered n may still run (see slowClaimAfter).
+type slowClaimCheck struct{ n int64 }
+
+// slowClaimAfter is how long a claim runs, at least slowClaimFactor times
+// the typical claim, before the claimer probes beside it: probes wait while
+// a claim runs (the claim read the same before it began), so one claim
+// slowed by a commit's flush or a busy server would otherwise hold back
+// every row that commits meanwhile. When the probe finds news and the
+// budget has room, a second claim takes it.
+const (
+	slowClaimAfter  = 5 * time.Millisecond
+	slowClaimFactor = 3
+)
+
+// slowAfter is how long the claim just started may run before the claimer
+// probes beside it.
+func (c *claimer) slowAfter() time.Duration {
+	return max(slowClaimAfter, slowClaimFactor*c.typical)
 }
 
 // idlePoll is the longest an idle claimer goes without a claim.
@@ -224,6 +249,11 @@ func (c *claimer) Receive(ctx actor.Context) {
 		// Rows committed: look now, and at the busy pace for a while (the
 		// transaction may become visible an instant after the nudge).
 		c.lastNews = time.Now()
+		if c.claiming > 0 {
+			// The running claim read the sequence before it began: the
+			// rows of this nudge may be newer. Claim again after it.
+			c.again = true
+		}
 		c.probe(ctx)
 	case *dueResult:
 		c.asking = false
@@ -257,6 +287,13 @@ func (c *claimer) Receive(ctx actor.Context) {
 		}
 	case *probeTick:
 		c.probe(ctx)
+	case *slowClaimCheck:
+		// No claim started since claim m.n, and one still runs: look
+		// beside it, and again after as long while it goes on.
+		if m.n == c.claimsStarted && c.claiming > 0 && c.claiming < c.budget.statements() {
+			c.probeBeside(ctx)
+			c.checkSlow(m.n)
+		}
 	case *probeResult:
 		c.onProbe(ctx, m)
 	case *writersResult:
@@ -336,6 +373,8 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		c.repace(time.Now())
 		return false
 	}
+	c.claimsStarted++
+	c.checkSlow(c.claimsStarted)
 	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds}
 	if plan.bounds != nil {
 		l.rewinds = plan.bounds.Rewinds
@@ -416,10 +455,28 @@ func (c *claimer) lookForStragglers(ctx actor.Context) {
 
 // probe asks the database, when no claim runs, whether rows arrived or
 // settled since the last claim. A claim probes by itself, so a probe while
-// one runs would learn nothing new.
+// one runs would mostly learn nothing new; probeBeside does while a claim
+// is slow.
 func (c *claimer) probe(ctx actor.Context) {
 	c.repace(time.Now())
-	if c.probing || c.claiming > 0 || c.draining || c.gate.blind || time.Now().Before(c.retryAt) {
+	if c.claiming > 0 {
+		return
+	}
+	c.probeBeside(ctx)
+}
+
+// checkSlow arms the check for a slow claim numbered n.
+func (c *claimer) checkSlow(n int64) {
+	if c.root == nil {
+		return
+	}
+	root, self := c.root, c.self
+	time.AfterFunc(c.slowAfter(), func() { root.Send(self, &slowClaimCheck{n: n}) })
+}
+
+// probeBeside probes whether or not a claim runs.
+func (c *claimer) probeBeside(ctx actor.Context) {
+	if c.probing || c.draining || c.gate.blind || time.Now().Before(c.retryAt) {
 		return
 	}
 	c.probing = true
@@ -555,6 +612,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
 	}
 	c.obs.Claimed(n, m.took)
+	if !m.plan.full {
+		c.typical = (c.typical*7 + m.took) / 8
+	}
 	if n > 0 {
 		c.exhausted = false
 	} else if !m.plan.continueOnly && len(c.reach.continuing) == 0 {

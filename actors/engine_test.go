@@ -528,3 +528,51 @@ func TestARowSeenByAFailedClaimIsClaimedAtTheNextProbe(t *testing.T) {
 		t.Fatal("no claim failed: the test injected nothing")
 	}
 }
+
+// slowClaims holds the next claim statement, once armed, for hold before
+// it runs, as a claim slowed by the server would be; everything else is the
+// real database.
+type slowClaims struct {
+	dialects.Dialect
+	armed   atomic.Bool
+	hold    time.Duration
+	entered chan struct{}
+	done    atomic.Bool
+}
+
+func (s *slowClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		select {
+		case <-time.After(s.hold):
+		case <-ctx.Done():
+		}
+		defer s.done.Store(true)
+	}
+	return s.Dialect.OutboxClaim(ctx, p)
+}
+
+// A claim that is slow does not hold back the rows that commit while it
+// runs: the replica probes beside it, and a second claim takes them (and
+// the rows the slow one was sent for) long before it returns.
+func TestASlowClaimDoesNotHoldBackTheRowsBehindIt(t *testing.T) {
+	t.Parallel()
+	h, recv := probeOnly(t)
+	s := &slowClaims{Dialect: h.d, hold: 5 * time.Second, entered: make(chan struct{})}
+	h.opts.Dialect = s
+	e := h.start()
+	testkit.Eventually(t, "the replica settles at the idle pace", 5*time.Second, testkit.True(e.Stats.Idle.Load))
+	s.armed.Store(true)
+	h.insert(testkit.Row("order.created", testkit.Key("a"), testkit.Payload(`{"fail":0}`)))
+	select {
+	case <-s.entered:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no claim came for the first row")
+	}
+	h.insert(testkit.Row("order.created", testkit.Key("b"), testkit.Payload(`{"fail":0}`)))
+	testkit.Eventually(t, "both rows delivered while the slow claim still runs", 2*time.Second,
+		testkit.True(func() bool { return recv.Delivered() >= 2 }))
+	if s.done.Load() {
+		t.Fatal("the slow claim had returned: the test showed nothing")
+	}
+}

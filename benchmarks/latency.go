@@ -136,7 +136,9 @@ func (e *env) recording(ctx context.Context, cfg *bootstrap.Config) (eng *actors
 // committed, by id, and how many transactions failed.
 type steadyLoad struct {
 	committed map[string]time.Time
-	failed    int64
+	// keys holds each committed row's key.
+	keys   map[string]string
+	failed int64
 }
 
 // steadily inserts single keyed rows (over keys) at a steady rate until
@@ -144,7 +146,7 @@ type steadyLoad struct {
 // of one insert.
 func (e *env) steadily(ctx context.Context, d dialects.Operator, rate, keys int, end time.Time) steadyLoad {
 	var mu sync.Mutex
-	load := steadyLoad{committed: map[string]time.Time{}}
+	load := steadyLoad{committed: map[string]time.Time{}, keys: map[string]string{}}
 	interval := time.Duration(float64(time.Second) * latencyProducers / float64(rate))
 	var wg sync.WaitGroup
 	for p := range latencyProducers {
@@ -169,6 +171,7 @@ func (e *env) steadily(ctx context.Context, d dialects.Operator, rate, keys int,
 					load.failed++
 				} else {
 					load.committed[id.String()] = at
+					load.keys[id.String()] = key
 				}
 				mu.Unlock()
 			}

@@ -24,6 +24,12 @@ import (
 // reports, and how long it runs before and after the hold.
 const holdWindow = 30 * time.Second
 
+// warmUp is how long the rows flow before the first window: a relay
+// started on an empty table starts at its idle pace (its first rows wait
+// for a probe up to 250 ms apart), which is not what the window before the
+// hold is there to show.
+const warmUp = 3 * time.Second
+
 // defaultHold is the hold when --seconds is not given.
 const defaultHold = 90 * time.Second
 
@@ -105,7 +111,7 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	m := e.meter()
 	hold := e.hold()
-	start := time.Now()
+	start := time.Now().Add(warmUp)
 	heldFrom, heldUntil := start.Add(holdWindow), start.Add(holdWindow+hold)
 	end := heldUntil.Add(holdWindow)
 	type held struct {
@@ -139,6 +145,7 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
+		sleepUntil(ctx, start)
 		st := &eng.Stats
 		last, lastLooks := claims{st.ClaimStatements.Load(), st.ClaimTime.Load(), st.Released.Load()}, st.LookCounts()
 		lastCost := e.windowCost(ctx, d)
@@ -167,8 +174,8 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 	lat := make([][]float64, windows)
 	var missing []string
 	// QUEUEBOX_BENCH_LATENCIES names a file to which every row's commit
-	// time (ms since the variant began) and latency are appended, for a
-	// closer look at the tail.
+	// time (ms since the variant began), latency and key are appended, for
+	// a closer look at the tail.
 	var dump *bufio.Writer
 	if path := os.Getenv("QUEUEBOX_BENCH_LATENCIES"); path != "" {
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
@@ -184,10 +191,13 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 			missing = append(missing, id)
 			continue
 		}
+		if at.Before(start) {
+			continue // the warm-up
+		}
 		w := min(windows-1, int(at.Sub(start)/holdWindow))
 		lat[w] = append(lat[w], float64(got.Sub(at))/float64(time.Millisecond))
 		if dump != nil {
-			fmt.Fprintf(dump, "%s,%.3f,%.3f\n", h.name, float64(at.Sub(start))/float64(time.Millisecond), float64(got.Sub(at))/float64(time.Millisecond))
+			fmt.Fprintf(dump, "%s,%.3f,%.3f,%s\n", h.name, float64(at.Sub(start))/float64(time.Millisecond), float64(got.Sub(at))/float64(time.Millisecond), load.keys[id])
 		}
 	}
 	rec.mu.Unlock()
