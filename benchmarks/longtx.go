@@ -80,6 +80,11 @@ func (e *env) hold() time.Duration {
 func runLongTransaction(ctx context.Context, e *env) ([]Result, error) {
 	var out []Result
 	for _, h := range holders {
+		// QUEUEBOX_BENCH_HOLDERS=reader or =writer runs that variant only
+		// (a ten-minute hold takes about eleven minutes a variant).
+		if only := os.Getenv("QUEUEBOX_BENCH_HOLDERS"); only != "" && !slices.Contains(strings.Split(only, ","), h.name) {
+			continue
+		}
 		rs, err := e.longTransaction(ctx, h)
 		out = append(out, rs...)
 		if err != nil {

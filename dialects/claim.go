@@ -22,6 +22,9 @@ type KeyPosition struct {
 // leaves rows out of one claim's view, never lets a row be claimed out of
 // order: rows it leaves out are found by a later claim without it (the
 // relay's periodic look for stragglers), except Floors, which must be exact.
+// A caller never changes Floors or Positions once it has handed them to a
+// claim: a dialect may keep what it made of them for the next claim that
+// carries the same slices.
 type Bounds struct {
 	// Rewinds is the rewind counter (Probe.Rewinds, Floors.Rewinds) that
 	// the bounds were made at. A replay, a lease that expired, or the

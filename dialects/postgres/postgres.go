@@ -46,6 +46,8 @@ type Dialect struct {
 	// byKeyCursor is the key after which the next claim by key goes on, so
 	// that keys take turns (see OutboxClaimByKey).
 	byKeyCursor atomic.Pointer[string]
+	// boundsText is the text form of the claims' floors and positions.
+	boundsText boundsText
 	// DestinationTables are the destinations' state (destinations.go).
 	dialects.DestinationTables
 	// AttemptTables are the attempt history's reads and retention (attempts.go).
@@ -236,21 +238,15 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		}
 	}
 	var rewinds, lookback *int64
-	var floors, posAfter []int64
-	var posKeys []string
+	var floors, posKeys, posAfter any = []int64(nil), []string(nil), []int64(nil)
 	if b := p.Bounds; b != nil {
 		rewinds = &b.Rewinds
 		if b.Lookback > 0 {
 			lb := ms(b.Lookback)
 			lookback = &lb
 		}
-		floors = b.Floors
-		if len(b.Positions) > 0 {
-			posKeys, posAfter = make([]string, len(b.Positions)), make([]int64, len(b.Positions))
-			for i, kp := range b.Positions {
-				posKeys[i], posAfter[i] = kp.Key, kp.After
-			}
-		}
+		floors = d.boundsText.floorsArg(b.Floors)
+		posKeys, posAfter = d.boundsText.positionsArgs(b.Positions)
 	}
 	keys, positions := make([]string, len(p.Continue)), make([]int64, len(p.Continue))
 	for i, c := range p.Continue {
@@ -404,7 +400,7 @@ func (d *Dialect) OutboxStragglers(ctx context.Context, g *dialects.Gate, b dial
 	if b.Within > 0 {
 		within = ms(b.Within)
 	}
-	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, b.Floors, ms(b.Lookback), writers, within).Scan(&ago)
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, d.boundsText.floorsArg(b.Floors), ms(b.Lookback), writers, within).Scan(&ago)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
