@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -51,32 +52,62 @@ func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage
 				headers[j] = &h
 			}
 		}
-		rows, err := d.pool.Query(ctx, d.q.InboxReceive, sources, ids, topics, aggTypes, aggIDs, payloads, headers)
-		if err != nil {
-			return nil, invalidValue(err)
-		}
 		var again []int
-		for rows.Next() {
-			var ord int64
-			var id *uuid.UUID
-			var stored bool
-			if err := rows.Scan(&ord, &id, &stored); err != nil {
-				rows.Close()
-				return nil, err
+		for deadlocks := 0; ; deadlocks++ {
+			again, err = d.receive(ctx, todo, out, sources, ids, topics, aggTypes, aggIDs, payloads, headers)
+			if !isDeadlock(err) || deadlocks == receiveAttempts {
+				break
 			}
-			i := todo[ord-1]
-			if id == nil {
-				again = append(again, i)
-				continue
+			// Two batches that share messages in different orders (a
+			// broker that redelivers while the first copy is being
+			// stored) can each wait on the other's uncommitted insert:
+			// the server rolls one back, which stored nothing, and it
+			// tries again after a moment.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(1+rand.IntN(10)) * time.Millisecond):
 			}
-			out[i] = dialects.InboxReceipt{ID: *id, Stored: stored}
 		}
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return nil, invalidValue(err)
 		}
 		todo = again
 	}
 	return out, nil
+}
+
+// receive runs InboxReceive once for the messages todo, fills out with the
+// ids it learnt, and returns the messages to ask for again.
+func (d *Dialect) receive(ctx context.Context, todo []int, out []dialects.InboxReceipt, args ...any) ([]int, error) {
+	rows, err := d.pool.Query(ctx, d.q.InboxReceive, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var again []int
+	for rows.Next() {
+		var ord int64
+		var id *uuid.UUID
+		var stored bool
+		if err := rows.Scan(&ord, &id, &stored); err != nil {
+			return nil, err
+		}
+		i := todo[ord-1]
+		if id == nil {
+			again = append(again, i)
+			continue
+		}
+		out[i] = dialects.InboxReceipt{ID: *id, Stored: stored}
+	}
+	return again, rows.Err()
+}
+
+// isDeadlock tells a statement that the server rolled back to end a
+// deadlock (SQLSTATE 40P01).
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
 
 // invalidValue marks a data exception (SQLSTATE class 22: a JSON escape
