@@ -453,11 +453,12 @@ func (c *claimer) readFloors(ctx actor.Context) {
 		return
 	}
 	root, self, dialect, bg, stats, settled := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.stats, c.gate.wm.Settled()
+	prev := c.reach.lastFloors()
 	go func() {
 		qctx, cancel := context.WithTimeout(bg, time.Minute)
 		defer cancel()
 		start := time.Now()
-		f, err := dialect.OutboxFloors(qctx, settled)
+		f, err := dialect.OutboxFloors(qctx, settled, prev)
 		stats.looked(floorsLook, time.Since(start))
 		root.Send(self, &floorsResult{floors: f, took: time.Since(start), err: err})
 	}()

@@ -29,7 +29,8 @@ import (
 //     straggler). A walk looks back as well to when a probe first saw the
 //     oldest writer that its own probe sees open (up to maxWriterLook):
 //     such a writer has drawn its sequence values, and commits behind the
-//     walk (see writersSeen). The margin is lookbackMargin; while a long
+//     walk; an older one is looked back to once, when it has ended (see
+//     writersSeen). The margin is lookbackMargin; while a long
 //     transaction holds the horizon back (held), it is lookbackMargin at
 //     least every wideEvery, and in between twice the lateness the walks
 //     have seen lately (how long before the previous walk the rows that
@@ -149,6 +150,11 @@ const (
 // does not make every walk look back to it.
 const maxWriterLook = lookbackMargin
 
+// maxEndedWriterLook is how long a writer may have been seen open for the
+// next walk to look back to it once it ends (see writersSeen): the span of
+// the narrow looks for stragglers, which would find its rows otherwise.
+const maxEndedWriterLook = stragglerSpan
+
 // fullLookFactor, minFullLook, maxFullLook: a walk over the keys comes
 // fullLookFactor times its last duration after the last, within these
 // bounds: often while it is cheap, rarely while a long transaction makes it
@@ -229,6 +235,14 @@ func (r *reach) observe(p dialects.Probe) bool {
 // (zero: from the start), and the next claim by key walk the keys.
 func (r *reach) lowerTo(t time.Time) {
 	r.nextWalk = time.Time{}
+	r.lookBackTo(t)
+}
+
+// lookBackTo makes the next walk in schedule order look back to t at least
+// (zero: from the start); a claimer by key that found nothing in schedule
+// order tries that order again rather than wait for its walk over the keys.
+func (r *reach) lookBackTo(t time.Time) {
+	r.fruitless = false
 	if !r.anchor.IsZero() && (t.IsZero() || t.Before(r.anchor)) {
 		r.anchor = t
 		r.lowered++
@@ -431,11 +445,20 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 
 // writersSeen learns the writers a claim's probe saw open (nil: it could
 // not tell) and returns how long before the claim was planned (sentAt) the
-// oldest of them was first seen: such a writer drew its sequence values
-// by then, its transaction began about then (its rows' scheduled_at), and
-// it commits them behind the walks, so the next walk looks back to it.
-// Older than maxWriterLook: 0, and its rows are left to the looks for
-// stragglers. Writers no longer open are forgotten.
+// oldest of them that is at most maxWriterLook old was first seen: such a
+// writer drew its sequence values by then, its transaction began about
+// then (its rows' scheduled_at), and it commits them behind the walks, so
+// the next walk looks back to it. An older writer is passed over while it
+// runs, so that one left open does not widen every walk; once a probe no
+// longer sees it, the next walk looks back to when it was first seen (less
+// lookbackMargin, for the time between its start and the probe that first
+// saw it), once: its rows committed behind the walks since. (Left to the
+// looks for stragglers, a commit that a busy disk held up for a second
+// waited for the next narrow look, seconds apart while the horizon is
+// held, and with it every row that committed as slowly.) A writer open
+// longer than maxEndedWriterLook is still left to those looks, so that a
+// walk on the claims' path never reads as much as they do. Writers no
+// longer open are forgotten.
 func (r *reach) writersSeen(ws []int64, sentAt time.Time) time.Duration {
 	if ws == nil {
 		return 0
@@ -449,21 +472,26 @@ func (r *reach) writersSeen(ws []int64, sentAt time.Time) time.Duration {
 			}
 			r.writers[w], at = sentAt, sentAt
 		}
-		if at.Before(oldest) {
+		if at.Before(oldest) && sentAt.Sub(at) <= maxWriterLook {
 			oldest = at
 		}
 	}
 	if len(r.writers) > len(ws) {
-		for w := range r.writers {
-			if !slices.Contains(ws, w) {
-				delete(r.writers, w)
+		var ended time.Time
+		for w, at := range r.writers {
+			if slices.Contains(ws, w) {
+				continue
+			}
+			delete(r.writers, w)
+			if open := sentAt.Sub(at); open > maxWriterLook && open <= maxEndedWriterLook && (ended.IsZero() || at.Before(ended)) {
+				ended = at
 			}
 		}
+		if !ended.IsZero() {
+			r.lookBackTo(ended.Add(-lookbackMargin))
+		}
 	}
-	if age := sentAt.Sub(oldest); age <= maxWriterLook {
-		return age
-	}
-	return 0
+	return sentAt.Sub(oldest)
 }
 
 // lookback is how far back a walk planned now with the whole margin looks
@@ -550,6 +578,15 @@ func (r *reach) floorsDue() bool {
 	}
 	r.reading = true
 	return true
+}
+
+// lastFloors are the floors read last, for the next read to start from
+// (none: Groups nil). They are never changed once read.
+func (r *reach) lastFloors() dialects.Floors {
+	if r.floors == nil || r.blind {
+		return dialects.Floors{}
+	}
+	return dialects.Floors{Rewinds: r.floorsAt, Groups: r.floors}
 }
 
 // floorsRead takes a floors read's result.

@@ -531,3 +531,72 @@ func TestReachRemembersWhenItFirstSawEachWriter(t *testing.T) {
 		t.Fatalf("no writer open: age %s, %d remembered, want 0 and none", age, len(r.writers))
 	}
 }
+
+// A writer open longer than maxWriterLook is passed over while it runs,
+// and does not hide the younger writers from the walks; once it has ended,
+// the next walk looks back to when it was first seen, once.
+func TestReachLooksBackToASlowWriterOnceItEnds(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.held = true
+	r.observe(dialects.Probe{Rewinds: 1})
+	claim := func(ws []int64) claimPlan {
+		p := r.plan(scheduleClaim, 10)
+		p.writerAge = r.writersSeen(ws, p.sentAt)
+		r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+		clk.advance(10 * time.Millisecond)
+		return p
+	}
+	claim([]int64{})
+	first := clk.Now()
+	claim([]int64{7}) // writer 7, slow: its commit waits a second
+	for clk.Now().Sub(first) <= maxWriterLook+20*time.Millisecond {
+		claim([]int64{7})
+	}
+	if p := claim([]int64{7, 8}); p.writerAge != 0 { // a young writer beside it
+		t.Fatalf("writer 8's first claim: age %s, want 0", p.writerAge)
+	}
+	p := r.plan(scheduleClaim, 10)
+	if age := r.writersSeen([]int64{7, 8}, p.sentAt); age != 10*time.Millisecond {
+		t.Fatalf("writer 8 seen 10 ms ago beside writer 7 open %s: age %s, want 10ms (the old writer must not hide it)",
+			clk.Now().Sub(first), age)
+	}
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	clk.advance(10 * time.Millisecond)
+	if p := r.plan(scheduleClaim, 10); p.bounds.Lookback > 20*time.Millisecond+lookbackMargin {
+		t.Fatalf("while writer 7 runs: lookback %s, want only back to writer 8 (20 ms) and the margin", p.bounds.Lookback)
+	}
+	for clk.Now().Sub(first) < time.Second {
+		claim([]int64{7})
+	}
+	ended := claim([]int64{}) // writer 7 has committed: this claim's walk passed its rows
+	next := r.plan(scheduleClaim, 10)
+	want := clk.Now().Sub(first) + lookbackMargin
+	if next.bounds.Lookback < want {
+		t.Fatalf("after the slow writer ended: lookback %s, want at least %s (back to when it was first seen, and the margin)",
+			next.bounds.Lookback, want)
+	}
+	// The claim whose probe saw it end must not move the anchor forward
+	// again: it was planned before the anchor moved back.
+	if ended.lowered == r.lowered {
+		t.Fatalf("the anchor was not moved back (lowered %d)", r.lowered)
+	}
+	r.claimed(scheduleClaim, next, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	clk.advance(10 * time.Millisecond)
+	if p := r.plan(scheduleClaim, 10); p.bounds.Lookback > 10*time.Millisecond+lookbackMargin {
+		t.Fatalf("the walk after that: lookback %s, want back to the last walk only", p.bounds.Lookback)
+	}
+
+	// A writer open longer than maxEndedWriterLook is left to the looks
+	// for stragglers.
+	claim([]int64{9})
+	opened := clk.Now()
+	for clk.Now().Sub(opened) <= maxEndedWriterLook {
+		clk.advance(time.Second)
+		claim([]int64{9})
+	}
+	claim([]int64{})
+	if p := r.plan(scheduleClaim, 10); p.bounds.Lookback > time.Second {
+		t.Fatalf("after a writer open %s ended: lookback %s, want narrow", clk.Now().Sub(opened), p.bounds.Lookback)
+	}
+}

@@ -59,6 +59,16 @@ type Floors struct {
 	Groups  []int64
 }
 
+// Lowest is the lowest floor of every group, and whether there is one:
+// while the counter stays at f.Rewinds, no pending or processing row of any
+// key has a smaller sequence (a floor only rises).
+func (f Floors) Lowest() (int64, bool) {
+	if len(f.Groups) == 0 {
+		return 0, false
+	}
+	return slices.Min(f.Groups), true
+}
+
 // ClaimReport is what a claim tells about its walk in schedule order.
 type ClaimReport struct {
 	// Cut is true when the walk stopped at its limit of heads: rows due

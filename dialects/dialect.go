@@ -410,9 +410,13 @@ type Relay interface {
 	OutboxRewind(ctx context.Context) error
 	// OutboxFloors reads the floor of every group of keys (see Bounds):
 	// every pending and processing row, so it is run rarely. settled is the
-	// gate's watermark: rows up to it are visible to the statement.
-	// ErrNotSupported where the dialect keeps no floors.
-	OutboxFloors(ctx context.Context, settled int64) (Floors, error)
+	// gate's watermark: rows up to it are visible to the statement. prev
+	// are the floors read before (none: Groups nil): while the counter has
+	// not moved since, no live row lies below the lowest of them, and the
+	// read may start there, past the versions a long transaction keeps of
+	// every row delivered before it. ErrNotSupported where the dialect
+	// keeps no floors.
+	OutboxFloors(ctx context.Context, settled int64, prev Floors) (Floors, error)
 	// InboxRelay turns received inbox rows into outbox rows in one
 	// transaction (see the package doc, "The inbox relay"): up to p.Limit
 	// rows in sequence order, keyed ones only once settled by p.Gate,

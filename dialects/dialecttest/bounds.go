@@ -2,6 +2,8 @@ package dialecttest
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ func boundsTests(h Harness) []subtest {
 			subtest{"ClaimByKeyContinueOnlyTakesOnlyThoseKeys", testContinueOnly},
 			subtest{"ClaimLookbackLeavesOlderRowsForLater", testLookback},
 			subtest{"ClaimFloorsKeepTheHeadRule", testFloors},
+			subtest{"FloorsReadFromEarlierFloors", testFloorsFromEarlierFloors},
 			subtest{"ReplayMovesTheCounter", testReplayCounter},
 			subtest{"ExpiredLeasesAndRewindMoveTheCounter", testRewinds},
 			subtest{"StragglersAreHeadsBehindTheLookback", testStragglers},
@@ -104,7 +107,7 @@ func testBoundsAfterReplay(t *testing.T, h Harness) {
 	before := probe(t, d).Rewinds
 	var floors []int64
 	if h.Bounded {
-		f, err := d.OutboxFloors(ctx(t), probe(t, d).Last)
+		f, err := d.OutboxFloors(ctx(t), probe(t, d).Last, dialects.Floors{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +182,7 @@ func testFloors(t *testing.T, h Harness) {
 	// heads, whatever the floors say.
 	insert(t, d, keyed("a-key", 1)...)
 	p := probe(t, d)
-	f, err := d.OutboxFloors(ctx(t), p.Last)
+	f, err := d.OutboxFloors(ctx(t), p.Last, dialects.Floors{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +197,100 @@ func testFloors(t *testing.T, h Harness) {
 	if got := h.claimWith(t, d, dialects.ClaimParams{Bounds: b}); len(got) != 1 || got[0].Key != "a-key" {
 		t.Fatalf("once the runs were delivered, a claim bounded by the same floors took %+v, want the row behind a-key's run", got)
 	}
+}
+
+// A read of the floors that starts from the floors read before finds what
+// a read from the start finds; one whose earlier floors were read at
+// another rewind counter (a row went back to pending below them) sets them
+// aside.
+func testFloorsFromEarlierFloors(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	for i := range 40 {
+		insert(t, d, keyed(fmt.Sprintf("key-%d", i), 3)...)
+	}
+	first := h.claimWith(t, d, dialects.ClaimParams{Limit: 1000, MaxHeads: 1000})
+	if len(first) != 120 {
+		t.Fatalf("claimed %d rows, want all 120", len(first))
+	}
+	read := func(prev dialects.Floors) dialects.Floors {
+		t.Helper()
+		f, err := d.OutboxFloors(ctx(t), probe(t, d).Last, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	before := read(dialects.Floors{})
+	// key-0's run stays processing (its head is the lowest floor); of the
+	// other keys, half the runs are delivered and half the heads dead; new
+	// rows arrive for a few keys.
+	var kept, delivered, dead []dialects.Row
+	for _, r := range first {
+		switch {
+		case r.Key == "key-0":
+			kept = append(kept, r)
+		case r.Key[len(r.Key)-1]%2 == 0:
+			delivered = append(delivered, r)
+		default:
+			dead = append(dead, r)
+		}
+	}
+	deliverAll(t, d, delivered)
+	for _, r := range dead {
+		complete(t, d, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "gone"})
+	}
+	insert(t, d, keyed("key-3", 2)...)
+	insert(t, d, keyed("key-8", 1)...)
+	same := func(what string, from, fresh dialects.Floors) {
+		t.Helper()
+		if !slices.Equal(fresh.Groups, from.Groups) || fresh.Rewinds != from.Rewinds {
+			t.Fatalf("%s: floors read from the earlier ones differ from a read from the start:\n%s", what, floorsDiff(fresh, from))
+		}
+	}
+	from := read(before)
+	same("key-0 still processing", from, read(dialects.Floors{}))
+	lowest, _ := before.Lowest()
+	if now, _ := from.Lowest(); now != lowest {
+		t.Fatalf("key-0's head (%d) is still processing, yet the lowest floor is %d", lowest, now)
+	}
+	// Once key-0's run is delivered, the floors rise past it.
+	deliverAll(t, d, kept)
+	mid := read(from)
+	same("key-0 delivered", mid, read(dialects.Floors{}))
+	if now, _ := mid.Lowest(); now <= lowest {
+		t.Fatalf("nothing is live below the new rows, yet the lowest floor is %d (was %d)", now, lowest)
+	}
+	// A replay puts one of the first rows back to pending, below every
+	// floor read since: a read from those floors must find it.
+	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{dead[0].ID}, []dialects.State{dialects.Dead}); err != nil || n != 1 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	after := read(mid)
+	if after.Rewinds == mid.Rewinds {
+		t.Fatalf("the replay did not move the counter (%d)", after.Rewinds)
+	}
+	if now, _ := after.Lowest(); now > dead[0].Sequence {
+		t.Fatalf("after a replay of sequence %d, floors read from earlier ones start at %d: the replayed row is below them", dead[0].Sequence, now)
+	}
+	same("after a replay", after, read(dialects.Floors{}))
+}
+
+// floorsDiff lists the groups where two reads of the floors differ.
+func floorsDiff(a, b dialects.Floors) string {
+	var out []string
+	for i := range max(len(a.Groups), len(b.Groups)) {
+		var x, y int64 = -1, -1
+		if i < len(a.Groups) {
+			x = a.Groups[i]
+		}
+		if i < len(b.Groups) {
+			y = b.Groups[i]
+		}
+		if x != y {
+			out = append(out, fmt.Sprintf("group %d: %d and %d", i, x, y))
+		}
+	}
+	return fmt.Sprintf("counters %d and %d; %s", a.Rewinds, b.Rewinds, strings.Join(out, "; "))
 }
 
 // Every replay moves the counter that bounds are made at; a replay that

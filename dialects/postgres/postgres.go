@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -598,9 +599,13 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds 
 
 // OutboxFloors reads the floors of the groups of keys, on the claim pool
 // (a generic plan: the statement is the same every time).
-func (d *Dialect) OutboxFloors(ctx context.Context, settled int64) (f dialects.Floors, err error) {
+func (d *Dialect) OutboxFloors(ctx context.Context, settled int64, prev dialects.Floors) (f dialects.Floors, err error) {
 	defer func() { err = mapError(err) }()
-	err = d.claimPool.QueryRow(ctx, d.q.OutboxFloors, dialects.FloorGroups, settled).Scan(&f.Rewinds, &f.Groups)
+	from, at := int64(math.MinInt64), int64(-1)
+	if lowest, ok := prev.Lowest(); ok {
+		from, at = lowest, prev.Rewinds
+	}
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxFloors, dialects.FloorGroups, settled, from, at).Scan(&f.Rewinds, &f.Groups)
 	return f, err
 }
 

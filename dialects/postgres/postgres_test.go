@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -645,6 +647,83 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 	}
 }
 
+// A read of the floors that starts from the floors read before passes
+// over the entries below the lowest of them in the index, without a visit
+// to the table for each: under a held snapshot, the entries of every row
+// delivered before that read. Here 4,800 rows over 100 keys were
+// delivered under the snapshot before the earlier read, and 1,200 after
+// it: the read from the start visits the versions of all 6,000, the read
+// from the earlier floors those of the last 1,200, and both find the same
+// floors.
+func TestAFloorsReadFromEarlierFloorsPassesOverTheDeliveredRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t, 0)
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	holdSnapshot(t, d)
+	var earlier dialects.Floors
+	for round := range 5 {
+		if round == 4 {
+			earlier = readFloors(t, d)
+		}
+		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
+			SELECT 't', 'k' || (g % 100), '{}' FROM generate_series(1, 1200) AS g`); err != nil {
+			t.Fatal(err)
+		}
+		deliverAll(t, d)
+	}
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'fresh', 'k' || g, '{}' FROM generate_series(1, 10) AS g`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.OutboxProbe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := d.OutboxFloors(ctx, p.Last, dialects.Floors{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := d.OutboxFloors(ctx, p.Last, earlier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fresh.Groups, from.Groups) {
+		t.Fatal("the floors read from the earlier ones differ from those read from the start")
+	}
+	// The two reads again, under EXPLAIN, on the claim pool's settings.
+	q, err := postgres.Queries(d.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := claimSession(t, d)
+	if _, err := conn.Exec(ctx, `PREPARE floors(int, bigint, bigint, bigint) AS `+q.OutboxFloors); err != nil {
+		t.Fatal(err)
+	}
+	buffers := func(args string) (int, []string) {
+		t.Helper()
+		var plan []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE floors(`+args+`)`).Scan(&plan); err != nil || len(plan) != 1 {
+			t.Fatalf("explain: %v", err)
+		}
+		var scans []string
+		plan[0].Plan.walk(func(n planNode) {
+			if n.Relation == "outbox" {
+				scans = append(scans, n.NodeType+" "+n.Index)
+			}
+		})
+		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead, scans
+	}
+	lowest, _ := earlier.Lowest()
+	all, scans := buffers(fmt.Sprintf("%d, %d, %d, -1", dialects.FloorGroups, p.Last, math.MinInt64))
+	bounded, boundedScans := buffers(fmt.Sprintf("%d, %d, %d, %d", dialects.FloorGroups, p.Last, lowest, earlier.Rewinds))
+	t.Logf("floors under a held snapshot, 4,800 rows delivered before the earlier read and 1,200 after: %d buffers from the start (%v), %d from earlier floors (%v)", all, scans, bounded, boundedScans)
+	if bounded*3 > all {
+		t.Errorf("the read from earlier floors read %d buffers, the read from the start %d: the bound does not keep the read off the delivered rows' versions", bounded, all)
+	}
+}
+
 // Completions and lease renewals find their rows by id, in the primary key,
 // whatever the statistics say: here they were taken while no row was
 // processing, which made the small processing index, with a filter on the
@@ -906,7 +985,7 @@ func readFloors(t *testing.T, d *postgres.Dialect) dialects.Floors {
 	if err != nil {
 		t.Fatal(err)
 	}
-	floors, err := d.OutboxFloors(context.Background(), p.Last)
+	floors, err := d.OutboxFloors(context.Background(), p.Last, dialects.Floors{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -618,7 +618,7 @@ func (d *Dialect) OutboxRewind(context.Context) error { return nil }
 
 // OutboxFloors is not offered: SQL Server's claim walks from the start of
 // its indexes (see the package doc on long transactions).
-func (d *Dialect) OutboxFloors(context.Context, int64) (dialects.Floors, error) {
+func (d *Dialect) OutboxFloors(context.Context, int64, dialects.Floors) (dialects.Floors, error) {
 	return dialects.Floors{}, dialects.ErrNotSupported
 }
 
