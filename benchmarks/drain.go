@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/bootstrap"
@@ -298,37 +297,20 @@ func mailboxes(c *bootstrap.Config) string {
 
 // explainClaim records the plans of both claims on the seeded table, each
 // run and rolled back, for the table's notes: by key (what the engine runs
-// on a keyed backlog) and in schedule order.
+// on a keyed backlog) and in schedule order, with every row settled.
 func (e *env) explainClaim(ctx context.Context, d *postgres.Dialect) {
-	q, err := postgres.Queries(d.Names())
-	if err != nil {
-		return
-	}
 	batch := bootstrap.Defaults().Outbox.BatchSize
 	var out []string
-	for _, c := range []struct{ name, sql string }{{"by key", q.OutboxClaimByKey}, {"in schedule order", q.OutboxClaim}} {
-		plan, err := explain(ctx, d, c.sql, batch, int64(30000), uuid.New(), batch/128, int64(1<<62), []int64{}, []int64{}, "",
-			nil, nil, nil, []string{}, []int64{}, true)
+	for _, c := range []struct {
+		name  string
+		byKey bool
+	}{{"by key", true}, {"in schedule order", false}} {
+		plan, err := d.ExplainClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: 30 * time.Second, Token: uuid.New(),
+			MaxHeads: batch / 128, Gate: &dialects.Gate{Settled: 1 << 62}, ByKey: c.byKey})
 		if err != nil {
 			plan = "EXPLAIN failed: " + err.Error()
 		}
 		out = append(out, "-- "+c.name+":\n"+plan)
 	}
 	e.plan = strings.Join(out, "\n\n")
-}
-
-// explain runs a statement under EXPLAIN ANALYZE in a transaction it rolls
-// back, and returns the plan.
-func explain(ctx context.Context, d *postgres.Dialect, sql string, args ...any) (string, error) {
-	tx, err := d.Pool().Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+sql, args...)
-	if err != nil {
-		return "", err
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return strings.Join(lines, "\n"), err
 }

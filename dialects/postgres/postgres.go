@@ -230,31 +230,8 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	settled, openLast, openNext, writers := gateArgs(p.Gate)
-	stmt, after := d.q.OutboxClaim, ""
-	if p.ByKey {
-		stmt = d.q.OutboxClaimByKey
-		if c := d.byKeyCursor.Load(); c != nil {
-			after = *c
-		}
-	}
-	var rewinds, lookback *int64
-	var floors, posKeys, posAfter any = []int64(nil), []string(nil), []int64(nil)
-	if b := p.Bounds; b != nil {
-		rewinds = &b.Rewinds
-		if b.Lookback > 0 {
-			lb := ms(b.Lookback)
-			lookback = &lb
-		}
-		floors = d.boundsText.floorsArg(b.Floors)
-		posKeys, posAfter = d.boundsText.positionsArgs(b.Positions)
-	}
-	keys, positions := make([]string, len(p.Continue)), make([]int64, len(p.Continue))
-	for i, c := range p.Continue {
-		keys[i], positions[i] = c.Key, c.After
-	}
-	rows, err := d.claimPool.Query(ctx, stmt, p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
-		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter, writers)
+	stmt, args := d.claimArgs(p)
+	rows, err := d.claimPool.Query(ctx, stmt, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +269,55 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	}
 	dialects.SortClaimed(out)
 	return out, nil
+}
+
+// claimArgs is the claim statement for p and its arguments.
+func (d *Dialect) claimArgs(p dialects.ClaimParams) (string, []any) {
+	settled, openLast, openNext, writers := gateArgs(p.Gate)
+	stmt, after := d.q.OutboxClaim, ""
+	if p.ByKey {
+		stmt = d.q.OutboxClaimByKey
+		if c := d.byKeyCursor.Load(); c != nil {
+			after = *c
+		}
+	}
+	var rewinds, lookback *int64
+	var floors, posKeys, posAfter any = []int64(nil), []string(nil), []int64(nil)
+	if b := p.Bounds; b != nil {
+		rewinds = &b.Rewinds
+		if b.Lookback > 0 {
+			lb := ms(b.Lookback)
+			lookback = &lb
+		}
+		floors = d.boundsText.floorsArg(b.Floors)
+		posKeys, posAfter = d.boundsText.positionsArgs(b.Positions)
+	}
+	keys, positions := make([]string, len(p.Continue)), make([]int64, len(p.Continue))
+	for i, c := range p.Continue {
+		keys[i], positions[i] = c.Key, c.After
+	}
+	return stmt, []any{p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
+		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter, writers}
+}
+
+// ExplainClaim runs the claim that p describes under EXPLAIN (ANALYZE,
+// BUFFERS) in a transaction that it rolls back, and returns the plan: for
+// the bench's notes and for a closer look at a slow claim. It claims
+// nothing.
+func (d *Dialect) ExplainClaim(ctx context.Context, p dialects.ClaimParams) (_ string, err error) {
+	defer func() { err = mapError(err) }()
+	stmt, args := d.claimArgs(p)
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+stmt, args...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
 
 func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {

@@ -250,6 +250,37 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 }
 
+// ExplainClaim shows the plan of the claim the relay would send, run for
+// real, and claims nothing: the rows are still pending afterwards, with no
+// token.
+func TestExplainClaimShowsThePlanAndClaimsNothing(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
+		SELECT 'x', 'k' || (g % 10), '{}' FROM generate_series(1, 200) AS g`); err != nil {
+		t.Fatal(err)
+	}
+	for _, byKey := range []bool{true, false} {
+		plan, err := d.ExplainClaim(ctx, dialects.ClaimParams{Limit: 50, Lease: 30 * time.Second, Token: uuid.New(),
+			Gate: &dialects.Gate{Settled: 1 << 62}, ByKey: byKey})
+		if err != nil {
+			t.Fatalf("by key %v: %v", byKey, err)
+		}
+		if !strings.Contains(plan, "actual time=") || !strings.Contains(plan, "Buffers:") || !strings.Contains(plan, "idx_outbox_key_sequence") {
+			t.Fatalf("by key %v: not an analyzed plan of the claim:\n%s", byKey, plan)
+		}
+	}
+	var pending, tokened int
+	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(claim_token) FROM `+tbl).Scan(&pending, &tokened); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 200 || tokened != 0 {
+		t.Fatalf("after the explains: %d of 200 rows pending, %d with a claim token; want 200 and 0", pending, tokened)
+	}
+}
+
 // A look for stragglers over the last seconds starts its walk of the
 // pending index at its bound: behind 50,000 pending rows that became due
 // long before, it reads a few buffers, not every leaf of the index (a
