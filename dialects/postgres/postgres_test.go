@@ -628,21 +628,14 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := open(t, 0)
-	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
 	holdSnapshot(t, d)
 	// 6,000 rows over 100 keys, claimed and delivered under the snapshot.
 	for round := range 3 {
-		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
-			SELECT 't', 'k' || (g % 100), '{}' FROM generate_series(1, 2000) AS g`); err != nil {
-			t.Fatal(err)
-		}
-		deliverAll(t, d)
+		insertAndDeliver(t, d, 2000)
 		t.Logf("round %d delivered", round)
 	}
 	lookedAt := time.Now() // where the relay's last walk looked: everything before is claimed
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'fresh', 'k' || g, '{}' FROM generate_series(1, 10) AS g`); err != nil {
-		t.Fatal(err)
-	}
+	insertFresh(t, d)
 	floors := readFloors(t, d)
 	conn := claimSession(t, d)
 	buffers := func(bounds string) (int, float64) {
@@ -690,22 +683,15 @@ func TestAFloorsReadFromEarlierFloorsPassesOverTheDeliveredRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := open(t, 0)
-	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
 	holdSnapshot(t, d)
 	var earlier dialects.Floors
 	for round := range 5 {
 		if round == 4 {
 			earlier = readFloors(t, d)
 		}
-		if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
-			SELECT 't', 'k' || (g % 100), '{}' FROM generate_series(1, 1200) AS g`); err != nil {
-			t.Fatal(err)
-		}
-		deliverAll(t, d)
+		insertAndDeliver(t, d, 1200)
 	}
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'fresh', 'k' || g, '{}' FROM generate_series(1, 10) AS g`); err != nil {
-		t.Fatal(err)
-	}
+	insertFresh(t, d)
 	p, err := d.OutboxProbe(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1145,5 +1131,25 @@ func TestAProducerWithASubtransactionStillHoldsItsKeyBack(t *testing.T) {
 	rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
 	if err != nil || len(rows) != 2 || rows[0].Topic != "first" {
 		t.Fatalf("after the commit: %d rows (%v), want first then second", len(rows), err)
+	}
+}
+
+// insertAndDeliver inserts n rows over 100 keys and delivers them all.
+func insertAndDeliver(t *testing.T, d *postgres.Dialect, n int) {
+	t.Helper()
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := d.Pool().Exec(context.Background(), `INSERT INTO `+tbl+` (topic, key, payload)
+		SELECT 't', 'k' || (g % 100), '{}' FROM generate_series(1, $1::int) AS g`, n); err != nil {
+		t.Fatal(err)
+	}
+	deliverAll(t, d)
+}
+
+// insertFresh inserts ten pending rows of ten keys, topic 'fresh'.
+func insertFresh(t *testing.T, d *postgres.Dialect) {
+	t.Helper()
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := d.Pool().Exec(context.Background(), `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'fresh', 'k' || g, '{}' FROM generate_series(1, 10) AS g`); err != nil {
+		t.Fatal(err)
 	}
 }
