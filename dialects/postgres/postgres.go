@@ -302,12 +302,13 @@ func (d *Dialect) claimArgs(p dialects.ClaimParams) (string, []any) {
 
 // ExplainClaim runs the claim that p describes under EXPLAIN (ANALYZE,
 // BUFFERS) in a transaction that it rolls back, and returns the plan: for
-// the bench's notes and for a closer look at a slow claim. It claims
-// nothing.
+// the bench's notes and for a closer look at a slow claim. It runs on the
+// claim pool, whose sessions plan the claim as the relay's do (a generic
+// plan). It claims nothing.
 func (d *Dialect) ExplainClaim(ctx context.Context, p dialects.ClaimParams) (_ string, err error) {
 	defer func() { err = mapError(err) }()
 	stmt, args := d.claimArgs(p)
-	tx, err := d.pool.Begin(ctx)
+	tx, err := d.claimPool.Begin(ctx)
 	if err != nil {
 		return "", err
 	}
