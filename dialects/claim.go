@@ -81,6 +81,11 @@ type ClaimReport struct {
 	// Earliest is when the earliest row the walk took became due (its
 	// scheduled_at; zero: the walk took none).
 	Earliest time.Time
+	// Empty is true when the claim took no row, so that the statement
+	// returned no time either (the rest is zero): its walk looked at every
+	// due row it may look at and found no head. A dialect that keeps no
+	// bounds leaves the report zero.
+	Empty bool
 }
 
 // SortClaimed orders claimed rows by key, then sequence, so that the rows of

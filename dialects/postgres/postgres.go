@@ -267,6 +267,9 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	if len(out) == 0 && p.Report != nil {
+		p.Report.Empty = true
+	}
 	dialects.SortClaimed(out)
 	return out, nil
 }

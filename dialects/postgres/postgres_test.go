@@ -281,6 +281,37 @@ func TestExplainClaimShowsThePlanAndClaimsNothing(t *testing.T) {
 	}
 }
 
+// A claim's report gives the statement's time and the walk's reach when the
+// claim took rows; one that took none says so (Empty), so that the relay
+// still moves its lookback past what that walk looked at.
+func TestAClaimReportsWhetherItTookRows(t *testing.T) {
+	t.Parallel()
+	d := open(t, 0)
+	ctx := context.Background()
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'x', 'k', '{}' FROM generate_series(1, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() ([]dialects.Row, dialects.ClaimReport) {
+		var rep dialects.ClaimReport
+		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: 30 * time.Second, Token: uuid.New(),
+			Gate: &dialects.Gate{Settled: 1 << 62}, Bounds: &dialects.Bounds{}, Report: &rep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows, rep
+	}
+	rows, rep := claim()
+	if len(rows) != 1 || rep.Empty || rep.Now.IsZero() || rep.Earliest.IsZero() {
+		t.Fatalf("a claim of the key's head: %d rows, report %+v; want one row, its time and its row's", len(rows), rep)
+	}
+	// The key's head is processing: the two rows behind it are no heads.
+	rows, rep = claim()
+	if len(rows) != 0 || !rep.Empty || !rep.Now.IsZero() {
+		t.Fatalf("a claim behind a busy head: %d rows, report %+v; want none, and Empty", len(rows), rep)
+	}
+}
+
 // A look for stragglers over the last seconds starts its walk of the
 // pending index at its bound: behind 50,000 pending rows that became due
 // long before, it reads a few buffers, not every leaf of the index (a
