@@ -89,6 +89,9 @@ type (
 type keyEntry struct {
 	pid  *actor.PID
 	sent int
+	// ended: the last run sent to the key was shorter than its claim
+	// allowed, so the key had no other claimable row then.
+	ended bool
 }
 
 // claimer claims batches within its credit, groups them by key and hands
@@ -331,6 +334,11 @@ func (c *claimer) Receive(ctx actor.Context) {
 		} else {
 			// Written outcomes can make the next rows of their keys heads:
 			// claim now rather than at the next poll.
+			for i := range m.continued {
+				if e := c.keys[m.continued[i].pos.Key]; e != nil && e.ended {
+					m.continued[i].ended = true
+				}
+			}
 			c.reach.continued(m.continued)
 			if m.retryIn > 0 {
 				c.reach.walkBy(time.Now().Add(m.retryIn))
@@ -394,6 +402,7 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.claiming++
 	c.pace.hold() // the claim probes first; ticks meanwhile would be ignored
 	heads, run := c.heads.next(limit)
+	c.reach.seen = mark{c.gate.wm.LastSeen(), c.gate.wm.Settled()}
 	plan := c.reach.plan(c.choice.pick(c.heads.run), heads)
 	kind := plan.kind
 	if plan.continueOnly && len(plan.continued) == 0 {
@@ -610,7 +619,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		if m.kind == scheduleClaim && m.plan.full {
 			c.stats.looked(fromStartWalk, m.took)
 		}
-		c.reach.took(m.plan, len(m.rows))
+		c.reach.took(m.plan, len(m.rows), claimFull(m.rows, m.requested, m.heads))
 	}
 	if m.err != nil && c.gate.refused(m.err) {
 		c.reach.blind = true
@@ -661,7 +670,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		c.lastNews = time.Now()
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
-		c.dispatch(ctx, m.rows, m.lease)
+		c.dispatch(ctx, m.rows, m.lease, m.requested)
 	}
 	if c.draining {
 		// A claim that was running when the drain began: hand the rows
@@ -685,8 +694,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	}
 	// Keys to continue came back while this claim ran (the statements were
 	// all taken): their next rows are heads now, so claim them at once
-	// rather than at the next tick.
-	if c.more || c.again || len(c.reach.continuing) > 0 {
+	// rather than at the next tick. So too when the last walk over the keys
+	// left keys waiting and this claim took continuations only (they
+	// filled it): nothing in flight may be left to bring a credit.
+	if c.more || c.again || len(c.reach.continuing) > 0 || c.reach.keysWait() {
 		c.again = false
 		c.maybeClaim(ctx)
 	}
@@ -695,7 +706,10 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 // dispatch hands each key's run to its key actor and the unkeyed rows to the
 // pool. Rows arrive sorted by key, then sequence. The lease keeper hears of
 // the claims first, so that it can never receive their release before them.
-func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
+// A run shorter than its claim's share (claimShare) ended at its key's last
+// claimable row.
+func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, requested int) {
+	share := claimShare(rows, requested)
 	type batch struct {
 		pid *actor.PID
 		run []claimed
@@ -720,6 +734,7 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease) {
 				c.stats.KeyActors.Add(1)
 			}
 			entry.sent += len(run)
+			entry.ended = len(run) < share
 			pid = entry.pid
 		}
 		for _, r := range run {

@@ -155,3 +155,23 @@ func claimHeads(rows []dialects.Row) int {
 	}
 	return heads
 }
+
+// claimShare is the most rows that a claim of requested rows, which returned
+// rows, could give one keyed head: the head, and the followers that the
+// claim shares out equally among its keyed heads (see the dialects'
+// claims). A key's run shorter than that ended at the key's last claimable
+// row (the next one was processing, waiting for a retry or beyond the gate,
+// or there was none). The heads a claim returns are the heads it found:
+// it locks them before it stamps them.
+func claimShare(rows []dialects.Row, requested int) int {
+	heads, keyed := 0, 0
+	for i := range rows {
+		if rows[i].Key == "" || i == 0 || rows[i-1].Key != rows[i].Key {
+			heads++
+			if rows[i].Key != "" {
+				keyed++
+			}
+		}
+	}
+	return 1 + max(requested-heads, 0)/max(keyed, 1)
+}

@@ -94,3 +94,25 @@ func TestClaimFull(t *testing.T) {
 		}
 	}
 }
+
+// A claim shares what its limit leaves after the heads equally among its
+// keyed heads: a run shorter than its share ended at its key's last
+// claimable row; one as long was cut by the limit.
+func TestClaimShare(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		rows      []dialects.Row
+		requested int
+		want      int
+	}{
+		{"three keys of 500", runs(3, 100), 500, 1 + 497/3},
+		{"one key", runs(1, 500), 500, 500},
+		{"keys and unkeyed rows", append(runs(2, 10), dialects.Row{}, dialects.Row{}), 100, 1 + 96/2},
+		{"unkeyed only", []dialects.Row{{}, {}}, 100, 99},
+		{"more heads than the limit", runs(5, 1), 3, 1},
+	} {
+		if got := claimShare(c.rows, c.requested); got != c.want {
+			t.Errorf("%s: share %d, want %d", c.name, got, c.want)
+		}
+	}
+}

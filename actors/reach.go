@@ -107,6 +107,14 @@ type reach struct {
 	// fruitless: a claim in schedule order made instead of a walk over the
 	// keys found nothing since the last walk.
 	fruitless bool
+	// seen is the newest sequence the claimer knows of, and the gate's
+	// watermark (set before each plan); walked is what they were at the
+	// last walk over the keys: rows that arrived or settled since are news.
+	// moreKeys: the last walk took as many heads as it could, so more keys
+	// wait. While the horizon is not held, a walk is cheap, and either is
+	// worth one.
+	seen, walked mark
+	moreKeys     bool
 	// blind: the gate cannot tell settled rows, so floors (which count on
 	// every row up to the watermark being visible) are not used.
 	blind bool
@@ -125,6 +133,10 @@ type reach struct {
 	late, latePrev time.Duration
 	lateFrom       time.Time
 	nextWide       time.Time
+	// dbAhead is how far the database's clock (a claim's time) was ahead
+	// of when the claim was planned, at the last claim that took rows: an
+	// empty claim returns no time, and this estimates it.
+	dbAhead time.Duration
 	// writers are the open writers the last probes saw (transaction ids),
 	// each with when a claim whose probe saw it first was planned.
 	writers map[int64]time.Time
@@ -208,6 +220,15 @@ const (
 // before the claims behave as under a long transaction.
 const heldAfter = 5 * time.Second
 
+// mark is how far the claimer has seen rows arrive (the newest sequence a
+// probe saw) and settle (the gate's watermark).
+type mark struct{ last, settled int64 }
+
+// after reports whether rows arrived or settled since o.
+func (m mark) after(o mark) bool { return m.last > o.last || m.settled > o.settled }
+
+func (m mark) max(o mark) mark { return mark{max(m.last, o.last), max(m.settled, o.settled)} }
+
 // keyPos is a key's position and when it was last updated (posCount).
 type keyPos struct {
 	after, n int64
@@ -261,11 +282,17 @@ func (r *reach) walkBy(t time.Time) {
 }
 
 // continued adds the keys whose runs ended well, for positions that hold
-// for the current counter.
+// for the current counter. While the horizon is not held, a key whose run
+// took its last claimable row is not continued: a claim would find nothing
+// there (a drain of 1,000 keys of 100 rows: one claim in three, seen), and
+// a row that arrives for it since is news, which makes the next claim walk
+// the keys. While held, walks are rare, and it is continued all the same.
 func (r *reach) continued(cs []continuation) {
 	for _, c := range cs {
 		if r.known && c.rewinds == r.rewinds {
-			r.continuing = append(r.continuing, c.pos)
+			if r.held || !c.ended {
+				r.continuing = append(r.continuing, c.pos)
+			}
 			r.learn(c.pos)
 		}
 	}
@@ -328,6 +355,8 @@ type claimPlan struct {
 	full    bool
 	lowered int
 	sentAt  time.Time
+	// seen is reach.seen when a walk over the keys was planned.
+	seen mark
 	// writerAge is how long before the claim the oldest writer that its
 	// probe saw open was first seen (see writersSeen), up to
 	// maxWriterLook; 0: none, or older (left to the looks for stragglers).
@@ -365,9 +394,16 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 		switch {
 		case n >= heads:
 			p.continueOnly = true
-		case !now.Before(r.nextWalk):
-			p.full = true
-			r.fruitless = false
+		case !now.Before(r.nextWalk) || !r.held && (r.moreKeys || r.seen.after(r.walked)):
+			p.full, p.seen = true, r.seen
+			r.fruitless, r.moreKeys = false, false
+		case !r.held:
+			// The last walk found every key it did not take busy, and no
+			// row arrived since: the rows wait behind runs that this
+			// replica will continue, or that other replicas run. A walk in
+			// schedule order would pass over every one of them (a deep
+			// backlog of few keys: hundreds of milliseconds a claim).
+			p.continueOnly = true
 		case r.fruitless:
 			// A claim in schedule order since the last walk found nothing:
 			// the rows wait behind busy heads (a deep backlog of few keys),
@@ -395,11 +431,21 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 	return p
 }
 
-// took learns how many rows a claim took: a claim in schedule order made
-// instead of a walk that took none makes the next ones wait for the walk.
-func (r *reach) took(p claimPlan, rows int) {
+// keysWait reports whether the last walk over the keys left keys waiting,
+// and the next claim by key walks them at once (the horizon is not held).
+func (r *reach) keysWait() bool { return !r.held && r.moreKeys }
+
+// took learns how many rows a claim took, and whether it was full (it took
+// as many heads or rows as it could: more wait). A claim in schedule order
+// made instead of a walk that took none makes the next ones wait for the
+// walk; a walk over the keys that was full makes the next claim walk again,
+// while the horizon is not held.
+func (r *reach) took(p claimPlan, rows int, full bool) {
 	if p.fallback && rows == 0 {
 		r.fruitless = true
+	}
+	if p.kind == byKeyClaim && p.full && full {
+		r.moreKeys = true
 	}
 }
 
@@ -414,6 +460,16 @@ func (r *reach) failed(p claimPlan) {
 // so the next walk looks back to it.
 func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, took time.Duration, waitingSince time.Time) {
 	now := r.clock.Now()
+	switch {
+	case rep.Empty:
+		// It walked every due row it may look at and found no head (every
+		// key's head busy: a deep backlog of few keys). Left where it was,
+		// the anchor would make every later walk in schedule order walk
+		// that backlog again, each as long as the first.
+		rep.Now = p.sentAt.Add(r.dbAhead)
+	case !rep.Now.IsZero():
+		r.dbAhead = rep.Now.Sub(p.sentAt)
+	}
 	switch kind {
 	case scheduleClaim:
 		if p.lowered != r.lowered || rep.Now.IsZero() {
@@ -439,6 +495,7 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 	case byKeyClaim:
 		if p.full {
 			r.nextWalk = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
+			r.walked = r.walked.max(p.seen)
 		}
 	}
 }

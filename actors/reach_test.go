@@ -325,9 +325,10 @@ func TestReachLooksNarrowlyBetweenWholeLooksWhileHeld(t *testing.T) {
 // for heads, and then not more often than the walk's cost allows; between
 // walks, it takes only its continuations when they fill it, else it goes in
 // schedule order, bounded, however many rows arrive.
-func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
+func TestReachWalksTheKeysAsOftenAsTheirCostAllowsWhileHeld(t *testing.T) {
 	clk := newManualClock()
 	r := newReach(clk)
+	r.held = true
 	r.observe(dialects.Probe{})
 	p := r.plan(byKeyClaim, 2)
 	if !p.full || p.continueOnly || p.kind != byKeyClaim {
@@ -347,7 +348,7 @@ func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
 	if p = r.plan(byKeyClaim, 2); p.full || p.kind != scheduleClaim || !p.fallback {
 		t.Fatalf("500 ms after a walk of 50 ms: %+v, want no walk over the keys", p)
 	}
-	r.took(p, 0)
+	r.took(p, 0, false)
 	if p = r.plan(byKeyClaim, 2); p.kind != byKeyClaim || !p.continueOnly {
 		t.Fatalf("after a claim in schedule order that found nothing: %+v, want the continuations only until the next walk", p)
 	}
@@ -370,6 +371,130 @@ func TestReachWalksTheKeysAsOftenAsTheirCostAllows(t *testing.T) {
 	r.failed(claimPlan{continued: []dialects.KeyPosition{{Key: "z"}}})
 	if len(r.continuing) != 1 || r.continuing[0].Key != "z" {
 		t.Fatalf("a failed claim's continuations were not kept: %+v", r.continuing)
+	}
+	// Rows that arrive, or a walk that took every head it could, do not
+	// make a walk while held: it would pass over every version the
+	// transaction keeps, at every claim.
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 10*time.Millisecond, time.Time{})
+	r.took(p, 500, true)
+	r.seen = mark{last: r.walked.last + 100}
+	if p = r.plan(byKeyClaim, 2); p.full {
+		t.Fatalf("held, right after a full walk, rows arrived: %+v, want no walk", p)
+	}
+}
+
+// While no transaction holds the horizon back, vacuum keeps up and a walk
+// over the keys is cheap: a claim by key walks when rows arrived since the
+// last walk, or when that walk took every head it could (more keys wait).
+// Otherwise it takes its continuations only, and never goes in schedule
+// order: in a deep backlog of few keys, whose rows all wait behind busy
+// heads, that walk would pass over every one of them (a second a claim,
+// seen, and half the pace of a drain of ten keys).
+func TestReachWalksTheKeysWhenRowsArriveOrKeysWait(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{})
+	r.anchor = clk.Now()
+	r.seen = mark{last: 1000, settled: 900}
+	p := r.plan(byKeyClaim, 4)
+	if !p.full || p.kind != byKeyClaim || p.seen != r.seen {
+		t.Fatalf("first claim: %+v, want a walk that saw 1000", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	r.took(p, 500, true)
+	clk.advance(time.Millisecond)
+	if p = r.plan(byKeyClaim, 4); !p.full || p.kind != byKeyClaim {
+		t.Fatalf("after a walk that took every head it could: %+v, want another walk at once", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	r.took(p, 30, false)
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 7}}})
+	clk.advance(time.Millisecond)
+	p = r.plan(byKeyClaim, 4)
+	if p.full || !p.continueOnly || p.kind != byKeyClaim || p.fallback || len(p.continued) != 1 {
+		t.Fatalf("after a walk that found the other keys busy, nothing arrived: %+v, want key a only", p)
+	}
+	if p = r.plan(byKeyClaim, 4); !p.continueOnly || len(p.continued) != 0 {
+		t.Fatalf("with nothing to continue: %+v, want no walk (the claimer then claims nothing)", p)
+	}
+	r.seen.settled = 1000
+	if p = r.plan(byKeyClaim, 4); !p.full || p.kind != byKeyClaim {
+		t.Fatalf("rows settled since the last walk: %+v, want a walk", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	r.took(p, 1, false)
+	r.seen.last = 1001
+	if p = r.plan(byKeyClaim, 4); !p.full || p.kind != byKeyClaim {
+		t.Fatalf("a row arrived since the last walk: %+v, want a walk", p)
+	}
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	r.took(p, 1, false)
+	if p = r.plan(byKeyClaim, 4); p.full {
+		t.Fatalf("the walk saw that row: %+v, want no walk", p)
+	}
+	clk.advance(100 * time.Millisecond)
+	if p = r.plan(byKeyClaim, 4); !p.full {
+		t.Fatalf("100 ms after a walk of 5 ms: %+v, want a walk (its cost allows one)", p)
+	}
+}
+
+// A key whose run took its last claimable row is not continued while the
+// horizon is not held (a claim would find nothing there; a row that
+// arrives for it is news, which brings a walk), but its position is kept.
+// While held, walks are rare, and it is continued all the same.
+func TestReachContinuesAnEndedKeyOnlyWhileHeld(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{})
+	r.continued([]continuation{
+		{pos: dialects.KeyPosition{Key: "a", After: 7}, ended: true},
+		{pos: dialects.KeyPosition{Key: "b", After: 9}},
+	})
+	if len(r.continuing) != 1 || r.continuing[0].Key != "b" {
+		t.Fatalf("not held: continuing %+v, want b only", r.continuing)
+	}
+	if r.positions["a"].after != 7 {
+		t.Fatalf("the ended key's position was not kept: %+v", r.positions)
+	}
+	r.held = true
+	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 12}, ended: true}})
+	if len(r.continuing) != 2 || r.continuing[1].Key != "a" || r.continuing[1].After != 12 {
+		t.Fatalf("held: continuing %+v, want b, then a from 12", r.continuing)
+	}
+}
+
+// A claim that took no row returns no time from the database, but it
+// walked every due row it could look at: the next walk in schedule order
+// looks back only to it. Left where it was, every walk after it would walk
+// the same backlog again (a one-key backlog: 600 ms a claim, seen). Its
+// time on the database's clock is estimated from the last claim that
+// returned one; a dialect that keeps no bounds moves nothing.
+func TestReachMovesOnAfterAnEmptyClaim(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{})
+	p := r.plan(scheduleClaim, 10)
+	db := clk.Now().Add(time.Hour) // the database's clock is an hour ahead
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Now: db.Add(2 * time.Millisecond)}, 5*time.Millisecond, time.Time{})
+	clk.advance(time.Second)
+	p = r.plan(scheduleClaim, 10)
+	if p.full || p.bounds.Lookback != time.Second+lookbackMargin {
+		t.Fatalf("a second after the last claim: %+v, want a lookback of a second plus the margin", p.bounds)
+	}
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{Empty: true}, 5*time.Millisecond, time.Time{})
+	if want := clk.Now().Add(time.Hour + 2*time.Millisecond); !r.lastWalk.Equal(want) {
+		t.Fatalf("an empty claim's time on the database's clock: %v, want %v", r.lastWalk, want)
+	}
+	clk.advance(10 * time.Millisecond)
+	if p = r.plan(scheduleClaim, 10); p.bounds.Lookback != 10*time.Millisecond+lookbackMargin {
+		t.Fatalf("10 ms after an empty claim: lookback %s, want 10 ms plus the margin", p.bounds.Lookback)
+	}
+	anchor := r.anchor
+	clk.advance(10 * time.Millisecond)
+	p = r.plan(scheduleClaim, 10)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	if !r.anchor.Equal(anchor) {
+		t.Fatal("a claim without a report (a dialect that keeps no bounds) moved the anchor")
 	}
 }
 
