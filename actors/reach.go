@@ -67,7 +67,8 @@ import (
 // that stalled on the disk, a producer that works a while before it
 // inserts), which would otherwise wait for the look from the start. A
 // claim by key walks the keys only when its continuations leave room, and
-// rows arrived or its cost allows. So the looks that read every version
+// its cost allows (or, while the horizon is not held, rows arrived or keys
+// wait). So the looks that read every version
 // stay a small share of the time however many versions a long transaction
 // keeps, and none of them holds a claim up.
 type reach struct {
@@ -284,9 +285,9 @@ func (r *reach) walkBy(t time.Time) {
 // continued adds the keys whose runs ended well, for positions that hold
 // for the current counter. While the horizon is not held, a key whose run
 // took its last claimable row is not continued: a claim would find nothing
-// there (a drain of 1,000 keys of 100 rows: one claim in three, seen), and
-// a row that arrives for it since is news, which makes the next claim walk
-// the keys. While held, walks are rare, and it is continued all the same.
+// there, and a row that arrives for it since is news, which makes the next
+// claim walk the keys. While held, walks are rare, and it is continued all
+// the same.
 func (r *reach) continued(cs []continuation) {
 	for _, c := range cs {
 		if r.known && c.rewinds == r.rewinds {
@@ -368,9 +369,13 @@ type claimPlan struct {
 //
 // A claim by key walks the keys when its continuations leave room for
 // heads and the walk's cost allows another (fullLookFactor times the last
-// one's duration). Otherwise, when the continuations fill it, it takes only
-// them; when they do not, it goes in schedule order instead, bounded by the
-// lookback, which finds the rows that arrived since. A walk over the keys
+// one's duration), or, while the horizon is not held, rows arrived or
+// settled since the last walk, or that walk took every head it could.
+// Otherwise, when the continuations fill it, it takes only them; when they
+// do not, it takes only them as well while the horizon is not held (a walk
+// in schedule order would pass over every row behind the busy heads of a
+// deep backlog), and goes in schedule order while it is held, bounded by
+// the lookback, which finds the rows that arrived since. A walk over the keys
 // passes over every version that a long transaction keeps of the keys'
 // rows (the skip scan cannot start past them), so a claimer that walked
 // whenever rows arrived would, under a held snapshot, walk them at every
