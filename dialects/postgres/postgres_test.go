@@ -250,18 +250,26 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 }
 
+// openWithRows opens a dialect on a schema of its own and inserts the
+// outbox rows (topic, key, payload) that query selects; it returns the
+// dialect and the outbox's quoted name.
+func openWithRows(t *testing.T, query string) (*postgres.Dialect, string) {
+	t.Helper()
+	d := open(t, 0)
+	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
+	if _, err := d.Pool().Exec(context.Background(), `INSERT INTO `+tbl+` (topic, key, payload) `+query); err != nil {
+		t.Fatal(err)
+	}
+	return d, tbl
+}
+
 // ExplainClaim shows the plan of the claim the relay would send, run for
 // real, and claims nothing: the rows are still pending afterwards, with no
 // token.
 func TestExplainClaimShowsThePlanAndClaimsNothing(t *testing.T) {
 	t.Parallel()
-	d := open(t, 0)
+	d, tbl := openWithRows(t, `SELECT 'x', 'k' || (g % 10), '{}' FROM generate_series(1, 200) AS g`)
 	ctx := context.Background()
-	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload)
-		SELECT 'x', 'k' || (g % 10), '{}' FROM generate_series(1, 200) AS g`); err != nil {
-		t.Fatal(err)
-	}
 	for _, byKey := range []bool{true, false} {
 		plan, err := d.ExplainClaim(ctx, dialects.ClaimParams{Limit: 50, Lease: 30 * time.Second, Token: uuid.New(),
 			Gate: &dialects.Gate{Settled: 1 << 62}, ByKey: byKey})
@@ -286,12 +294,8 @@ func TestExplainClaimShowsThePlanAndClaimsNothing(t *testing.T) {
 // still moves its lookback past what that walk looked at.
 func TestAClaimReportsWhetherItTookRows(t *testing.T) {
 	t.Parallel()
-	d := open(t, 0)
+	d, _ := openWithRows(t, `SELECT 'x', 'k', '{}' FROM generate_series(1, 3)`)
 	ctx := context.Background()
-	tbl := pgx.Identifier{d.Names().Schema, "outbox"}.Sanitize()
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+tbl+` (topic, key, payload) SELECT 'x', 'k', '{}' FROM generate_series(1, 3)`); err != nil {
-		t.Fatal(err)
-	}
 	claim := func() ([]dialects.Row, dialects.ClaimReport) {
 		var rep dialects.ClaimReport
 		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: 30 * time.Second, Token: uuid.New(),
