@@ -604,6 +604,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	// The clock resumes once no claim runs, whichever way this ends.
 	defer func() { c.repace(time.Now()) }()
 	c.free += m.requested - len(m.rows)
+	full := claimFull(m.rows, m.requested, m.heads)
 	if m.probe != nil {
 		c.gate.observe(ctx, c.bg, *m.probe)
 		c.reach.observe(*m.probe)
@@ -619,7 +620,7 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 		if m.kind == scheduleClaim && m.plan.full {
 			c.stats.looked(fromStartWalk, m.took)
 		}
-		c.reach.took(m.plan, len(m.rows), claimFull(m.rows, m.requested, m.heads))
+		c.reach.took(m.plan, len(m.rows), full)
 	}
 	if m.err != nil && c.gate.refused(m.err) {
 		c.reach.blind = true
@@ -647,7 +648,6 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	c.failed.Reset()
 	c.ready.Store(true)
 	n := len(m.rows)
-	full := claimFull(m.rows, m.requested, m.heads)
 	// A claim that was not full took what its own probe showed: a later
 	// probe that shows the same is no news. A full one may have left rows
 	// behind, which stay news until a claim takes them.

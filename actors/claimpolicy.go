@@ -164,14 +164,11 @@ func claimHeads(rows []dialects.Row) int {
 // or there was none). The heads a claim returns are the heads it found:
 // it locks them before it stamps them.
 func claimShare(rows []dialects.Row, requested int) int {
-	heads, keyed := 0, 0
+	keyed := 0
 	for i := range rows {
-		if rows[i].Key == "" || i == 0 || rows[i-1].Key != rows[i].Key {
-			heads++
-			if rows[i].Key != "" {
-				keyed++
-			}
+		if rows[i].Key != "" && (i == 0 || rows[i-1].Key != rows[i].Key) {
+			keyed++
 		}
 	}
-	return 1 + max(requested-heads, 0)/max(keyed, 1)
+	return 1 + max(requested-claimHeads(rows), 0)/max(keyed, 1)
 }
