@@ -82,8 +82,8 @@ func (c *claimChoice) observe(rows []dialects.Row) {
 // to pass over, fewer claims, and one Publish per run where the sink takes
 // batches. Shallow keys (one or two rows each) and unkeyed rows need many
 // heads. The policy follows the runs claims actually return: a claim whose
-// runs came back nearly as long as it asked doubles run (up to maxRun); one
-// whose runs came back shorter sets run to the length they had.
+// runs mostly came back as long as it let them doubles run (up to maxRun);
+// one whose runs mostly ended sooner sets run to the length they had.
 //
 // It starts at maxRun: on deep keys the first claims then take whole runs
 // rather than one row of each of many keys (which would leave every key
@@ -100,37 +100,55 @@ func newHeadPolicy() headPolicy { return headPolicy{run: maxRun} }
 
 // next returns the heads for a claim of limit rows, and the run it aims for
 // (which observe needs back: claims overlap, and each is judged by what it
-// asked).
+// asked). Beyond shallowRun, where claims go by key, the heads leave each
+// one a share of at least one row more than the run (claimShare): keys that
+// all hold exactly run rows (a backlog written in even batches) then come
+// back shorter than their share, which tells that each ended, rather than
+// exactly as long, which cannot be told from a run the limit cut. A key
+// whose end cannot be told is continued, and its continuation finds
+// nothing: seen to double a keyed drain's claims, every other one empty.
 func (h *headPolicy) next(limit int) (heads, run int) {
 	run = max(h.run, 1)
+	if run > shallowRun {
+		return max(1, limit/(run+1)), run
+	}
 	return max(1, limit/run), run
 }
 
 // observe learns from the rows of a claim that aimed for runs of asked.
-// A claim that returned nothing teaches nothing: every key was busy.
+// A claim that returned nothing teaches nothing: every key was busy. When
+// most runs came back as long as the claim let them (their share, see
+// claimShare), longer may fit; otherwise most keys ended sooner, and the
+// run is their average.
 func (h *headPolicy) observe(rows []dialects.Row, requested, asked int) {
 	if len(rows) == 0 {
 		return
 	}
-	keyed, keys := 0, 0
-	for i := range rows {
-		if rows[i].Key == "" {
-			continue
+	share := claimShare(rows, requested)
+	keyed, keys, cut := 0, 0, 0
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].Key == rows[i].Key {
+			j++
 		}
-		keyed++
-		if i == 0 || rows[i-1].Key != rows[i].Key {
-			keys++ // rows come sorted by key
+		if rows[i].Key != "" {
+			keyed += j - i
+			keys++
+			if j-i >= share {
+				cut++
+			}
 		}
+		i = j
 	}
 	switch {
 	case keyed*2 <= len(rows) || keys == 0:
 		h.run = 1
-	case keyed >= keys*asked*9/10:
-		// As long as asked: longer may fit. Another claim may have raised
-		// run meanwhile; it is not lowered for that.
+	case cut*2 >= keys:
+		// Another claim may have raised run meanwhile; it is not lowered
+		// for that.
 		h.run = max(h.run, min(asked*2, maxRun, max(requested, 1)))
 	default:
-		h.run = max(keyed/keys, 1)
+		h.run = min(max(keyed/keys, 1), maxRun)
 	}
 }
 

@@ -59,11 +59,33 @@ func TestHeadPolicyLearnsFromWhatClaimsReturn(t *testing.T) {
 		t.Fatalf("unkeyed rows: run %d, want 1", h.run)
 	}
 	for range 10 {
-		_, asked := h.next(500)
-		h.observe(runs(500/asked, asked), 500, asked)
+		heads, asked := h.next(500)
+		h.observe(runs(heads, 1+(500-heads)/heads), 500, asked)
 	}
 	if h.run != maxRun {
-		t.Fatalf("full runs every time: run %d, want it to grow to %d", h.run, maxRun)
+		t.Fatalf("runs as long as each claim let them: run %d, want it to grow to %d", h.run, maxRun)
+	}
+}
+
+// Keys that all hold exactly as many rows as the run (a backlog written in
+// even batches): each claim lets a key one row more than that, so every run
+// comes back shorter than its share, which dispatch takes for a key that
+// ended (no continuation that would find nothing), and the policy keeps the
+// run rather than swing between two.
+func TestHeadPolicyTellsKeysThatEndAtTheRun(t *testing.T) {
+	for _, n := range []int{10, 64, 100, 127} {
+		h := headPolicy{run: n}
+		for i := range 5 {
+			heads, asked := h.next(500)
+			rows := runs(heads, n)
+			if share := claimShare(rows, 500); n >= share {
+				t.Fatalf("keys of %d rows, claim %d: %d heads leave a share of %d, want more than %d", n, i, heads, share, n)
+			}
+			h.observe(rows, 500, asked)
+			if h.run != n {
+				t.Fatalf("keys of %d rows, claim %d: run %d, want it to stay %d", n, i, h.run, n)
+			}
+		}
 	}
 }
 

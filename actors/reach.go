@@ -111,9 +111,10 @@ type reach struct {
 	// seen is the newest sequence the claimer knows of, and the gate's
 	// watermark (set before each plan); walked is what they were at the
 	// last walk over the keys: rows that arrived or settled since are news.
-	// moreKeys: the last walk took as many heads as it could, so more keys
-	// wait. While the horizon is not held, a walk is cheap, and either is
-	// worth one.
+	// moreKeys: the last walk that came back took as many heads as it
+	// could, so more keys wait; it holds until a walk comes back short, so
+	// that a second claim beside a running walk walks as well. While the
+	// horizon is not held, a walk is cheap, and either is worth one.
 	seen, walked mark
 	moreKeys     bool
 	// blind: the gate cannot tell settled rows, so floors (which count on
@@ -401,7 +402,7 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 			p.continueOnly = true
 		case !now.Before(r.nextWalk) || !r.held && (r.moreKeys || r.seen.after(r.walked)):
 			p.full, p.seen = true, r.seen
-			r.fruitless, r.moreKeys = false, false
+			r.fruitless = false
 		case !r.held:
 			// The last walk found every key it did not take busy, and no
 			// row arrived since: the rows wait behind runs that this
@@ -443,14 +444,14 @@ func (r *reach) keysWait() bool { return !r.held && r.moreKeys }
 // took learns how many rows a claim took, and whether it was full (it took
 // as many heads or rows as it could: more wait). A claim in schedule order
 // made instead of a walk that took none makes the next ones wait for the
-// walk; a walk over the keys that was full makes the next claim walk again,
-// while the horizon is not held.
+// walk; a walk over the keys that was full makes the next claims walk again,
+// while the horizon is not held, until one comes back short.
 func (r *reach) took(p claimPlan, rows int, full bool) {
 	if p.fallback && rows == 0 {
 		r.fruitless = true
 	}
-	if p.kind == byKeyClaim && p.full && full {
-		r.moreKeys = true
+	if p.kind == byKeyClaim && p.full {
+		r.moreKeys = full
 	}
 }
 

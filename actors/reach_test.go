@@ -406,6 +406,12 @@ func TestReachWalksTheKeysWhenRowsArriveOrKeysWait(t *testing.T) {
 	if p = r.plan(byKeyClaim, 4); !p.full || p.kind != byKeyClaim {
 		t.Fatalf("after a walk that took every head it could: %+v, want another walk at once", p)
 	}
+	// A second claim while that walk runs walks as well: the keys still
+	// wait as far as the claimer knows, and two walks keep the database
+	// busy while the outcomes of the last come back.
+	if q := r.plan(byKeyClaim, 4); !q.full || q.kind != byKeyClaim {
+		t.Fatalf("a second claim beside a running walk, keys waiting: %+v, want a walk too", q)
+	}
 	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
 	r.took(p, 30, false)
 	r.continued([]continuation{{pos: dialects.KeyPosition{Key: "a", After: 7}}})
