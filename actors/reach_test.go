@@ -731,27 +731,3 @@ func TestReachLooksBackToASlowWriterOnceItEnds(t *testing.T) {
 		t.Fatalf("after a writer open %s ended: lookback %s, want narrow", clk.Now().Sub(opened), p.bounds.Lookback)
 	}
 }
-
-// The janitor looks at the horizon every second while a transaction has
-// been open for a second or more, so that the claims stop behaving as under
-// a long transaction soon after it ends, and every ten seconds otherwise.
-func TestHorizonLooksSoonWhileATransactionStaysOpen(t *testing.T) {
-	now := time.Now()
-	cases := []struct {
-		name string
-		h    *dialects.Horizon
-		want time.Duration
-	}{
-		{"the read failed", nil, horizonEvery},
-		{"nothing holds it", &dialects.Horizon{}, horizonEvery},
-		{"a statement just began", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-100 * time.Millisecond)}}, horizonEvery},
-		{"a slot, no start known", &dialects.Horizon{Holder: &dialects.HorizonHolder{Kind: "replication slot"}}, horizonEvery},
-		{"open for three seconds", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-3 * time.Second)}}, horizonSoon},
-		{"open for an hour", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-time.Hour)}}, horizonSoon},
-	}
-	for _, c := range cases {
-		if got := horizonNext(c.h, now); got != c.want {
-			t.Errorf("%s: next look in %v, want %v", c.name, got, c.want)
-		}
-	}
-}
