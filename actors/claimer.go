@@ -695,9 +695,13 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	// Keys to continue came back while this claim ran (the statements were
 	// all taken): their next rows are heads now, so claim them at once
 	// rather than at the next tick. So too when the last walk over the keys
-	// left keys waiting and this claim took continuations only (they
-	// filled it): nothing in flight may be left to bring a credit.
-	if c.more || c.again || len(c.reach.continuing) > 0 || c.reach.keysWait() {
+	// left keys waiting and this claim by key took continuations only
+	// (they filled it): nothing in flight may be left to bring a credit.
+	// Only a claim by key: the next claim is one only if the policy still
+	// picks it, and a claim in schedule order that found nothing says
+	// nothing about the keys (keysWait would stay true, and the claimer
+	// would claim back to back on an empty table).
+	if c.more || c.again || len(c.reach.continuing) > 0 || m.kind == byKeyClaim && c.reach.keysWait() {
 		c.again = false
 		c.maybeClaim(ctx)
 	}

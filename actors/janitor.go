@@ -62,8 +62,18 @@ const fullReleaseEvery = 10 * time.Minute
 const maxPurgeWait = time.Hour
 
 // horizonEvery is how often the janitor looks at what holds the database's
-// horizon back: one read of the server's session list.
-const horizonEvery = 10 * time.Second
+// horizon back: one read of the server's session list. While the last look
+// saw a transaction open for horizonSoon or longer, it looks every
+// horizonSoon instead: the claimer behaves as under a long transaction once
+// one has held the horizon back for heldAfter, and should stop as soon as it
+// ends. Looking only every horizonEvery, a bulk insert of a little over
+// heldAfter left three replicas draining its rows as if a transaction still
+// held the horizon for up to ten seconds after it committed, at about half
+// their pace.
+const (
+	horizonEvery = 10 * time.Second
+	horizonSoon  = time.Second
+)
 
 func (j *janitor) Receive(ctx actor.Context) {
 	// Retention's loop starts with the actor, as the release loop does, so
@@ -73,7 +83,7 @@ func (j *janitor) Receive(ctx actor.Context) {
 			j.bg.every(j.retention.Interval, j.purge)
 		}
 		if j.stats != nil {
-			j.bg.every(horizonEvery, j.watchHorizon)
+			j.bg.run(j.horizonLoop)
 		}
 	}
 	runLoop(ctx, j.bg, j.loop)
@@ -245,17 +255,41 @@ func (j *janitor) purgeAttempts() {
 	}
 }
 
+// horizonLoop looks at what holds the horizon back (watchHorizon) until the
+// engine stops, as often as horizonNext says.
+func (j *janitor) horizonLoop() {
+	t := time.NewTimer(horizonSoon)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.bg.ctx.Done():
+			return
+		case <-t.C:
+			t.Reset(horizonNext(j.watchHorizon(), time.Now()))
+		}
+	}
+}
+
+// horizonNext is how long after a look that saw h the next one comes.
+func horizonNext(h *dialects.Horizon, now time.Time) time.Duration {
+	if h != nil && h.Holder != nil && !h.Holder.Since.IsZero() && now.Sub(h.Holder.Since) >= horizonSoon {
+		return horizonSoon
+	}
+	return horizonEvery
+}
+
 // watchHorizon reads what holds the horizon back, for the metrics and the
 // page, and warns once a transaction has held it for longer than warnAfter:
 // while it stays open no row version the relay leaves behind can be
 // removed (the claims are bounded so that they do not slow down, but the
-// table and its indexes grow).
-func (j *janitor) watchHorizon() {
+// table and its indexes grow). It returns what it read (nil: the read
+// failed).
+func (j *janitor) watchHorizon() *dialects.Horizon {
 	ctx, cancel := context.WithTimeout(j.bg.ctx, 5*time.Second)
 	h, err := j.dialect.OutboxHorizon(ctx)
 	cancel()
 	if err != nil {
-		return
+		return nil
 	}
 	j.stats.Horizon.Store(&h)
 	held := h.HeldFor(j.warnAfter)
@@ -269,4 +303,5 @@ func (j *janitor) watchHorizon() {
 		j.log.Info("the long transaction that held the horizon back has ended", "pid", j.warned.PID)
 		j.warned = nil
 	}
+	return &h
 }

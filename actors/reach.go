@@ -450,8 +450,14 @@ func (r *reach) took(p claimPlan, rows int, full bool) {
 	if p.fallback && rows == 0 {
 		r.fruitless = true
 	}
-	if p.kind == byKeyClaim && p.full {
+	switch {
+	case p.kind == byKeyClaim && p.full:
 		r.moreKeys = full
+	case p.kind == scheduleClaim && !p.fallback:
+		// The policy left claims by key (the keys are shallow): claims in
+		// schedule order find the heads themselves, and a claim by key
+		// later walks when rows arrive or its walk is due.
+		r.moreKeys = false
 	}
 }
 

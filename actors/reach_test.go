@@ -731,3 +731,53 @@ func TestReachLooksBackToASlowWriterOnceItEnds(t *testing.T) {
 		t.Fatalf("after a writer open %s ended: lookback %s, want narrow", clk.Now().Sub(opened), p.bounds.Lookback)
 	}
 }
+
+// A walk over the keys that took every head it could leaves keys waiting,
+// but only until the claim policy leaves claims by key: a claim in
+// schedule order finds the heads by itself, and once it has, no key is
+// said to wait. (Kept, it made an idle claimer claim back to back on an
+// empty table: each claim in schedule order that found nothing asked for
+// the walk that the policy no longer picked.)
+func TestReachForgetsWaitingKeysOnceClaimsGoInScheduleOrder(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{})
+	r.anchor = clk.Now()
+	r.seen = mark{last: 1000, settled: 900}
+	p := r.plan(byKeyClaim, 4)
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	r.took(p, 400, true)
+	if !r.keysWait() {
+		t.Fatal("after a walk that took every head it could: keys do not wait")
+	}
+	clk.advance(time.Millisecond)
+	p = r.plan(scheduleClaim, 4)
+	r.claimed(scheduleClaim, p, dialects.ClaimReport{}, time.Millisecond, time.Time{})
+	r.took(p, 0, false)
+	if r.keysWait() {
+		t.Fatal("after a claim in schedule order: keys still wait")
+	}
+}
+// The janitor looks at the horizon every second while a transaction has
+// been open for a second or more, so that the claims stop behaving as under
+// a long transaction soon after it ends, and every ten seconds otherwise.
+func TestHorizonLooksSoonWhileATransactionStaysOpen(t *testing.T) {
+	now := time.Now()
+	cases := []struct {
+		name string
+		h    *dialects.Horizon
+		want time.Duration
+	}{
+		{"the read failed", nil, horizonEvery},
+		{"nothing holds it", &dialects.Horizon{}, horizonEvery},
+		{"a statement just began", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-100 * time.Millisecond)}}, horizonEvery},
+		{"a slot, no start known", &dialects.Horizon{Holder: &dialects.HorizonHolder{Kind: "replication slot"}}, horizonEvery},
+		{"open for three seconds", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-3 * time.Second)}}, horizonSoon},
+		{"open for an hour", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-time.Hour)}}, horizonSoon},
+	}
+	for _, c := range cases {
+		if got := horizonNext(c.h, now); got != c.want {
+			t.Errorf("%s: next look in %v, want %v", c.name, got, c.want)
+		}
+	}
+}
