@@ -239,11 +239,15 @@ func newClaimer(c claimer) *claimer {
 
 // horizonHeld says whether, at the janitor's last look, a transaction had
 // held the database's horizon back for heldAfter or longer (see reach.held).
+// The age at the look, not since: a look that caught a bulk insert a second
+// old, followed by none for a while, made a replica that drained the
+// insert's rows behave as under a long transaction once the insert would
+// have been five seconds old, long after it had committed.
 func (c *claimer) horizonHeld() bool {
 	if c.stats == nil {
 		return false
 	}
-	return c.stats.Horizon.Load().HeldFor(heldAfter)
+	return c.stats.Horizon.Load().HeldAtRead(heldAfter)
 }
 
 func (c *claimer) threshold() int {

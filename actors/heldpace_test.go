@@ -31,7 +31,7 @@ func TestClaimsWaitBetweenThemWhileTheHorizonIsHeld(t *testing.T) {
 	e := h.start()
 	testkit.Eventually(t, "the replica sees the horizon held for 5 s", 20*time.Second, testkit.True(func() bool {
 		hz := e.Stats.Horizon.Load()
-		return hz != nil && hz.HeldFor(5*time.Second)
+		return hz != nil && hz.HeldAtRead(5*time.Second)
 	}))
 	const n = 300
 	before, start := e.Stats.ClaimStatements.Load(), time.Now()

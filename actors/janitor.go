@@ -63,13 +63,13 @@ const maxPurgeWait = time.Hour
 
 // horizonEvery is how often the janitor looks at what holds the database's
 // horizon back: one read of the server's session list. While the last look
-// saw a transaction open for horizonSoon or longer, it looks every
-// horizonSoon instead: the claimer behaves as under a long transaction once
-// one has held the horizon back for heldAfter, and should stop as soon as it
-// ends. Looking only every horizonEvery, a bulk insert of a little over
-// heldAfter left three replicas draining its rows as if a transaction still
-// held the horizon for up to ten seconds after it committed, at about half
-// their pace.
+// saw a transaction open, it looks again when that transaction would have
+// held the horizon back for heldAfter (the claimer then behaves as under a
+// long transaction, see reach.held), and every horizonSoon once it has, so
+// that the claimer stops as soon as it ends. Looking only every
+// horizonEvery, a bulk insert of a little over heldAfter left replicas
+// draining its rows as if a transaction still held the horizon for up to
+// ten seconds after it committed, at about half their pace.
 const (
 	horizonEvery = 10 * time.Second
 	horizonSoon  = time.Second
@@ -265,17 +265,25 @@ func (j *janitor) horizonLoop() {
 		case <-j.bg.ctx.Done():
 			return
 		case <-t.C:
-			t.Reset(horizonNext(j.watchHorizon(), time.Now()))
+			h := j.watchHorizon()
+			if h == nil {
+				// The look failed: what the last one saw stands, and a
+				// holder it saw is looked at again as soon.
+				h = j.stats.Horizon.Load()
+			}
+			t.Reset(horizonNext(h, time.Now()))
 		}
 	}
 }
 
-// horizonNext is how long after a look that saw h the next one comes.
+// horizonNext is how long after a look that saw h, at now, the next one
+// comes.
 func horizonNext(h *dialects.Horizon, now time.Time) time.Duration {
-	if h != nil && h.Holder != nil && !h.Holder.Since.IsZero() && now.Sub(h.Holder.Since) >= horizonSoon {
-		return horizonSoon
+	if h == nil || h.Holder == nil || h.Holder.Since.IsZero() {
+		return horizonEvery
 	}
-	return horizonEvery
+	// A little past heldAfter, so that the look sees it held.
+	return min(horizonEvery, max(horizonSoon, heldAfter-now.Sub(h.Holder.Since)+100*time.Millisecond))
 }
 
 // watchHorizon reads what holds the horizon back, for the metrics and the
@@ -291,6 +299,7 @@ func (j *janitor) watchHorizon() *dialects.Horizon {
 	if err != nil {
 		return nil
 	}
+	h.ReadAt = time.Now()
 	j.stats.Horizon.Store(&h)
 	held := h.HeldFor(j.warnAfter)
 	switch {

@@ -758,26 +758,53 @@ func TestReachForgetsWaitingKeysOnceClaimsGoInScheduleOrder(t *testing.T) {
 		t.Fatal("after a claim in schedule order: keys still wait")
 	}
 }
-// The janitor looks at the horizon every second while a transaction has
-// been open for a second or more, so that the claims stop behaving as under
-// a long transaction soon after it ends, and every ten seconds otherwise.
+
+// While the last look saw a transaction open, the janitor looks again when
+// it would have held the horizon back for 5 s (the claims behave as under a
+// long transaction once a look sees that), then every second, so that they
+// stop soon after it ends; every ten seconds otherwise.
 func TestHorizonLooksSoonWhileATransactionStaysOpen(t *testing.T) {
 	now := time.Now()
+	open := func(d time.Duration) *dialects.Horizon {
+		return &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-d)}}
+	}
 	cases := []struct {
 		name string
 		h    *dialects.Horizon
 		want time.Duration
 	}{
-		{"the read failed", nil, horizonEvery},
+		{"the read failed, none before", nil, horizonEvery},
 		{"nothing holds it", &dialects.Horizon{}, horizonEvery},
-		{"a statement just began", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-100 * time.Millisecond)}}, horizonEvery},
 		{"a slot, no start known", &dialects.Horizon{Holder: &dialects.HorizonHolder{Kind: "replication slot"}}, horizonEvery},
-		{"open for three seconds", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-3 * time.Second)}}, horizonSoon},
-		{"open for an hour", &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-time.Hour)}}, horizonSoon},
+		{"a statement just began", open(100 * time.Millisecond), heldAfter},
+		{"open for three seconds", open(3 * time.Second), heldAfter - 3*time.Second + 100*time.Millisecond},
+		{"open for 4.5 s", open(4500 * time.Millisecond), horizonSoon},
+		{"open for an hour", open(time.Hour), horizonSoon},
 	}
 	for _, c := range cases {
 		if got := horizonNext(c.h, now); got != c.want {
 			t.Errorf("%s: next look in %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// The claims behave as under a long transaction only once a look saw one
+// open for 5 s: a look that saw a transaction a second old says nothing of
+// whether it is still open four seconds later.
+func TestHeldOnlyWhenALookSawItHeld(t *testing.T) {
+	now := time.Now()
+	young := &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-10 * time.Second)}, ReadAt: now.Add(-9 * time.Second)}
+	if young.HeldAtRead(heldAfter) {
+		t.Error("a look that saw a transaction one second old counts as held")
+	}
+	if !young.HeldFor(heldAfter) {
+		t.Error("HeldFor does not count from the transaction's start")
+	}
+	old := &dialects.Horizon{Holder: &dialects.HorizonHolder{Since: now.Add(-6 * time.Second)}, ReadAt: now}
+	if !old.HeldAtRead(heldAfter) {
+		t.Error("a look that saw a transaction six seconds old does not count as held")
+	}
+	if (&dialects.Horizon{Holder: old.Holder}).HeldAtRead(heldAfter) {
+		t.Error("a horizon with no read time counts as held")
 	}
 }

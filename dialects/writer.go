@@ -29,6 +29,16 @@ type Horizon struct {
 	// from the server's statistics (a few seconds behind); -1 when the
 	// database does not say.
 	DeadVersions int64
+	// ReadAt is when it was read (zero: not known).
+	ReadAt time.Time
+}
+
+// HeldAtRead says whether, when it was read, a holder whose start is known
+// had held the horizon back for d or longer. Unlike HeldFor it does not
+// assume that the holder is still open: a look that caught a transaction
+// one second old says nothing of whether it is open four seconds later.
+func (h *Horizon) HeldAtRead(d time.Duration) bool {
+	return h != nil && h.Holder != nil && !h.Holder.Since.IsZero() && !h.ReadAt.IsZero() && h.ReadAt.Sub(h.Holder.Since) >= d
 }
 
 // HeldFor says whether a holder whose start is known has held the horizon

@@ -1188,3 +1188,62 @@ func insertFresh(t *testing.T, d *postgres.Dialect) {
 		t.Fatal(err)
 	}
 }
+
+// The horizon's holder is never a statement that a relay's own session is
+// running (each is bounded by a timeout; a replica that took another's
+// slow probe for a long transaction behaved as under one for nothing),
+// while another application's open transaction is named.
+func TestHorizonLeavesOutTheRelaysOwnStatements(t *testing.T) {
+	t.Parallel()
+	schema, url := testdb.Schema(t)
+	d := openAt(t, url, schema)
+	ctx := context.Background()
+	if _, err := migrations.UpTo(ctx, d, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := d.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Release()
+	var relayPID int64
+	if err := relay.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&relayPID); err != nil {
+		t.Fatal(err)
+	}
+	sleeping := make(chan error, 1)
+	go func() {
+		_, err := relay.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_xact_id(), pg_sleep(4); COMMIT")
+		sleeping <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the relay's statement is open first, and older
+	report, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer report.Close(ctx)
+	if _, err := report.Exec(ctx, "SET application_name = 'nightly-report'"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := report.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var reportPID int64
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_current_xact_id()) AS x").Scan(&reportPID); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.OutboxHorizon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Holder == nil {
+		t.Fatal("no holder named while another application's transaction is open")
+	}
+	if h.Holder.PID == relayPID {
+		t.Fatalf("the holder is the relay's own statement (pid %d): %+v", relayPID, *h.Holder)
+	}
+	if err := <-sleeping; err != nil {
+		t.Fatal(err)
+	}
+}

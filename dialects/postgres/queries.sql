@@ -368,9 +368,14 @@ SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
 -- feedback), prepared transaction or replication slot with the oldest
 -- snapshot (its xmin; a transaction without one holds back from its own
 -- id), the oldest first; this session and the logical slots (which hold
--- only the catalogs) left out. Then the outbox's dead row versions from the
--- statistics. Other users' sessions show their snapshots only to members of
--- pg_read_all_stats (or pg_monitor).
+-- only the catalogs) left out, and so are the statements that the relays'
+-- own sessions (this session's application_name) are running: each is
+-- bounded by a timeout, and a relay that took its own claim or probe over
+-- a slow bulk insert for a long transaction would behave as under one for
+-- nothing. A relay session left idle in a transaction still shows. Then
+-- the outbox's dead row versions from the statistics. Other users'
+-- sessions show their snapshots only to members of pg_read_all_stats (or
+-- pg_monitor).
 WITH h AS (
     SELECT CASE WHEN a.backend_type = 'walsender' THEN 'standby' ELSE 'transaction' END AS kind,
            a.pid::bigint AS pid, a.xact_start AS since, a.query_start AS query_start, COALESCE(a.state, '') AS state,
@@ -378,6 +383,8 @@ WITH h AS (
            age(COALESCE(a.backend_xmin, a.backend_xid))::bigint AS xage
       FROM pg_stat_activity AS a
      WHERE COALESCE(a.backend_xmin, a.backend_xid) IS NOT NULL AND a.pid <> pg_backend_pid()
+       AND NOT (a.state = 'active' AND a.backend_type = 'client backend'
+                AND a.application_name = (SELECT m.application_name FROM pg_stat_activity AS m WHERE m.pid = pg_backend_pid()))
     UNION ALL
     SELECT 'prepared transaction', 0, p.prepared, NULL, 'prepared', p.gid, '', age(p.transaction)::bigint
       FROM pg_prepared_xacts AS p
