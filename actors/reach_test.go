@@ -391,17 +391,10 @@ func TestReachWalksTheKeysAsOftenAsTheirCostAllowsWhileHeld(t *testing.T) {
 // heads, that walk would pass over every one of them (a second a claim,
 // seen, and half the pace of a drain of ten keys).
 func TestReachWalksTheKeysWhenRowsArriveOrKeysWait(t *testing.T) {
-	clk := newManualClock()
-	r := newReach(clk)
-	r.observe(dialects.Probe{})
-	r.anchor = clk.Now()
-	r.seen = mark{last: 1000, settled: 900}
-	p := r.plan(byKeyClaim, 4)
-	if !p.full || p.kind != byKeyClaim || p.seen != r.seen {
+	clk, r, p := afterAFullWalk()
+	if !p.full || p.kind != byKeyClaim || p.seen != (mark{last: 1000, settled: 900}) {
 		t.Fatalf("first claim: %+v, want a walk that saw 1000", p)
 	}
-	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
-	r.took(p, 500, true)
 	clk.advance(time.Millisecond)
 	if p = r.plan(byKeyClaim, 4); !p.full || p.kind != byKeyClaim {
 		t.Fatalf("after a walk that took every head it could: %+v, want another walk at once", p)
@@ -739,14 +732,7 @@ func TestReachLooksBackToASlowWriterOnceItEnds(t *testing.T) {
 // empty table: each claim in schedule order that found nothing asked for
 // the walk that the policy no longer picked.)
 func TestReachForgetsWaitingKeysOnceClaimsGoInScheduleOrder(t *testing.T) {
-	clk := newManualClock()
-	r := newReach(clk)
-	r.observe(dialects.Probe{})
-	r.anchor = clk.Now()
-	r.seen = mark{last: 1000, settled: 900}
-	p := r.plan(byKeyClaim, 4)
-	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
-	r.took(p, 400, true)
+	clk, r, p := afterAFullWalk()
 	if !r.keysWait() {
 		t.Fatal("after a walk that took every head it could: keys do not wait")
 	}
@@ -807,4 +793,18 @@ func TestHeldOnlyWhenALookSawItHeld(t *testing.T) {
 	if (&dialects.Horizon{Holder: old.Holder}).HeldAtRead(heldAfter) {
 		t.Error("a horizon with no read time counts as held")
 	}
+}
+
+// afterAFullWalk is a reach, not held, whose first claim by key walked the
+// keys (seeing 1000, settled 900) and took every head it could.
+func afterAFullWalk() (*manualClock, reach, claimPlan) {
+	clk := newManualClock()
+	r := newReach(clk)
+	r.observe(dialects.Probe{})
+	r.anchor = clk.Now()
+	r.seen = mark{last: 1000, settled: 900}
+	p := r.plan(byKeyClaim, 4)
+	r.claimed(byKeyClaim, p, dialects.ClaimReport{}, 5*time.Millisecond, time.Time{})
+	r.took(p, 500, true)
+	return clk, r, p
 }
