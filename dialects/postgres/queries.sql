@@ -384,7 +384,7 @@ WITH h AS (
       FROM pg_stat_activity AS a
      WHERE COALESCE(a.backend_xmin, a.backend_xid) IS NOT NULL AND a.pid <> pg_backend_pid()
        AND NOT (a.state = 'active' AND a.backend_type = 'client backend'
-                AND a.application_name = (SELECT m.application_name FROM pg_stat_activity AS m WHERE m.pid = pg_backend_pid()))
+                AND a.application_name = current_setting('application_name'))
     UNION ALL
     SELECT 'prepared transaction', 0, p.prepared, NULL, 'prepared', p.gid, '', age(p.transaction)::bigint
       FROM pg_prepared_xacts AS p
