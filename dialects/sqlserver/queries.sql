@@ -223,7 +223,11 @@ SELECT COALESCE(DATEDIFF_BIG(millisecond, (
 -- in tempdb's version store, and the ghost records that claims and
 -- completions leave in the outbox's indexes wait for it before the ghost
 -- cleanup can remove them. SQL Server does not count those cheaply, so the
--- dead versions are not read (-1). Needs VIEW SERVER STATE.
+-- dead versions are not read (-1). The requests that the relays' own
+-- sessions (this session's program name) are running are left out: each
+-- has a timeout, and a relay that took another's slow claim for a long
+-- transaction would behave as under one for nothing. Needs VIEW SERVER
+-- STATE.
 SET NOCOUNT ON;
 SELECT TOP (1) N'transaction', CAST(s.session_id AS BIGINT), t.database_transaction_begin_time, c.last_read,
        s.status, COALESCE(s.program_name, N''), COALESCE(LEFT(q.text, 200), N''), CAST(0 AS BIGINT), CAST(-1 AS BIGINT)
@@ -233,6 +237,7 @@ SELECT TOP (1) N'transaction', CAST(s.session_id AS BIGINT), t.database_transact
   LEFT JOIN sys.dm_exec_connections AS c ON c.session_id = s.session_id
  OUTER APPLY sys.dm_exec_sql_text(c.most_recent_sql_handle) AS q
  WHERE t.database_id = DB_ID() AND st.session_id <> @@SPID AND t.database_transaction_begin_time IS NOT NULL
+   AND NOT (s.status = N'running' AND s.program_name = APP_NAME())
  ORDER BY t.database_transaction_begin_time;
 
 -- name: OutboxNextDue
