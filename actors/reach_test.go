@@ -732,12 +732,12 @@ func TestReachLooksBackToASlowWriterOnceItEnds(t *testing.T) {
 // empty table: each claim in schedule order that found nothing asked for
 // the walk that the policy no longer picked.)
 func TestReachForgetsWaitingKeysOnceClaimsGoInScheduleOrder(t *testing.T) {
-	clk, r, p := afterAFullWalk()
+	clk, r, _ := afterAFullWalk()
 	if !r.keysWait() {
 		t.Fatal("after a walk that took every head it could: keys do not wait")
 	}
 	clk.advance(time.Millisecond)
-	p = r.plan(scheduleClaim, 4)
+	p := r.plan(scheduleClaim, 4)
 	r.claimed(scheduleClaim, p, dialects.ClaimReport{}, time.Millisecond, time.Time{})
 	r.took(p, 0, false)
 	if r.keysWait() {
