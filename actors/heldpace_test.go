@@ -12,9 +12,9 @@ import (
 // While a long transaction holds the database's horizon back, every walk in
 // schedule order reads the entries of the rows that became due within its
 // margin, which the transaction keeps. A replica whose last claim was not
-// full then starts claims no closer together than 10 ms, so that each takes
-// more rows for the same reads: a trickle of rows, one every 2 ms, makes
-// about a claim per row without the wait. Every row still arrives, in key
+// full then starts claims no closer together than 5 ms, so that each takes
+// more rows for the same reads: a trickle of rows, one every 2 ms or so,
+// makes about a claim per row without the wait. Every row still arrives, in key
 // order.
 func TestClaimsWaitBetweenThemWhileTheHorizonIsHeld(t *testing.T) {
 	t.Parallel()
@@ -37,12 +37,12 @@ func TestClaimsWaitBetweenThemWhileTheHorizonIsHeld(t *testing.T) {
 	before, start := e.Stats.ClaimStatements.Load(), time.Now()
 	for i := range n {
 		h.insert(testkit.Row("order.created", testkit.Key(fmt.Sprintf("key-%d", i%50)), testkit.Payload(fmt.Sprintf(`{"i":%d,"fail":0}`, i))))
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 	recv.WaitDelivered(t, n, 20*time.Second)
 	claims, took := e.Stats.ClaimStatements.Load()-before, time.Since(start)
-	if most := int64(took/(10*time.Millisecond)) + 3; claims > most {
-		t.Fatalf("%d claims in %s for %d rows while the horizon was held: want at most %d (one per 10 ms)", claims, took.Round(time.Millisecond), n, most)
+	if most := int64(took/(5*time.Millisecond)) + 3; claims > most {
+		t.Fatalf("%d claims in %s for %d rows while the horizon was held: want at most %d (one per 5 ms)", claims, took.Round(time.Millisecond), n, most)
 	}
 	if claims == 0 {
 		t.Fatal("no claim counted")
