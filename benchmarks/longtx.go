@@ -255,6 +255,13 @@ func (e *env) longTransaction(ctx context.Context, h holder) ([]Result, error) {
 		sum.Ratio = ptr(*sum.P99 / *before.P99)
 		sum.Note += fmt.Sprintf("; p99 of the hold's last window %.1f ms = %.2fx the window before the hold", *sum.P99, *sum.Ratio)
 	}
+	// Growth: the last window against the 30 s just before it, which the
+	// hold spans too when it lasts 60 s or more.
+	if lastW >= 2 && lastW < len(out) {
+		if prev := out[lastW-1]; prev.P99 != nil && sum.P99 != nil && *prev.P99 > 0 {
+			sum.Note += fmt.Sprintf(" and %.2fx the 30 s before it (%.1f ms)", *sum.P99 / *prev.P99, *prev.P99)
+		}
+	}
 	if hold >= 4*time.Minute {
 		first, lastMin := minuteP99(lat, 1), minuteP99(lat, lastW-1)
 		if first > 0 {
