@@ -67,8 +67,12 @@ type WakeupStatus struct {
 	// Reason says why the source is not listening: the missing setting or
 	// grant, or the error the connection failed with. Empty while listening.
 	Reason string `json:"reason,omitempty"`
-	// Slot is the temporary replication slot while listening.
+	// Slot is the temporary replication slot while this relay listens
+	// with one: one relay per database and publication holds it.
 	Slot string `json:"slot,omitempty"`
+	// Channel is the NOTIFY channel of a relay that listens through the
+	// relay holding the slot: that relay forwards what it hears.
+	Channel string `json:"channel,omitempty"`
 	// Pauses: while listening, pauses and resumptions of destinations
 	// come as nudges too (the publication of migration V20 exists), so the
 	// relay reads them rarely rather than twice a second.

@@ -79,7 +79,8 @@ function renderStats(s) {
   $("#wakeups").textContent = !wk ? "" : wk.kind === "logical"
     ? "woken by logical replication"
     : "woken by probes (" + wk.state + (wk.reason ? ": " + wk.reason : "") + ")";
-  $("#wakeups").title = wk && wk.slot ? "replication slot " + wk.slot : "";
+  $("#wakeups").title = !wk ? "" : wk.slot ? "replication slot " + wk.slot
+    : wk.channel ? "through the replica that holds the slot (NOTIFY channel " + wk.channel + ")" : "";
   for (const st of STATES) $("#count-" + st).textContent = s.countedAt ? num(s.rows[st]) : "–";
   $("#card-dead").classList.toggle("nonzero", (s.rows.dead || 0) > 0);
   $("#sub-pending").textContent = num(s.scheduledLater) + " scheduled later";

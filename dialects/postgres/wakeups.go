@@ -2,8 +2,10 @@ package postgres
 
 // Logical wake-ups: the server tells the relay that rows arrived.
 //
-// A Listener holds one replication connection (replication=database) with
-// a TEMPORARY logical slot and the pgoutput plugin, subscribed to the
+// Of the relays that share a publication, one holds the slot and forwards
+// what it hears to the others (wakeshare.go). The holder's Listener keeps
+// one replication connection (replication=database) with a TEMPORARY
+// logical slot and the pgoutput plugin, subscribed to the
 // publication of migration V16, which publishes the inserts into the outbox
 // and inbox tables (only their id, from PostgreSQL 15 on). pgoutput sends a
 // transaction's changes when it commits, and nothing of one that rolls
@@ -41,9 +43,7 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +54,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/backoff"
@@ -107,6 +108,9 @@ type Listener struct {
 	// about grants (set by each check).
 	role    string
 	running atomic.Bool
+	// share: the lock, channel and slot prefix of the listeners of this
+	// publication (wakeshare.go).
+	share share
 }
 
 var _ dialects.Wakeups = (*Listener)(nil)
@@ -134,7 +138,7 @@ type tables struct{ outbox, inbox, pauses relation }
 // unavailable or reconnecting, and the relay probes. Call Run to listen.
 func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, error) {
 	l := &Listener{d: d, opts: opts, log: opts.Logger, outbox: make(chan struct{}, 1), inbox: make(chan struct{}, 1),
-		pauseCh: make(chan struct{}, 1)}
+		pauseCh: make(chan struct{}, 1), share: shareOf(d.names.Publication())}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -145,7 +149,7 @@ func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, e
 	l.opts.Heartbeat = cmp.Or(l.opts.Heartbeat, 10*time.Second)
 	switch opts.Mode {
 	case dialects.WakeupsProbe:
-		l.set(dialects.WakeupsOff, "database.wakeups is probe", "")
+		l.set(dialects.WakeupsOff, "database.wakeups is probe", "", "")
 		return l, nil
 	case dialects.WakeupsAuto, dialects.WakeupsLogical:
 	default:
@@ -157,7 +161,7 @@ func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, e
 	conn, _, err := l.prepare(ctx)
 	if err == nil {
 		l.close(conn)
-		l.set(dialects.WakeupsConnecting, "", "")
+		l.set(dialects.WakeupsConnecting, "", "", "")
 		return l, nil
 	}
 	var u *unavailable
@@ -168,9 +172,9 @@ func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, e
 		return nil, fmt.Errorf("database.wakeups is logical, but the server could not be asked for logical replication: %w", err)
 	}
 	if errors.As(err, &u) {
-		l.set(dialects.WakeupsUnavailable, u.reason, "")
+		l.set(dialects.WakeupsUnavailable, u.reason, "", "")
 	} else {
-		l.set(dialects.WakeupsConnecting, err.Error(), "")
+		l.set(dialects.WakeupsConnecting, err.Error(), "", "")
 	}
 	return l, nil
 }
@@ -188,11 +192,12 @@ func (l *Listener) Pauses() <-chan struct{} { return l.pauseCh }
 // Status says where the listener stands.
 func (l *Listener) Status() dialects.WakeupStatus { return *l.status.Load() }
 
-// Run listens until ctx ends: it sets up the replication connection,
-// streams, and after a failure sets it up again (after the backoff, or
-// after Recheck when the server was unavailable). It returns nil when ctx
-// ends, once the connection is closed (and with it the slot dropped), and
-// at once for a listener that is off. Call it once.
+// Run listens until ctx ends: it follows the replica that holds the
+// database's slot, or holds it (wakeshare.go), and after a failure starts
+// over (after the backoff, or after Recheck when the server was
+// unavailable). It returns nil when ctx ends, once its connections are
+// closed (and with them the slot dropped and the lock released), and at
+// once for a listener that is off. Call it once.
 func (l *Listener) Run(ctx context.Context) error {
 	if l.Status().State == dialects.WakeupsOff {
 		<-ctx.Done()
@@ -216,20 +221,17 @@ func (l *Listener) Run(ctx context.Context) error {
 			case <-t.C:
 			}
 		}
-		conn, tbl, err := l.prepare(ctx)
-		if err == nil {
-			err = l.session(ctx, conn, tbl, &retry)
-		}
+		err := l.round(ctx, &retry)
 		if ctx.Err() != nil {
 			return nil
 		}
 		var u *unavailable
 		if errors.As(err, &u) {
-			l.set(dialects.WakeupsUnavailable, u.reason, "")
+			l.set(dialects.WakeupsUnavailable, u.reason, "", "")
 			wait = l.opts.Recheck
 			continue
 		}
-		l.set(dialects.WakeupsReconnecting, err.Error(), "")
+		l.set(dialects.WakeupsReconnecting, err.Error(), "", "")
 		wait = retry.Next()
 	}
 }
@@ -237,6 +239,19 @@ func (l *Listener) Run(ctx context.Context) error {
 // prepare checks what logical wake-ups need from the server and opens the
 // replication connection. A missing setting or grant is an *unavailable.
 func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) {
+	tbl, err := l.check(ctx, true)
+	if err != nil {
+		return nil, tbl, err
+	}
+	conn, err := l.dial(ctx)
+	return conn, tbl, err
+}
+
+// check asks the server whether it can provide logical wake-ups (a
+// missing setting or grant is an *unavailable) and which tables the
+// stream will name. Only a listener that is to hold the slot (leading)
+// needs room for one more slot and WAL sender.
+func (l *Listener) check(ctx context.Context, leading bool) (tables, error) {
 	var tbl tables
 	var walLevel string
 	var mayReplicate, published, outboxPublished, inboxPublished bool
@@ -247,7 +262,7 @@ func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) 
 	err := l.d.pool.QueryRow(ctx, l.q.WakeupsServer).Scan(&walLevel, &l.role, &mayReplicate, &maxSlots, &slots, &maxSenders, &senders,
 		&outboxSchema, &outboxName, &inboxSchema, &inboxName, &published, &outboxPublished, &inboxPublished, &pausesSchema, &pausesName)
 	if err != nil {
-		return nil, tbl, mapError(err)
+		return tbl, mapError(err)
 	}
 	pub := l.d.names.Publication()
 	outbox := l.d.names.Outbox
@@ -256,21 +271,21 @@ func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) 
 	}
 	switch {
 	case walLevel != "logical":
-		return nil, tbl, &unavailable{fmt.Sprintf("the server's wal_level is %s, and logical replication needs wal_level = logical "+
+		return tbl, &unavailable{fmt.Sprintf("the server's wal_level is %s, and logical replication needs wal_level = logical "+
 			"(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", walLevel)}
 	case outboxName == nil:
-		return nil, tbl, &unavailable{fmt.Sprintf("the outbox table %s does not exist (run queuebox migrate up)", outbox)}
+		return tbl, &unavailable{fmt.Sprintf("the outbox table %s does not exist (run queuebox migrate up)", outbox)}
 	case !published:
-		return nil, tbl, &unavailable{fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
+		return tbl, &unavailable{fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
 			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", pub)}
 	case !outboxPublished:
-		return nil, tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *outboxSchema, *outboxName)}
+		return tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *outboxSchema, *outboxName)}
 	case inboxName != nil && !inboxPublished:
-		return nil, tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *inboxSchema, *inboxName)}
-	case slots >= maxSlots:
-		return nil, tbl, &unavailable{slotsReason(maxSlots)}
-	case senders >= maxSenders:
-		return nil, tbl, &unavailable{sendersReason(maxSenders)}
+		return tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *inboxSchema, *inboxName)}
+	case leading && slots >= maxSlots:
+		return tbl, &unavailable{slotsReason(maxSlots)}
+	case leading && senders >= maxSenders:
+		return tbl, &unavailable{sendersReason(maxSenders)}
 	}
 	tbl.outbox = relation{*outboxSchema, *outboxName}
 	if inboxName != nil {
@@ -279,32 +294,37 @@ func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) 
 	if pausesName != nil {
 		tbl.pauses = relation{*pausesSchema, *pausesName}
 	}
+	if !mayReplicate {
+		// A membership allowed it (Amazon RDS's rds_replication): fine.
+		l.log.Debug("wake-ups: the role has no REPLICATION attribute, yet may replicate", "role", l.role)
+	}
+	return tbl, nil
+}
+
+// dial opens the replication connection.
+func (l *Listener) dial(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg := l.d.cfg.ConnConfig.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		var u *unavailable
 		if c := l.classify(err); errors.As(c, &u) {
-			return nil, tbl, c
+			return nil, c
 		}
-		return nil, tbl, mapError(err)
+		return nil, mapError(err)
 	}
-	if !mayReplicate {
-		// A membership allowed it (Amazon RDS's rds_replication): fine.
-		l.log.Debug("wake-ups: the role has no REPLICATION attribute, yet may replicate", "role", l.role)
-	}
-	return conn, tbl, nil
+	return conn, nil
 }
 
 // slotsReason and sendersReason say that the server has no room for one
 // more listener; n is the limit, or 0 when it is not known.
 func slotsReason(n int) string {
-	return fmt.Sprintf("all%s replication slots of the server are in use (max_replication_slots); each listening replica needs one: "+
+	return fmt.Sprintf("all%s replication slots of the server are in use (max_replication_slots); the relay that listens for a database needs one: "+
 		"raise max_replication_slots (a restart) or drop the slots that nothing uses", count(n))
 }
 
 func sendersReason(n int) string {
-	return fmt.Sprintf("all%s WAL senders of the server are in use (max_wal_senders); each listening replica needs one: "+
+	return fmt.Sprintf("all%s WAL senders of the server are in use (max_wal_senders); the relay that listens for a database needs one: "+
 		"raise max_wal_senders (a restart)", count(n))
 }
 
@@ -345,15 +365,16 @@ func (l *Listener) classify(err error) error {
 }
 
 // session creates the temporary slot on conn, starts streaming and
-// streams until the connection fails or ctx ends. It closes conn.
-func (l *Listener) session(ctx context.Context, conn *pgconn.PgConn, tbl tables, retry *backoff.Capped) error {
+// streams until the connection fails or ctx ends, forwarding what it hears
+// to the other replicas through f. It closes conn.
+func (l *Listener) session(ctx context.Context, conn *pgconn.PgConn, tbl tables, retry *backoff.Capped, f *forwarder) error {
 	pid := conn.PID()
 	// The walsender carries the relay's application_name: it is not
 	// another relay (OtherRelays).
 	l.d.own.add(pid)
 	defer l.d.own.remove(pid)
 	defer l.close(conn)
-	slot, err := slotName()
+	slot, err := l.share.slotName()
 	if err != nil {
 		return err
 	}
@@ -379,22 +400,20 @@ func (l *Listener) session(ctx context.Context, conn *pgconn.PgConn, tbl tables,
 	}
 	retry.Reset()
 	l.pauses = tbl.pauses != (relation{})
-	l.set(dialects.WakeupsListening, "", slot)
-	return l.stream(ctx, conn, tbl)
+	l.set(dialects.WakeupsListening, "", slot, "")
+	// The replicas that follow look once: rows may have committed while
+	// no slot listened.
+	f.add(fwdOutbox | fwdInbox | fwdPauses)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return l.stream(gctx, conn, tbl, f) })
+	g.Go(func() error { return f.run(gctx) })
+	return g.Wait()
 }
 
 func (l *Listener) close(conn *pgconn.PgConn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
-}
-
-func slotName() (string, error) {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return "queuebox_" + hex.EncodeToString(b), nil
 }
 
 // Which table a relation id of the stream is.
@@ -406,7 +425,7 @@ const (
 )
 
 // stream reads the replication stream until it fails or ctx ends.
-func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables) error {
+func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables, f *forwarder) error {
 	var acked pglogrepl.LSN
 	relations := map[uint32]int{}
 	// changed says which tables the transaction being read inserted into
@@ -495,15 +514,20 @@ func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables) 
 			case *pglogrepl.DeleteMessage:
 				changed[pausesTable] = changed[pausesTable] || relations[m.RelationID] == pausesTable
 			case *pglogrepl.CommitMessage:
+				var fwd uint32
 				if changed[outboxTable] {
 					nudge(l.outbox)
+					fwd |= fwdOutbox
 				}
 				if changed[inboxTable] {
 					nudge(l.inbox)
+					fwd |= fwdInbox
 				}
 				if changed[pausesTable] {
 					nudge(l.pauseCh)
+					fwd |= fwdPauses
 				}
+				f.add(fwd)
 				changed = [4]bool{}
 				acked = max(acked, m.TransactionEndLSN)
 			}
@@ -523,25 +547,27 @@ func nudge(ch chan struct{}) {
 // set changes the status, logs the change, reports it, and nudges both
 // channels (see dialects.Wakeups). A status that does not change is not
 // reported again.
-func (l *Listener) set(state dialects.WakeupState, reason, slot string) {
-	if old := l.status.Load(); old != nil && old.State == state && old.Reason == reason && old.Slot == slot {
+func (l *Listener) set(state dialects.WakeupState, reason, slot, channel string) {
+	if old := l.status.Load(); old != nil && old.State == state && old.Reason == reason && old.Slot == slot && old.Channel == channel {
 		return
 	}
-	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Since: time.Now(),
+	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Channel: channel, Since: time.Now(),
 		Pauses: state == dialects.WakeupsListening && l.pauses}
 	l.status.Store(&st)
-	switch state {
-	case dialects.WakeupsListening:
+	switch {
+	case state == dialects.WakeupsListening && channel != "":
+		l.log.Info("wake-ups: listening through the replica that holds this database's slot", "channel", channel, "publication", l.d.names.Publication())
+	case state == dialects.WakeupsListening:
 		l.log.Info("wake-ups: listening for inserts with logical replication", "slot", slot, "publication", l.d.names.Publication())
-	case dialects.WakeupsConnecting:
+	case state == dialects.WakeupsConnecting:
 		if reason != "" {
 			l.log.Warn("wake-ups: probing until logical replication is set up", "reason", reason)
 		}
-	case dialects.WakeupsReconnecting:
+	case state == dialects.WakeupsReconnecting:
 		l.log.Warn("wake-ups: the replication connection failed; probing until it is back", "reason", reason)
-	case dialects.WakeupsUnavailable:
+	case state == dialects.WakeupsUnavailable:
 		l.log.Info("wake-ups: probing, logical replication is not available", "reason", reason)
-	case dialects.WakeupsOff:
+	case state == dialects.WakeupsOff:
 		l.log.Info("wake-ups: probing", "reason", reason)
 	}
 	nudge(l.outbox)

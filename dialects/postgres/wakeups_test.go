@@ -29,6 +29,8 @@ type listening struct {
 	l      *postgres.Listener
 	states chan dialects.WakeupStatus
 	done   chan struct{}
+	// stop ends the listener and waits until Run returned.
+	stop func()
 }
 
 // listen starts a listener on d in mode, and waits until it listens; the
@@ -56,10 +58,11 @@ func listen(t *testing.T, d *postgres.Dialect, opts postgres.WakeupOptions) *lis
 		defer close(lt.done)
 		_ = lt.l.Run(ctx)
 	}()
-	t.Cleanup(func() {
+	lt.stop = func() {
 		cancel()
 		<-lt.done
-	})
+	}
+	t.Cleanup(lt.stop)
 	lt.await(t, dialects.WakeupsListening)
 	return lt
 }
