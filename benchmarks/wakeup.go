@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -238,7 +240,7 @@ func (e *env) startWakeRelays(ctx context.Context, bin, url, kind string, n int,
 		}
 	}
 	if kind == "logical" {
-		if err := e.waitListening(ctx, d, n); err != nil {
+		if err := e.waitListening(ctx, d, r.procs); err != nil {
 			r.stop()
 			return nil, err
 		}
@@ -246,24 +248,52 @@ func (e *env) startWakeRelays(ctx context.Context, bin, url, kind string, n int,
 	return r, nil
 }
 
-// waitListening waits until n temporary slots stream: the replicas listen.
-func (e *env) waitListening(ctx context.Context, d *postgres.Dialect, n int) error {
+// waitListening waits until every replica listens (its metrics say so)
+// and one temporary slot streams: the replicas of one outbox share one.
+func (e *env) waitListening(ctx context.Context, d *postgres.Dialect, procs []*replicaProc) error {
+	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var active int
 		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE temporary AND active AND database = current_database()`).Scan(&active); err != nil {
 			return err
 		}
-		if active >= n {
+		listening := 0
+		for _, p := range procs {
+			if admin := p.admin.get(); admin != "" && metricIs(client, admin, `queuebox_wakeups{kind="logical",state="listening"} `, 1) {
+				listening++
+			}
+		}
+		if active == 1 && listening == len(procs) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("logical wake-ups: %d of %d replicas listen a minute after their start (the cluster needs wal_level=logical)", active, n)
+			return fmt.Errorf("logical wake-ups: %d of %d replicas listen, with %d slots streaming (want 1), a minute after their start (the cluster needs wal_level=logical)",
+				listening, len(procs), active)
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// metricIs says whether the replica's metrics have the line that starts
+// with prefix, with the value want.
+func metricIs(client *http.Client, admin, prefix string, want float64) bool {
+	resp, err := client.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			return err == nil && n == want
+		}
+	}
+	return false
 }
 
 // idleDatabase is where the idle relays run: a database of their own
