@@ -21,10 +21,12 @@ package postgres
 // session's locks when it ends), and they see, in the same statement,
 // whether the holder's slot listens yet.
 //
-// What it costs: the followers' check, one statement per heartbeat each;
-// the holder's pg_notify, a small transaction (with synchronous_commit off
-// on the token, so it waits for no flush) at most once per forwardEvery
-// while rows arrive and never while none do. A lost or late forward costs
+// What it costs: the followers' check, one statement per heartbeat each,
+// which also says hello to the holder; the holder's pg_notify, a small
+// transaction (with synchronous_commit off on the token, so it waits for
+// no flush) at most once per forwardEvery while rows arrive, never while
+// none do, and never while no follower said hello lately: a relay alone on
+// its outbox forwards nothing. A lost or late forward costs
 // what a lost nudge costs: the relay's safety-net probe. The holder's own
 // nudges are unchanged.
 
@@ -93,10 +95,18 @@ type forwarder struct {
 	sql     string // SELECT pg_notify('channel', '
 	pending atomic.Uint32
 	wake    chan struct{}
+	// heard brings the token's notifications: the followers' hellos.
+	// Forwards go out only
+	// while a hello came within followed: a relay alone on its outbox
+	// spends no transaction on them.
+	heard     <-chan string
+	followed  time.Duration
+	lastHello time.Time
 }
 
-func newForwarder(conn *pgconn.PgConn, channel string) *forwarder {
-	return &forwarder{conn: conn, sql: "SELECT pg_notify(" + Quoting.Literal(channel) + ", '", wake: make(chan struct{}, 1)}
+func newForwarder(conn *pgconn.PgConn, channel string, heard <-chan string, beat time.Duration) *forwarder {
+	return &forwarder{conn: conn, sql: "SELECT pg_notify(" + Quoting.Literal(channel) + ", '", wake: make(chan struct{}, 1),
+		heard: heard, followed: 3 * beat}
 }
 
 func (f *forwarder) add(bits uint32) {
@@ -117,10 +127,22 @@ func (f *forwarder) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		bits := f.pending.Swap(0)
-		if bits == 0 {
+		for drained := false; !drained; {
+			select {
+			case p := <-f.heard:
+				if strings.ContainsRune(p, 'h') {
+					f.lastHello = time.Now()
+				}
+			default:
+				drained = true
+			}
+		}
+		// Without a follower the news waits: a relay that starts
+		// following gets it with its first hello, and looks once.
+		if f.pending.Load() == 0 || time.Since(f.lastHello) > f.followed {
 			continue
 		}
+		bits := f.pending.Swap(0)
 		var b strings.Builder
 		for i, c := range "oip" {
 			if bits&(1<<i) != 0 {
@@ -189,18 +211,22 @@ func (l *Listener) round(ctx context.Context, retry *backoff.Capped) error {
 	if err != nil {
 		return err
 	}
-	return l.session(ctx, conn, tbl, retry, newForwarder(tok, l.share.channel))
+	return l.session(ctx, conn, tbl, retry, newForwarder(tok, l.share.channel, heard, l.opts.Heartbeat))
 }
 
 // dialToken opens the token connection. Its notifications arrive on heard
-// (payloads; a full channel drops one, which says what the next says).
+// (payloads; a full channel drops one: a forward says what the next says,
+// and hellos repeat).
 func (l *Listener) dialToken(ctx context.Context) (*pgconn.PgConn, chan string, error) {
 	heard := make(chan string, 64)
 	cfg := l.d.cfg.ConnConfig.Config.Copy()
 	// A forward is a transaction with a commit record: it need not wait
 	// for the flush.
 	cfg.RuntimeParams["synchronous_commit"] = "off"
-	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) {
+	cfg.OnNotification = func(c *pgconn.PgConn, n *pgconn.Notification) {
+		if n.PID == c.PID() {
+			return // its own hello or forward
+		}
 		select {
 		case heard <- n.Payload:
 		default:
@@ -220,20 +246,22 @@ func (l *Listener) follow(ctx context.Context, tok *pgconn.PgConn, heard chan st
 	if _, err := tok.Exec(ctx, "LISTEN "+Quoting.Ident(l.share.channel)).ReadAll(); err != nil {
 		return mapError(err)
 	}
+	// The lock; whether the holder's slot streams; and a hello, which
+	// tells the holder that someone follows (it forwards only then).
 	ask := fmt.Sprintf("SELECT pg_try_advisory_lock(%d), EXISTS (SELECT FROM pg_replication_slots "+
-		"WHERE slot_name LIKE %s AND active AND confirmed_flush_lsn IS NOT NULL)",
-		l.share.key, Quoting.Literal(strings.ReplaceAll(l.share.prefix, "_", `\_`)+"%"))
+		"WHERE slot_name LIKE %s AND active AND confirmed_flush_lsn IS NOT NULL), pg_notify(%s, 'h')",
+		l.share.key, Quoting.Literal(strings.ReplaceAll(l.share.prefix, "_", `\_`)+"%"), Quoting.Literal(l.share.channel))
 	for first := true; ; first = false {
 		rs, err := tok.Exec(ctx, ask).ReadAll()
 		if err != nil {
 			return mapError(err)
 		}
-		if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 2 {
+		if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 3 {
 			return errors.New("the wake-ups lock: an unexpected answer")
 		}
 		if string(rs[0].Rows[0][0]) == "t" {
-			_, err := tok.Exec(ctx, "UNLISTEN *").ReadAll()
-			return mapError(err)
+			// The token keeps listening: the followers' hellos come on it.
+			return nil
 		}
 		if first {
 			retry.Reset()
@@ -258,6 +286,9 @@ func (l *Listener) follow(ctx context.Context, tok *pgconn.PgConn, heard chan st
 			for drained := false; !drained; {
 				select {
 				case p := <-heard:
+					if !strings.ContainsAny(p, "oip") {
+						continue // another follower's hello
+					}
 					// The holder forwards only while its slot listens.
 					l.set(dialects.WakeupsListening, "", "", l.share.channel)
 					if strings.ContainsRune(p, 'o') {

@@ -57,10 +57,23 @@ func TestWakeupsOneSlotForTheRelaysOfAnOutbox(t *testing.T) {
 	d2 := openAt(t, u, schema)
 	opts := postgres.WakeupOptions{Heartbeat: 50 * time.Millisecond, Retry: backoff.Capped{First: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
 	a := listen(t, d1, opts)
+	// Alone, the holder forwards nothing: no follower said hello.
+	exec(t, d1, outboxInsert)
+	a.nudged(t, a.l.Outbox(), "outbox")
+	slot := a.l.Status().Slot
+	prefix := slot[:strings.LastIndexByte(slot, '_')+1]
+	channel := "queuebox_wake_" + strings.TrimSuffix(strings.TrimPrefix(prefix, "queuebox_"), "_")
+	var forwards int
+	if err := d1.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE starts_with(query, 'SELECT pg_notify(' || quote_literal($1))`, channel).Scan(&forwards); err != nil || forwards != 0 {
+		t.Fatalf("a relay alone forwarded (%d sessions whose last statement was a forward, %v)", forwards, err)
+	}
+
 	b := listen(t, d2, opts)
 	holder, follower := holderAndFollower(t, a, b)
-	slot := holder.l.Status().Slot
-	prefix := slot[:strings.LastIndexByte(slot, '_')+1]
+	if holder != a || follower.l.Status().Channel != channel {
+		t.Fatalf("the first relay no longer holds the slot, or the channel is not %s: %+v", channel, follower.l.Status())
+	}
 	if n := slotsOf(t, d1, prefix); n != 1 {
 		t.Fatalf("%d slots named %s*, want 1", n, prefix)
 	}
@@ -68,6 +81,32 @@ func TestWakeupsOneSlotForTheRelaysOfAnOutbox(t *testing.T) {
 		t.Fatalf("the follower: %+v, want listening, with pauses", st)
 	}
 
+	// The holder kept what it heard alone for its first follower, which
+	// looks once at everything when it comes: once the holder has sent
+	// that (its lock connection's last statement is a forward) and the
+	// follower has had a moment to hear it, the channels start empty.
+	testkit.Eventually(t, "the holder forwards what it heard alone", 0, func() error {
+		var n int
+		err := d1.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE starts_with(query, 'SELECT pg_notify(' || quote_literal($1))`, channel).Scan(&n)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d sessions whose last statement was a forward", n)
+		}
+		return err
+	})
+	time.Sleep(200 * time.Millisecond)
+	for _, ch := range []<-chan struct{}{follower.l.Outbox(), follower.l.Inbox(), follower.l.Pauses()} {
+		select {
+		case <-ch:
+		default:
+		}
+	}
+	if _, _, err := d1.DestinationPause(context.Background(), "crm", "upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	holder.nudged(t, holder.l.Pauses(), "pauses")
+	follower.nudged(t, follower.l.Pauses(), "pauses")
+	follower.quiet(t, follower.l.Outbox(), "outbox")
 	exec(t, d1, outboxInsert)
 	holder.nudged(t, holder.l.Outbox(), "outbox")
 	follower.nudged(t, follower.l.Outbox(), "outbox")
@@ -75,12 +114,7 @@ func TestWakeupsOneSlotForTheRelaysOfAnOutbox(t *testing.T) {
 	holder.nudged(t, holder.l.Inbox(), "inbox")
 	follower.nudged(t, follower.l.Inbox(), "inbox")
 	follower.quiet(t, follower.l.Outbox(), "outbox")
-	if _, _, err := d1.DestinationPause(context.Background(), "crm", "upgrade"); err != nil {
-		t.Fatal(err)
-	}
-	holder.nudged(t, holder.l.Pauses(), "pauses")
-	follower.nudged(t, follower.l.Pauses(), "pauses")
-	follower.quiet(t, follower.l.Inbox(), "inbox")
+	follower.quiet(t, follower.l.Pauses(), "pauses")
 
 	holder.stop()
 	noSlot(t, d1, slot)
