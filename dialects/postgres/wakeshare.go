@@ -206,7 +206,9 @@ func (l *Listener) round(ctx context.Context, retry *backoff.Capped) error {
 	if err := l.follow(ctx, tok, heard, tbl, retry); err != nil {
 		return err
 	}
-	// The lock is this listener's: it holds the slot.
+	// The lock is this listener's: it holds the slot. Nothing is forwarded
+	// to it any more, so it probes until its own slot streams.
+	l.set(dialects.WakeupsConnecting, "this relay takes over the database's wake-ups: creating the slot", "", "")
 	conn, tbl, err := l.prepare(ctx)
 	if err != nil {
 		return err
