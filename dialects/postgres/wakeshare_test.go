@@ -42,6 +42,18 @@ func holderAndFollower(t *testing.T, a, b *listening) (holder, follower *listeni
 	return nil, nil
 }
 
+// twoRelays opens two dialects on one migrated outbox, as two relay
+// processes have.
+func twoRelays(t *testing.T) (*postgres.Dialect, *postgres.Dialect) {
+	t.Helper()
+	schema, u := testdb.Schema(t)
+	d1 := openAt(t, u, schema)
+	if _, err := migrations.Up(context.Background(), d1); err != nil {
+		t.Fatal(err)
+	}
+	return d1, openAt(t, u, schema)
+}
+
 // Two relays on one outbox (two dialects, as two processes have) hold one
 // slot between them: the one that holds it forwards what it hears, so both
 // are nudged by every commit, each on the channel of the table that
@@ -49,12 +61,7 @@ func holderAndFollower(t *testing.T, a, b *listening) (holder, follower *listeni
 // nudged from its own.
 func TestWakeupsOneSlotForTheRelaysOfAnOutbox(t *testing.T) {
 	t.Parallel()
-	schema, u := testdb.Schema(t)
-	d1 := openAt(t, u, schema)
-	if _, err := migrations.Up(context.Background(), d1); err != nil {
-		t.Fatal(err)
-	}
-	d2 := openAt(t, u, schema)
+	d1, d2 := twoRelays(t)
 	opts := postgres.WakeupOptions{Heartbeat: 50 * time.Millisecond, Retry: backoff.Capped{First: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
 	a := listen(t, d1, opts)
 	// Alone, the holder forwards nothing: no follower said hello.
@@ -134,12 +141,7 @@ func TestWakeupsOneSlotForTheRelaysOfAnOutbox(t *testing.T) {
 // follows the new holder; nothing is left holding a second slot.
 func TestWakeupsAnotherRelayTakesOverWhenTheHolderIsCut(t *testing.T) {
 	t.Parallel()
-	schema, u := testdb.Schema(t)
-	d1 := openAt(t, u, schema)
-	if _, err := migrations.Up(context.Background(), d1); err != nil {
-		t.Fatal(err)
-	}
-	d2 := openAt(t, u, schema)
+	d1, d2 := twoRelays(t)
 	opts := postgres.WakeupOptions{Heartbeat: 50 * time.Millisecond, Retry: backoff.Capped{First: 200 * time.Millisecond, Max: time.Second}}
 	a := listen(t, d1, opts)
 	b := listen(t, d2, opts)
