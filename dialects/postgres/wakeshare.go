@@ -234,9 +234,25 @@ func (l *Listener) dialToken(ctx context.Context) (*pgconn.PgConn, chan string, 
 		default:
 		}
 	}
+	// The server must notice a holder whose network is gone, to release
+	// its lock: the token is an ordinary session (wal_sender_timeout does
+	// not apply), so its keepalives say, within about 25 s.
+	cfg.RuntimeParams["tcp_keepalives_idle"] = "10"
+	cfg.RuntimeParams["tcp_keepalives_interval"] = "5"
+	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, mapError(err)
+	}
+	// A holder alone sends nothing on its token for as long as it holds
+	// the slot: idle_session_timeout (PostgreSQL 14 on) must not end it.
+	// Older servers do not know the setting.
+	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0").ReadAll(); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42704" {
+			l.close(conn)
+			return nil, nil, mapError(err)
+		}
 	}
 	return conn, heard, nil
 }
@@ -250,9 +266,11 @@ func (l *Listener) follow(ctx context.Context, tok *pgconn.PgConn, heard chan st
 	}
 	// The lock; whether the holder's slot streams; and a hello, which
 	// tells the holder that someone follows (it forwards only then).
+	// Slots are the server's, locks and channels the database's: another
+	// database's outbox of the same name has slots of the same prefix.
 	ask := fmt.Sprintf("SELECT pg_try_advisory_lock(%d), EXISTS (SELECT FROM pg_replication_slots "+
-		"WHERE slot_name LIKE %s AND active AND confirmed_flush_lsn IS NOT NULL), pg_notify(%s, 'h')",
-		l.share.key, Quoting.Literal(strings.ReplaceAll(l.share.prefix, "_", `\_`)+"%"), Quoting.Literal(l.share.channel))
+		"WHERE starts_with(slot_name, %s) AND database = current_database() AND active AND confirmed_flush_lsn IS NOT NULL), pg_notify(%s, 'h')",
+		l.share.key, Quoting.Literal(l.share.prefix), Quoting.Literal(l.share.channel))
 	for first := true; ; first = false {
 		rs, err := tok.Exec(ctx, ask).ReadAll()
 		if err != nil {

@@ -117,7 +117,12 @@ var _ dialects.Wakeups = (*Listener)(nil)
 
 // unavailable is why the server cannot provide logical wake-ups: a sentence
 // that names the missing setting or grant.
-type unavailable struct{ reason string }
+type unavailable struct {
+	reason string
+	// room: the server has no room for one more slot or WAL sender, which
+	// only the relay that holds the slot needs.
+	room bool
+}
 
 func (u *unavailable) Error() string { return u.reason }
 
@@ -158,11 +163,20 @@ func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, e
 	if err := dialects.Catalog(d.names, Quoting, wakeupsFS, "wakeups.sql", &l.q); err != nil {
 		return nil, err
 	}
-	conn, _, err := l.prepare(ctx)
+	// The checks of a relay that may follow: another relay may hold the
+	// slot, so a server without room for one more is no reason to refuse
+	// this one; the relay that takes the lock checks the room (round).
+	_, err := l.check(ctx, false)
 	if err == nil {
-		l.close(conn)
-		l.set(dialects.WakeupsConnecting, "", "", "")
-		return l, nil
+		var conn *pgconn.PgConn
+		if conn, err = l.dial(ctx); err == nil {
+			l.close(conn)
+		}
+		var u *unavailable
+		if err == nil || errors.As(err, &u) && u.room {
+			l.set(dialects.WakeupsConnecting, "", "", "")
+			return l, nil
+		}
 	}
 	var u *unavailable
 	if opts.Mode == dialects.WakeupsLogical {
@@ -271,21 +285,21 @@ func (l *Listener) check(ctx context.Context, leading bool) (tables, error) {
 	}
 	switch {
 	case walLevel != "logical":
-		return tbl, &unavailable{fmt.Sprintf("the server's wal_level is %s, and logical replication needs wal_level = logical "+
+		return tbl, &unavailable{reason: fmt.Sprintf("the server's wal_level is %s, and logical replication needs wal_level = logical "+
 			"(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", walLevel)}
 	case outboxName == nil:
-		return tbl, &unavailable{fmt.Sprintf("the outbox table %s does not exist (run queuebox migrate up)", outbox)}
+		return tbl, &unavailable{reason: fmt.Sprintf("the outbox table %s does not exist (run queuebox migrate up)", outbox)}
 	case !published:
-		return tbl, &unavailable{fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
+		return tbl, &unavailable{reason: fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
 			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", pub)}
 	case !outboxPublished:
-		return tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *outboxSchema, *outboxName)}
+		return tbl, &unavailable{reason: fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *outboxSchema, *outboxName)}
 	case inboxName != nil && !inboxPublished:
-		return tbl, &unavailable{fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *inboxSchema, *inboxName)}
+		return tbl, &unavailable{reason: fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *inboxSchema, *inboxName)}
 	case leading && slots >= maxSlots:
-		return tbl, &unavailable{slotsReason(maxSlots)}
+		return tbl, &unavailable{reason: slotsReason(maxSlots), room: true}
 	case leading && senders >= maxSenders:
-		return tbl, &unavailable{sendersReason(maxSenders)}
+		return tbl, &unavailable{reason: sendersReason(maxSenders), room: true}
 	}
 	tbl.outbox = relation{*outboxSchema, *outboxName}
 	if inboxName != nil {
@@ -345,20 +359,20 @@ func (l *Listener) classify(err error) error {
 	role := l.role
 	switch {
 	case pgErr.Code == "42501":
-		return &unavailable{fmt.Sprintf("the role %s may not open a replication connection: grant it with ALTER ROLE %s REPLICATION "+
+		return &unavailable{reason: fmt.Sprintf("the role %s may not open a replication connection: grant it with ALTER ROLE %s REPLICATION "+
 			"(on Amazon RDS: GRANT rds_replication TO %s)", role, Quoting.Ident(role), Quoting.Ident(role))}
 	case pgErr.Code == "53400":
-		return &unavailable{slotsReason(0)}
+		return &unavailable{reason: slotsReason(0), room: true}
 	case pgErr.Code == "53300" && strings.Contains(pgErr.Message, "max_wal_senders"):
-		return &unavailable{sendersReason(0)}
+		return &unavailable{reason: sendersReason(0), room: true}
 	case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
-		return &unavailable{"the server's wal_level is below logical, and logical replication needs wal_level = logical " +
+		return &unavailable{reason: "the server's wal_level is below logical, and logical replication needs wal_level = logical " +
 			"(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)"}
 	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
-		return &unavailable{fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
+		return &unavailable{reason: fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
 			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", l.d.names.Publication())}
 	case strings.HasPrefix(pgErr.Code, "28"):
-		return &unavailable{fmt.Sprintf("the server refused the role %s a replication connection (%s): "+
+		return &unavailable{reason: fmt.Sprintf("the server refused the role %s a replication connection (%s): "+
 			"a pg_hba.conf line must allow it for this database", role, pgErr.Message)}
 	}
 	return err

@@ -52,6 +52,9 @@ type Options struct {
 	// replicas' temporary slots; "replica" starts a server without logical
 	// replication (the relays then probe), as many managed services are.
 	WALLevel string
+	// Settings are more server settings, name=value, given last: they win
+	// over the ones above.
+	Settings []string
 }
 
 // ErrNoServer means no PostgreSQL server binaries were found.
@@ -159,6 +162,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if opts.TestSettings {
 			args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 		}
+		for _, set := range opts.Settings {
+			args = append(args, "-c", set)
+		}
 		c.bin, c.args, c.cred, c.log = bin, args, cred, opts.Log
 		var logBuf bytes.Buffer
 		if err := c.launch(&logBuf); err != nil {
@@ -181,8 +187,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 // walArgs are the server settings for a wal_level (see Options.WALLevel).
-// Each listening relay holds one WAL sender and one slot; tests run many
-// relays at once, more than the defaults of 10 allow.
+// The relays of each outbox hold one WAL sender and one slot; tests run
+// many outboxes at once, more than the defaults of 10 allow.
 func walArgs(level string) []string {
 	if level == "" {
 		level = "logical"
