@@ -6,21 +6,24 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
-// background is the lifetime of the engine's loops: the clocks of the claim
-// poll, the claimer's probe, the lease renewal and the inbox relay, the
-// share watcher, and the Janitor's loops. A loop talks to the database or
+// background is the lifetime of the engine's loops: the lease renewal's
+// clock, the wake-ups, the inbox relay's poll, the budget watcher, the
+// destination watch and the Janitor's loops. A loop talks to the database or
 // ticks, and only ever sends to actors, so no mailbox waits on it. Loops end
 // with ctx; Stop waits for them.
 type background struct {
+	clock  clock.Clock
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newBackground(parent context.Context) *background {
-	b := &background{}
+func newBackground(parent context.Context, c clock.Clock) *background {
+	b := &background{clock: c}
 	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(parent))
 	return b
 }
@@ -35,9 +38,13 @@ func (b *background) run(loop func()) {
 }
 
 // every calls tick every d until b.ctx ends (the wait starts when a tick
-// returns): a paced clock whose pace never changes.
+// returns).
 func (b *background) every(d time.Duration, tick func()) {
-	b.everyPaced(newPace(d, wallClock{}), tick)
+	b.run(func() {
+		for clock.Sleep(b.ctx, b.clock, d) {
+			tick()
+		}
+	})
 }
 
 // nudges calls nudge for each value from ch (a wake-up source's channel),

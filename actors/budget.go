@@ -4,78 +4,58 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
-// statementBudget is how many claim statements, and how many completion statements,
-// a replica runs at once. Alone on its database server a replica overlaps
-// two of each (one in the database while the other's rows are dispatched,
-// or its outcomes gather), as two claim-complete loops beat one. Relays
-// that share a server run one of each: n relays then keep n claims and n
-// completions running, never fewer than one relay alone, rather than 2n
-// statements that wait on each other's pages and for the server's cores.
-// SKIP LOCKED keeps concurrent claims from taking the same rows either way.
-type statementBudget struct {
-	n atomic.Int32
-}
-
-// The budgets.
+// The statement budget is how many claim statements, and how many
+// completion statements, a replica runs at once. Alone on its database
+// server a replica overlaps two of each (one in the database while the
+// other's rows are dispatched, or its outcomes gather), as two
+// claim-complete loops beat one. Relays that share a server run one of each:
+// n relays then keep n claims and n completions running, never fewer than
+// one relay alone, rather than 2n statements that wait on each other's pages
+// and for the server's cores. SKIP LOCKED keeps concurrent claims from
+// taking the same rows either way.
 const (
 	budgetAlone  = 2
 	budgetShared = 1
 )
 
-// lookEvery is how often a replica counts the other relays' sessions: a
-// read of the server's session list, which costs next to nothing; an idle
-// replica (which runs no claim the count could pace) looks every
-// idleLookEvery, so that idle it costs its database next to nothing.
-const (
-	lookEvery     = time.Second
-	idleLookEvery = 5 * time.Second
-)
-
-func newStatementBudget() *statementBudget {
-	s := &statementBudget{}
-	s.n.Store(budgetAlone)
-	return s
-}
-
-// statements is how many claims (or completions) may run at once.
-func (s *statementBudget) statements() int { return int(s.n.Load()) }
+// budgetLookEvery is how often a replica counts the other relays' sessions:
+// a read of the server's session list, which costs next to nothing, but is
+// a transaction; a relay that joins is counted within this long.
+const budgetLookEvery = 5 * time.Second
 
 // relayWatcher counts the other relays' sessions on the database server and
-// sets the budget from it, in a loop of the engine's background.
+// tells the claimer and the completer the budget when it changes, in a loop
+// of the engine's background.
 type relayWatcher struct {
-	budget  *statementBudget
 	dialect dialects.Relay
+	clock   clock.Clock
 	stats   *Stats
 	log     *slog.Logger
 	bg      context.Context
-	// off: the database cannot tell (ErrNotSupported) or will not
-	// (ErrNotPermitted); the budget stays.
-	off bool
+	// tell sends the budget to the actors that keep one.
+	tell func(statements int)
+	// budget is the last budget told; off: the database cannot tell
+	// (ErrNotSupported) or will not (ErrNotPermitted), and the budget stays.
+	budget int
+	off    bool
 }
 
-// loop looks at once, then every lookEvery, until the engine stops or the
-// database says it cannot tell.
+// loop looks at once, then every budgetLookEvery, until the engine stops or
+// the database says it cannot tell.
 func (w *relayWatcher) loop() {
-	t := time.NewTicker(lookEvery)
-	defer t.Stop()
-	var last time.Time
+	w.budget = budgetAlone
 	for {
-		if !w.stats.Idle.Load() || time.Since(last) >= idleLookEvery {
-			last = time.Now()
-			if w.look(); w.off {
-				return
-			}
-		}
-		select {
-		case <-w.bg.Done():
+		if w.look(); w.off {
 			return
-		case <-t.C:
+		}
+		if !clock.Sleep(w.bg, w.clock, budgetLookEvery) {
+			return
 		}
 	}
 }
@@ -84,7 +64,7 @@ func (w *relayWatcher) look() {
 	if w.off {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.bg, lookEvery)
+	ctx, cancel := context.WithTimeout(w.bg, budgetLookEvery)
 	n, err := w.dialect.OtherRelays(ctx)
 	cancel()
 	switch {
@@ -99,16 +79,16 @@ func (w *relayWatcher) look() {
 	case err != nil:
 		return // the claims and completions report an unreachable database
 	}
-	want := int32(budgetAlone)
+	want := budgetAlone
 	if n > 0 {
 		want = budgetShared
 	}
-	// The budget first: whoever reads the count may rely on the budget.
-	changed := w.budget.n.Swap(want) != want
 	w.stats.OtherRelays.Store(int64(n))
-	if !changed {
+	if want == w.budget {
 		return
 	}
+	w.budget = want
+	w.tell(want)
 	if want == budgetShared {
 		w.log.Info("other relays share the database server: one claim and one completion at a time", "their_sessions", n)
 	} else {

@@ -9,57 +9,57 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/queuebox/queuebox/actors/internal/claimplan"
 	"github.com/queuebox/queuebox/dialects"
-	"github.com/queuebox/queuebox/internal/backoff"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // Messages of the claimer.
 type (
-	claimTick struct{}
 	// wake asks for a claim now; released says rows came back to pending
 	// with their old schedule (leases that expired).
 	wake struct{ released bool }
 	// nudged: logical replication says rows committed, or its state
 	// changed (see dialects.Wakeups).
 	nudged struct{}
-	// dueResult: how long until the next row scheduled later comes due.
-	dueResult struct {
+	// timerFired: one of the planner's timers fired; gen tells a stale
+	// firing (the timer was armed again since) from the current one.
+	timerFired struct {
+		timer claimplan.Timer
+		gen   uint64
+	}
+	// horizonSeen: the Janitor looked at what holds the database's horizon
+	// back.
+	horizonSeen struct{ horizon *dialects.Horizon }
+	// budgetChanged: how many claims (and completions) may run at once.
+	budgetChanged struct{ statements int }
+	dueResult     struct {
 		in    time.Duration
 		found bool
 		err   error
 	}
-	// probeTick asks an idle claimer to probe: has anything arrived?
-	probeTick   struct{}
 	probeResult struct {
 		probe dialects.Probe
 		err   error
 	}
 	claimResult struct {
-		rows      []dialects.Row
-		err       error
-		requested int
-		// run is the run length the claim asked for (headPolicy), heads
-		// the most heads it could take (ClaimParams.MaxHeads).
-		run, heads int
-		lease      *lease
-		kind       claimKind
-		took       time.Duration
-		// probe is the probe read right before the claim (gated claims);
-		// seen and settled are what the claim's watermark knew from it.
-		probe         *dialects.Probe
-		seen, settled int64
-		// plan is what the claim took from the reach; report what it
-		// told of its walk.
-		plan   claimPlan
+		claim  claimplan.Claim
+		lease  *lease
+		rows   []dialects.Row
 		report dialects.ClaimReport
+		cursor string
+		probe  *dialects.Probe
+		// seen and settled are what the claim's watermark knew from its
+		// probe.
+		seen, settled int64
+		took          time.Duration
+		err           error
 	}
-	// floorsResult is a read of the floors (see reach.go).
 	floorsResult struct {
 		floors dialects.Floors
 		took   time.Duration
 		err    error
 	}
-	// stragglersResult is a look for stragglers (see reach.go).
 	stragglersResult struct {
 		ago    time.Duration
 		found  bool
@@ -72,9 +72,11 @@ type (
 	credit struct {
 		n         int
 		continued []continuation
-		// retryIn is how soon the earliest retry among them comes due (0:
-		// none was retried).
-		retryIn time.Duration
+		// retryIn is how soon the earliest row put back for later (a retry,
+		// a deferral) comes due (0: none was); released says rows went back
+		// to pending as they were.
+		retryIn  time.Duration
+		released bool
 	}
 	drain struct{}
 	// keyIdle: a key actor has had nothing to do for keyIdleMs; done is how
@@ -90,18 +92,22 @@ type keyEntry struct {
 	pid  *actor.PID
 	sent int
 	// ended: the last run sent to the key was shorter than its claim
-	// allowed, so the key had no other claimable row then.
+	// allowed, so the key had no other claimable row then; seen is the
+	// newest sequence the claim that sent it had seen. A row that arrived
+	// since may be the key's next.
 	ended bool
+	seen  int64
 }
 
-// claimer claims batches within its credit, groups them by key and hands
-// each key's run to that key's actor (spawned on demand), unkeyed rows to the
-// unordered pool. It never blocks on the database: the claim runs in a
-// goroutine that sends the result back.
+// claimer is the actor around the claim planner (claimplan): it turns what
+// happens (messages) into the planner's events, and the planner's actions
+// into I/O: claims, probes, looks and timers, each run in a goroutine that
+// sends its result back. It hands each claim's rows to the key actors
+// (spawned on demand) and the unordered pool. It never blocks on the
+// database.
 type claimer struct {
 	dialect     dialects.Relay
-	batchSize   int
-	maxInFlight int
+	clock       clock.Clock
 	leaseLength time.Duration
 	pool        *actor.PID
 	leaseKeeper *actor.PID
@@ -109,272 +115,136 @@ type claimer struct {
 	delivery     *deliverer
 	keyIdleAfter time.Duration
 	keyMailbox   actor.MailboxProducer
-	// bg bounds the claim statements; it ends when the engine stops.
+	// bg bounds the statements; it ends when the engine stops.
 	bg    context.Context
 	log   *slog.Logger
 	stats *Stats
 	obs   Observer
-	// budget bounds the claims that run at once.
-	budget *statementBudget
 	// ready is the engine's readiness: the last claim reached the database.
 	ready *atomic.Bool
 	// drained is closed once, when a drain has every outcome written.
 	drained chan struct{}
+	// wakeups nudges the claimer as rows commit (nil: it probes).
+	wakeups dialects.Wakeups
 
-	free     int
-	claiming int  // claim statements running (at most budget.statements())
-	more     bool // the last claim was full: more rows are likely waiting
-	again    bool // a wake came while a claim was running
-	// waitCredit: after a short claim, how many more rows must finish
-	// before credit alone triggers the next claim. A short claim means most
-	// keys are busy; claiming again at every completion would scan the same
-	// busy keys' rows over and over.
-	waitCredit int
-	draining   bool
-	keys       map[string]*keyEntry
-	// failed paces claims while the database refuses them.
-	failed  backoff.Capped
-	retryAt time.Time
-	heads   headPolicy
-	choice  claimChoice
-
-	// gate keeps keyed rows in insert order (see gate.go); probing is
-	// whether a probe of the idle clock is under way. reach bounds the
-	// claims by what the claimer knows (see reach.go).
-	gate    gate
-	probing bool
-	reach   reach
-	// sawAtClaim and settledAtClaim are what the last claim knew: a probe
-	// that sees more claims again.
-	sawAtClaim, settledAtClaim int64
-	// pace is the clock of probeTick: idle (see idleAfter) once nothing
-	// has arrived, settled or been claimed for a while and no row is in
-	// flight. lastNews is when something last did.
-	pace     *pace
-	lastNews time.Time
-	// wakeups nudges the claimer as rows commit (nil: it probes);
-	// listening says nudges flow now.
-	wakeups          dialects.Wakeups
-	listening, heard bool
-	// root and self let goroutines started outside Receive's context
-	// report back.
+	plan *claimplan.Planner
+	keys map[string]*keyEntry
+	// gate logs the writers that hold keyed rows back (see gate.go).
+	gate gate
+	// timers are the planner's armed timers, gens their generations.
+	timers [claimplan.Timers]clock.Timer
+	gens   [claimplan.Timers]uint64
+	// root and self let goroutines report back.
 	root *actor.RootContext
 	self *actor.PID
-	// While idle, the poll claims only once the next row scheduled later
-	// is due (nextDue, known from OutboxNextDue), and at least every
-	// idlePoll: an idle replica then runs next to no statements. asking
-	// says an OutboxNextDue runs.
-	pollInterval time.Duration
-	nextDue      time.Time
-	dueKnown     bool
-	asking       bool
-	// exhausted: the last claim that looked at every key found nothing to
-	// take, so the table holds nothing claimable until rows arrive, settle,
-	// come back or come due.
-	exhausted bool
-	// claimsStarted counts the claims started, so that a check for a slow
-	// claim (slowClaimCheck) can tell whether one started since; typical is
-	// a moving average of the claims' durations.
-	claimsStarted int64
-	typical       time.Duration
-	// lastStart is when the last claim started; paced says a claim waits
-	// for heldClaimEvery to pass since (a heldPace message ends the wait).
-	lastStart time.Time
-	paced     bool
 }
 
-// heldPace ends a claim's wait for heldClaimEvery.
-type heldPace struct{}
-
-// heldClaimEvery is how long, while a long transaction holds the horizon
-// back, a replica whose last claim was not full waits from one claim's
-// start to the next. Claims otherwise follow each other as fast as the
-// outcomes come back (one every 5 ms or so at 1,000 rows/s, a few rows
-// each), and each costs a probe, a claim and the reads of its walk, which
-// passes over the entries of every row that became due within its margin:
-// the transaction keeps them all. On a busy server those claims were a
-// large share of its work, and the rest of the database slowed with them.
-// Waiting between claims makes each take more rows for about the same
-// cost. A full claim does not wait: a backlog is claimed back to back.
-// Since the claims' ranges are bounded (reach.go), a claim under a held
-// horizon costs about what it costs without one (1 ms against 0.8 in the
-// long-transaction scenario), so the wait is short: 5 ms gave that
-// scenario's held windows a p99 of 12 ms (20 ms with 10) for a server
-// still busier without a hold than with one.
-const heldClaimEvery = 5 * time.Millisecond
-
-// slowClaimCheck: the claim numbered n may still run (see slowClaimAfter).
-type slowClaimCheck struct{ n int64 }
-
-// slowClaimAfter is how long a claim runs, at least slowClaimFactor times
-// the typical claim, before the claimer probes beside it: probes wait while
-// a claim runs (the claim read the same before it began), so one claim
-// slowed by a commit's flush or a busy server would otherwise hold back
-// every row that commits meanwhile. When the probe finds news and the
-// budget has room, a second claim takes it.
-const (
-	slowClaimAfter  = 5 * time.Millisecond
-	slowClaimFactor = 3
-)
-
-// slowAfter is how long the claim just started may run before the claimer
-// probes beside it.
-func (c *claimer) slowAfter() time.Duration {
-	return max(slowClaimAfter, slowClaimFactor*c.typical)
-}
-
-// idlePoll is the longest an idle claimer goes without a claim.
-const idlePoll = 30 * time.Second
-
-// newClaimer takes a claimer with its collaborators filled in and sets its
-// starting state: all the credit, no keys.
+// newClaimer takes a claimer with its collaborators and planner filled in
+// and sets its starting state: no keys.
 func newClaimer(c claimer) *claimer {
-	c.free = c.maxInFlight
 	c.keys = map[string]*keyEntry{}
-	c.choice.keyed = 0.5
-	c.heads = newHeadPolicy()
-	c.failed = backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
-	c.reach = newReach(wallClock{})
-	c.gate = gate{writers: c.dialect.OutboxWriters, log: c.log, clock: wallClock{},
+	c.gate = gate{wm: c.plan.Watermark(), writers: c.dialect.OutboxWriters, log: c.log, clock: c.clock,
 		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
 		flowing: "keyed rows flow again: the transactions they waited for have ended",
 		blindly: "cannot see other transactions, so rows of one key written by concurrent transactions may be delivered in commit order rather than insert order; grant the permission the error names"}
 	return &c
 }
 
-// horizonHeld says whether, at the janitor's last look, a transaction had
-// held the database's horizon back for heldAfter or longer (see reach.held).
-// The age at the look, not since: a look that caught a bulk insert a second
-// old, followed by none for a while, made a replica that drained the
-// insert's rows behave as under a long transaction once the insert would
-// have been five seconds old, long after it had committed.
-func (c *claimer) horizonHeld() bool {
-	if c.stats == nil {
-		return false
-	}
-	return c.stats.Horizon.Load().HeldAtRead(heldAfter)
-}
-
-func (c *claimer) threshold() int {
-	return max(1, min(c.batchSize, c.maxInFlight)/4)
-}
+func (c *claimer) listening() bool { return c.wakeups != nil && c.wakeups.Status().Listening() }
 
 func (c *claimer) Receive(ctx actor.Context) {
+	now := c.clock.Now()
+	var ev claimplan.Event
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		// lastNews stays zero: a replica starts at the idle pace and
-		// speeds up when its first claim finds rows, so starting one
-		// beside busy replicas, or on an empty table, costs no burst of
-		// probes.
 		c.root, c.self = ctx.ActorSystem().Root, ctx.Self()
-		c.hearWakeups()
-		c.maybeClaim(ctx)
-	case *claimTick:
-		if c.exhausted && c.stats.Idle.Load() && c.dueKnown && time.Now().Before(c.nextDue) {
-			return // nothing is due until then, and probes watch for arrivals
-		}
-		c.maybeClaim(ctx)
-	case *nudged:
-		c.stats.Nudges.Add(1)
-		c.hearWakeups()
-		// Rows committed: look now, and at the busy pace for a while (the
-		// transaction may become visible an instant after the nudge).
-		c.lastNews = time.Now()
-		if c.claiming > 0 {
-			// The running claim read the sequence before it began: the
-			// rows of this nudge may be newer. Claim again after it.
-			c.again = true
-		}
-		c.probe(ctx)
-	case *dueResult:
-		c.asking = false
-		if m.err == nil {
-			c.dueKnown, c.nextDue = true, time.Now().Add(min(idlePoll, max(c.pollInterval, m.in)))
-			if !m.found {
-				c.nextDue = time.Now().Add(idlePoll)
+		ev = claimplan.Start{Listening: c.listening()}
+	case *actor.Stopping:
+		for _, t := range c.timers {
+			if t != nil {
+				t.Stop()
 			}
 		}
+		return
+	case *nudged:
+		c.stats.Nudges.Add(1)
+		ev = claimplan.Nudge{Listening: c.listening()}
+	case *timerFired:
+		if m.gen != c.gens[m.timer] {
+			return // armed again since
+		}
+		c.timers[m.timer] = nil
+		ev = claimplan.Fired{Timer: m.timer}
+	case *probeResult:
+		ev = claimplan.Probed{Probe: m.probe, Err: m.err, Blind: m.err != nil && c.gate.refused(m.err)}
+	case *claimResult:
+		c.onClaim(ctx, now, m)
+		return
+	case *credit:
+		ev = c.onCredit(m)
 	case *wake:
-		if m.released {
-			// Rows came back to pending with their old schedule: look at
-			// everything again.
-			c.reach.lowerTo(time.Time{})
-		}
-		c.exhausted = false
-		if c.claiming > 0 {
-			c.again = true
-		}
-		c.maybeClaim(ctx)
+		ev = claimplan.Woken{Released: m.released}
+	case *horizonSeen:
+		ev = claimplan.HorizonSeen{Horizon: m.horizon}
+	case *budgetChanged:
+		ev = claimplan.Budget{Statements: m.statements}
 	case *floorsResult:
-		c.reach.floorsRead(m.floors, m.took, m.err)
+		ev = claimplan.FloorsDone{Floors: m.floors, Took: m.took, Err: m.err}
 	case *stragglersResult:
-		c.reach.stragglersFound(m.ago, m.found, m.sentAt, m.took, m.err)
 		if m.found && m.err == nil {
 			c.stats.looked(stragglersFoundLook, m.ago)
 		}
-		if m.found {
-			c.exhausted = false
-			c.maybeClaim(ctx)
-		}
-	case *probeTick:
-		c.probe(ctx)
-	case *heldPace:
-		c.paced = false
-		c.maybeClaim(ctx)
-		c.repace(time.Now())
-	case *slowClaimCheck:
-		// No claim started since claim m.n, and one still runs: look
-		// beside it, and again after as long while it goes on.
-		if m.n == c.claimsStarted && c.claiming > 0 && c.claiming < c.budget.statements() {
-			c.probeBeside(ctx)
-			c.checkSlow(m.n)
-		}
-	case *probeResult:
-		c.onProbe(ctx, m)
+		ev = claimplan.StragglersDone{Ago: m.ago, Found: m.found, SentAt: m.sentAt, Took: m.took, Err: m.err}
+	case *dueResult:
+		ev = claimplan.DueKnown{In: m.in, Found: m.found, Err: m.err}
 	case *writersResult:
 		c.gate.onWriters(m)
-	case *claimResult:
-		c.onClaim(ctx, m)
-	case *credit:
-		c.free += m.n
-		c.stats.InFlight.Add(-int64(m.n))
-		if c.draining {
-			c.checkDrained()
-		} else {
-			// Written outcomes can make the next rows of their keys heads:
-			// claim now rather than at the next poll.
-			for i := range m.continued {
-				if e := c.keys[m.continued[i].pos.Key]; e != nil && e.ended {
-					m.continued[i].ended = true
-				}
-			}
-			c.reach.continued(m.continued)
-			if m.retryIn > 0 {
-				c.reach.walkBy(time.Now().Add(m.retryIn))
-			}
-			c.waitCredit -= m.n
-			if c.waitCredit <= 0 || len(c.reach.continuing) >= c.threshold() {
-				c.maybeClaim(ctx)
-			}
-		}
+		return
 	case *keyIdle:
 		if e := c.keys[m.key]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
 			delete(c.keys, m.key)
 			c.stats.KeyActors.Add(-1)
 			ctx.Poison(m.pid)
 		}
+		return
 	case *drain:
-		c.draining = true
 		for _, e := range c.keys {
 			ctx.Send(e.pid, &drain{})
 		}
 		ctx.Send(c.pool, &drain{})
-		c.checkDrained()
+		ev = claimplan.Drain{}
+	default:
+		return
+	}
+	c.step(ctx, now, ev)
+	if _, probed := ev.(claimplan.Probed); probed {
+		c.gate.check(ctx, c.bg)
 	}
 }
 
-func (c *claimer) checkDrained() {
-	if c.free == c.maxInFlight && c.claiming == 0 {
+// step runs one step of the planner and does what it asks.
+func (c *claimer) step(ctx actor.Context, now time.Time, ev claimplan.Event) {
+	acts := c.plan.Step(now, ev)
+	for _, a := range acts.Arms {
+		c.arm(a.Timer, a.After)
+	}
+	for _, cl := range acts.Claims {
+		c.startClaim(cl)
+	}
+	if acts.Probe {
+		c.startProbe()
+	}
+	if acts.Floors != nil {
+		c.readFloors(*acts.Floors)
+	}
+	if acts.Stragglers != nil {
+		c.lookForStragglers(*acts.Stragglers)
+	}
+	if acts.AskNextDue {
+		c.askNextDue()
+	}
+	c.stats.Idle.Store(c.plan.Idle(now))
+	if c.plan.Drained() {
 		select {
 		case <-c.drained:
 		default:
@@ -383,68 +253,35 @@ func (c *claimer) checkDrained() {
 	}
 }
 
-func (c *claimer) maybeClaim(ctx actor.Context) {
-	for c.claiming < c.budget.statements() && c.claimOne(ctx) {
-		// A second claim only while the first is full: when the table is
-		// nearly drained, one is plenty.
-		if !c.more {
-			return
-		}
+// arm arms the planner's timer t to fire after d (d < 0 disarms it).
+func (c *claimer) arm(t claimplan.Timer, d time.Duration) {
+	if old := c.timers[t]; old != nil {
+		old.Stop()
+		c.timers[t] = nil
 	}
+	c.gens[t]++
+	if d < 0 || c.self == nil {
+		return
+	}
+	root, self, msg := c.root, c.self, &timerFired{timer: t, gen: c.gens[t]}
+	c.timers[t] = c.clock.AfterFunc(d, func() { root.Send(self, msg) })
 }
 
-func (c *claimer) claimOne(ctx actor.Context) bool {
-	if c.draining || c.free < c.threshold() || time.Now().Before(c.retryAt) || c.paced {
-		return false
-	}
-	now := time.Now()
-	c.reach.held = c.horizonHeld()
-	if wait := c.lastStart.Add(heldClaimEvery).Sub(now); c.reach.held && !c.more && wait > 0 && c.root != nil {
-		c.paced = true
-		c.pace.hold()
-		root, self := c.root, c.self
-		time.AfterFunc(wait, func() { root.Send(self, &heldPace{}) })
-		return false
-	}
-	limit := min(c.batchSize, c.free)
-	c.free -= limit
-	c.claiming++
-	c.pace.hold() // the claim probes first; ticks meanwhile would be ignored
-	heads, run := c.heads.next(limit)
-	c.reach.seen = mark{c.gate.wm.LastSeen(), c.gate.wm.Settled()}
-	plan := c.reach.plan(c.choice.pick(c.heads.run), heads)
-	kind := plan.kind
-	if plan.continueOnly && len(plan.continued) == 0 {
-		// By key, with nothing to continue and the walk over the keys not
-		// due yet: nothing this claim could take.
-		c.free += limit
-		c.claiming--
-		c.repace(time.Now())
-		return false
-	}
-	c.claimsStarted++
-	c.lastStart = now
-	c.checkSlow(c.claimsStarted)
-	l := &lease{token: uuid.New(), rewinds: c.reach.rewinds}
-	if plan.bounds != nil {
-		l.rewinds = plan.bounds.Rewinds
-	}
-	root, self := ctx.ActorSystem().Root, ctx.Self()
-	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
-	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim,
-		Continue: plan.continued, Bounds: plan.bounds, ContinueOnly: plan.continueOnly}
-	c.readFloors(ctx)
-	c.lookForStragglers(ctx)
-	// A gated claim probes first, on a copy of the watermark: the claim
-	// then takes every row that arrived and settled up to that moment.
-	wm, clk := c.gate.forStatement(), c.gate.clock
-	c.sawAtClaim, c.settledAtClaim = c.gate.wm.LastSeen(), c.gate.wm.Settled()
+// startClaim runs one claim in a goroutine: it probes first (on the claim's
+// copy of the watermark, so that it takes every row that arrived and
+// settled up to that moment), then claims.
+func (c *claimer) startClaim(cl claimplan.Claim) {
+	l := &lease{token: uuid.New(), rewinds: cl.Rewinds}
+	root, self, dialect, bg, stats, length, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.leaseLength, c.clock
+	params := dialects.ClaimParams{Limit: cl.Limit, Lease: length, Token: l.token, MaxHeads: cl.Heads,
+		ByKey: cl.Walk != claimplan.WalkSchedule, ContinueOnly: cl.Walk == claimplan.WalkNone,
+		Continue: cl.Continue, Bounds: cl.Bounds}
 	go func() {
-		res := &claimResult{requested: limit, run: run, heads: heads, lease: l, kind: kind, plan: plan}
+		res := &claimResult{claim: cl, lease: l}
 		params.Report = &res.report
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
-		if wm != nil {
+		if wm := cl.Watermark; wm != nil {
 			if res.probe, res.err = probeInto(qctx, dialect.OutboxProbe, wm, clk); res.err != nil {
 				root.Send(self, res)
 				return
@@ -452,277 +289,77 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 			params.Gate = wm.Gate()
 			res.seen, res.settled = wm.LastSeen(), wm.Settled()
 		}
-		sentAt := time.Now()
+		sentAt := clk.Now()
 		stats.ClaimStatements.Add(1)
 		res.rows, res.err = dialect.OutboxClaim(qctx, params)
-		res.took = time.Since(sentAt)
+		res.took = clk.Now().Sub(sentAt)
 		stats.ClaimTime.Add(int64(res.took))
 		l.extend(sentAt, length)
 		root.Send(self, res)
 	}()
-	return true
 }
 
-// readFloors starts a read of the floors when one is due (see reach.go).
-// It goes by the gate's watermark: every row up to it is visible to the
-// read.
-func (c *claimer) readFloors(ctx actor.Context) {
-	if c.gate.blind || !c.reach.floorsDue() {
-		return
-	}
-	root, self, dialect, bg, stats, settled := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.stats, c.gate.wm.Settled()
-	prev := c.reach.lastFloors()
-	go func() {
-		qctx, cancel := context.WithTimeout(bg, time.Minute)
-		defer cancel()
-		start := time.Now()
-		f, err := dialect.OutboxFloors(qctx, settled, prev)
-		stats.looked(floorsLook, time.Since(start))
-		root.Send(self, &floorsResult{floors: f, took: time.Since(start), err: err})
-	}()
-}
-
-// lookForStragglers starts a look for stragglers when one is due (see
-// reach.go), on the gate as it stands: a row the gate holds back is no
-// straggler yet.
-func (c *claimer) lookForStragglers(ctx actor.Context) {
-	if c.gate.blind {
-		return
-	}
-	b, ok := c.reach.stragglersDue()
-	if !ok {
-		return
-	}
-	root, self, dialect, bg, stats, g := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg, c.stats, c.gate.wm.Gate()
-	go func() {
-		qctx, cancel := context.WithTimeout(bg, time.Minute)
-		defer cancel()
-		start := time.Now()
-		ago, found, err := dialect.OutboxStragglers(qctx, g, b)
-		stats.looked(stragglersLook, time.Since(start))
-		root.Send(self, &stragglersResult{ago: ago, found: found, sentAt: start, took: time.Since(start), err: err})
-	}()
-}
-
-// probe asks the database, when no claim runs, whether rows arrived or
-// settled since the last claim. A claim probes by itself, so a probe while
-// one runs would mostly learn nothing new; probeBeside does while a claim
-// is slow.
-func (c *claimer) probe(ctx actor.Context) {
-	c.repace(time.Now())
-	if c.claiming > 0 || c.paced {
-		// A claim runs, or one waits to run: each probes first.
-		return
-	}
-	c.probeBeside(ctx)
-}
-
-// checkSlow arms the check for a slow claim numbered n.
-func (c *claimer) checkSlow(n int64) {
-	if c.root == nil {
-		return
-	}
-	root, self := c.root, c.self
-	time.AfterFunc(c.slowAfter(), func() { root.Send(self, &slowClaimCheck{n: n}) })
-}
-
-// probeBeside probes whether or not a claim runs.
-func (c *claimer) probeBeside(ctx actor.Context) {
-	if c.probing || c.draining || c.gate.blind || time.Now().Before(c.retryAt) {
-		return
-	}
-	c.probing = true
-	root, self, dialect, bg := ctx.ActorSystem().Root, ctx.Self(), c.dialect, c.bg
-	c.stats.Probes.Add(1)
-	go func() {
-		qctx, cancel := context.WithTimeout(bg, time.Second)
-		p, err := dialect.OutboxProbe(qctx)
-		cancel()
-		root.Send(self, &probeResult{probe: p, err: err})
-	}()
-}
-
-func (c *claimer) onProbe(ctx actor.Context, m *probeResult) {
-	c.probing = false
-	if m.err != nil {
-		if c.gate.refused(m.err) {
-			c.reach.blind = true
-		}
-		return // claims find out whether the database is away
-	}
-	now := time.Now()
-	c.gate.observe(ctx, c.bg, m.probe)
-	rewound := c.reach.observe(m.probe)
-	if c.gate.wm.LastSeen() > c.sawAtClaim || c.gate.wm.Settled() > c.settledAtClaim || rewound {
-		c.exhausted = false
-		c.lastNews = now
-		c.maybeClaim(ctx)
-	}
-	c.repace(now)
-}
-
-// repace sets the probe clock: held while a claim runs (it probes by
-// itself), idle once nothing happened for idleAfter and no row is in flight
-// (outcomes make the next rows of their keys heads).
-func (c *claimer) repace(now time.Time) {
-	if c.claiming > 0 {
-		c.pace.hold()
-		c.stats.Idle.Store(false)
-		return
-	}
-	idle := c.free == c.maxInFlight && now.Sub(c.lastNews) > idleAfter
-	c.pace.set(idle)
-	if c.stats.Idle.Swap(idle) != idle && !idle {
-		c.dueKnown = false
-	}
-	if idle && !c.dueKnown && !c.asking {
-		c.askNextDue()
-	}
-}
-
-// askNextDue asks when the next row scheduled later comes due, for the
-// idle poll; the answer comes as a *dueResult.
-func (c *claimer) askNextDue() {
-	if c.self == nil {
-		return
-	}
-	c.asking = true
-	root, self, dialect, bg := c.root, c.self, c.dialect, c.bg
-	go func() {
-		qctx, cancel := context.WithTimeout(bg, 5*time.Second)
-		in, found, err := dialect.OutboxNextDue(qctx)
-		cancel()
-		root.Send(self, &dueResult{in: in, found: found, err: err})
-	}()
-}
-
-// hearWakeups sets the idle pace for the wake-up source's state: a safety
-// net while nudges flow, a backing-off probe otherwise.
-func (c *claimer) hearWakeups() {
-	if c.wakeups == nil {
-		return
-	}
-	if l := c.wakeups.Status().Listening(); l != c.listening || !c.heard {
-		c.listening, c.heard = l, true
-		c.pace.setIdle(l)
-	}
-}
-
-func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
-	c.claiming--
-	// The clock resumes once no claim runs, whichever way this ends.
-	defer func() { c.repace(time.Now()) }()
-	c.free += m.requested - len(m.rows)
-	full := claimFull(m.rows, m.requested, m.heads)
+func (c *claimer) onClaim(ctx actor.Context, now time.Time, m *claimResult) {
+	failuresBefore := c.plan.Failures()
+	blind := m.err != nil && c.gate.refused(m.err)
+	c.step(ctx, now, claimplan.ClaimDone{Claim: m.claim, Rows: m.rows, Report: m.report, Cursor: m.cursor,
+		Probe: m.probe, Seen: m.seen, Settled: m.settled, Took: m.took, Err: m.err, Blind: blind})
 	if m.probe != nil {
-		c.gate.observe(ctx, c.bg, *m.probe)
-		c.reach.observe(*m.probe)
+		c.gate.check(ctx, c.bg)
 	}
 	if m.err != nil {
-		c.reach.failed(m.plan)
-	} else {
-		since, _ := c.gate.wm.Waiting()
-		if m.probe != nil {
-			m.plan.writerAge = c.reach.writersSeen(m.probe.Writers, m.plan.sentAt)
-		}
-		c.reach.claimed(m.kind, m.plan, m.report, m.took, since)
-		if m.kind == scheduleClaim && m.plan.full {
-			c.stats.looked(fromStartWalk, m.took)
-		}
-		c.reach.took(m.plan, len(m.rows), full)
-	}
-	if m.err != nil && c.gate.refused(m.err) {
-		c.reach.blind = true
-		c.maybeClaim(ctx)
-		return
-	}
-	if m.err != nil {
-		// It took nothing: what led to it is news to the next probe, which
-		// claims again once the backoff below has passed.
-		c.sawAtClaim, c.settledAtClaim = -1, -1
-		// Back off, so that a database outage is not hammered; the tick
-		// resumes claiming.
-		c.retryAt = time.Now().Add(c.failed.Next())
-		if c.ready.Swap(false) || c.failed.Failures() == 1 {
+		if !blind && (c.ready.Swap(false) || c.plan.Failures() == 1) {
 			c.log.Warn("database unreachable; claims paused", "error", m.err)
 		}
-		if c.draining {
-			c.checkDrained()
-		}
 		return
 	}
-	if n := c.failed.Failures(); n > 0 {
-		c.log.Info("database reachable again; claiming", "afterFailures", n)
+	if failuresBefore > 0 {
+		c.log.Info("database reachable again; claiming", "afterFailures", failuresBefore)
 	}
-	c.failed.Reset()
 	c.ready.Store(true)
 	n := len(m.rows)
-	// A claim that was not full took what its own probe showed: a later
-	// probe that shows the same is no news. A full one may have left rows
-	// behind, which stay news until a claim takes them.
-	if !full {
-		c.sawAtClaim, c.settledAtClaim = max(c.sawAtClaim, m.seen), max(c.settledAtClaim, m.settled)
-	}
 	c.obs.Claimed(n, m.took)
-	if !m.plan.full {
-		c.typical = (c.typical*7 + m.took) / 8
+	if m.claim.FromStart() {
+		c.stats.looked(fromStartWalk, m.took)
 	}
-	if n > 0 {
-		c.exhausted = false
-	} else if !m.plan.continueOnly && len(c.reach.continuing) == 0 {
-		// Nothing to take: an idle claimer asks again when the next row
-		// comes due, rather than claim at every poll.
-		c.exhausted, c.dueKnown = true, false
-	}
-	c.heads.observe(m.rows, m.requested, m.run)
-	if n > 0 {
-		c.lastNews = time.Now()
-		c.stats.Claimed.Add(int64(n))
-		c.stats.InFlight.Add(int64(n))
-		c.dispatch(ctx, m.rows, m.lease, m.requested)
-	}
-	if c.draining {
-		// A claim that was running when the drain began: hand the rows
-		// back at once (dispatch already told each actor to drain).
-		c.checkDrained()
-		return
-	}
-	// A full claim says more rows are waiting: claim again at once. One
-	// that came back less than half full and short of its heads says most
-	// keys are busy: wait for some of them to finish rather than scan the
-	// same busy keys again.
-	c.more = full
-	c.choice.observe(m.rows)
-	ck := &c.stats.Claims[m.kind]
+	ck := &c.stats.Claims[m.claim.Kind]
 	ck.Statements.Add(1)
 	ck.Rows.Add(int64(n))
 	ck.Time.Add(int64(m.took))
-	c.waitCredit = 0
-	if !full && n*2 < m.requested {
-		c.waitCredit = min(c.batchSize/2, c.maxInFlight-c.free)
+	if n > 0 {
+		c.stats.Claimed.Add(int64(n))
+		c.stats.InFlight.Add(int64(n))
+		c.dispatch(ctx, m.rows, m.lease, m.claim.Limit, m.seen)
 	}
-	// Keys to continue came back while this claim ran (the statements were
-	// all taken): their next rows are heads now, so claim them at once
-	// rather than at the next tick. So too when the last walk over the keys
-	// left keys waiting and this claim by key took continuations only
-	// (they filled it): nothing in flight may be left to bring a credit.
-	// Only a claim by key: the next claim is one only if the policy still
-	// picks it, and a claim in schedule order that found nothing says
-	// nothing about the keys (keysWait would stay true, and the claimer
-	// would claim back to back on an empty table).
-	if c.more || c.again || len(c.reach.continuing) > 0 || m.kind == byKeyClaim && c.reach.keysWait() {
-		c.again = false
-		c.maybeClaim(ctx)
+}
+
+// onCredit turns returned credit into the planner's event: which of the
+// keys whose runs ended may have a next row already (one arrived after
+// their run was claimed).
+func (c *claimer) onCredit(m *credit) claimplan.Event {
+	c.stats.InFlight.Add(-int64(m.n))
+	ev := claimplan.Credit{N: m.n, RetryIn: m.retryIn, Released: m.released}
+	if len(m.continued) > 0 {
+		ev.Continued = make([]claimplan.Continuation, len(m.continued))
+		for i, k := range m.continued {
+			ev.Continued[i] = claimplan.Continuation{Pos: k.pos, Rewinds: k.rewinds}
+			if e := c.keys[k.pos.Key]; e != nil && e.ended {
+				ev.Continued[i].Ended = true
+				ev.Successors = ev.Successors || e.seen < c.plan.Seen()
+			}
+		}
 	}
+	return ev
 }
 
 // dispatch hands each key's run to its key actor and the unkeyed rows to the
 // pool. Rows arrive sorted by key, then sequence. The lease keeper hears of
 // the claims first, so that it can never receive their release before them.
-// A run shorter than its claim's share (claimShare) ended at its key's last
-// claimable row.
-func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, requested int) {
-	share := claimShare(rows, requested)
+// A run shorter than its claim's share (claimplan.Share) ended at its key's
+// last claimable row.
+func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, requested int, seen int64) {
+	share := claimplan.Share(rows, requested)
+	draining := c.plan.Mode() == claimplan.Draining
 	type batch struct {
 		pid *actor.PID
 		run []claimed
@@ -747,7 +384,7 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, req
 				c.stats.KeyActors.Add(1)
 			}
 			entry.sent += len(run)
-			entry.ended = len(run) < share
+			entry.ended, entry.seen = len(run) < share, seen
 			pid = entry.pid
 		}
 		for _, r := range run {
@@ -759,7 +396,9 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, req
 	ctx.Send(c.leaseKeeper, &trackClaims{lease: l, entries: track})
 	for _, b := range batches {
 		ctx.Send(b.pid, &deliverRun{rows: b.run})
-		if c.draining {
+		if draining {
+			// A claim that was running when the drain began: hand the rows
+			// back at once.
 			ctx.Send(b.pid, &drain{})
 		}
 	}
@@ -768,8 +407,61 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, req
 // spawnKey spawns the actor of a key, as a child of the claimer. Its name is
 // generated: a key's next actor may start before the last one has stopped.
 func (c *claimer) spawnKey(ctx actor.Context, key string) *actor.PID {
-	d, claimer, idle := c.delivery, ctx.Self(), c.keyIdleAfter
-	props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(d, key, claimer, idle) },
+	d, claimer, idle, clk := c.delivery, ctx.Self(), c.keyIdleAfter, c.clock
+	props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(d, key, claimer, idle, clk) },
 		actor.WithMailbox(c.keyMailbox))
 	return ctx.SpawnPrefix(props, "key")
+}
+
+// startProbe asks the database whether rows arrived or settled since the
+// last claim.
+func (c *claimer) startProbe() {
+	root, self, dialect, bg := c.root, c.self, c.dialect, c.bg
+	c.stats.Probes.Add(1)
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, time.Second)
+		p, err := dialect.OutboxProbe(qctx)
+		cancel()
+		root.Send(self, &probeResult{probe: p, err: err})
+	}()
+}
+
+// readFloors reads the floors (see claimplan).
+func (c *claimer) readFloors(r claimplan.ReadFloors) {
+	root, self, dialect, bg, stats, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.clock
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, time.Minute)
+		defer cancel()
+		start := clk.Now()
+		f, err := dialect.OutboxFloors(qctx, r.Settled, r.Prev)
+		took := clk.Now().Sub(start)
+		stats.looked(floorsLook, took)
+		root.Send(self, &floorsResult{floors: f, took: took, err: err})
+	}()
+}
+
+// lookForStragglers looks for rows left behind the walks' lookback (see
+// claimplan).
+func (c *claimer) lookForStragglers(l claimplan.LookForStragglers) {
+	root, self, dialect, bg, stats, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.clock
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, time.Minute)
+		defer cancel()
+		start := clk.Now()
+		ago, found, err := dialect.OutboxStragglers(qctx, l.Gate, l.Bounds)
+		took := clk.Now().Sub(start)
+		stats.looked(stragglersLook, took)
+		root.Send(self, &stragglersResult{ago: ago, found: found, sentAt: start, took: took, err: err})
+	}()
+}
+
+// askNextDue asks when the next row scheduled later comes due.
+func (c *claimer) askNextDue() {
+	root, self, dialect, bg := c.root, c.self, c.dialect, c.bg
+	go func() {
+		qctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		in, found, err := dialect.OutboxNextDue(qctx)
+		cancel()
+		root.Send(self, &dueResult{in: in, found: found, err: err})
+	}()
 }

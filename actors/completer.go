@@ -10,6 +10,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/backoff"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // Messages of the completer.
@@ -33,7 +34,7 @@ type (
 const secondFlushAt = 64
 
 // completer writes outcomes in few statements (group commit), up to
-// budget.statements() of them at once. The outcomes of one actor step
+// statements of them at once (the budget watcher says how many). The outcomes of one actor step
 // always land in one statement, so a retry and the releases behind it are
 // written together. It never waits
 // on the database itself: each flush runs in a goroutine, which afterwards
@@ -46,11 +47,13 @@ type completer struct {
 	claimer, leaseKeeper *actor.PID
 	// bg ends when the engine stops: the flushes then give up after a few
 	// tries instead of retrying until the database is back.
-	bg     context.Context
-	log    *slog.Logger
-	stats  *Stats
-	obs    Observer
-	budget *statementBudget
+	bg    context.Context
+	log   *slog.Logger
+	stats *Stats
+	obs   Observer
+	clock clock.Clock
+	// statements is how many flushes may run at once (budgetChanged).
+	statements int
 
 	buf       []dialects.Outcome
 	abandons  []dialects.Claim
@@ -70,8 +73,10 @@ func (c *completer) Receive(ctx actor.Context) {
 		c.rewind = c.rewind || m.rewind
 	case *flushDone:
 		c.running--
+	case *budgetChanged:
+		c.statements = m.statements
 	}
-	if c.running == 0 || (c.running < c.budget.statements() && len(c.buf) >= secondFlushAt) {
+	if c.running == 0 || (c.running < max(c.statements, 1) && len(c.buf) >= secondFlushAt) {
 		c.flush(ctx)
 	}
 }
@@ -111,15 +116,22 @@ func (c *completer) flush(ctx actor.Context) {
 			return slices.ContainsFunc(lost, func(l dialects.Claim) bool { return l.ID == k.last.ID })
 		})
 		root.Send(c.leaseKeeper, &untrackClaims{claims: done})
-		// The earliest retry: a claimer that walks its keys rarely walks
-		// them again when it comes due.
+		// The earliest row put back for later (a retry, a deferral): the
+		// claimer claims again when it comes due. Rows released as they were
+		// are claimable at once.
 		var retryIn time.Duration
+		released := false
 		for _, o := range out {
-			if o.Kind == dialects.OutcomeRetry && (retryIn == 0 || o.Delay < retryIn) {
-				retryIn = max(o.Delay, time.Millisecond)
+			switch o.Kind {
+			case dialects.OutcomeRetry, dialects.OutcomeDefer:
+				if retryIn == 0 || o.Delay < retryIn {
+					retryIn = max(o.Delay, time.Millisecond)
+				}
+			case dialects.OutcomeRelease:
+				released = true
 			}
 		}
-		root.Send(c.claimer, &credit{n: len(done), continued: continued, retryIn: retryIn})
+		root.Send(c.claimer, &credit{n: len(done), continued: continued, retryIn: retryIn, released: released})
 		root.Send(self, &flushDone{})
 	}()
 }
@@ -137,9 +149,9 @@ func (c *completer) write(out []dialects.Outcome) []dialects.Claim {
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.bg), 30*time.Second)
 		c.stats.CompleteStatements.Add(1)
-		t0 := time.Now()
+		t0 := c.clock.Now()
 		lost, err := c.dialect.OutboxComplete(ctx, out)
-		took := time.Since(t0)
+		took := clock.Since(c.clock, t0)
 		c.stats.CompleteTime.Add(int64(took))
 		cancel()
 		if err == nil {
@@ -153,6 +165,6 @@ func (c *completer) write(out []dialects.Outcome) []dialects.Claim {
 			c.log.Error("giving up on outcomes while stopping; their leases will expire", "rows", len(out), "error", err)
 			return nil
 		}
-		time.Sleep(wait.Next())
+		clock.Sleep(context.Background(), c.clock, wait.Next())
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/queuebox/queuebox/actors/internal/claimplan"
 	"github.com/queuebox/queuebox/dialects"
 )
 
@@ -29,20 +31,19 @@ type Stats struct {
 	// OtherRelays is how many sessions other relays held on the database
 	// server at the last look (see statementBudget).
 	OtherRelays atomic.Int64
-	// Idle says the claimer probes at the idle pace: nothing arrived,
-	// settled or was claimed for a while, and no row is in flight (nor
-	// claim running: its rows would be in flight).
+	// Idle says the claimer probes at its idle pace (for observation only).
 	Idle atomic.Bool
 	// ClaimTime and CompleteTime add up the statements' durations.
 	ClaimTime, CompleteTime atomic.Int64
 	// Nudges counts the wake-ups that logical replication brought.
 	Nudges atomic.Int64
 	// Horizon is what held the database's horizon back at the Janitor's
-	// last look (nil before the first).
+	// last look (nil before the first), for observation: the claimer hears
+	// of each look in a message.
 	Horizon atomic.Pointer[dialects.Horizon]
 	// Claims counts the claims of each kind (in schedule order, by key):
 	// how many, the rows they took and their time.
-	Claims [claimKinds]struct{ Statements, Rows, Time atomic.Int64 }
+	Claims [claimplan.Kinds]struct{ Statements, Rows, Time atomic.Int64 }
 	// Looks counts the background looks of each kind (the floors, the
 	// stragglers, expired leases): how many, and their time. Each reads
 	// what a long transaction elsewhere keeps, off the claims' path. Two
@@ -108,7 +109,7 @@ func (s *Stats) LookCounts() (c [lookKinds][2]int64) {
 // ClaimKinds describes the claims of each kind, for benchmarks and logs.
 func (s *Stats) ClaimKinds() string {
 	var b strings.Builder
-	for k := range claimKinds {
+	for k := range claimplan.Kinds {
 		c := &s.Claims[k]
 		n := c.Statements.Load()
 		if n == 0 {
@@ -180,10 +181,10 @@ func (e *Engine) Start(ctx context.Context) error {
 		return slog.New(minLevel{e.log.Handler(), slog.LevelWarn}).With("component", "actor-system")
 	}))
 	e.deliveryCtx, e.cancelDelivery = context.WithCancel(context.WithoutCancel(ctx))
-	e.bg = newBackground(ctx)
+	e.bg = newBackground(ctx, e.opts.Clock)
 	p := parts{
 		opts: &e.opts, log: e.log, stats: &e.Stats, sinks: e.sinks, routes: e.routes, mailboxes: &e.mailboxes,
-		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready, budget: newStatementBudget(),
+		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready, clock: e.opts.Clock, tune: claimplan.Default(),
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
 		actor.WithSupervisor(&engineStrategy{crash: e.crash}))
@@ -270,17 +271,19 @@ func (e *Engine) stop(ctx context.Context) error {
 	}
 	e.log.Info("draining", "inFlight", e.Stats.InFlight.Load())
 	e.system.Root.Send(e.claimer, &drain{})
-	timer := time.NewTimer(e.opts.DrainTimeout)
+	timer := e.opts.Clock.NewTimer(e.opts.DrainTimeout)
 	defer timer.Stop()
 	var err error
 	select {
 	case <-e.drained:
-	case <-timer.C:
+	case <-timer.C():
 		e.log.Warn("drain timeout passed; cancelling the deliveries still running", "inFlight", e.Stats.InFlight.Load())
 		e.cancelDelivery()
+		grace := e.opts.Clock.NewTimer(5 * time.Second)
+		defer grace.Stop()
 		select {
 		case <-e.drained:
-		case <-time.After(5 * time.Second):
+		case <-grace.C():
 			err = errors.New("outcomes of some rows could not be written; their leases will expire")
 		case <-ctx.Done():
 			err = ctx.Err()

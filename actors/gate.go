@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // gate keeps keyed rows in insert order for the two actors that read a
@@ -26,7 +27,9 @@ import (
 // of the table never holds rows back: each probe reads the oldest open
 // writer along with the transaction horizon.
 type gate struct {
-	wm dialects.Watermark
+	// wm is the watermark: the inbox relay's own, or the claim planner's
+	// (which moves it itself; the gate only reads it).
+	wm *dialects.Watermark
 	// blind is true once the database refused to show other transactions
 	// (dialects.Blind): keyed rows then pass as soon as they are seen, and
 	// the gate said so once.
@@ -36,7 +39,7 @@ type gate struct {
 	// waiting, flowing and blindly are the gate's three log lines.
 	waiting, flowing, blindly string
 	log                       *slog.Logger
-	clock                     clock
+	clock                     clock.Clock
 
 	checking  bool
 	lastCheck time.Time
@@ -64,7 +67,7 @@ func (g *gate) forStatement() *dialects.Watermark {
 }
 
 // probeInto probes and adds the probe to wm, in a statement's goroutine.
-func probeInto(ctx context.Context, probe func(context.Context) (dialects.Probe, error), wm *dialects.Watermark, c clock) (*dialects.Probe, error) {
+func probeInto(ctx context.Context, probe func(context.Context) (dialects.Probe, error), wm *dialects.Watermark, c clock.Clock) (*dialects.Probe, error) {
 	p, err := probe(ctx)
 	if err != nil {
 		return nil, err
@@ -73,12 +76,17 @@ func probeInto(ctx context.Context, probe func(context.Context) (dialects.Probe,
 	return &p, nil
 }
 
-// observe folds a probe into the gate's watermark, and starts a look at the
-// writers when keyed rows have waited long (the result comes to the actor
-// as a *writersResult, for onWriters).
+// observe folds a probe into the gate's watermark, then checks it.
 func (g *gate) observe(ctx actor.Context, bg context.Context, p dialects.Probe) {
+	g.wm.Observe(p, g.clock.Now())
+	g.check(ctx, bg)
+}
+
+// check starts a look at the writers when keyed rows have waited long (the
+// result comes to the actor as a *writersResult, for onWriters), and logs
+// when they flow again.
+func (g *gate) check(ctx actor.Context, bg context.Context) {
 	now := g.clock.Now()
-	g.wm.Observe(p, now)
 	since, waiting := g.wm.Waiting()
 	if !waiting {
 		if g.logged {

@@ -8,8 +8,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/queuebox/queuebox/actors/internal/claimplan"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/backoff"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // The Inbox relay turns received inbox rows into outbox rows (see the
@@ -25,8 +27,10 @@ import (
 
 // Messages of the inbox relay.
 type (
-	// relayTick: probe, and relay when something arrived or settled.
-	relayTick struct{}
+	// relayTick: probe, and relay when something arrived or settled; gen
+	// tells a stale tick (the timer was armed again since) from the
+	// current one (0: a tick of its own, always current).
+	relayTick struct{ gen uint64 }
 	// relayPoll: relay whatever the probe says (rows that arrived
 	// unnoticed, or a gate the database cannot keep).
 	relayPoll struct{}
@@ -76,24 +80,31 @@ type inboxRelay struct {
 	after   int64
 	failed  backoff.Capped
 	retryAt time.Time
-	// pace is the clock of relayTick: idle (see idleAfter) once the inbox
-	// has not moved for a while.
-	pace *pace
+	clock   clock.Clock
+	// pace paces the probes (relayTick), as the claimer's: idle once the
+	// inbox has not moved for Tuning.IdleAfter. tick is the armed tick,
+	// tickGen its generation.
+	pace    claimplan.Pace
+	tune    claimplan.Tuning
+	tick    clock.Timer
+	tickGen uint64
+	root    *actor.RootContext
+	self    *actor.PID
 	// lastMove is when a probe last saw the inbox sequence move or a relay
 	// moved rows; probed, whether a probe has answered yet.
 	lastMove time.Time
 	probed   bool
 	// wakeups nudges the relay as inbox rows commit; listening says
 	// nudges flow now.
-	wakeups          dialects.Wakeups
-	listening, heard bool
+	wakeups   dialects.Wakeups
+	listening bool
 }
 
 func newInboxRelay(r inboxRelay) *inboxRelay {
-	r.failed = backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
+	r.failed = backoff.Capped{First: r.tune.FailFirst, Max: r.tune.FailMax}
 	// lastMove stays zero: the relay starts at the idle pace, like the
 	// claimer, and speeds up once the inbox moves.
-	r.gate = gate{writers: r.dialect.InboxWriters, log: r.log, clock: wallClock{},
+	r.gate = gate{wm: &dialects.Watermark{}, writers: r.dialect.InboxWriters, log: r.log, clock: r.clock,
 		waiting: "inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back",
 		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended",
 		blindly: "inbox relay: cannot see other transactions, so inbox rows of one aggregate stored by concurrent transactions may be relayed in commit order rather than receive order; grant the permission the error names"}
@@ -103,18 +114,27 @@ func newInboxRelay(r inboxRelay) *inboxRelay {
 func (r *inboxRelay) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		r.root, r.self = ctx.ActorSystem().Root, ctx.Self()
 		r.hearWakeups()
 		r.run(ctx, true)
+	case *actor.Stopping:
+		if r.tick != nil {
+			r.tick.Stop()
+		}
 	case *relayTick:
+		if m.gen != 0 && m.gen != r.tickGen {
+			return
+		}
+		r.tick = nil
 		r.run(ctx, false)
 	case *relayPoll:
-		if r.pace.idling.Load() && !r.gate.blind {
+		if r.pace.Idle(r.paceState(r.clock.Now())) && !r.gate.blind {
 			return // idle: probes (and nudges) say when inbox rows arrive
 		}
 		r.run(ctx, true)
 	case *relayNudged:
 		r.hearWakeups()
-		r.lastMove = time.Now()
+		r.lastMove = r.clock.Now()
 		r.run(ctx, false)
 	case *relayResult:
 		r.onResult(ctx, m)
@@ -125,18 +145,18 @@ func (r *inboxRelay) Receive(ctx actor.Context) {
 
 // run starts one probe-and-relay in a goroutine unless one runs already.
 func (r *inboxRelay) run(ctx actor.Context, force bool) {
-	now := time.Now()
-	r.repace(now)
+	now := r.clock.Now()
 	if r.busy || now.Before(r.retryAt) {
+		r.repace(now)
 		return
 	}
 	r.busy = true
-	r.pace.hold() // the run probes by itself; ticks meanwhile would be ignored
+	r.disarm() // the run probes by itself
 	force = force || r.again
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, timeout, claimer := r.dialect, r.bg, r.timeout, r.claimer
 	params := dialects.InboxRelayParams{Limit: r.batchSize, MaxAttempts: r.maxAttempts, After: r.after}
-	wm, clk := r.gate.forStatement(), r.gate.clock
+	wm, clk := r.gate.forStatement(), r.clock
 	seenAt, settledAt := r.seenAt, r.settledAt
 	go func() {
 		res := &relayResult{}
@@ -163,37 +183,51 @@ func (r *inboxRelay) run(ctx actor.Context, force bool) {
 	}()
 }
 
-// hearWakeups sets the idle pace for the wake-up source's state.
+// hearWakeups notes the wake-up source's state: the pace follows it.
 func (r *inboxRelay) hearWakeups() {
-	if r.wakeups == nil {
-		return
-	}
-	if l := r.wakeups.Status().Listening(); l != r.listening || !r.heard {
-		r.listening, r.heard = l, true
-		r.pace.setIdle(l)
+	if r.wakeups != nil {
+		r.listening = r.wakeups.Status().Listening()
 	}
 }
 
-// repace sets the relay's clock: held while a run is under way, idle once
-// the inbox has not moved for idleAfter and no batch asks to go on.
+func (r *inboxRelay) paceState(now time.Time) claimplan.PaceState {
+	return claimplan.PaceState{Listening: r.listening, Active: r.again || now.Sub(r.lastMove) <= r.tune.IdleAfter,
+		Waiting: r.gate.wm.LastSeen() > r.gate.wm.Settled()}
+}
+
+// repace arms the next tick at the pace's interval, unless a run is under
+// way (it probes by itself) or a tick is armed already.
 func (r *inboxRelay) repace(now time.Time) {
-	if r.busy {
-		r.pace.hold()
+	if r.busy || r.tick != nil || r.self == nil {
 		return
 	}
-	r.pace.set(!r.again && now.Sub(r.lastMove) > idleAfter)
+	r.tickGen++
+	root, self, msg := r.root, r.self, &relayTick{gen: r.tickGen}
+	r.tick = r.clock.AfterFunc(r.pace.Interval(r.paceState(now)), func() { root.Send(self, msg) })
+}
+
+func (r *inboxRelay) disarm() {
+	if r.tick != nil {
+		r.tick.Stop()
+		r.tick = nil
+	}
+	r.tickGen++
 }
 
 func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 	r.busy = false
-	now := time.Now()
-	defer func() { r.repace(now) }()
+	now := r.clock.Now()
+	moved := false
+	defer func() {
+		r.pace.Probed(r.paceState(now), moved)
+		r.repace(now)
+	}()
 	if m.probe != nil {
 		// The first probe only learns where the sequence stands: rows
 		// stored before this replica started are no movement (the relay
 		// that moves them sets lastMove below).
 		if r.probed && m.probe.Last > r.gate.wm.LastSeen() {
-			r.lastMove = now
+			r.lastMove, moved = now, true
 		}
 		r.probed = true
 		r.gate.observe(ctx, r.bg, *m.probe)
@@ -227,7 +261,7 @@ func (r *inboxRelay) onResult(ctx actor.Context, m *relayResult) {
 		r.after = max(r.after, through)
 	}
 	if res.Relayed > 0 {
-		r.lastMove = now
+		r.lastMove, moved = now, true
 	}
 	// Another replica relays now: look again at the next tick, in case it
 	// stops before the rows are done.

@@ -8,7 +8,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
+	"github.com/queuebox/queuebox/actors/internal/claimplan"
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // janitor is the Janitor: it returns the rows of dead or hung replicas to
@@ -28,6 +30,9 @@ type janitor struct {
 	log                  *slog.Logger
 	bg                   *background
 	stats                *Stats
+	clock                clock.Clock
+	// tune holds the horizon look's pace and what counts as held.
+	tune claimplan.Tuning
 	// warnAfter is how long a transaction may hold the horizon back before
 	// the janitor warns (0: never); warned is the holder it warned about.
 	warnAfter time.Duration
@@ -61,20 +66,6 @@ const fullReleaseEvery = 10 * time.Minute
 // state itself, with an older updated_at, waits at most this long.
 const maxPurgeWait = time.Hour
 
-// horizonEvery is how often the janitor looks at what holds the database's
-// horizon back: one read of the server's session list. While the last look
-// saw a transaction open, it looks again when that transaction would have
-// held the horizon back for heldAfter (the claimer then behaves as under a
-// long transaction, see reach.held), and every horizonSoon once it has, so
-// that the claimer stops as soon as it ends. Looking only every
-// horizonEvery, a bulk insert of a little over heldAfter left replicas
-// draining its rows as if a transaction still held the horizon for up to
-// ten seconds after it committed, at about half their pace.
-const (
-	horizonEvery = 10 * time.Second
-	horizonSoon  = time.Second
-)
-
 func (j *janitor) Receive(ctx actor.Context) {
 	// Retention's loop starts with the actor, as the release loop does, so
 	// that Engine.Start returns only once both are counted.
@@ -82,16 +73,16 @@ func (j *janitor) Receive(ctx actor.Context) {
 		if j.retention.Interval > 0 {
 			j.bg.every(j.retention.Interval, j.purge)
 		}
-		if j.stats != nil {
-			j.bg.run(j.horizonLoop)
-		}
+		root := ctx.ActorSystem().Root
+		j.bg.run(func() { j.horizonLoop(root) })
 	}
 	runLoop(ctx, j.bg, j.loop)
 }
 
 // loop is the Janitor's release loop; retention has a loop of its own. It
-// looks every third of a lease, or, when a look takes long, backgroundLookFactor
-// times its duration (at most maxFullLook). A look walks the processing
+// looks every third of a lease, or, when a look takes long,
+// Tuning.BackgroundLookFactor times its duration (at most
+// Tuning.MaxFullLook). A look walks the processing
 // rows' index, and while a long transaction elsewhere keeps the entries of
 // every row claimed since it began, a walk from the oldest entry reads all
 // of them; so each look starts where the previous one said no processing
@@ -100,23 +91,16 @@ func (j *janitor) Receive(ctx actor.Context) {
 // and a dead replica's rows come back at most that much later.
 func (j *janitor) loop(root *actor.RootContext) {
 	every := max(j.leaseLength/3, 100*time.Millisecond)
-	next := time.NewTimer(every)
-	defer next.Stop()
-	for {
-		select {
-		case <-j.bg.ctx.Done():
-			return
-		case <-next.C:
-			start := time.Now()
-			j.releaseExpired(root)
-			next.Reset(releasePause(every, time.Since(start)))
-		}
+	for pause := every; clock.Sleep(j.bg.ctx, j.clock, pause); {
+		start := j.clock.Now()
+		j.releaseExpired(root)
+		pause = releasePause(j.tune, every, clock.Since(j.clock, start))
 	}
 }
 
 // releasePause is the pause after a look for expired leases that took took.
-func releasePause(every, took time.Duration) time.Duration {
-	return max(every, min(backgroundLookFactor*took, maxFullLook))
+func releasePause(t claimplan.Tuning, every, took time.Duration) time.Duration {
+	return max(every, min(time.Duration(t.BackgroundLookFactor)*took, t.MaxFullLook))
 }
 
 // releaseExpired returns rows of dead or hung replicas to pending. It keeps
@@ -130,16 +114,16 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 	}
 	keep, _ := res.([]uuid.UUID)
 	from := j.releaseFrom
-	full := from.IsZero() || time.Since(j.fullReleaseAt) >= fullReleaseEvery
+	full := from.IsZero() || clock.Since(j.clock, j.fullReleaseAt) >= fullReleaseEvery
 	if full {
 		from = time.Time{}
 	}
 	for first := true; j.bg.ctx.Err() == nil; first = false {
 		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-		start := time.Now()
+		start := j.clock.Now()
 		r, err := j.dialect.OutboxReleaseExpired(ctx, 1000, keep, from)
 		cancel()
-		j.stats.looked(releaseLook, time.Since(start))
+		j.stats.looked(releaseLook, clock.Since(j.clock, start))
 		if err != nil {
 			return
 		}
@@ -190,7 +174,7 @@ func (j *janitor) purge() {
 		state dialects.State
 		age   time.Duration
 	}{{dialects.Delivered, r.Delivered}, {dialects.Dead, r.Dead}} {
-		if p.age <= 0 || time.Now().Before(j.purgeAfter[p.state]) {
+		if p.age <= 0 || j.clock.Now().Before(j.purgeAfter[p.state]) {
 			continue
 		}
 		total, done := 0, false
@@ -215,7 +199,7 @@ func (j *janitor) purge() {
 			wait, err := j.dialect.OutboxPurgeWait(ctx, p.state, p.age)
 			cancel()
 			if err == nil && wait > r.Interval {
-				j.purgeAfter[p.state] = time.Now().Add(min(wait, maxPurgeWait))
+				j.purgeAfter[p.state] = j.clock.Now().Add(min(wait, maxPurgeWait))
 			}
 		}
 		if total > 0 {
@@ -256,34 +240,34 @@ func (j *janitor) purgeAttempts() {
 }
 
 // horizonLoop looks at what holds the horizon back (watchHorizon) until the
-// engine stops, as often as horizonNext says.
-func (j *janitor) horizonLoop() {
-	t := time.NewTimer(horizonSoon)
-	defer t.Stop()
-	for {
-		select {
-		case <-j.bg.ctx.Done():
-			return
-		case <-t.C:
-			h := j.watchHorizon()
-			if h == nil {
-				// The look failed: what the last one saw stands, and a
-				// holder it saw is looked at again as soon.
-				h = j.stats.Horizon.Load()
-			}
-			t.Reset(horizonNext(h, time.Now()))
+// engine stops, as often as horizonNext says, and tells the claimer what
+// each look saw: its claims behave as under a long transaction while one
+// has held the horizon back for Tuning.HeldAfter.
+func (j *janitor) horizonLoop(root *actor.RootContext) {
+	var last *dialects.Horizon
+	for wait := j.tune.HorizonSoon; clock.Sleep(j.bg.ctx, j.clock, wait); {
+		if h := j.watchHorizon(); h != nil {
+			last = h
+			root.Send(j.claimer, &horizonSeen{horizon: h})
 		}
+		// After a look that failed, what the last one saw stands, and a
+		// holder it saw is looked at again as soon.
+		wait = horizonNext(j.tune, last, j.clock.Now())
 	}
 }
 
 // horizonNext is how long after a look that saw h, at now, the next one
-// comes.
-func horizonNext(h *dialects.Horizon, now time.Time) time.Duration {
+// comes: Tuning.HorizonEvery while nothing holds the horizon; while a
+// transaction does, a little after it would have held it for HeldAfter (so
+// that the look sees it held), then every HorizonSoon, so that the claims
+// stop behaving as held soon after it ends. (Looking only every
+// HorizonEvery, a bulk insert a little longer than HeldAfter left replicas
+// draining its rows as if a transaction still held the horizon.)
+func horizonNext(t claimplan.Tuning, h *dialects.Horizon, now time.Time) time.Duration {
 	if h == nil || h.Holder == nil || h.Holder.Since.IsZero() {
-		return horizonEvery
+		return t.HorizonEvery
 	}
-	// A little past heldAfter, so that the look sees it held.
-	return min(horizonEvery, max(horizonSoon, heldAfter-now.Sub(h.Holder.Since)+100*time.Millisecond))
+	return min(t.HorizonEvery, max(t.HorizonSoon, t.HeldAfter-now.Sub(h.Holder.Since)+100*time.Millisecond))
 }
 
 // watchHorizon reads what holds the horizon back, for the metrics and the
@@ -299,14 +283,14 @@ func (j *janitor) watchHorizon() *dialects.Horizon {
 	if err != nil {
 		return nil
 	}
-	h.ReadAt = time.Now()
+	h.ReadAt = j.clock.Now()
 	j.stats.Horizon.Store(&h)
 	held := h.HeldFor(j.warnAfter)
 	switch {
 	case held && j.warnAfter > 0 && (j.warned == nil || j.warned.PID != h.Holder.PID || !j.warned.Since.Equal(h.Holder.Since)):
 		j.warned = h.Holder
 		j.log.Warn("a long transaction holds the database's horizon back: vacuum can remove no row version the relay leaves behind until it ends (see queuebox status)",
-			"kind", h.Holder.Kind, "pid", h.Holder.PID, "openFor", time.Since(h.Holder.Since).Round(time.Second),
+			"kind", h.Holder.Kind, "pid", h.Holder.PID, "openFor", clock.Since(j.clock, h.Holder.Since).Round(time.Second),
 			"state", h.Holder.State, "application", h.Holder.Name, "deadRowVersions", h.DeadVersions)
 	case !held && j.warned != nil:
 		j.log.Info("the long transaction that held the horizon back has ended", "pid", j.warned.PID)

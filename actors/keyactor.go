@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // keyActor delivers the rows of one key strictly one Publish after another,
@@ -25,16 +27,17 @@ type keyActor struct {
 	// rearmed for the rest of the period when it fires early. (protoactor's
 	// own receive timeout races with the mailbox under the race detector.)
 	lastActive time.Time
-	idleTimer  *time.Timer
+	idleTimer  clock.Timer
+	clock      clock.Clock
 }
 
 // idleCheck is the idle timer firing.
 type idleCheck struct{}
 
-func newKeyActor(d *deliverer, key string, claimer *actor.PID, idleAfter time.Duration) *keyActor {
+func newKeyActor(d *deliverer, key string, claimer *actor.PID, idleAfter time.Duration, c clock.Clock) *keyActor {
 	q := newDeliveryQueue(d, true, 1)
 	q.key = key
-	return &keyActor{deliveryQueue: q, key: key, claimer: claimer, idleAfter: idleAfter}
+	return &keyActor{deliveryQueue: q, key: key, claimer: claimer, idleAfter: idleAfter, clock: c}
 }
 
 func (k *keyActor) Receive(ctx actor.Context) {
@@ -53,7 +56,7 @@ func (k *keyActor) Receive(ctx actor.Context) {
 		return
 	}
 	k.done += n
-	k.lastActive = time.Now()
+	k.lastActive = k.clock.Now()
 	if k.idle() && k.idleTimer == nil {
 		k.armIdle(ctx, k.idleAfter)
 	}
@@ -64,7 +67,7 @@ func (k *keyActor) onIdleCheck(ctx actor.Context) {
 	if !k.idle() {
 		return // busy: the next idle step arms the timer again
 	}
-	if rest := k.idleAfter - time.Since(k.lastActive); rest > 0 {
+	if rest := k.idleAfter - clock.Since(k.clock, k.lastActive); rest > 0 {
 		k.armIdle(ctx, rest)
 		return
 	}
@@ -75,5 +78,5 @@ func (k *keyActor) onIdleCheck(ctx actor.Context) {
 
 func (k *keyActor) armIdle(ctx actor.Context, after time.Duration) {
 	root, self := ctx.ActorSystem().Root, ctx.Self()
-	k.idleTimer = time.AfterFunc(after, func() { root.Send(self, &idleCheck{}) })
+	k.idleTimer = k.clock.AfterFunc(after, func() { root.Send(self, &idleCheck{}) })
 }

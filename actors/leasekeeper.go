@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // Messages of the lease keeper.
@@ -47,6 +48,7 @@ type leaseKeeper struct {
 	dialect dialects.Relay
 	// leaseLength is how long each claim or renewal holds a row.
 	leaseLength time.Duration
+	clock       clock.Clock
 	// bg ends when the engine stops; it bounds the renewals.
 	bg  context.Context
 	log *slog.Logger
@@ -140,7 +142,7 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, length := k.dialect, k.bg, k.leaseLength
 	go func() {
-		sentAt := time.Now()
+		sentAt := k.clock.Now()
 		qctx, cancel := context.WithTimeout(bg, length/3)
 		lost, err := dialect.OutboxRenewLeases(qctx, claims, length)
 		cancel()

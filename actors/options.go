@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/clock"
 	"github.com/queuebox/queuebox/routing"
 	"github.com/queuebox/queuebox/sinks"
 )
@@ -74,6 +75,9 @@ type Options struct {
 	Observer Observer
 	// Inbox configures the inbox relay (inboxrelay.go).
 	Inbox InboxRelay
+	// Clock is the engine's time: every actor, loop and timer reads it.
+	// Nil is the wall clock; tests pass a fake.
+	Clock clock.Clock
 }
 
 // withDefaults checks the options and fills in what was left out.
@@ -111,6 +115,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Replica == "" {
 		o.Replica = replicaName()
 	}
+	o.Clock = clock.Or(o.Clock)
 	if o.Inbox.BatchSize <= 0 {
 		o.Inbox.BatchSize = o.BatchSize
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/queuebox/queuebox/actors/internal/claimplan"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // parts are what the engine supervisor builds its children from: the
@@ -25,8 +28,8 @@ type parts struct {
 	deliveryCtx context.Context
 	drained     chan struct{}
 	ready       *atomic.Bool
-	// budget is how many claims and completions run at once.
-	budget *statementBudget
+	clock       clock.Clock
+	tune        claimplan.Tuning
 }
 
 // supervisorActor is the engine supervisor: it spawns the engine's actors,
@@ -81,10 +84,11 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	}, actor.WithSupervisor(actor.NewExponentialBackoffStrategy(time.Minute, time.Second))), "sinks")
 
 	leaseKeeperPID := spawn("lease-keeper", mailbox(o.Mailboxes.Claimer, &lengths[KindLeaseKeeper]), func() actor.Actor {
-		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, leaseLength: o.Lease, bg: s.bg.ctx, log: s.log})
+		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, leaseLength: o.Lease, bg: s.bg.ctx, log: s.log, clock: s.clock})
 	})
 	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
-		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, budget: s.budget}
+		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer,
+			clock: s.clock, statements: budgetAlone}
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
@@ -99,14 +103,15 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)
 	})
-	probePace := newPace(o.ProbeInterval, wallClock{})
 	claimerPID := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
 		return newClaimer(claimer{
-			dialect: o.Dialect, batchSize: o.BatchSize, maxInFlight: o.MaxInFlight, leaseLength: o.Lease,
+			dialect: o.Dialect, clock: s.clock, leaseLength: o.Lease,
 			pool: poolPID, leaseKeeper: leaseKeeperPID,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
-			pace: probePace, budget: s.budget, wakeups: o.Wakeups, pollInterval: o.PollInterval,
+			wakeups: o.Wakeups,
+			plan: claimplan.New(s.tune, claimplan.Config{BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight,
+				ProbeInterval: o.ProbeInterval, PollInterval: o.PollInterval, Statements: budgetAlone}),
 		})
 	})
 	if err != nil {
@@ -119,30 +124,32 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	kids := &children{claimer: claimerPID}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
 		return &janitor{dialect: o.Dialect, attempts: o.Dialect, history: o.History, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg,
-			stats: s.stats, warnAfter: o.LongTransactionWarning}
+			stats: s.stats, warnAfter: o.LongTransactionWarning, clock: s.clock, tune: s.tune}
 	}), "janitor"))
 
-	// The clocks: ticks only ever send, so no mailbox waits on them.
+	// The loops only ever send, so no mailbox waits on them. The claimer
+	// arms its own timers.
 	root := c.ActorSystem().Root
-	s.bg.every(o.PollInterval, func() { root.Send(claimerPID, &claimTick{}) })
-	s.bg.everyPaced(probePace, func() { root.Send(claimerPID, &probeTick{}) })
 	s.bg.nudges(o.Wakeups.Outbox(), func() { root.Send(claimerPID, &nudged{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
-	watcher := &relayWatcher{budget: s.budget, dialect: o.Dialect, stats: s.stats, log: s.log, bg: s.bg.ctx}
+	watcher := &relayWatcher{dialect: o.Dialect, clock: s.clock, stats: s.stats, log: s.log, bg: s.bg.ctx,
+		tell: func(n int) {
+			root.Send(claimerPID, &budgetChanged{statements: n})
+			root.Send(completerPID, &budgetChanged{statements: n})
+		}}
 	s.bg.run(watcher.loop)
 	s.bg.run(dests.loop)
 	if o.Inbox.Enabled {
 		// The inbox relay sends only to itself and wakes the claimer; its
 		// mailbox holds ticks, which it handles at once.
-		relayPace := newPace(o.ProbeInterval, wallClock{})
 		relayPID := spawn("inbox-relay", actor.Unbounded(), func() actor.Actor {
 			return newInboxRelay(inboxRelay{dialect: o.Dialect, batchSize: o.Inbox.BatchSize, maxAttempts: o.Inbox.MaxAttempts,
-				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log, pace: relayPace, wakeups: o.Wakeups})
+				timeout: max(o.Lease/2, time.Second), claimer: claimerPID, bg: s.bg.ctx, log: s.log, wakeups: o.Wakeups,
+				clock: s.clock, tune: s.tune, pace: claimplan.NewPace(s.tune, o.ProbeInterval)})
 		})
 		if err != nil {
 			return &children{err: err}
 		}
-		s.bg.everyPaced(relayPace, func() { root.Send(relayPID, &relayTick{}) })
 		s.bg.nudges(o.Wakeups.Inbox(), func() { root.Send(relayPID, &relayNudged{}) })
 		s.bg.every(o.PollInterval, func() { root.Send(relayPID, &relayPoll{}) })
 	}

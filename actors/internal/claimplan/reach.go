@@ -1,4 +1,4 @@
-package actors
+package claimplan
 
 import (
 	"slices"
@@ -72,7 +72,7 @@ import (
 // stay a small share of the time however many versions a long transaction
 // keeps, and none of them holds a claim up.
 type reach struct {
-	clock clock
+	t Tuning
 	// known: a probe has told the replay counter.
 	known   bool
 	rewinds int64
@@ -139,88 +139,13 @@ type reach struct {
 	// of when the claim was planned, at the last claim that took rows: an
 	// empty claim returns no time, and this estimates it.
 	dbAhead time.Duration
+	// claimedRows counts the rows claimed since the floors were last read
+	// (see floorsDue).
+	claimedRows int
 	// writers are the open writers the last probes saw (transaction ids),
 	// each with when a claim whose probe saw it first was planned.
 	writers map[int64]time.Time
 }
-
-// lookbackMargin is how far before the last look a walk in schedule order
-// looks again at least every wideEvery: a row's scheduled_at is its
-// transaction's start, and a transaction that began before a look may
-// commit after it. Between those walks the margin follows the lateness
-// seen over the last one or two lateWindows, from minMargin up.
-const (
-	lookbackMargin = 250 * time.Millisecond
-	minMargin      = 20 * time.Millisecond
-	wideEvery      = 100 * time.Millisecond
-	lateWindow     = 10 * time.Second
-)
-
-// maxWriterLook is how far back, at most, a walk looks for the rows of the
-// writers its probe saw open: a row's scheduled_at is about when its
-// writer was first seen, and a writer that still runs when a walk looks
-// commits its rows behind it. An older writer's rows are left to the
-// looks for stragglers, so that one transaction left open after its insert
-// does not make every walk look back to it.
-const maxWriterLook = lookbackMargin
-
-// maxEndedWriterLook is how long a writer may have been seen open for the
-// next walk to look back to it once it ends (see writersSeen): the span of
-// the narrow looks for stragglers, which would find its rows otherwise.
-const maxEndedWriterLook = stragglerSpan
-
-// fullLookFactor, minFullLook, maxFullLook: a walk over the keys comes
-// fullLookFactor times its last duration after the last, within these
-// bounds: often while it is cheap, rarely while a long transaction makes it
-// read many versions, and never less than once a minute. A look for
-// stragglers, a read of the floors and the janitor's look for expired
-// leases, which are off the claims' path and whose only cost is the
-// database's time, come backgroundLookFactor times theirs after the last:
-// together at most about 6% of one core of the database however long a
-// transaction stays open (at 20 each they took 15%, and the claims' tail
-// latency rose with it). minStragglerLook is the shortest time between two
-// looks for stragglers, which are rare.
-//
-// maxFloorsLook bounds the time between two reads of the floors instead:
-// the floors only narrow the head rule's probes, and once they are more than
-// positionsAfter old the keys' positions narrow them further, so a read
-// that takes seconds under a long transaction comes no more often than its
-// cost allows (a read of 6.5 s once a minute, seen in a ten-minute hold,
-// was a tenth of a core of the database).
-const (
-	fullLookFactor       = 20
-	backgroundLookFactor = 50
-	minFullLook          = 10 * time.Millisecond
-	maxFullLook          = time.Minute
-	maxFloorsLook        = 10 * time.Minute
-	minStragglerLook     = time.Second
-)
-
-// stragglerSpan is how far back the looks for stragglers between two
-// looks from the start reach: transactions that take longer
-// from their start to their commit leave rows that only a look from the
-// start finds.
-const stragglerSpan = 10 * time.Second
-
-// maxContinuing bounds the keys the claimer remembers to continue; beyond
-// it the oldest are forgotten (their next rows are found by the walks).
-const maxContinuing = 65536
-
-// maxPositions bounds the positions a claim carries (the most recently
-// updated keys: the busy ones, whose probes would walk the most versions);
-// positionsAfter is how old the floors must be before claims carry
-// positions at all (while vacuum keeps up, the floors are read every few
-// hundred milliseconds and bound the probes as well); positionsEvery is how
-// often the sorted snapshot of the positions is made again.
-const (
-	maxPositions   = 1024
-	positionsAfter = time.Second
-	positionsEvery = 100 * time.Millisecond
-)
-
-// heldAfter is how long a transaction must have held the horizon back
-// before the claims behave as under a long transaction.
-const heldAfter = 5 * time.Second
 
 // mark is how far the claimer has seen rows arrive (the newest sequence a
 // probe saw) and settle (the gate's watermark).
@@ -236,7 +161,7 @@ type keyPos struct {
 	after, n int64
 }
 
-func newReach(c clock) reach { return reach{clock: c} }
+func newReach(t Tuning) reach { return reach{t: t} }
 
 // observe takes a probe's rewind counter: a rewind sets every bound aside.
 // It reports whether the counter moved (rows came back to pending: worth a
@@ -289,16 +214,16 @@ func (r *reach) walkBy(t time.Time) {
 // there, and a row that arrives for it since is news, which makes the next
 // claim walk the keys. While held, walks are rare, and it is continued all
 // the same.
-func (r *reach) continued(cs []continuation) {
+func (r *reach) continued(cs []Continuation) {
 	for _, c := range cs {
-		if r.known && c.rewinds == r.rewinds {
-			if r.held || !c.ended {
-				r.continuing = append(r.continuing, c.pos)
+		if r.known && c.Rewinds == r.rewinds {
+			if r.held || !c.Ended {
+				r.continuing = append(r.continuing, c.Pos)
 			}
-			r.learn(c.pos)
+			r.learn(c.Pos)
 		}
 	}
-	if extra := len(r.continuing) - maxContinuing; extra > 0 {
+	if extra := len(r.continuing) - r.t.MaxContinuing; extra > 0 {
 		r.continuing = slices.Delete(r.continuing, 0, extra)
 	}
 }
@@ -315,11 +240,11 @@ func (r *reach) learn(p dialects.KeyPosition) {
 		return
 	}
 	r.positions[p.Key] = keyPos{after: p.After, n: r.posCount}
-	if len(r.positions) > maxPositions {
+	if len(r.positions) > r.t.MaxPositions {
 		// Positions were updated posCount times in all; those updated in
 		// the last maxPositions/2 times stay.
 		for k, v := range r.positions {
-			if v.n <= r.posCount-maxPositions/2 {
+			if v.n <= r.posCount-int64(r.t.MaxPositions/2) {
 				delete(r.positions, k)
 			}
 		}
@@ -332,7 +257,7 @@ func (r *reach) sortedPositions(now time.Time) []dialects.KeyPosition {
 	if len(r.positions) == 0 {
 		return nil
 	}
-	if r.posSorted == nil || now.Sub(r.posSortedAt) >= positionsEvery {
+	if r.posSorted == nil || now.Sub(r.posSortedAt) >= r.t.PositionsEvery {
 		out := make([]dialects.KeyPosition, 0, len(r.positions))
 		for k, v := range r.positions {
 			out = append(out, dialects.KeyPosition{Key: k, After: v.after})
@@ -382,8 +307,7 @@ type claimPlan struct {
 // whenever rows arrived would, under a held snapshot, walk them at every
 // claim: claims of many seconds, a backlog, longer runs, and more claims by
 // key.
-func (r *reach) plan(kind claimKind, heads int) claimPlan {
-	now := r.clock.Now()
+func (r *reach) plan(now time.Time, kind claimKind, heads int) claimPlan {
 	p := claimPlan{kind: kind, lowered: r.lowered, sentAt: now}
 	n := min(heads, len(r.continuing))
 	p.continued = slices.Clone(r.continuing[:n])
@@ -421,15 +345,15 @@ func (r *reach) plan(kind claimKind, heads int) claimPlan {
 	}
 	if p.kind == scheduleClaim {
 		if p.full = r.anchor.IsZero(); !p.full {
-			margin := lookbackMargin
+			margin := r.t.LookbackMargin
 			if narrow := r.held && !r.blind; narrow && now.Before(r.nextWide) {
 				margin = r.margin(now)
 			} else if narrow {
-				r.nextWide = now.Add(wideEvery)
+				r.nextWide = now.Add(r.t.WideEvery)
 			}
 			b.Lookback = now.Sub(r.anchor) + margin
 		}
-		if r.held && !r.blind && (r.floors == nil || now.Sub(r.floorsReadAt) >= positionsAfter) {
+		if r.held && !r.blind && (r.floors == nil || now.Sub(r.floorsReadAt) >= r.t.PositionsAfter) {
 			b.Positions = r.sortedPositions(now)
 		}
 	}
@@ -447,6 +371,7 @@ func (r *reach) keysWait() bool { return !r.held && r.moreKeys }
 // walk; a walk over the keys that was full makes the next claims walk again,
 // while the horizon is not held, until one comes back short.
 func (r *reach) took(p claimPlan, rows int, full bool) {
+	r.claimedRows += rows
 	if p.fallback && rows == 0 {
 		r.fruitless = true
 	}
@@ -470,8 +395,7 @@ func (r *reach) failed(p claimPlan) {
 // or a walk over the keys cost. waitingSince is when keyed rows began to
 // wait for a writer (zero: none wait): rows of that time may commit later,
 // so the next walk looks back to it.
-func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, took time.Duration, waitingSince time.Time) {
-	now := r.clock.Now()
+func (r *reach) claimed(now time.Time, kind claimKind, p claimPlan, rep dialects.ClaimReport, took time.Duration, waitingSince time.Time) {
 	switch {
 	case rep.Empty:
 		// It walked every due row it may look at and found no head (every
@@ -506,7 +430,7 @@ func (r *reach) claimed(kind claimKind, p claimPlan, rep dialects.ClaimReport, t
 		}
 	case byKeyClaim:
 		if p.full {
-			r.nextWalk = now.Add(min(max(fullLookFactor*took, minFullLook), maxFullLook))
+			r.nextWalk = now.Add(min(max(time.Duration(r.t.FullLookFactor)*took, r.t.MinFullLook), r.t.MaxFullLook))
 			r.walked = r.walked.max(p.seen)
 		}
 	}
@@ -541,7 +465,7 @@ func (r *reach) writersSeen(ws []int64, sentAt time.Time) time.Duration {
 			}
 			r.writers[w], at = sentAt, sentAt
 		}
-		if at.Before(oldest) && sentAt.Sub(at) <= maxWriterLook {
+		if at.Before(oldest) && sentAt.Sub(at) <= r.t.LookbackMargin {
 			oldest = at
 		}
 	}
@@ -552,12 +476,12 @@ func (r *reach) writersSeen(ws []int64, sentAt time.Time) time.Duration {
 				continue
 			}
 			delete(r.writers, w)
-			if open := sentAt.Sub(at); open > maxWriterLook && open <= maxEndedWriterLook && (ended.IsZero() || at.Before(ended)) {
+			if open := sentAt.Sub(at); open > r.t.LookbackMargin && open <= r.t.StragglerSpan && (ended.IsZero() || at.Before(ended)) {
 				ended = at
 			}
 		}
 		if !ended.IsZero() {
-			r.lookBackTo(ended.Add(-lookbackMargin))
+			r.lookBackTo(ended.Add(-r.t.LookbackMargin))
 		}
 	}
 	return sentAt.Sub(oldest)
@@ -566,21 +490,21 @@ func (r *reach) writersSeen(ws []int64, sentAt time.Time) time.Duration {
 // lookback is how far back a walk planned now with the whole margin looks
 // (the look for stragglers looks behind it).
 func (r *reach) lookback(now time.Time) time.Duration {
-	return now.Sub(r.anchor) + lookbackMargin
+	return now.Sub(r.anchor) + r.t.LookbackMargin
 }
 
 // margin is the narrow walks' margin: twice the largest lateness of the
 // last one or two windows, plus minMargin, up to lookbackMargin.
 func (r *reach) margin(now time.Time) time.Duration {
 	r.rotateLate(now)
-	return min(2*max(r.late, r.latePrev)+minMargin, lookbackMargin)
+	return min(2*max(r.late, r.latePrev)+r.t.MinMargin, r.t.LookbackMargin)
 }
 
 func (r *reach) rotateLate(now time.Time) {
 	switch gap := now.Sub(r.lateFrom); {
-	case gap >= 2*lateWindow:
+	case gap >= 2*r.t.LateWindow:
 		r.latePrev, r.late, r.lateFrom = 0, 0, now
-	case gap >= lateWindow:
+	case gap >= r.t.LateWindow:
 		r.latePrev, r.late, r.lateFrom = r.late, 0, now
 	}
 }
@@ -606,8 +530,7 @@ func (r *reach) noteLateness(now time.Time, rep dialects.ClaimReport, writerAge 
 
 // stragglersDue says whether to look for stragglers now, and with which
 // bounds (marking the look under way).
-func (r *reach) stragglersDue() (dialects.Bounds, bool) {
-	now := r.clock.Now()
+func (r *reach) stragglersDue(now time.Time) (dialects.Bounds, bool) {
 	if r.looking || !r.known || r.anchor.IsZero() || now.Before(r.nextLook) {
 		return dialects.Bounds{}, false
 	}
@@ -615,7 +538,7 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 	b := dialects.Bounds{Rewinds: r.rewinds, Lookback: r.lookback(now)}
 	r.whole = !now.Before(r.nextWhole)
 	if !r.whole {
-		b.Within = stragglerSpan
+		b.Within = r.t.StragglerSpan
 	}
 	if r.floors != nil && r.floorsAt == r.rewinds && !r.blind {
 		b.Floors = r.floors
@@ -625,13 +548,12 @@ func (r *reach) stragglersDue() (dialects.Bounds, bool) {
 
 // stragglersFound takes a look's result: a straggler that became due ago
 // before the look was sent (at sentAt) makes the next walk look back to it.
-func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time, took time.Duration, err error) {
+func (r *reach) stragglersFound(now time.Time, ago time.Duration, found bool, sentAt time.Time, took time.Duration, err error) {
 	r.looking = false
-	now := r.clock.Now()
-	next := min(max(backgroundLookFactor*took, minStragglerLook), maxFullLook)
+	next := min(max(time.Duration(r.t.BackgroundLookFactor)*took, r.t.MinStragglerLook), r.t.MaxFullLook)
 	if r.whole {
 		r.nextWhole = now.Add(next)
-		next = minStragglerLook // the narrow looks go on in between
+		next = r.t.MinStragglerLook // the narrow looks go on in between
 	}
 	r.nextLook = now.Add(next)
 	if err == nil && found {
@@ -641,8 +563,8 @@ func (r *reach) stragglersFound(ago time.Duration, found bool, sentAt time.Time,
 
 // floorsDue says whether to read the floors now (and marks the read
 // under way).
-func (r *reach) floorsDue() bool {
-	if r.reading || r.blind || !r.known || r.clock.Now().Before(r.nextFloors) {
+func (r *reach) floorsDue(now time.Time) bool {
+	if r.reading || r.blind || !r.known || now.Before(r.nextFloors) || !r.held && r.claimedRows < r.t.FloorsAfterRows && r.floors != nil {
 		return false
 	}
 	r.reading = true
@@ -659,7 +581,7 @@ func (r *reach) lastFloors() dialects.Floors {
 }
 
 // floorsRead takes a floors read's result.
-func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
+func (r *reach) floorsRead(now time.Time, f dialects.Floors, took time.Duration, err error) {
 	r.reading = false
 	if err != nil {
 		if dialects.Blind(err) {
@@ -670,6 +592,7 @@ func (r *reach) floorsRead(f dialects.Floors, took time.Duration, err error) {
 	if f.Rewinds != r.rewinds {
 		return // made before a rewind: the next read comes as soon as it may
 	}
-	r.nextFloors = r.clock.Now().Add(min(max(backgroundLookFactor*took, minFullLook), maxFloorsLook))
-	r.floors, r.floorsAt, r.floorsReadAt = f.Groups, f.Rewinds, r.clock.Now()
+	r.nextFloors = now.Add(min(max(time.Duration(r.t.BackgroundLookFactor)*took, r.t.MinFullLook), r.t.MaxFloorsLook))
+	r.floors, r.floorsAt, r.floorsReadAt = f.Groups, f.Rewinds, now
+	r.claimedRows = 0
 }

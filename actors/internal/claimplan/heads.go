@@ -1,4 +1,4 @@
-package actors
+package claimplan
 
 import (
 	"github.com/queuebox/queuebox/dialects"
@@ -20,7 +20,7 @@ import (
 //
 // Both take the keys this replica just finished a run of first
 // (continuations, see reach.go). The claimer claims by key while most rows
-// are keyed and the runs are longer than shallowRun: a deep keyed backlog
+// are keyed and the runs are longer than Tuning.ShallowRun: a deep keyed backlog
 // is never walked in schedule order. Both kinds return keyed and unkeyed
 // rows alike, so the share follows the backlog whichever kind runs.
 type claimKind uint8
@@ -37,6 +37,8 @@ func (k claimKind) String() string {
 
 // claimChoice picks the kind of each claim from the rows claims return.
 type claimChoice struct {
+	// shallow is Tuning.ShallowRun.
+	shallow int
 	// keyed is a moving average of the share of keyed rows in claims; it
 	// starts at one half, so the first claim goes by key (cheap on every
 	// backlog while nothing is busy) and tells which way the backlog leans.
@@ -45,21 +47,15 @@ type claimChoice struct {
 
 // pick returns the kind of the next claim, given the run the head policy
 // aims for: by key while most rows are keyed and keys hold runs of more
-// than shallowRun rows. On shallow keys nearly every row is a head, and the
+// than Tuning.ShallowRun rows. On shallow keys nearly every row is a head, and the
 // walk in schedule order, which looks only at what became due since the
 // last claim, finds them without walking the keys.
 func (c *claimChoice) pick(run int) claimKind {
-	if c.keyed >= 0.5 && run > shallowRun {
+	if c.keyed >= 0.5 && run > c.shallow {
 		return byKeyClaim
 	}
 	return scheduleClaim
 }
-
-// shallowRun is the run at or below which keys count as shallow. Runs of
-// keys that get a row now and then swing between one and a few (a claim
-// that finds two rows of one key doubles the run it asks for); a deep
-// backlog reaches maxRun within a few claims.
-const shallowRun = 8
 
 // observe learns from the rows a claim returned.
 func (c *claimChoice) observe(rows []dialects.Row) {
@@ -82,25 +78,27 @@ func (c *claimChoice) observe(rows []dialects.Row) {
 // to pass over, fewer claims, and one Publish per run where the sink takes
 // batches. Shallow keys (one or two rows each) and unkeyed rows need many
 // heads. The policy follows the runs claims actually return: a claim whose
-// runs mostly came back as long as it let them doubles run (up to maxRun);
+// runs mostly came back as long as it let them doubles run (up to Tuning.MaxRun);
 // one whose runs mostly ended sooner sets run to the length they had.
 //
-// It starts at maxRun: on deep keys the first claims then take whole runs
+// It starts at Tuning.MaxRun: on deep keys the first claims then take whole runs
 // rather than one row of each of many keys (which would leave every key
 // busy with a short run, and replicas taking turns on the same keys); on
 // shallow keys or unkeyed rows the first claim comes back short and the
 // next one asks for many heads.
 type headPolicy struct {
 	run int
+	// maxRun and shallow are Tuning.MaxRun and Tuning.ShallowRun.
+	maxRun, shallow int
 }
 
-const maxRun = 128
-
-func newHeadPolicy() headPolicy { return headPolicy{run: maxRun} }
+func newHeadPolicy(t Tuning) headPolicy {
+	return headPolicy{run: t.MaxRun, maxRun: t.MaxRun, shallow: t.ShallowRun}
+}
 
 // next returns the heads for a claim of limit rows, and the run it aims for
 // (which observe needs back: claims overlap, and each is judged by what it
-// asked). Beyond shallowRun, where claims go by key, the heads leave each
+// asked). Beyond Tuning.ShallowRun, where claims go by key, the heads leave each
 // one a share of at least one row more than the run (claimShare): keys that
 // all hold exactly run rows (a backlog written in even batches) then come
 // back shorter than their share, which tells that each ended, rather than
@@ -109,7 +107,7 @@ func newHeadPolicy() headPolicy { return headPolicy{run: maxRun} }
 // nothing: seen to double a keyed drain's claims, every other one empty.
 func (h *headPolicy) next(limit int) (heads, run int) {
 	run = max(h.run, 1)
-	if run > shallowRun {
+	if run > h.shallow {
 		return max(1, limit/(run+1)), run
 	}
 	return max(1, limit/run), run
@@ -146,9 +144,9 @@ func (h *headPolicy) observe(rows []dialects.Row, requested, asked int) {
 	case cut*2 >= keys:
 		// Another claim may have raised run meanwhile; it is not lowered
 		// for that.
-		h.run = max(h.run, min(asked*2, maxRun, max(requested, 1)))
+		h.run = max(h.run, min(asked*2, h.maxRun, max(requested, 1)))
 	default:
-		h.run = min(max(keyed/keys, 1), maxRun)
+		h.run = min(max(keyed/keys, 1), h.maxRun)
 	}
 }
 
@@ -181,7 +179,11 @@ func claimHeads(rows []dialects.Row) int {
 // row (the next one was processing, waiting for a retry or beyond the gate,
 // or there was none). The heads a claim returns are the heads it found:
 // it locks them before it stamps them.
-func claimShare(rows []dialects.Row, requested int) int {
+func claimShare(rows []dialects.Row, requested int) int { return Share(rows, requested) }
+
+// Share is claimShare, for the claimer's dispatch: a run shorter than it
+// ended at its key's last claimable row.
+func Share(rows []dialects.Row, requested int) int {
 	keyed := 0
 	for i := range rows {
 		if rows[i].Key != "" && (i == 0 || rows[i-1].Key != rows[i].Key) {

@@ -1,4 +1,4 @@
-package actors
+package claimplan
 
 import (
 	"fmt"
@@ -20,16 +20,16 @@ func runs(keys, n int) []dialects.Row {
 
 // On deep keys the first claim already asks for long runs.
 func TestHeadPolicyStartsWithLongRuns(t *testing.T) {
-	h := newHeadPolicy()
-	if heads, run := h.next(500); run != maxRun || heads != 500/maxRun {
-		t.Fatalf("first claim: %d heads for runs of %d; want runs of %d", heads, run, maxRun)
+	h := newHeadPolicy(tune)
+	if heads, run := h.next(500); run != tune.MaxRun || heads != 500/tune.MaxRun {
+		t.Fatalf("first claim: %d heads for runs of %d; want runs of %d", heads, run, tune.MaxRun)
 	}
 }
 
 // Two claims in flight at once: the one that asked for shorter runs and got
 // them must not pull the run back down below what the other raised it to.
 func TestHeadPolicyOverlappingClaimsDoNotShrinkTheRun(t *testing.T) {
-	h := headPolicy{run: 8}
+	h := headPolicy{run: 8, maxRun: tune.MaxRun, shallow: tune.ShallowRun}
 	_, askedA := h.next(500) // claim A asks for runs of 8
 	_, askedB := h.next(500) // claim B too, while A runs
 	h.observe(runs(62, 8), 500, askedA)
@@ -45,7 +45,7 @@ func TestHeadPolicyOverlappingClaimsDoNotShrinkTheRun(t *testing.T) {
 // A claim that came back empty (every key busy) leaves the run alone; runs
 // shorter than asked set it to their length; unkeyed rows set it to one.
 func TestHeadPolicyLearnsFromWhatClaimsReturn(t *testing.T) {
-	h := headPolicy{run: 64}
+	h := headPolicy{run: 64, maxRun: tune.MaxRun, shallow: tune.ShallowRun}
 	h.observe(nil, 500, 64)
 	if h.run != 64 {
 		t.Fatalf("an empty claim changed the run to %d", h.run)
@@ -62,8 +62,8 @@ func TestHeadPolicyLearnsFromWhatClaimsReturn(t *testing.T) {
 		heads, asked := h.next(500)
 		h.observe(runs(heads, 1+(500-heads)/heads), 500, asked)
 	}
-	if h.run != maxRun {
-		t.Fatalf("runs as long as each claim let them: run %d, want it to grow to %d", h.run, maxRun)
+	if h.run != tune.MaxRun {
+		t.Fatalf("runs as long as each claim let them: run %d, want it to grow to %d", h.run, tune.MaxRun)
 	}
 }
 
@@ -74,7 +74,7 @@ func TestHeadPolicyLearnsFromWhatClaimsReturn(t *testing.T) {
 // run rather than swing between two.
 func TestHeadPolicyTellsKeysThatEndAtTheRun(t *testing.T) {
 	for _, n := range []int{10, 64, 100, 127} {
-		h := headPolicy{run: n}
+		h := headPolicy{run: n, maxRun: tune.MaxRun, shallow: tune.ShallowRun}
 		for i := range 5 {
 			heads, asked := h.next(500)
 			rows := runs(heads, n)
