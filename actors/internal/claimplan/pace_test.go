@@ -9,7 +9,9 @@ import (
 // it ran in, whether it found news, and the interval the pace then gives.
 func TestPaceIntervals(t *testing.T) {
 	probing := func(active, waiting bool) PaceState { return PaceState{Active: active, Waiting: waiting} }
-	listening := func(active, waiting bool) PaceState { return PaceState{Listening: true, Active: active, Waiting: waiting} }
+	listening := func(active, waiting bool) PaceState {
+		return PaceState{Listening: true, Active: active, Waiting: waiting}
+	}
 	type step struct {
 		s     PaceState
 		found bool
