@@ -176,7 +176,14 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.timers[m.timer] = nil
 		ev = claimplan.Fired{Timer: m.timer}
 	case *probeResult:
-		ev = claimplan.Probed{Probe: m.probe, Err: m.err, Blind: m.err != nil && c.gate.refused(m.err)}
+		blind := m.err != nil && c.gate.refused(m.err)
+		c.step(ctx, now, claimplan.Probed{Probe: m.probe, Err: m.err, Blind: blind})
+		if m.err != nil && !blind {
+			c.unreachable(m.err)
+		} else if m.err == nil {
+			c.gate.check(ctx, c.bg)
+		}
+		return
 	case *claimResult:
 		c.onClaim(ctx, now, m)
 		return
@@ -217,8 +224,13 @@ func (c *claimer) Receive(ctx actor.Context) {
 		return
 	}
 	c.step(ctx, now, ev)
-	if _, probed := ev.(claimplan.Probed); probed {
-		c.gate.check(ctx, c.bg)
+}
+
+// unreachable reports a statement the database refused: the engine is not
+// ready, and the first failure of an outage is logged.
+func (c *claimer) unreachable(err error) {
+	if c.ready.Swap(false) || c.plan.Failures() == 1 {
+		c.log.Warn("database unreachable; claims paused", "error", err)
 	}
 }
 
@@ -308,8 +320,8 @@ func (c *claimer) onClaim(ctx actor.Context, now time.Time, m *claimResult) {
 		c.gate.check(ctx, c.bg)
 	}
 	if m.err != nil {
-		if !blind && (c.ready.Swap(false) || c.plan.Failures() == 1) {
-			c.log.Warn("database unreachable; claims paused", "error", m.err)
+		if !blind {
+			c.unreachable(m.err)
 		}
 		return
 	}

@@ -28,8 +28,8 @@ const (
 	// claim waits until Tuning.HeldClaimEvery has passed since the last one
 	// started.
 	Paced
-	// Failing: the database refused the last claim; claims resume after a
-	// back-off.
+	// Failing: the database refused the last claim or probe; claims
+	// resume after a back-off.
 	Failing
 	// Draining: the engine stops; no claim starts again.
 	Draining
@@ -540,11 +540,13 @@ func (p *Planner) goBlind() {
 func (p *Planner) probed(now time.Time, e Probed, a *Actions) {
 	p.probing = false
 	if e.Err != nil {
+		p.pace.Probed(p.paceState(now), false)
 		if e.Blind {
 			p.goBlind()
+		} else {
+			p.fail(now, a)
 		}
-		p.pace.Probed(p.paceState(now), false)
-		return // claims find out whether the database is away
+		return
 	}
 	p.wm.Observe(e.Probe, now)
 	rewound := p.reach.observe(e.Probe)
@@ -588,13 +590,7 @@ func (p *Planner) claimDone(now time.Time, e ClaimDone, a *Actions) {
 		return
 	}
 	if e.Err != nil {
-		// It took nothing: what led to it is news to the next probe, which
-		// may claim once the back-off has passed.
-		p.saw = mark{-1, -1}
-		p.mode = Failing
-		wait := p.failed.Next()
-		p.retryAt = now.Add(wait)
-		a.arm(TimerRetry, wait)
+		p.fail(now, a)
 		return
 	}
 	p.failed.Reset()
@@ -643,6 +639,21 @@ func (p *Planner) claimDone(now time.Time, e ClaimDone, a *Actions) {
 	if p.mode != Quiet {
 		p.claim(now, a)
 	}
+}
+
+// fail makes the planner Failing after a claim or a probe that the database
+// refused: claims and probes wait for a back-off, so that an outage is not
+// hammered, then a claim finds out whether it is over. What led to the
+// statement is news to the claim after it.
+func (p *Planner) fail(now time.Time, a *Actions) {
+	p.saw = mark{-1, -1}
+	if p.mode == Draining {
+		return
+	}
+	p.mode = Failing
+	wait := p.failed.Next()
+	p.retryAt = now.Add(wait)
+	a.arm(TimerRetry, wait)
 }
 
 // maybeAskDue asks when the next row scheduled later comes due, when the
