@@ -32,8 +32,9 @@ type Options struct {
 	Seconds int
 	// Rate is the latency scenario's steady insert rate, rows per second.
 	Rate int
-	// Binary is the queuebox executable that the replicas scenario starts;
-	// empty is this process's own.
+	// Binary is the queuebox executable that the scenarios which run the
+	// binary start (replicas, wake-after-idle, trickle); empty is this
+	// process's own.
 	Binary string
 	// JSON, when set, receives the results as a JSON list.
 	JSON string
@@ -76,7 +77,8 @@ type Result struct {
 	// Ratio is what the scenario compares: with what QueueBox installs
 	// against without (producer), three replicas against one (replicas),
 	// against the 100,000-row rate (backlog), against drain-keys (a
-	// broker's relay), tracing on against off (tracing).
+	// broker's relay), tracing on against off (tracing), transactions per
+	// row against the budget (trickle).
 	Ratio *float64 `json:"ratio,omitempty"`
 	// RatioToCeiling is a broker's relay against the plain publisher of
 	// the same broker and run.
@@ -85,9 +87,12 @@ type Result struct {
 	P50 *float64 `json:"p50_ms,omitempty"`
 	P95 *float64 `json:"p95_ms,omitempty"`
 	P99 *float64 `json:"p99_ms,omitempty"`
-	// TransactionsPerSec is the database's transactions per second while
-	// the relay was idle (wake-after-idle).
+	// TransactionsPerSec is the relay's transactions per second on its
+	// database: idle (wake-after-idle), or at a trickle (trickle).
 	TransactionsPerSec *float64 `json:"transactions_per_sec,omitempty"`
+	// TransactionsPerRow is the relay's transactions per delivered row
+	// (trickle).
+	TransactionsPerRow *float64 `json:"transactions_per_row,omitempty"`
 	// PeakRSSMB is the most memory the relay held during the scenario: the
 	// bench process's for the drains it runs in process (the engine and
 	// the bench's own bookkeeping; garbage of earlier scenarios is
@@ -135,6 +140,7 @@ func Scenarios() []Scenario {
 		{"drain-held", "drain-keys while a snapshot is held from before the rows were inserted", runDrainHeld},
 		{"latency", "steady single-row inserts; commit to delivery", runLatency},
 		{"wake-after-idle", "what an idle relay costs its database, and its first row after a quiet spell, with logical wake-ups and with probes (the binary; --seconds sets the quiet spell, default 8)", runWakeAfterIdle},
+		{"trickle", "what a relay costs its database at 1, 10, 50 and 200 single-row transactions a second over 100 keys (the binary, logical wake-ups; --seconds per rate, default 30): transactions per delivered row against 3 a row and 2 a second", runTrickle},
 		{"long-transaction", "steady single-row inserts while a reader, then a writer, holds a transaction open (--seconds, default 90); p50/p99 per 30 s window", runLongTransaction},
 		{"producer", "insert throughput with and without what QueueBox installs (pgbench, 8 clients)", runProducer},
 		{"replicas", "one relay process against three", runReplicas},

@@ -63,7 +63,8 @@ func benchCmd() *cobra.Command {
 	fl.IntVar(&o.PayloadBytes, "payload-bytes", 200, "the size of each row's payload")
 	// 0: each scenario's own default (a default of 10 here would read
 	// as given, and cut long-transaction's hold to 10 s).
-	fl.IntVar(&o.Seconds, "seconds", 0, "how long the latency and producer scenarios run (default 10), the long-transaction hold (default 90) and wake-after-idle's quiet spell (default 8)")
+	fl.IntVar(&o.Seconds, "seconds", 0, "how long the latency and producer scenarios run (default 10), the long-transaction hold (default 90), wake-after-idle's quiet spell (default 8) and each trickle rate (default 30)")
+	fl.StringVar(&o.Binary, "binary", "", "the queuebox executable that the scenarios which run the binary start (replicas, wake-after-idle, trickle), to compare builds (default: this one)")
 	fl.IntVar(&o.Rate, "rate", 1000, "the latency scenario's insert rate, rows per second")
 	fl.StringVar(&o.JSON, "json", "", "also write the results to this file as JSON")
 	fl.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario into this folder")

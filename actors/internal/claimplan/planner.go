@@ -328,6 +328,13 @@ func (p *Planner) Step(now time.Time, e Event) Actions {
 	case Nudge:
 		p.listening = e.Listening
 		p.news(now)
+		if p.claiming > 0 && p.mode != Draining {
+			// The running claim read the sequence before it began: the
+			// rows of this wake-up may be newer. Claim again after it,
+			// rather than beside it.
+			p.again = true
+			break
+		}
 		p.wantClaim(now, &a)
 	case Fired:
 		p.fired(now, e.Timer, &a)
