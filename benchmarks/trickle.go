@@ -66,9 +66,9 @@ func runTrickle(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	count := func() (int64, error) {
-		var x int64
-		err := conn.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, db.name).Scan(&x)
+	count := func() (xacts, error) {
+		var x xacts
+		err := conn.QueryRow(ctx, `SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1`, db.name).Scan(&x.commits, &x.rollbacks)
 		return x, err
 	}
 	var out []Result
@@ -85,7 +85,10 @@ func runTrickle(ctx context.Context, e *env) ([]Result, error) {
 
 // trickleAt inserts rows at rate for window, one transaction each, waits
 // for them all, and counts the database's transactions meanwhile.
-func (e *env) trickleAt(ctx context.Context, r *wakeRelay, count func() (int64, error), rate int, window time.Duration) (Result, error) {
+// xacts are a database's committed and rolled-back transactions.
+type xacts struct{ commits, rollbacks int64 }
+
+func (e *env) trickleAt(ctx context.Context, r *wakeRelay, count func() (xacts, error), rate int, window time.Duration) (Result, error) {
 	// Whatever the last rate left is counted before this one starts.
 	if err := sleepCtx(ctx, statsFlush); err != nil {
 		return Result{}, err
@@ -140,15 +143,21 @@ func (e *env) trickleAt(ctx context.Context, r *wakeRelay, count func() (int64, 
 	}
 	seconds := time.Since(start).Seconds()
 	delivered := int64(n) - missing
-	relay := float64(x1-x0) - float64(n) // less the inserts
+	// The relay's transactions are the database's commits less the
+	// inserts. Its rollbacks are the WAL sender's: logical decoding reads
+	// the catalogs of each committed transaction inside a transaction that
+	// it then rolls back (no commit, no WAL), as for any logical
+	// replication client; they are counted apart.
+	relay := float64(x1.commits-x0.commits) - float64(n)
+	decoding := float64(x1.rollbacks - x0.rollbacks)
 	res := Result{Scenario: "trickle", Variant: fmt.Sprintf("%d rows/s", rate), Rows: n, Keys: trickleKeys, Replicas: 1,
 		Seconds: seconds, Failed: missing, TransactionsPerSec: ptr(relay / seconds)}
 	if delivered > 0 {
 		perRow := relay / float64(delivered)
 		budget := 3 + 2*seconds/float64(delivered)
 		res.TransactionsPerRow, res.Ratio = ptr(perRow), ptr(perRow/budget)
-		res.Note = fmt.Sprintf("%.0f relay transactions for %d rows in %.0f s: %.2f a row against a budget of %.2f (3 a row and 2 a second)",
-			relay, delivered, seconds, perRow, budget)
+		res.Note = fmt.Sprintf("%.0f relay transactions for %d rows in %.0f s: %.2f a row against a budget of %.2f (3 a row and 2 a second); and %.0f rolled back by logical decoding (%.2f a row)",
+			relay, delivered, seconds, perRow, budget, decoding, decoding/float64(delivered))
 	}
 	if len(lat) > 0 {
 		slices.Sort(lat)

@@ -8,69 +8,16 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// reach is what the claimer knows that lets its claims start past the row
-// versions it left behind (dialects.Bounds). Every claim and every
-// completion leaves versions in the table's indexes; vacuum removes them
-// soon, but not while a transaction anywhere in the database stays open (a
-// pg_dump, a report, a session idle in transaction), and then a claim that
-// walked its indexes from the start would walk every version since that
-// transaction began: seen to take claims from milliseconds to a second
-// within two minutes. So each claim is bounded by three things:
-//
-//   - continuations: a key whose run this replica finished (every row
-//     delivered or dead) is continued from the run's last sequence: one
-//     probe that starts past the run finds the key's next head.
-//   - a lookback: the walk in schedule order looks only at rows that became
-//     due since the last claim looked, less a margin for the transactions
-//     that committed meanwhile, or since keyed rows began to wait for a
-//     writer. A row's scheduled_at is its transaction's start: a
-//     transaction that inserts more than the margin after it began, and
-//     commits between two looks, leaves a row behind the lookback (a
-//     straggler). A walk looks back as well to when a probe first saw the
-//     oldest writer that its own probe sees open (up to maxWriterLook):
-//     such a writer has drawn its sequence values, and commits behind the
-//     walk; an older one is looked back to once, when it has ended (see
-//     writersSeen). The margin is lookbackMargin; while a long
-//     transaction holds the horizon back (held), it is lookbackMargin at
-//     least every wideEvery, and in between twice the lateness the walks
-//     have seen lately (how long before the previous walk the rows that
-//     the next one took became due), plus minMargin: every walk passes
-//     over the versions of every row that became due in its margin, and
-//     such a transaction keeps them all (at 1,000 rows/s and a claim every
-//     6 ms, a margin of 250 ms walked 250 versions a claim for a few rows).
-//   - floors: per group of keys, a sequence below which no row is pending
-//     or processing (OutboxFloors); the head rule's probe stops there.
-//   - positions: while held, the keys whose runs this replica finished
-//     lately, each with its run's last sequence, once the floors are older
-//     than positionsAfter (a long transaction makes them expensive to
-//     read, and so rare). The head rule's probe of a row of such a key stops at its
-//     position rather than at its group's floor: between the two lie the
-//     versions of every row of the key delivered since the floors were
-//     read (seen: 130 of them per probe, a floor a minute old, at 1 row/s
-//     per key).
-//
-// Bounds only ever leave rows out of a claim's view; floors and positions
-// are exact.
-// Rows that go back to pending behind the bounds (a replay, a lease that
-// expired, a stopping replica's releases) move a rewind counter, and every
-// claim that finds it moved sets its bounds aside: the replica's next walk
-// looks from the start. Stragglers are found by a look of their own
-// (OutboxStragglers): read only, off the claims' path, as often as its cost
-// allows (backgroundLookFactor times its last duration, at least every
-// maxFullLook), and it lets the next claim look back to the straggler.
-// While held, a look from the start reads every version the long
-// transaction keeps, so it comes only that often (and as rarely while
-// vacuum catches up once the transaction ended, the looks slow), and in
-// between a look every second or so reads the last stragglerSpan only
-// (while a look from the start is cheap it comes as often): rows whose
-// transaction took up to that long from its start to its commit (a commit
-// that stalled on the disk, a producer that works a while before it
-// inserts), which would otherwise wait for the look from the start. A
-// claim by key walks the keys only when its continuations leave room, and
-// its cost allows (or, while the horizon is not held, rows arrived or keys
-// wait). So the looks that read every version
-// stay a small share of the time however many versions a long transaction
-// keeps, and none of them holds a claim up.
+// reach keeps the bounds of the claims (see the package doc, "Bounds"):
+// what the claimer knows that lets a claim start past the row versions it
+// left behind. plan makes each claim's bounds; claimed and took learn from
+// what came back; observe, continued, writersSeen, floorsRead and
+// stragglersFound take in what the probes, the completions and the looks
+// off the claims' path found. Bounds only ever leave rows out of a claim's
+// view; floors and positions are exact. While the horizon is held (held),
+// the looks that read every version come only as often as their cost
+// allows (Tuning.BackgroundLookFactor, Tuning.FullLookFactor), so that
+// none of them holds a claim up.
 type reach struct {
 	t Tuning
 	// known: a probe has told the replay counter.
@@ -139,9 +86,11 @@ type reach struct {
 	// of when the claim was planned, at the last claim that took rows: an
 	// empty claim returns no time, and this estimates it.
 	dbAhead time.Duration
-	// claimedRows counts the rows claimed since the floors were last read
-	// (see floorsDue).
-	claimedRows int
+	// claimedRows counts the rows claimed since the floors were last read,
+	// lookRows since the last look for stragglers began (at lookAt; see
+	// quiet).
+	claimedRows, lookRows int
+	lookAt                time.Time
 	// writers are the open writers the last probes saw (transaction ids),
 	// each with when a claim whose probe saw it first was planned.
 	writers map[int64]time.Time
@@ -372,6 +321,7 @@ func (r *reach) keysWait() bool { return !r.held && r.moreKeys }
 // while the horizon is not held, until one comes back short.
 func (r *reach) took(p claimPlan, rows int, full bool) {
 	r.claimedRows += rows
+	r.lookRows += rows
 	if p.fallback && rows == 0 {
 		r.fruitless = true
 	}
@@ -531,10 +481,10 @@ func (r *reach) noteLateness(now time.Time, rep dialects.ClaimReport, writerAge 
 // stragglersDue says whether to look for stragglers now, and with which
 // bounds (marking the look under way).
 func (r *reach) stragglersDue(now time.Time) (dialects.Bounds, bool) {
-	if r.looking || !r.known || r.anchor.IsZero() || now.Before(r.nextLook) {
+	if r.looking || !r.known || r.anchor.IsZero() || now.Before(r.nextLook) || r.quiet(now, r.lookRows, r.lookAt) {
 		return dialects.Bounds{}, false
 	}
-	r.looking = true
+	r.looking, r.lookRows, r.lookAt = true, 0, now
 	b := dialects.Bounds{Rewinds: r.rewinds, Lookback: r.lookback(now)}
 	r.whole = !now.Before(r.nextWhole)
 	if !r.whole {
@@ -564,11 +514,21 @@ func (r *reach) stragglersFound(now time.Time, ago time.Duration, found bool, se
 // floorsDue says whether to read the floors now (and marks the read
 // under way).
 func (r *reach) floorsDue(now time.Time) bool {
-	if r.reading || r.blind || !r.known || now.Before(r.nextFloors) || !r.held && r.claimedRows < r.t.FloorsAfterRows && r.floors != nil {
+	if r.reading || r.blind || !r.known || now.Before(r.nextFloors) || r.floors != nil && r.quiet(now, r.claimedRows, r.floorsReadAt) {
 		return false
 	}
 	r.reading = true
 	return true
+}
+
+// quiet says whether a look off the claims' path that last ran at last,
+// with rows claimed since, waits for more: while the horizon is clear and
+// fewer than Tuning.LookAfterRows rows were claimed, a look comes at most
+// every Tuning.QuietLookEvery. A trickle leaves few versions behind and
+// few rows to straggle, and a look per claim would cost the database more
+// than the claims.
+func (r *reach) quiet(now time.Time, rows int, last time.Time) bool {
+	return !r.held && rows < r.t.LookAfterRows && now.Before(last.Add(r.t.QuietLookEvery))
 }
 
 // lastFloors are the floors read last, for the next read to start from

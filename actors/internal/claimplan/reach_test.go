@@ -190,6 +190,7 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 	// The next from the start in 10 s; in between, a look over the last
 	// tune.StragglerSpan every second.
 	r.stragglersFound(clk.Now(), 0, false, sent, 200*time.Millisecond, nil)
+	r.took(p, tune.LookAfterRows, false) // busy: the looks come as their cost allows
 	clk.Advance(900 * time.Millisecond)
 	if _, due = r.stragglersDue(clk.Now()); due {
 		t.Fatal("a look 0.9 s after one from the start")
@@ -199,6 +200,7 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 		t.Fatalf("1.1 s after a look from the start that took 200 ms: %+v %v, want a look over the last %s", b, due, tune.StragglerSpan)
 	}
 	r.stragglersFound(clk.Now(), 0, false, clk.Now(), time.Millisecond, nil)
+	r.took(p, tune.LookAfterRows, false)
 	clk.Advance(9 * time.Second)
 	if b, due = r.stragglersDue(clk.Now()); !due || b.Within != 0 {
 		t.Fatalf("10.1 s after a look from the start that took 200 ms: %+v %v, want one from the start", b, due)
@@ -207,6 +209,46 @@ func TestReachLooksForStragglersAsItsCostAllows(t *testing.T) {
 	r.stragglersFound(clk.Now(), time.Minute, true, sent, time.Millisecond, nil)
 	if p = r.plan(clk.Now(), scheduleClaim, 10); p.bounds.Lookback != time.Minute+tune.LookbackMargin {
 		t.Fatalf("after a straggler a minute old: lookback %s, want a minute plus the margin", p.bounds.Lookback)
+	}
+}
+
+// At a trickle (fewer than LookAfterRows rows claimed since the last look),
+// with the horizon clear, the looks off the claims' path come at most every
+// QuietLookEvery, however cheap: each is a transaction.
+func TestReachLooksRarelyAtATrickle(t *testing.T) {
+	clk := newManualClock()
+	r := newReach(tune)
+	r.observe(dialects.Probe{Rewinds: 1})
+	p := r.plan(clk.Now(), scheduleClaim, 10)
+	r.claimed(clk.Now(), scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+	r.floorsRead(clk.Now(), dialects.Floors{Rewinds: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
+	if _, due := r.stragglersDue(clk.Now()); !due {
+		t.Fatal("no first look")
+	}
+	r.stragglersFound(clk.Now(), 0, false, clk.Now(), time.Millisecond, nil)
+	looks, reads := 0, 0
+	for range 100 { // a row a second
+		clk.Advance(time.Second)
+		p := r.plan(clk.Now(), scheduleClaim, 10)
+		r.claimed(clk.Now(), scheduleClaim, p, dialects.ClaimReport{Now: clk.Now()}, time.Millisecond, time.Time{})
+		r.took(p, 1, false)
+		if _, due := r.stragglersDue(clk.Now()); due {
+			looks++
+			r.stragglersFound(clk.Now(), 0, false, clk.Now(), time.Millisecond, nil)
+		}
+		if r.floorsDue(clk.Now()) {
+			reads++
+			r.floorsRead(clk.Now(), dialects.Floors{Rewinds: 1, Groups: make([]int64, dialects.FloorGroups)}, time.Millisecond, nil)
+		}
+	}
+	if want := int(100 * time.Second / tune.QuietLookEvery); looks != want || reads > want {
+		t.Fatalf("100 s at a row a second: %d looks for stragglers and %d reads of the floors, want %d and at most %d", looks, reads, want, want)
+	}
+	// Held, they come as their cost allows.
+	r.held = true
+	clk.Advance(tune.MinStragglerLook)
+	if _, due := r.stragglersDue(clk.Now()); !due {
+		t.Fatal("held: no look a second after the last")
 	}
 }
 

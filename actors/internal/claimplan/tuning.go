@@ -90,13 +90,14 @@ type Tuning struct {
 	// the last, so that together they stay a small share of the database's
 	// time however long a transaction keeps versions.
 	BackgroundLookFactor int
-	// MaxFloorsLook bounds the time between two reads of the floors;
-	// FloorsAfterRows is how many rows must have been claimed since the last
-	// read before another is due (while the horizon is not held): a trickle
-	// leaves few versions behind, and a read per claim would cost more than
-	// the claims.
-	MaxFloorsLook   time.Duration
-	FloorsAfterRows int
+	// MaxFloorsLook bounds the time between two reads of the floors.
+	MaxFloorsLook time.Duration
+	// LookAfterRows and QuietLookEvery: while the horizon is clear, a look
+	// off the claims' path (stragglers, floors) waits for this many rows
+	// claimed since the last one, or this long: at a trickle, a look per
+	// claim would cost the database more than the claims.
+	LookAfterRows  int
+	QuietLookEvery time.Duration
 	// MinStragglerLook is the least time between two looks for stragglers;
 	// StragglerSpan how far back the narrow looks between two looks from
 	// the start reach (longer transactions' rows wait for a look from the
@@ -143,7 +144,8 @@ func Default() Tuning {
 		MaxFullLook:          time.Minute,
 		BackgroundLookFactor: 50,
 		MaxFloorsLook:        10 * time.Minute,
-		FloorsAfterRows:      100,
+		LookAfterRows:        100,
+		QuietLookEvery:       5 * time.Second,
 		MinStragglerLook:     time.Second,
 		StragglerSpan:        10 * time.Second,
 		MaxContinuing:        65536,
