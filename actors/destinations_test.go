@@ -378,3 +378,81 @@ func TestOpenCircuitsAreReported(t *testing.T) {
 		t.Fatalf("a stopped replica's circuits: %+v, %v", cs, err)
 	}
 }
+
+// gaps returns the longest time between two requests a receiver got.
+func longestGap(reqs []testrecv.Request) time.Duration {
+	var gap time.Duration
+	for i := 1; i < len(reqs); i++ {
+		gap = max(gap, reqs[i].At.Sub(reqs[i-1].At))
+	}
+	return gap
+}
+
+// Rows that wait for a limit wait for it in memory, in turn, up to half
+// the credit: unkeyed rows beyond the destination's share of the pool's
+// Publish calls are parked in the pool, and the keys' heads wait behind
+// each other, so the destination is never idle while rows wait and no row
+// is deferred to come back later.
+func TestThrottledRowsWaitForTheirTurn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		rows   []dialects.NewRow
+		policy actors.DestinationPolicy
+	}{
+		// 4 Publish calls in the pool: the destination's share is 2, and
+		// 60 rows wait for them.
+		{"unkeyed", rows(0, 0, 60, func(int) int { return 0 }), actors.DestinationPolicy{RatePerSecond: 20, Burst: 1}},
+		// Three keys of five rows, one request at a time.
+		{"keyed", rows(3, 5, 0, func(int) int { return 0 }), actors.DestinationPolicy{RatePerSecond: 4, Burst: 1, MaxConcurrency: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			recv := testrecv.New(t, nil)
+			h.routeAllTo(httpDest(t, recv.URL, nil))
+			h.opts.Policies = map[string]actors.DestinationPolicy{"dest": c.policy}
+			h.opts.UnorderedConcurrency = 4
+			e := h.start()
+			h.explain(e)
+			h.insert(c.rows...)
+			recv.WaitDelivered(t, len(c.rows), time.Minute)
+			interval := time.Duration(float64(time.Second) / c.policy.RatePerSecond)
+			// A loaded machine stretches an interval now and then; a
+			// deferred row leaves the destination idle for a reschedule.
+			if gap := longestGap(recv.Requests()); gap > interval+200*time.Millisecond {
+				t.Errorf("no request for %v; the limit's interval is %v", gap, interval)
+			}
+			if n := status(t, e, "dest").Deferred["throttled"]; n != 0 {
+				t.Errorf("%d rows deferred; want each waiting for its turn in memory", n)
+			}
+			if dups := recv.CheckOrder(t); dups != 0 {
+				t.Errorf("%d duplicates", dups)
+			}
+		})
+	}
+}
+
+// A replica that stops while rows are parked in its pool hands them back:
+// none stays processing, and none has an attempt counted.
+func TestParkedRowsAreReleasedAtStop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL, nil))
+	h.opts.Policies = map[string]actors.DestinationPolicy{"dest": {RatePerSecond: 10, Burst: 1}}
+	h.opts.UnorderedConcurrency = 2
+	e := h.start()
+	h.explain(e)
+	h.insert(rows(0, 0, 50, func(int) int { return 0 })...)
+	testkit.Eventually(t, "rows parked behind the pool's one Publish call for the destination", time.Minute, testkit.True(func() bool {
+		return status(t, e, "dest").Waiting > 10 && len(recv.Requests()) > 0
+	}))
+	if err := e.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, sum := h.attempts("%")
+	if st[dialects.Processing] != 0 || st[dialects.Delivered] != recv.Delivered() || st[dialects.Pending]+st[dialects.Delivered] != 50 || sum != 0 {
+		t.Fatalf("after the stop: %v with %d attempts; the receiver accepted %d; want the rest pending, none attempted", st, sum, recv.Delivered())
+	}
+}
