@@ -135,6 +135,8 @@ type flight struct {
 	rows   []prepared
 	leases []*lease
 	cancel context.CancelFunc
+	// probe: the delivery is its destination's circuit probe (one row).
+	probe bool
 	// state goes from flightWaiting to flightPublishing (the publish
 	// goroutine), or to flightCancelled (a drain, which ends only the
 	// deliveries that have not started).
@@ -265,7 +267,7 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 				q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
 				continue
 			case p.retry != nil:
-				if q.d.finish(out, &p, p.retry, 0, nil) == dialects.OutcomeRetry {
+				if q.d.finish(out, &p, p.retry, 0, nil, breakerView{}) == dialects.OutcomeRetry {
 					q.stopIfOrdered(out)
 				}
 				continue
@@ -406,7 +408,7 @@ func (q *deliveryQueue) pop() claimed {
 func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*lease, probe bool) {
 	q.gen++
 	fctx, cancel := context.WithCancel(q.d.ctx)
-	f := &flight{rows: batch, leases: leases, cancel: cancel}
+	f := &flight{rows: batch, leases: leases, cancel: cancel, probe: probe}
 	q.flights[q.gen] = f
 	q.flightsTo[batch[0].dest]++
 	msgs := make([]sinks.Message, len(batch))
@@ -490,6 +492,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 		return
 	}
 	stopped := false
+	var breaker *breakerView // what the breaker says of a failure, read once
 	for i := range f.rows {
 		p, err := &f.rows[i], m.errs[i]
 		switch {
@@ -500,7 +503,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			// An ordered batch stopped at an earlier row: a row that
 			// arrived all the same is delivered, the others go back.
 			if err == nil {
-				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i))
+				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i), breakerView{})
 			} else {
 				q.d.release(out, p.row)
 			}
@@ -510,7 +513,15 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			out.rewind = true
 			stopped = q.ordered
 		default:
-			if q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i)) == dialects.OutcomeRetry {
+			var b breakerView
+			if err != nil {
+				if breaker == nil {
+					v := p.dest.breakerView(f.probe, time.Now())
+					breaker = &v
+				}
+				b = *breaker
+			}
+			if k := q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i), b); k == dialects.OutcomeRetry || k == dialects.OutcomeDefer {
 				stopped = q.ordered
 			}
 		}
@@ -672,13 +683,19 @@ func (o *outcomes) abandon(c dialects.Claim) {
 func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
 
 // finish decides the outcome of a delivery that returned err after publish
-// (0: the row never reached the sink) and records it, with its attempt for
-// the history (nil: none).
-func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt) dialects.OutcomeKind {
-	o := d.policy.decide(p.row, err)
+// (0: the row never reached the sink), with what the destination's breaker
+// says of a failure (b), and records it, with its attempt for the history
+// (nil: none).
+func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt, b breakerView) dialects.OutcomeKind {
+	o := d.policy.decide(p.row, err, b)
 	if att != nil {
 		att.Error = o.Error
-		o.Attempt = att
+		// A failure the breaker does not count (OutcomeDefer) is not
+		// recorded yet: the history cannot mark an attempt as a probe or
+		// as not counted, and would show it as a try the row spent.
+		if o.Kind != dialects.OutcomeDefer {
+			o.Attempt = att
+		}
 	}
 	d.record(out, p, o, publish)
 	return o.Kind
@@ -693,7 +710,9 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 	case dialects.OutcomeDelivered:
 		d.stats.Delivered.Add(1)
 		kind, latency = Delivered, time.Since(p.row.CreatedAt)
-	case dialects.OutcomeRetry:
+	case dialects.OutcomeRetry, dialects.OutcomeDefer:
+		// A deferred delivery here failed (finish): the breaker did not
+		// count it, but it failed all the same, and is tried again.
 		d.stats.Retried.Add(1)
 		kind = Retried
 		out.stopped = true

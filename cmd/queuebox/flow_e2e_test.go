@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkit"
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
@@ -125,4 +127,95 @@ func TestSlowRateLimitHasNoIdleGaps(t *testing.T) {
 			r.stop(t)
 		})
 	}
+}
+
+// With the default circuit breaker, 14 rows with max_attempts 2 (three
+// tries) survive a 15 s outage in which every request fails, although the
+// circuit opens only after its 5 s window: a last try that fails while
+// every request fails is not counted, nor is a probe's failure, and while
+// the circuit is open the rows wait without a request. After the outage
+// every row is delivered, none dead, none past its tries.
+func TestABreakerKeepsRowsThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	var until atomic.Int64 // the outage's end, unix nanoseconds
+	recv := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) {
+		if time.Now().UnixNano() < until.Load() {
+			return 503, "down for maintenance", nil
+		}
+		return 200, "", nil
+	})
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100 }
+destinations:
+  hook: { type: http, url: "%s/hook" }
+routes:
+  - { topicPattern: "#", destination: hook }
+admin: { listen: "127.0.0.1:0" }
+`, dbURL, recv.URL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	r := startRelay(t, "--config", cfg)
+	page := r.pageURL(t)
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	rows := testkit.Rows(7, "order.created", func(i int) []testkit.RowOption {
+		return []testkit.RowOption{testkit.Key(fmt.Sprintf("cust-%d", i%2))}
+	}, testkit.MaxAttempts(2))
+	rows = append(rows, testkit.Rows(7, "order.viewed", nil, testkit.MaxAttempts(2))...)
+	const outage = 15 * time.Second
+	began := time.Now()
+	until.Store(began.Add(outage).UnixNano())
+	if err := d.OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	var opened time.Time
+	testkit.Eventually(t, "the circuit to open", outage, func() error {
+		if metric(t, page, `queuebox_destination_circuit_open{destination="hook"}`) != 1 {
+			return fmt.Errorf("closed")
+		}
+		opened = time.Now()
+		return nil
+	})
+	state := func() (dead, spent int) {
+		t.Helper()
+		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'dead'), count(*) FILTER (WHERE attempt > max_attempts) FROM outbox`).Scan(&dead, &spent); err != nil {
+			t.Fatal(err)
+		}
+		return dead, spent
+	}
+	if dead, _ := state(); dead != 0 {
+		t.Fatalf("%d rows dead by the time the circuit opened (+%v)", dead, opened.Sub(began).Round(time.Millisecond))
+	}
+	recv.WaitDelivered(t, len(rows), 2*time.Minute)
+	took := time.Since(began)
+	testkit.Eventually(t, "every outcome written", 0, func() error {
+		var delivered int
+		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'delivered'`).Scan(&delivered); err != nil || delivered != len(rows) {
+			return fmt.Errorf("%d delivered (%v)", delivered, err)
+		}
+		return nil
+	})
+	if dead, spent := state(); dead != 0 || spent != 0 {
+		t.Errorf("%d rows dead, %d counted more attempts than max_attempts", dead, spent)
+	}
+	// While the circuit is open, only its probes go out: one per probe
+	// interval (5 s). A second after it opened, requests in flight then
+	// have ended.
+	end := began.Add(outage)
+	probes := 0
+	for _, q := range recv.Requests() {
+		if q.At.After(opened.Add(time.Second)) && q.At.Before(end) {
+			probes++
+		}
+	}
+	if most := int(end.Sub(opened)/(5*time.Second)) + 1; probes > most {
+		t.Errorf("%d requests while the circuit was open (from +%v to +%v); want its probes only, at most %d",
+			probes, opened.Sub(began).Round(time.Millisecond), outage, most)
+	}
+	recv.CheckOrder(t)
+	t.Logf("14 rows through a %v outage: circuit open at +%v, all delivered at +%v, %d requests in all",
+		outage, opened.Sub(began).Round(time.Millisecond), took.Round(time.Millisecond), len(recv.Requests()))
+	r.stop(t)
 }
