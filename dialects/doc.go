@@ -57,9 +57,10 @@
 // may not take, forever.
 //
 // Two parameters change how the heads are found without touching the rule:
-// MaxHeads (fewer heads, longer runs) and ByKey (key by key instead of in
-// schedule order). Gate restricts keyed rows to settled ones (see Watermark
-// and the section below). See ClaimParams.
+// MaxHeads (fewer heads, longer runs) and Walk (key by key instead of in
+// schedule order, or no walk beyond the keys the claim continues). Gate
+// restricts keyed rows to settled ones (see Watermark and the section
+// below). See ClaimParams.
 //
 // Every write that ends a claim (OutboxComplete) matches id, claim token and
 // state 'processing'. An outcome that matches nothing is returned as lost: the

@@ -38,11 +38,14 @@ func boundsTests(h Harness) []subtest {
 
 func (h Harness) claimWith(t *testing.T, d dialects.Dialect, p dialects.ClaimParams) []dialects.Row {
 	t.Helper()
-	p.Lease, p.Token, p.ByKey = lease, uuid.New(), p.ByKey || h.byKey
+	p.Lease, p.Token = lease, uuid.New()
+	if p.Walk == dialects.WalkSchedule {
+		p.Walk = h.walk()
+	}
 	if p.Limit == 0 {
 		p.Limit = 100
 	}
-	rows, err := d.OutboxClaim(ctx(t), p)
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), p))
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -138,7 +141,7 @@ func testContinueOnly(t *testing.T, h Harness) {
 	insert(t, d, keyed("b", 1)...)
 	insert(t, d, testkit.Row(anyTopic))
 	deliverAll(t, d, run)
-	got := h.claimWith(t, d, dialects.ClaimParams{ByKey: true, ContinueOnly: true,
+	got := h.claimWith(t, d, dialects.ClaimParams{Walk: dialects.WalkNone,
 		Continue: []dialects.KeyPosition{{Key: "a", After: run[0].Sequence}}, Bounds: &dialects.Bounds{Rewinds: probe(t, d).Rewinds}})
 	if len(got) != 1 || got[0].Key != "a" {
 		t.Fatalf("a claim that only continues a took %+v, want a's next row only", got)
@@ -315,7 +318,7 @@ func testReplayCounter(t *testing.T, h Harness) {
 func testRewinds(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, testkit.Row(anyTopic))
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()})
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()}))
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v %v", rows, err)
 	}
@@ -397,12 +400,12 @@ func releaseExpired(t *testing.T, d dialects.Dialect, limit int, keep []uuid.UUI
 func testReleaseFrom(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, testkit.Row(anyTopic), testkit.Row(anyTopic))
-	expired, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()})
+	expired, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()}))
 	if err != nil || len(expired) != 1 {
 		t.Fatalf("claim: %v %v", expired, err)
 	}
 	time.Sleep(20 * time.Millisecond) // the second claim comes later on the database's clock
-	if live, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Hour, Token: uuid.New()}); err != nil || len(live) != 1 {
+	if live, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: time.Hour, Token: uuid.New()})); err != nil || len(live) != 1 {
 		t.Fatalf("claim: %v %v", live, err)
 	}
 	// Kept by its caller, the expired row is not released, but seen.

@@ -9,7 +9,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,10 +43,9 @@ type Dialect struct {
 	// own are the process ids of this dialect's sessions, which OtherRelays
 	// does not count.
 	own ownSessions
-	// byKeyCursor is the key after which the next claim by key goes on, so
-	// that keys take turns (see OutboxClaimByKey).
-	byKeyCursor atomic.Pointer[string]
-	// boundsText is the text form of the claims' floors and positions.
+	// boundsText is the text form of the claims' floors and positions,
+	// kept for the next claim that carries the same slices (see
+	// dialects.Bounds): the one thing a claim leaves behind in the dialect.
 	boundsText boundsText
 	// DestinationTables are the destinations' state (destinations.go).
 	dialects.DestinationTables
@@ -225,17 +223,17 @@ func (d *Dialect) Ping(ctx context.Context) error { return mapError(d.pool.Ping(
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
+func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c dialects.Claimed, err error) {
 	defer func() { err = mapError(err) }()
 	if p.Limit <= 0 {
-		return nil, nil
+		return c, nil
 	}
 	stmt, args := d.claimArgs(p)
 	rows, err := d.claimPool.Query(ctx, stmt, args...)
 	if err != nil {
-		return nil, err
+		return c, err
 	}
-	out := make([]dialects.Row, 0, p.Limit)
+	c.Rows = make([]dialects.Row, 0, p.Limit)
 	for rows.Next() {
 		var r dialects.Row
 		var cursor *string
@@ -245,44 +243,38 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		if err := rows.Scan((*[16]byte)(&r.ID), &r.Topic, &r.Key, &r.Payload, &r.Headers, &r.AggregateType,
 			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor, &reach, &now, &earliest); err != nil {
 			rows.Close()
-			return nil, err
+			return dialects.Claimed{}, err
 		}
-		if len(out) == 0 {
-			if p.ByKey && cursor != nil {
-				d.byKeyCursor.Store(cursor)
+		if len(c.Rows) == 0 {
+			if cursor != nil {
+				c.Cursor = *cursor
 			}
-			if rep := p.Report; rep != nil {
-				rep.Now, rep.Cut = now, reach != nil
-				if reach != nil {
-					rep.Reach = *reach
-				}
-				if earliest != nil {
-					rep.Earliest = *earliest
-				}
+			c.Walk.Now, c.Walk.Cut = now, reach != nil
+			if reach != nil {
+				c.Walk.Reach = *reach
+			}
+			if earliest != nil {
+				c.Walk.Earliest = *earliest
 			}
 		}
 		r.Token, r.TypedJSON = p.Token, true
-		out = append(out, r)
+		c.Rows = append(c.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return dialects.Claimed{}, err
 	}
-	if len(out) == 0 && p.Report != nil {
-		p.Report.Empty = true
-	}
-	dialects.SortClaimed(out)
-	return out, nil
+	c.Walk.Empty = len(c.Rows) == 0
+	dialects.SortClaimed(c.Rows)
+	return c, nil
 }
 
-// claimArgs is the claim statement for p and its arguments.
+// claimArgs is the claim statement for p and its arguments. WalkNone runs
+// the claim by key without its walk over the keys.
 func (d *Dialect) claimArgs(p dialects.ClaimParams) (string, []any) {
 	settled, openLast, openNext, writers := gateArgs(p.Gate)
 	stmt, after := d.q.OutboxClaim, ""
-	if p.ByKey {
-		stmt = d.q.OutboxClaimByKey
-		if c := d.byKeyCursor.Load(); c != nil {
-			after = *c
-		}
+	if p.Walk != dialects.WalkSchedule {
+		stmt, after = d.q.OutboxClaimByKey, p.After
 	}
 	var rewinds, lookback *int64
 	var floors, posKeys, posAfter any = []int64(nil), []string(nil), []int64(nil)
@@ -300,7 +292,7 @@ func (d *Dialect) claimArgs(p dialects.ClaimParams) (string, []any) {
 		keys[i], positions[i] = c.Key, c.After
 	}
 	return stmt, []any{p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
-		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter, writers}
+		rewinds, lookback, floors, keys, positions, p.Walk != dialects.WalkNone, posKeys, posAfter, writers}
 }
 
 // ExplainClaim runs the claim that p describes under EXPLAIN (ANALYZE,

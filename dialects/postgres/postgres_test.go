@@ -270,14 +270,14 @@ func TestExplainClaimShowsThePlanAndClaimsNothing(t *testing.T) {
 	t.Parallel()
 	d, tbl := openWithRows(t, `SELECT 'x', 'k' || (g % 10), '{}' FROM generate_series(1, 200) AS g`)
 	ctx := context.Background()
-	for _, byKey := range []bool{true, false} {
+	for _, walk := range []dialects.ClaimWalk{dialects.WalkKeys, dialects.WalkSchedule} {
 		plan, err := d.ExplainClaim(ctx, dialects.ClaimParams{Limit: 50, Lease: 30 * time.Second, Token: uuid.New(),
-			Gate: &dialects.Gate{Settled: 1 << 62}, ByKey: byKey})
+			Gate: &dialects.Gate{Settled: 1 << 62}, Walk: walk})
 		if err != nil {
-			t.Fatalf("by key %v: %v", byKey, err)
+			t.Fatalf("walk %s: %v", walk, err)
 		}
 		if !strings.Contains(plan, "actual time=") || !strings.Contains(plan, "Buffers:") || !strings.Contains(plan, "idx_outbox_key_sequence") {
-			t.Fatalf("by key %v: not an analyzed plan of the claim:\n%s", byKey, plan)
+			t.Fatalf("walk %s: not an analyzed plan of the claim:\n%s", walk, plan)
 		}
 	}
 	var pending, tokened int
@@ -297,13 +297,12 @@ func TestAClaimReportsWhetherItTookRows(t *testing.T) {
 	d, _ := openWithRows(t, `SELECT 'x', 'k', '{}' FROM generate_series(1, 3)`)
 	ctx := context.Background()
 	claim := func() ([]dialects.Row, dialects.ClaimReport) {
-		var rep dialects.ClaimReport
-		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: 30 * time.Second, Token: uuid.New(),
-			Gate: &dialects.Gate{Settled: 1 << 62}, Bounds: &dialects.Bounds{}, Report: &rep})
+		c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: 30 * time.Second, Token: uuid.New(),
+			Gate: &dialects.Gate{Settled: 1 << 62}, Bounds: &dialects.Bounds{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return rows, rep
+		return c.Rows, c.Walk
 	}
 	rows, rep := claim()
 	if len(rows) != 1 || rep.Empty || rep.Now.IsZero() || rep.Earliest.IsZero() {
@@ -379,8 +378,10 @@ func outboxWalk(t *testing.T, conn *pgxpool.Conn, stmt string) (index string, bu
 }
 
 // Claims by key take the keys in turns: each goes on after the last key the
-// previous one took, wrapping around, so a key late in the order is not
-// starved by keys before it that always have more rows.
+// previous one took (its Cursor, handed to the next as After), wrapping
+// around, so a key late in the order is not starved by keys before it that
+// always have more rows. The dialect keeps no cursor of its own: a claim
+// from the start takes the first key again.
 func TestClaimsByKeyTakeTurns(t *testing.T) {
 	t.Parallel()
 	d := open(t, 0)
@@ -393,18 +394,25 @@ func TestClaimsByKeyTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var order []string
-	for range 6 {
-		got, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New(), ByKey: true})
-		if err != nil || len(got) != 1 {
-			t.Fatalf("claim: %v %v", got, err)
+	claim := func(after string) dialects.Claimed {
+		t.Helper()
+		c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New(), Walk: dialects.WalkKeys, After: after})
+		if err != nil || len(c.Rows) != 1 || c.Cursor != c.Rows[0].Key {
+			t.Fatalf("claim after %q: %+v %v; want one row, and its key as the cursor", after, c, err)
 		}
-		order = append(order, got[0].Key)
-		if _, err := d.OutboxComplete(ctx, []dialects.Outcome{{Claim: got[0].Claim, Kind: dialects.OutcomeDelivered}}); err != nil {
+		order = append(order, c.Rows[0].Key)
+		if _, err := d.OutboxComplete(ctx, []dialects.Outcome{{Claim: c.Rows[0].Claim, Kind: dialects.OutcomeDelivered}}); err != nil {
 			t.Fatal(err)
 		}
+		return c
 	}
-	if strings.Join(order, "") != "abcabc" {
-		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c)", order)
+	cursor := ""
+	for range 6 {
+		cursor = claim(cursor).Cursor
+	}
+	claim("")
+	if strings.Join(order, "") != "abcabca" {
+		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c), and a claim from the start to take a", order)
 	}
 }
 
@@ -1013,7 +1021,7 @@ func deliverAll(t *testing.T, d *postgres.Dialect) {
 	t.Helper()
 	ctx := context.Background()
 	for {
-		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()})
+		rows, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1057,7 +1065,7 @@ func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
 	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("t", testkit.Key("k")), testkit.Row("t", testkit.Key("k"))}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	first, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()}))
 	if err != nil || len(first) != 2 {
 		t.Fatalf("claim: %d rows, %v", len(first), err)
 	}
@@ -1106,12 +1114,15 @@ func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
 	if floors.Rewinds != before || after == before {
 		t.Fatalf("counter %d before the replay, %d after; the floors read during it carry %d, want %d", before, after, floors.Rewinds, before)
 	}
-	rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(),
-		Bounds: &dialects.Bounds{Rewinds: floors.Rewinds, Floors: floors.Groups}})
+	rows, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(),
+		Bounds: &dialects.Bounds{Rewinds: floors.Rewinds, Floors: floors.Groups}}))
 	if err != nil || len(rows) == 0 || rows[0].ID != dead.ID {
 		t.Fatalf("the claim after the replay took %v (%v), want the replayed row %s first", rows, err, dead.ID)
 	}
 }
+
+// rowsOf is the rows of a claim.
+func rowsOf(c dialects.Claimed, err error) ([]dialects.Row, error) { return c.Rows, err }
 
 func probe(t *testing.T, d *postgres.Dialect) dialects.Probe {
 	t.Helper()
@@ -1151,7 +1162,7 @@ func TestAProducerWithASubtransactionStillHoldsItsKeyBack(t *testing.T) {
 		if len(p.Writers) != 1 {
 			t.Fatalf("probe %+v: want the open producer as the one writer", p)
 		}
-		rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+		rows, err := rowsOf(d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1163,7 +1174,7 @@ func TestAProducerWithASubtransactionStillHoldsItsKeyBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Observe(probe(t, d), time.Now())
-	rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+	rows, err := rowsOf(d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()}))
 	if err != nil || len(rows) != 2 || rows[0].Topic != "first" {
 		t.Fatalf("after the commit: %d rows (%v), want first then second", len(rows), err)
 	}

@@ -151,10 +151,10 @@ func jsonArg(v any) string {
 	return string(b)
 }
 
-func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
+func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ dialects.Claimed, err error) {
 	defer func() { err = MapError(err) }()
 	if p.Limit <= 0 {
-		return nil, nil
+		return dialects.Claimed{}, nil
 	}
 	var settled any
 	if p.Gate != nil {
@@ -162,7 +162,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 	}
 	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim, p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads(), settled)
 	if err != nil {
-		return nil, err
+		return dialects.Claimed{}, err
 	}
 	defer rows.Close()
 	var out []dialects.Row
@@ -171,20 +171,20 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		var id, payload, headers string
 		if err := rows.Scan(&id, &r.Topic, &r.Key, &payload, &headers, &r.AggregateType,
 			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt); err != nil {
-			return nil, err
+			return dialects.Claimed{}, err
 		}
 		if r.ID, err = uuid.Parse(id); err != nil {
-			return nil, err
+			return dialects.Claimed{}, err
 		}
 		r.Payload, r.Headers, r.Token = []byte(payload), []byte(headers), p.Token
 		r.CreatedAt = r.CreatedAt.UTC()
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return dialects.Claimed{}, err
 	}
 	dialects.SortClaimed(out)
-	return out, nil
+	return dialects.Claimed{Rows: out}, nil
 }
 
 func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[uuid.UUID]struct{}, error) {
