@@ -55,8 +55,8 @@ func FuzzNames(f *testing.F) {
 		if err != nil {
 			t.Fatalf("PostgreSQL: %v", err)
 		}
-		if !strings.Contains(pq.OutboxClaim, `"`+outbox+`"`) {
-			t.Fatalf("the claim does not name the table quoted:\n%s", pq.OutboxClaim)
+		if !strings.Contains(pq.OutboxClaim.SQL(), `"`+outbox+`"`) {
+			t.Fatalf("the claim does not name the table quoted:\n%s", pq.OutboxClaim.SQL())
 		}
 		sq, err := sqlserver.Queries(n)
 		if err != nil {

@@ -232,7 +232,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	conn := claimSession(t, d)
 	for _, name := range []string{"claim", "claim_by_key"} {
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`)
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+call(t, name, claimArgs(sqlArgs{"settled": "0", "open_last": "ARRAY[10]::bigint[]", "open_next": "ARRAY[5]::bigint[]"})))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,13 +339,12 @@ func TestANarrowLookForStragglersStartsAtItsBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	if _, err := conn.Exec(ctx, `PREPARE stragglers(bigint, bigint[], bigint[], bigint, bigint[], bigint, bigint[], bigint) AS `+q.OutboxStragglers); err != nil {
-		t.Fatal(err)
-	}
+	prepare(t, conn, d, "stragglers")
 	// Without the bound on the first column each walked every leaf: 193
 	// buffers.
 	for what, stmt := range map[string]string{
-		"a look over the last 10 s":    `EXECUTE stragglers(NULL, '{}', '{}', NULL, NULL, 0, NULL, 10000)`,
+		"a look over the last 10 s": `EXECUTE ` + call(t, "stragglers", sqlArgs{"settled": "NULL", "open_last": "'{}'", "open_next": "'{}'",
+			"writers": "NULL", "rewinds": "NULL", "floors": "NULL", "lookback_ms": "0", "within_ms": "10000"}),
 		"the look at the next due row": q.OutboxNextDue, // the idle relay's
 	} {
 		index, buffers := outboxWalk(t, conn, stmt)
@@ -434,11 +433,11 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`
+	args := claimArgs(sqlArgs{"heads": "10"})
 	stmts := []string{"claim", "claim_by_key"}
 	for _, name := range stmts {
 		// The first run makes the plan, on the empty table.
-		if _, err := conn.Exec(ctx, `EXECUTE `+name+args); err != nil {
+		if _, err := conn.Exec(ctx, `EXECUTE `+call(t, name, args)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -457,7 +456,7 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+name+args).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, name, args)).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if plan[0].Plan.ActualRows != 100 {
@@ -504,20 +503,13 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 func claimSession(t *testing.T, d *postgres.Dialect) *pgxpool.Conn {
 	t.Helper()
 	ctx := context.Background()
-	q, err := postgres.Queries(d.Names())
-	if err != nil {
-		t.Fatal(err)
-	}
 	conn, err := d.ClaimPool().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
-		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text, bigint, bigint, bigint[], text[], bigint[], bool, text[], bigint[]) AS `+stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	prepare(t, conn, d, "claim")
+	prepare(t, conn, d, "claim_by_key")
 	return conn
 }
 
@@ -551,12 +543,12 @@ func TestAKeysHeadIsFoundByItsKeyNotByAWalkOfThePending(t *testing.T) {
 		keys, positions = append(keys, fmt.Sprintf("'k%d'", k)), append(positions, "0")
 	}
 	// Continuations only: the keys k0..k49 from their start, no walk.
-	args := `(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', 0, 1000, NULL, ARRAY[` +
-		strings.Join(keys, ",") + `]::text[], ARRAY[` + strings.Join(positions, ",") + `]::bigint[], false, NULL, NULL, NULL)`
+	args := claimArgs(sqlArgs{"rewinds": "0", "lookback_ms": "1000", "continue_keys": `ARRAY[` + strings.Join(keys, ",") + `]::text[]`,
+		"continue_after": `ARRAY[` + strings.Join(positions, ",") + `]::bigint[]`, "discover": "false"})
 	for _, name := range []string{"claim", "claim_by_key"} {
 		// The claim pool's plans are generic, made at the first run: here
 		// while few rows are pending.
-		if _, err := conn.Exec(ctx, `BEGIN; EXECUTE `+name+args+`; ROLLBACK`); err != nil {
+		if _, err := conn.Exec(ctx, `BEGIN; EXECUTE `+call(t, name, args)+`; ROLLBACK`); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -571,7 +563,7 @@ func TestAKeysHeadIsFoundByItsKeyNotByAWalkOfThePending(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+name+args).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, name, args)).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("%s: %v", name, err)
@@ -644,7 +636,7 @@ func TestClaimByKeyCostDoesNotGrowWithDepthBehindBusyHeads(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, "claim_by_key", claimArgs(sqlArgs{"limit": "500", "heads": "4"}))).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
@@ -681,7 +673,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 	insertFresh(t, d)
 	floors := readFloors(t, d)
 	conn := claimSession(t, d)
-	buffers := func(bounds string) (int, float64) {
+	buffers := func(bounds sqlArgs) (int, float64) {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
 		if err != nil {
@@ -691,7 +683,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', `+bounds+`, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, "claim", claimArgs(bounds))).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
 		}
 		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead, plan[0].Plan.ActualRows
@@ -701,8 +693,9 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		groups[i] = strconv.FormatInt(f, 10)
 	}
 	lookback := (time.Since(lookedAt) + 250*time.Millisecond).Milliseconds()
-	bounded, took := buffers(fmt.Sprintf("%d, %d, '{%s}'::bigint[]", floors.Rewinds, lookback, strings.Join(groups, ",")))
-	unbounded, tookAll := buffers("NULL, NULL, NULL")
+	bounded, took := buffers(sqlArgs{"rewinds": strconv.FormatInt(floors.Rewinds, 10), "lookback_ms": strconv.FormatInt(lookback, 10),
+		"floors": "'{" + strings.Join(groups, ",") + "}'::bigint[]"})
+	unbounded, tookAll := buffers(sqlArgs{})
 	if took != 10 || tookAll != 10 {
 		t.Fatalf("claims took %v (bounded) and %v (unbounded) rows, want the 10 fresh ones", took, tookAll)
 	}
@@ -833,10 +826,12 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		idList[i] = "'" + id.String() + "'"
 	}
 	n, tok := len(ids), "'"+token.String()+"'"
+	complete := strings.TrimPrefix(call(t, "complete", sqlArgs{"ids": "ARRAY[" + strings.Join(idList, ",") + "]::uuid[]",
+		"tokens": "ARRAY[" + list(n, tok) + "]::uuid[]", "states": "ARRAY[" + list(n, "'delivered'") + "]::text[]",
+		"attempt_incs": "ARRAY[" + list(n, "0") + "]::int[]", "delays_ms": "ARRAY[" + list(n, "-1") + "]::bigint[]",
+		"errors": "ARRAY[" + list(n, "''") + "]::text[]", "has_errors": "ARRAY[" + list(n, "false") + "]::bool[]"}), "complete")
 	stmts := []struct{ name, types, sql, args string }{
-		{"complete", "uuid[], uuid[], text[], int[], bigint[], text[], bool[]", q.OutboxComplete, fmt.Sprintf(
-			"ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], ARRAY[%s]::text[], ARRAY[%s]::int[], ARRAY[%s]::bigint[], ARRAY[%s]::text[], ARRAY[%s]::bool[]",
-			strings.Join(idList, ","), list(n, tok), list(n, "'delivered'"), list(n, "0"), list(n, "-1"), list(n, "''"), list(n, "false"))},
+		{"complete", "", "", strings.TrimSuffix(strings.TrimPrefix(complete, "("), ")")},
 		{"renew", "uuid[], uuid[], bigint", q.OutboxRenewLeases,
 			fmt.Sprintf("ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], 60000", strings.Join(idList, ","), list(n, tok))},
 	}
@@ -866,7 +861,9 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, `PREPARE `+s.name+`(`+s.types+`) AS `+s.sql); err != nil {
+		if s.sql == "" {
+			prepare(t, conn, d, s.name)
+		} else if _, err := conn.Exec(ctx, `PREPARE `+s.name+`(`+s.types+`) AS `+s.sql); err != nil {
 			t.Fatal(err)
 		}
 		run(s.name, s.args, false)
@@ -946,7 +943,7 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	claim := func(pos string) (int, []string) {
+	claim := func(pos sqlArgs) (int, []string) {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
 		if err != nil {
@@ -958,15 +955,16 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 			groups[i] = strconv.FormatInt(f, 10)
 		}
 		lookback := (time.Since(lookedAt) + 250*time.Millisecond).Milliseconds()
-		args := fmt.Sprintf(`(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', %d, %d, '{%s}'::bigint[], '{}'::text[], '{}'::bigint[], true, %s, NULL)`,
-			floors.Rewinds, lookback, strings.Join(groups, ","), pos)
+		pos["rewinds"], pos["lookback_ms"] = strconv.FormatInt(floors.Rewinds, 10), strconv.FormatInt(lookback, 10)
+		pos["floors"] = "'{" + strings.Join(groups, ",") + "}'::bigint[]"
+		args := call(t, "claim", claimArgs(pos))
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim`+args).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+args).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
 		}
-		if _, err := tx.Exec(ctx, `EXECUTE claim`+args); err != nil {
+		if _, err := tx.Exec(ctx, `EXECUTE `+args); err != nil {
 			t.Fatal(err)
 		}
 		var taken []string
@@ -983,8 +981,9 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 	for i, p := range positions {
 		ps[i] = strconv.FormatInt(p, 10)
 	}
-	withFloors, takenF := claim("NULL, NULL")
-	withPositions, takenP := claim(fmt.Sprintf("ARRAY[%s]::text[], ARRAY[%s]::bigint[]", strings.Join(keys, ","), strings.Join(ps, ",")))
+	withFloors, takenF := claim(sqlArgs{})
+	withPositions, takenP := claim(sqlArgs{"position_keys": "ARRAY[" + strings.Join(keys, ",") + "]::text[]",
+		"position_after": "ARRAY[" + strings.Join(ps, ",") + "]::bigint[]"})
 	want := "k0 k1 k2 k3 k4 k5 k6 k7 k8"
 	if got := strings.Join(takenF, " "); got != want {
 		t.Errorf("with the floors, the claim took the fresh rows of %s; want %s (k9's waits behind the row held)", got, want)
