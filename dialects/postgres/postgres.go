@@ -235,6 +235,9 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c di
 	if p.Limit <= 0 {
 		return c, nil
 	}
+	if p.Walk > dialects.WalkNone {
+		return c, fmt.Errorf("claim: unknown walk %d", p.Walk)
+	}
 	stmt, args := d.claimArgs(p)
 	rows, err := d.claimPool.Query(ctx, stmt, args...)
 	if err != nil {
