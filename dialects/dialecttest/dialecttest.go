@@ -53,9 +53,6 @@ type Harness struct {
 	// the reason the server gives.
 	RefusedLogin   func(t *testing.T) error
 	RefusedBecause string
-	// Bounded: the dialect honours ClaimParams.Bounds, ContinueOnly and
-	// OutboxFloors (PostgreSQL). Others ignore them, as they may.
-	Bounded bool
 
 	// byKey runs the claims of a subtest with WalkKeys.
 	byKey bool
@@ -103,7 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"OtherRelays", testOtherRelays},
 	}
 	tests = append(tests, runGate(t, h)...)
-	tests = append(tests, boundsTests(h)...)
+	tests = append(tests, boundsTests()...)
 	tests = append(tests, destinationTests()...)
 	tests = append(tests, attemptTests()...)
 	for _, tc := range tests {
@@ -113,7 +110,7 @@ func Run(t *testing.T, h Harness) {
 		})
 	}
 	// The claim that walks the keys must obey every rule the schedule-order
-	// claim does (a dialect that ignores ByKey passes the same tests again).
+	// claim does.
 	byKey := h
 	byKey.byKey = true
 	for _, tc := range tests {

@@ -65,7 +65,7 @@ func freePort(t testing.TB) int {
 
 func exec(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 	t.Helper()
-	pd := d.(*postgres.Dialect)
+	pd := pgDialect(d)
 	q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(pd.Names(), postgres.Quoting))
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +76,66 @@ func exec(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 }
 
 func TestConformance(t *testing.T) {
-	dialecttest.Run(t, dialecttest.Harness{
-		New:  func(t *testing.T, upTo int) dialects.Dialect { return open(t, upTo) },
+	dialecttest.Run(t, harness(func(d *postgres.Dialect) dialects.Dialect { return d }))
+}
+
+// The conformance suite's claim cases hold for a dialect that ignores the
+// relay's bounds as well (SQL Server's claims do, and no SQL Server runs
+// here): run against PostgreSQL with its bounds taken away.
+func TestConformanceIgnoringBounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite a second time")
+	}
+	dialecttest.Run(t, harness(func(d *postgres.Dialect) dialects.Dialect { return boundless{d} }))
+}
+
+// boundless is the PostgreSQL dialect as a dialect that ignores the relay's
+// bounds behaves (see the sqlserver package): its claims walk from the
+// start, it finds no straggler, reads no floors and keeps no rewind counter,
+// and its look for expired leases ignores its bound.
+type boundless struct{ *postgres.Dialect }
+
+func (b boundless) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (dialects.Claimed, error) {
+	p.Bounds = nil
+	c, err := b.Dialect.OutboxClaim(ctx, p)
+	c.Walk = dialects.ClaimReport{}
+	return c, err
+}
+
+func (b boundless) OutboxStragglers(context.Context, *dialects.Gate, dialects.Bounds) (time.Duration, bool, error) {
+	return 0, false, nil
+}
+
+func (b boundless) OutboxFloors(context.Context, int64, dialects.Floors) (dialects.Floors, error) {
+	return dialects.Floors{}, nil
+}
+
+func (b boundless) OutboxRewind(context.Context) error { return nil }
+
+func (b boundless) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
+	p, err := b.Dialect.OutboxProbe(ctx)
+	p.Rewinds = 0
+	return p, err
+}
+
+func (b boundless) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID, _ time.Time) (dialects.Released, error) {
+	r, err := b.Dialect.OutboxReleaseExpired(ctx, limit, keep, time.Time{})
+	return dialects.Released{Rows: r.Rows}, err
+}
+
+// pgDialect is the PostgreSQL dialect under d.
+func pgDialect(d dialects.Dialect) *postgres.Dialect {
+	if b, ok := d.(boundless); ok {
+		return b.Dialect
+	}
+	return d.(*postgres.Dialect)
+}
+
+// harness is the conformance suite's harness, each dialect it opens
+// wrapped by wrap.
+func harness(wrap func(*postgres.Dialect) dialects.Dialect) dialecttest.Harness {
+	return dialecttest.Harness{
+		New:  func(t *testing.T, upTo int) dialects.Dialect { return wrap(open(t, upTo)) },
 		Exec: exec,
 		Empty: func(t *testing.T) dialects.Dialect {
 			schema, url := testdb.Schema(t)
@@ -92,11 +150,10 @@ func TestConformance(t *testing.T) {
 			if _, err := migrations.Up(context.Background(), d); err != nil {
 				t.Fatal(err)
 			}
-			return d
+			return wrap(d)
 		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
 		Begin:           begin,
-		Bounded:         true,
 		RefusedLogin: func(t *testing.T) error {
 			// A database that does not exist: the server answers, then
 			// refuses.
@@ -114,7 +171,7 @@ func TestConformance(t *testing.T) {
 			return d.Ping(context.Background())
 		},
 		RefusedBecause: `database "qb_no_such_database" does not exist`,
-	})
+	}
 }
 
 // heldTx is a transaction a conformance subtest holds open.
@@ -125,7 +182,7 @@ type heldTx struct {
 }
 
 func begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
-	pd := d.(*postgres.Dialect)
+	pd := pgDialect(d)
 	tx, err := pd.Pool().Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
