@@ -127,8 +127,8 @@ const (
 	// WalkKeys finds heads key by key, going on after ClaimParams.After and
 	// wrapping around to the first key (a skip scan over the keys that
 	// have pending or processing rows), then takes unkeyed rows: cheapest
-	// when few keys hold many rows, and the keys take turns. A dialect may
-	// serve it as WalkSchedule.
+	// when few keys hold many rows, and the keys take turns
+	// (Claimed.Cursor).
 	WalkKeys
 	// WalkNone takes only the heads of the keys in ClaimParams.Continue,
 	// and no unkeyed rows: no walk at all, whose cost follows every row
@@ -189,9 +189,9 @@ type Claimed struct {
 	// (SortClaimed).
 	Rows []Row
 	// Cursor is the key after which the next WalkKeys claim goes on: the
-	// last key this claim's walk over the keys took a head of. "" when this
-	// claim learnt none (it walked no keys, or took no keyed head on its
-	// walk): the caller keeps its last one.
+	// greatest key whose head this claim's walk over the keys took. "" when
+	// this claim learnt none (it walked no keys, or took no keyed head on
+	// its walk): the caller keeps its last one.
 	Cursor string
 	// Walk is what the claim tells about its walk in schedule order.
 	Walk ClaimReport
@@ -615,7 +615,10 @@ func (e *loginRefused) Is(target error) bool {
 	return target == ErrLoginRefused || target == ErrUnreachable
 }
 
-// ErrNotSupported is returned by methods that a dialect cannot offer.
+// ErrNotSupported is what a dialect returns for a statement its database
+// cannot run. The dialects of this module implement every method of the
+// seam; Blind treats it as ErrNotPermitted, for a dialect that cannot show
+// other transactions.
 var ErrNotSupported = errors.New("not supported by this database")
 
 // ErrNotPermitted means the database user lacks a permission a statement
