@@ -52,6 +52,9 @@ type (
 		// told of its walk.
 		plan   claimPlan
 		report dialects.ClaimReport
+		// cursor is where the next claim by key goes on ("": the claim
+		// learnt none).
+		cursor string
 	}
 	// floorsResult is a read of the floors (see reach.go).
 	floorsResult struct {
@@ -181,6 +184,10 @@ type claimer struct {
 	// for heldClaimEvery to pass since (a heldPace message ends the wait).
 	lastStart time.Time
 	paced     bool
+	// cursor is the key after which the next claim by key goes on
+	// (ClaimParams.After), so that keys take turns: the last non-empty
+	// Claimed.Cursor.
+	cursor string
 }
 
 // heldPace ends a claim's wait for heldClaimEvery.
@@ -431,8 +438,14 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	}
 	root, self := ctx.ActorSystem().Root, ctx.Self()
 	dialect, bg, stats, length := c.dialect, c.bg, c.stats, c.leaseLength
-	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads, ByKey: kind == byKeyClaim,
-		Continue: plan.continued, Bounds: plan.bounds, ContinueOnly: plan.continueOnly}
+	params := dialects.ClaimParams{Limit: limit, Lease: length, Token: l.token, MaxHeads: heads,
+		Continue: plan.continued, Bounds: plan.bounds}
+	switch {
+	case plan.continueOnly:
+		params.Walk = dialects.WalkNone
+	case kind == byKeyClaim:
+		params.Walk, params.After = dialects.WalkKeys, c.cursor
+	}
 	c.readFloors(ctx)
 	c.lookForStragglers(ctx)
 	// A gated claim probes first, on a copy of the watermark: the claim
@@ -441,7 +454,6 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 	c.sawAtClaim, c.settledAtClaim = c.gate.wm.LastSeen(), c.gate.wm.Settled()
 	go func() {
 		res := &claimResult{requested: limit, run: run, heads: heads, lease: l, kind: kind, plan: plan}
-		params.Report = &res.report
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm != nil {
@@ -454,7 +466,8 @@ func (c *claimer) claimOne(ctx actor.Context) bool {
 		}
 		sentAt := time.Now()
 		stats.ClaimStatements.Add(1)
-		res.rows, res.err = dialect.OutboxClaim(qctx, params)
+		claimed, err := dialect.OutboxClaim(qctx, params)
+		res.rows, res.cursor, res.report, res.err = claimed.Rows, claimed.Cursor, claimed.Walk, err
 		res.took = time.Since(sentAt)
 		stats.ClaimTime.Add(int64(res.took))
 		l.extend(sentAt, length)
@@ -656,6 +669,9 @@ func (c *claimer) onClaim(ctx actor.Context, m *claimResult) {
 	}
 	c.failed.Reset()
 	c.ready.Store(true)
+	if m.cursor != "" {
+		c.cursor = m.cursor
+	}
 	n := len(m.rows)
 	// A claim that was not full took what its own probe showed: a later
 	// probe that shows the same is no news. A full one may have left rows
