@@ -32,7 +32,7 @@ func raise(max *atomic.Int64, n int64) {
 	}
 }
 
-func (o *overlaps) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+func (o *overlaps) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (dialects.Claimed, error) {
 	raise(&o.maxClaims, o.claims.Add(1))
 	defer o.claims.Add(-1)
 	time.Sleep(20 * time.Millisecond)

@@ -22,10 +22,19 @@ import (
 // backoff would only burn the rows' attempts until they go dead. While the
 // circuit is open, the destination's rows are deferred (no attempt made or
 // counted), and one delivery of one row, the probe, goes out per
-// ProbeInterval, counted from the previous probe's answer. The probe's row
-// is attempted as any row: when it succeeds
-// the circuit closes, and the rows flow again. Each replica has its own
-// breakers.
+// ProbeInterval, counted from the previous probe's answer. When the probe
+// succeeds the circuit closes, and the rows flow again; when it fails, its
+// row waits as the others do, its try not counted (the probe tests the
+// destination, not the row). Each replica has its own breakers.
+//
+// An outage costs the rows time, not tries they cannot spare: a row's last
+// try that fails while the destination is down (down: the circuit is open,
+// or every attempt since the latest success failed, at least MinAttempts of
+// them and at least two, so that the circuit opens once the window has
+// passed) is not counted either, and the row waits for the circuit (see
+// breakerView and outcomePolicy.decide). The tries before the last count,
+// and a destination that works for other rows is not down, so a row whose
+// own fault is a retryable one still runs out of tries.
 //
 // Publishes overlap, and one that began earlier can reach the destination
 // later (a new connection, a slow dial, a timeout), so an outcome is old
@@ -100,6 +109,26 @@ func (hs *health) delay(now time.Time) time.Duration {
 	since := hs.openedAt
 	hs.Unlock()
 	return holdDelay(now.Sub(since))
+}
+
+// breakerView says what the breaker makes of a failed delivery (probe: it
+// was the circuit's probe), for the row's outcome: whether the destination
+// is down, and how long a row whose failure is not counted waits (as long
+// as the circuit holds rows while it is open; 0, its backoff, before).
+func (h *sinkHandle) breakerView(probe bool, now time.Time) breakerView {
+	hs := &h.health
+	if hs.breaker.Window <= 0 {
+		return breakerView{}
+	}
+	hs.Lock()
+	// Two failures at least: one alone may be the row's own.
+	open, since, down := hs.open, hs.openedAt, hs.open || hs.streak >= max(hs.breaker.MinAttempts, 2)
+	hs.Unlock()
+	b := breakerView{probe: probe, down: down}
+	if open {
+		b.wait = holdDelay(now.Sub(since))
+	}
+	return b
 }
 
 // circuitView is what the circuit looks like now.

@@ -141,3 +141,53 @@ func TestHoldDelays(t *testing.T) {
 		}
 	}
 }
+
+// The breaker calls a destination down once every attempt since the latest
+// success failed, at least MinAttempts of them, before the window opens the
+// circuit; a success ends that. While the circuit is open, a row whose
+// failure is not counted waits as long as the circuit holds rows.
+func TestBreakerViewOfAFailure(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	ms := time.Millisecond
+	h := newSinkHandle("hook", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Second, MinAttempts: 3, ProbeInterval: time.Second}}, 100)
+	down, up := []error{errors.New("HTTP 503")}, []error{nil}
+	now := time.Now()
+	h.noteHealth(down, 0, ms, false, log)
+	h.noteHealth(down, 10*ms, 11*ms, false, log)
+	if b := h.breakerView(false, now); b.down {
+		t.Fatalf("two failures of the three the breaker needs: %+v", b)
+	}
+	h.noteHealth(down, 20*ms, 21*ms, false, log)
+	if b := h.breakerView(false, now); !b.down || b.wait != 0 || b.probe || h.health.isOpen() {
+		t.Fatalf("three failures within the window: %+v, want down with the circuit not open yet", b)
+	}
+	h.noteHealth(up, 30*ms, 31*ms, false, log)
+	if b := h.breakerView(false, now); b.down {
+		t.Fatalf("after a success: %+v", b)
+	}
+	for i := range 4 {
+		at := time.Duration(100+400*i) * ms
+		h.noteHealth(down, at, at+ms, false, log)
+	}
+	if !h.health.isOpen() {
+		t.Fatal("four failures over more than the window did not open the circuit")
+	}
+	b := h.breakerView(true, h.health.view().openedAt.Add(10*time.Second))
+	if !b.down || !b.probe || b.wait < 8*time.Second || b.wait > 12*time.Second {
+		t.Fatalf("a probe that failed 10 s after the circuit opened: %+v, want down and a wait of about 10 s", b)
+	}
+	if b := newSinkHandle("off", DestinationPolicy{}, 100).breakerView(true, now); b != (breakerView{}) {
+		t.Fatalf("without a breaker: %+v, want every failure counted", b)
+	}
+	// A breaker that needs one failed attempt still does not call the
+	// destination down for one: it may be the row's own.
+	one := newSinkHandle("one", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Hour, MinAttempts: 1, ProbeInterval: time.Second}}, 100)
+	one.noteHealth(down, 0, ms, false, log)
+	if b := one.breakerView(false, now); b.down {
+		t.Fatalf("one failure with minAttempts 1: %+v", b)
+	}
+	one.noteHealth(down, 10*ms, 11*ms, false, log)
+	if b := one.breakerView(false, now); !b.down {
+		t.Fatalf("two failures with minAttempts 1: %+v, want down", b)
+	}
+}

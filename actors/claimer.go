@@ -286,11 +286,9 @@ func (c *claimer) startClaim(cl claimplan.Claim) {
 	l := &lease{token: uuid.New(), rewinds: cl.Rewinds}
 	root, self, dialect, bg, stats, length, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.leaseLength, c.clock
 	params := dialects.ClaimParams{Limit: cl.Limit, Lease: length, Token: l.token, MaxHeads: cl.Heads,
-		ByKey: cl.Walk != claimplan.WalkSchedule, ContinueOnly: cl.Walk == claimplan.WalkNone,
-		Continue: cl.Continue, Bounds: cl.Bounds}
+		Walk: cl.Walk, After: cl.After, Continue: cl.Continue, Bounds: cl.Bounds}
 	go func() {
 		res := &claimResult{claim: cl, lease: l}
-		params.Report = &res.report
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
 		if wm := cl.Watermark; wm != nil {
@@ -303,7 +301,9 @@ func (c *claimer) startClaim(cl claimplan.Claim) {
 		}
 		sentAt := clk.Now()
 		stats.ClaimStatements.Add(1)
-		res.rows, res.err = dialect.OutboxClaim(qctx, params)
+		var got dialects.Claimed
+		got, res.err = dialect.OutboxClaim(qctx, params)
+		res.rows, res.cursor, res.report = got.Rows, got.Cursor, got.Walk
 		res.took = clk.Now().Sub(sentAt)
 		stats.ClaimTime.Add(int64(res.took))
 		l.extend(sentAt, length)

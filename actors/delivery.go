@@ -90,6 +90,12 @@ type deliveryQueue struct {
 	// flightsTo counts the flights per destination (the pool lets a
 	// destination with a flow control take half of its Publish calls).
 	flightsTo map[*sinkHandle]int
+	// parked holds, per destination, the pool's rows that wait for one of
+	// those Publish calls: prepared, in the order they came, counted in
+	// the destination's flow as queued. They start, in that order, as the
+	// destination's flights end.
+	parked  map[*sinkHandle][]parkedRow
+	nParked int
 	// queuedIn is the flow the rows of this ordered queue wait behind,
 	// queuedN how many of them it counts (countQueued).
 	queuedIn *flow
@@ -129,10 +135,19 @@ type flight struct {
 	rows   []prepared
 	leases []*lease
 	cancel context.CancelFunc
+	// probe: the delivery is its destination's circuit probe (one row).
+	probe bool
 	// state goes from flightWaiting to flightPublishing (the publish
 	// goroutine), or to flightCancelled (a drain, which ends only the
 	// deliveries that have not started).
 	state atomic.Int32
+}
+
+// parkedRow is a row of the pool that waits for a Publish call to its
+// destination.
+type parkedRow struct {
+	p     prepared
+	lease *lease
 }
 
 const (
@@ -143,7 +158,7 @@ const (
 
 func newDeliveryQueue(d *deliverer, ordered bool, maxFlights int) deliveryQueue {
 	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]bool{},
-		flightsTo: map[*sinkHandle]int{}}
+		flightsTo: map[*sinkHandle]int{}, parked: map[*sinkHandle][]parkedRow{}}
 }
 
 // step handles one of the delivery messages, starts what can start, and
@@ -166,7 +181,7 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 		q.onLost(m.ids, &out)
 	case *drain:
 		q.draining = true
-		out.rewind = len(q.queue) > 0
+		out.rewind = len(q.queue) > 0 || q.nParked > 0
 		q.releaseQueue(&out)
 		for _, f := range q.flights {
 			if f.state.CompareAndSwap(flightWaiting, flightCancelled) {
@@ -219,56 +234,109 @@ func (q *deliveryQueue) endRun(out *outcomes) {
 }
 
 // idle reports whether the queue holds nothing.
-func (q *deliveryQueue) idle() bool { return len(q.flights) == 0 && len(q.queue) == 0 }
+func (q *deliveryQueue) idle() bool {
+	return len(q.flights) == 0 && len(q.queue) == 0 && q.nParked == 0
+}
 
-// startDeliveries starts Publish calls while there is room for one.
+// startDeliveries starts Publish calls while there is room for one: for
+// the pool's parked rows first (the oldest of each destination that has
+// room again), then for the rows in the queue.
 func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
-	for len(q.flights) < q.maxFlights && len(q.queue) > 0 && !q.draining {
+	for len(q.flights) < q.maxFlights && !q.draining {
 		now := time.Now()
-		head := q.pop()
-		if !head.lease.trusted(now) {
-			// The lease may have passed: delivering now could race another
-			// replica. Hand the row back.
-			q.d.release(out, head.Row)
-			out.rewind = true
-			q.stopIfOrdered(out)
-			continue
-		}
-		p := q.d.prepare(head.Row)
-		switch {
-		case p.dead != nil:
-			q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
-			continue
-		case p.retry != nil:
-			if q.d.finish(out, &p, p.retry, 0, nil) == dialects.OutcomeRetry {
-				q.stopIfOrdered(out)
+		p, l, ok := q.unpark()
+		if ok {
+			if !l.trusted(now) {
+				q.d.release(out, p.row)
+				out.rewind = true
+				continue
 			}
-			continue
+		} else if len(q.queue) > 0 {
+			head := q.pop()
+			if !head.lease.trusted(now) {
+				// The lease may have passed: delivering now could race another
+				// replica. Hand the row back.
+				q.d.release(out, head.Row)
+				out.rewind = true
+				q.stopIfOrdered(out)
+				continue
+			}
+			p, l = q.d.prepare(head.Row), head.lease
+			switch {
+			case p.dead != nil:
+				q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
+				continue
+			case p.retry != nil:
+				if q.d.finish(out, &p, p.retry, 0, nil, breakerView{}) == dialects.OutcomeRetry {
+					q.stopIfOrdered(out)
+				}
+				continue
+			}
+		} else {
+			break
 		}
 		run, own := 1, 0
 		if q.ordered {
 			run, own = 1+len(q.queue), q.queuedN
 		}
 		adm := p.dest.admit(now, run, own)
-		if adm.held == notHeld && p.dest.flow != nil && !q.ordered && q.flightsTo[p.dest] >= max(1, q.maxFlights/2) {
-			// The pool's other destinations keep half its Publish calls.
-			if adm.probe {
-				p.dest.health.probeAbandoned()
-			}
-			adm = admission{held: heldThrottled, delay: p.dest.flow.deferral(now, 1, p.dest.maxBatch())}
-		}
 		if adm.held != notHeld {
 			q.d.deferRow(out, &p, adm.held, adm.delay)
 			q.stopIfOrdered(out)
 			continue
 		}
-		batch, leases := q.batch(p, head.lease, now, adm.probe)
+		if !q.ordered && p.dest.flow != nil && q.flightsTo[p.dest] >= q.share() {
+			// The pool's other destinations keep half its Publish calls:
+			// the row waits for one of this destination's to end.
+			if adm.probe {
+				p.dest.health.probeAbandoned()
+			}
+			q.park(p, l)
+			continue
+		}
+		batch, leases := q.batch(p, l, now, adm.probe)
 		if f := p.dest.flow; f != nil {
 			f.enter(len(batch))
 		}
 		q.publish(ctx, batch, leases, adm.probe)
 	}
 	q.countQueued()
+}
+
+// share is how many of the pool's Publish calls one destination with a
+// flow control may hold: half, so that the others keep the rest.
+func (q *deliveryQueue) share() int { return max(1, q.maxFlights/2) }
+
+// park keeps a row of the pool until its destination has a Publish call to
+// spare; it counts as waiting in the destination's flow meanwhile.
+func (q *deliveryQueue) park(p prepared, l *lease) {
+	q.parked[p.dest] = append(q.parked[p.dest], parkedRow{p: p, lease: l})
+	q.nParked++
+	p.dest.flow.queued.Add(1)
+}
+
+// unpark takes the oldest parked row of a destination that has a Publish
+// call to spare again, if there is one.
+func (q *deliveryQueue) unpark() (prepared, *lease, bool) {
+	if q.nParked == 0 {
+		return prepared{}, nil, false
+	}
+	for h, rows := range q.parked {
+		if q.flightsTo[h] >= q.share() {
+			continue
+		}
+		r := rows[0]
+		rows[0] = parkedRow{}
+		if len(rows) == 1 {
+			delete(q.parked, h)
+		} else {
+			q.parked[h] = rows[1:]
+		}
+		q.nParked--
+		h.flow.queued.Add(-1)
+		return r.p, r.lease, true
+	}
+	return prepared{}, nil, false
 }
 
 // countQueued tells a destination's flow control how many rows of this
@@ -340,7 +408,7 @@ func (q *deliveryQueue) pop() claimed {
 func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*lease, probe bool) {
 	q.gen++
 	fctx, cancel := context.WithCancel(q.d.ctx)
-	f := &flight{rows: batch, leases: leases, cancel: cancel}
+	f := &flight{rows: batch, leases: leases, cancel: cancel, probe: probe}
 	q.flights[q.gen] = f
 	q.flightsTo[batch[0].dest]++
 	msgs := make([]sinks.Message, len(batch))
@@ -424,6 +492,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 		return
 	}
 	stopped := false
+	var breaker *breakerView // what the breaker says of a failure, read once
 	for i := range f.rows {
 		p, err := &f.rows[i], m.errs[i]
 		switch {
@@ -434,7 +503,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			// An ordered batch stopped at an earlier row: a row that
 			// arrived all the same is delivered, the others go back.
 			if err == nil {
-				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i))
+				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i), breakerView{})
 			} else {
 				q.d.release(out, p.row)
 			}
@@ -444,7 +513,15 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			out.rewind = true
 			stopped = q.ordered
 		default:
-			if q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i)) == dialects.OutcomeRetry {
+			var b breakerView
+			if err != nil {
+				if breaker == nil {
+					v := p.dest.breakerView(f.probe, time.Now())
+					breaker = &v
+				}
+				b = *breaker
+			}
+			if k := q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i), b); k == dialects.OutcomeRetry || k == dialects.OutcomeDefer {
 				stopped = q.ordered
 			}
 		}
@@ -498,6 +575,25 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 	}
 	clear(q.queue[len(kept):])
 	q.queue = kept
+	for h, rows := range q.parked {
+		keep := rows[:0]
+		for _, r := range rows {
+			if set[r.p.row.ID] {
+				out.abandon(r.p.row.Claim)
+				matched = true
+				q.nParked--
+				h.flow.queued.Add(-1)
+			} else {
+				keep = append(keep, r)
+			}
+		}
+		clear(rows[len(keep):])
+		if len(keep) == 0 {
+			delete(q.parked, h)
+		} else {
+			q.parked[h] = keep
+		}
+	}
 	for _, f := range q.flights {
 		all := true
 		for _, p := range f.rows {
@@ -525,11 +621,20 @@ func (q *deliveryQueue) stopIfOrdered(out *outcomes) {
 	}
 }
 
+// releaseQueue releases every row that waits: in the queue, and parked.
 func (q *deliveryQueue) releaseQueue(out *outcomes) {
 	for _, r := range q.queue {
 		q.d.release(out, r.Row)
 	}
 	q.queue = nil
+	for h, rows := range q.parked {
+		for _, r := range rows {
+			q.d.release(out, r.p.row)
+		}
+		h.flow.queued.Add(-int64(len(rows)))
+		delete(q.parked, h)
+	}
+	q.nParked = 0
 }
 
 // publish calls the sink, turning a missing sink, a short answer or a panic
@@ -578,13 +683,19 @@ func (o *outcomes) abandon(c dialects.Claim) {
 func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
 
 // finish decides the outcome of a delivery that returned err after publish
-// (0: the row never reached the sink) and records it, with its attempt for
-// the history (nil: none).
-func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt) dialects.OutcomeKind {
-	o := d.policy.decide(p.row, err)
+// (0: the row never reached the sink), with what the destination's breaker
+// says of a failure (b), and records it, with its attempt for the history
+// (nil: none).
+func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt, b breakerView) dialects.OutcomeKind {
+	o := d.policy.decide(p.row, err, b)
 	if att != nil {
 		att.Error = o.Error
-		o.Attempt = att
+		// A failure the breaker does not count (OutcomeDefer) is not
+		// recorded yet: the history cannot mark an attempt as a probe or
+		// as not counted, and would show it as a try the row spent.
+		if o.Kind != dialects.OutcomeDefer {
+			o.Attempt = att
+		}
 	}
 	d.record(out, p, o, publish)
 	return o.Kind
@@ -599,7 +710,9 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 	case dialects.OutcomeDelivered:
 		d.stats.Delivered.Add(1)
 		kind, latency = Delivered, time.Since(p.row.CreatedAt)
-	case dialects.OutcomeRetry:
+	case dialects.OutcomeRetry, dialects.OutcomeDefer:
+		// A deferred delivery here failed (finish): the breaker did not
+		// count it, but it failed all the same, and is tried again.
 		d.stats.Retried.Add(1)
 		kind = Retried
 		out.stopped = true

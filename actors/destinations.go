@@ -57,8 +57,8 @@ type DestinationStatus struct {
 	// reason: "paused", "circuit", "throttled".
 	Deferred map[string]int64
 	// Waiting is the rows waiting for a permit of the flow control now (in
-	// deliveries, and behind them in key actors), Publishing the Publish
-	// calls that hold one; Throttled is the time
+	// deliveries, behind them in key actors, and parked in the pool),
+	// Publishing the Publish calls that hold one; Throttled is the time
 	// deliveries spent waiting for permits, in total.
 	Waiting, Publishing int64
 	Throttled           time.Duration

@@ -274,8 +274,8 @@ func TestAPausedDestinationWaitsOnEveryReplica(t *testing.T) {
 // A destination that fails every delivery for the window opens its circuit;
 // then exactly one probe goes out per probe interval, and the other rows
 // wait without an attempt counted. When a probe succeeds, the circuit
-// closes and every row is delivered; the attempts counted are the failed
-// requests, no more.
+// closes and every row is delivered; the attempts counted are the requests
+// that failed before the circuit opened: a failed probe counts none.
 func TestAnOpenCircuitSendsOneProbePerInterval(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -329,14 +329,21 @@ func TestAnOpenCircuitSendsOneProbePerInterval(t *testing.T) {
 	failing.Store(false)
 	recv.WaitDelivered(t, 50, time.Minute)
 	testkit.Eventually(t, "the circuit to close", 0, testkit.True(func() bool { return !status(t, e, "dest").CircuitOpen }))
-	failed := 0
+	failed, failedProbes := 0, 0
 	for _, r := range recv.Requests() {
-		if r.Status == 503 {
+		switch {
+		case r.Status != 503:
+		case r.At.After(opened):
+			failedProbes++
+		default:
 			failed++
 		}
 	}
+	if failedProbes < 4 {
+		t.Fatalf("%d failed probes; four were seen", failedProbes)
+	}
 	if st, sum := h.attempts("%"); st[dialects.Delivered] != 50 || sum != failed {
-		t.Fatalf("rows %v with %d attempts counted; want 50 delivered and %d attempts (the failed requests)", st, sum, failed)
+		t.Fatalf("rows %v with %d attempts counted; want 50 delivered and %d attempts (the requests that failed before the circuit opened; %d probes failed)", st, sum, failed, failedProbes)
 	}
 }
 
@@ -376,5 +383,131 @@ func TestOpenCircuitsAreReported(t *testing.T) {
 	}
 	if cs, err := h.d.DestinationCircuits(context.Background(), time.Minute); err != nil || len(cs) != 0 {
 		t.Fatalf("a stopped replica's circuits: %+v, %v", cs, err)
+	}
+}
+
+// gaps returns the longest time between two requests a receiver got.
+func longestGap(reqs []testrecv.Request) time.Duration {
+	var gap time.Duration
+	for i := 1; i < len(reqs); i++ {
+		gap = max(gap, reqs[i].At.Sub(reqs[i-1].At))
+	}
+	return gap
+}
+
+// Rows that wait for a limit wait for it in memory, in turn, up to half
+// the credit: unkeyed rows beyond the destination's share of the pool's
+// Publish calls are parked in the pool, and the keys' heads wait behind
+// each other, so the destination is never idle while rows wait and no row
+// is deferred to come back later.
+func TestThrottledRowsWaitForTheirTurn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		rows   []dialects.NewRow
+		policy actors.DestinationPolicy
+	}{
+		// 4 Publish calls in the pool: the destination's share is 2, and
+		// 60 rows wait for them.
+		{"unkeyed", rows(0, 0, 60, func(int) int { return 0 }), actors.DestinationPolicy{RatePerSecond: 20, Burst: 1}},
+		// Three keys of five rows, one request at a time.
+		{"keyed", rows(3, 5, 0, func(int) int { return 0 }), actors.DestinationPolicy{RatePerSecond: 4, Burst: 1, MaxConcurrency: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			recv := testrecv.New(t, nil)
+			h.routeAllTo(httpDest(t, recv.URL, nil))
+			h.opts.Policies = map[string]actors.DestinationPolicy{"dest": c.policy}
+			h.opts.UnorderedConcurrency = 4
+			e := h.start()
+			h.explain(e)
+			h.insert(c.rows...)
+			recv.WaitDelivered(t, len(c.rows), time.Minute)
+			interval := time.Duration(float64(time.Second) / c.policy.RatePerSecond)
+			// A loaded machine stretches an interval now and then; a
+			// deferred row leaves the destination idle for a reschedule.
+			if gap := longestGap(recv.Requests()); gap > interval+200*time.Millisecond {
+				t.Errorf("no request for %v; the limit's interval is %v", gap, interval)
+			}
+			if n := status(t, e, "dest").Deferred["throttled"]; n != 0 {
+				t.Errorf("%d rows deferred; want each waiting for its turn in memory", n)
+			}
+			if dups := recv.CheckOrder(t); dups != 0 {
+				t.Errorf("%d duplicates", dups)
+			}
+		})
+	}
+}
+
+// A replica that stops while rows are parked in its pool hands them back:
+// none stays processing, and none has an attempt counted.
+func TestParkedRowsAreReleasedAtStop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	h.routeAllTo(httpDest(t, recv.URL, nil))
+	h.opts.Policies = map[string]actors.DestinationPolicy{"dest": {RatePerSecond: 10, Burst: 1}}
+	h.opts.UnorderedConcurrency = 2
+	e := h.start()
+	h.explain(e)
+	h.insert(rows(0, 0, 50, func(int) int { return 0 })...)
+	testkit.Eventually(t, "rows parked behind the pool's one Publish call for the destination", time.Minute, testkit.True(func() bool {
+		return status(t, e, "dest").Waiting > 10 && len(recv.Requests()) > 0
+	}))
+	if err := e.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, sum := h.attempts("%")
+	if st[dialects.Processing] != 0 || st[dialects.Delivered] != recv.Delivered() || st[dialects.Pending]+st[dialects.Delivered] != 50 || sum != 0 {
+		t.Fatalf("after the stop: %v with %d attempts; the receiver accepted %d; want the rest pending, none attempted", st, sum, recv.Delivered())
+	}
+}
+
+// With a breaker, rows survive an outage although their tries would run
+// out before the circuit opens: once every request has failed, at least
+// the breaker's minimum of them, a last try that fails is not counted, nor
+// is a probe's failure; after the outage every row is delivered, none
+// dead, none with more attempts than it has.
+func TestAnOutageCostsTimeNotRows(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var until atomic.Int64
+	recv := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) {
+		if time.Now().UnixNano() < until.Load() {
+			return 503, "down", nil
+		}
+		return 200, "", nil
+	})
+	h.routeAllTo(httpDest(t, recv.URL, nil))
+	// Tries at about 0, 10 and 30 ms: all spent long before the window.
+	h.opts.Policies = map[string]actors.DestinationPolicy{"dest": {CircuitBreaker: actors.CircuitBreaker{
+		Window: 500 * time.Millisecond, MinAttempts: 5, ProbeInterval: 200 * time.Millisecond}}}
+	e := h.start()
+	h.explain(e)
+	all := append(rows(3, 4, 0, func(int) int { return 0 }), rows(0, 0, 18, func(int) int { return 0 })...)
+	for i := range all {
+		testkit.MaxAttempts(2)(&all[i])
+	}
+	until.Store(time.Now().Add(2 * time.Second).UnixNano())
+	h.insert(all...)
+	testkit.Eventually(t, "the circuit to open", time.Minute, testkit.True(func() bool { return status(t, e, "dest").CircuitOpen }))
+	recv.WaitDelivered(t, len(all), time.Minute)
+	testkit.Eventually(t, "every outcome written", 0, func() error {
+		if st, _ := h.attempts("%"); st[dialects.Delivered] != len(all) {
+			return fmt.Errorf("%v", st)
+		}
+		return nil
+	})
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	var over int
+	if err := h.d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+tbl+` WHERE attempt > max_attempts`).Scan(&over); err != nil || over != 0 {
+		t.Fatalf("%d rows counted more attempts than max_attempts (%v)", over, err)
+	}
+	if dups := recv.CheckOrder(t); dups != 0 {
+		t.Errorf("%d duplicates", dups)
+	}
+	if s := status(t, e, "dest"); s.Probes == 0 {
+		t.Errorf("no probe: %+v", s)
 	}
 }

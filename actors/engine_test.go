@@ -505,9 +505,9 @@ type failingClaims struct {
 	armed atomic.Bool
 }
 
-func (f *failingClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+func (f *failingClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (dialects.Claimed, error) {
 	if f.armed.CompareAndSwap(true, false) {
-		return nil, errors.New("connection reset by peer (injected)")
+		return dialects.Claimed{}, errors.New("connection reset by peer (injected)")
 	}
 	return f.Dialect.OutboxClaim(ctx, p)
 }
@@ -542,7 +542,7 @@ type slowClaims struct {
 	done    atomic.Bool
 }
 
-func (s *slowClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams) ([]dialects.Row, error) {
+func (s *slowClaims) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (dialects.Claimed, error) {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		select {

@@ -21,14 +21,16 @@ import (
 //
 // A delivery waits for its permits in its publish goroutine, never in an
 // actor: first a Publish slot, then a token per row, so that the rate is
-// kept at the moment rows leave. Rows that wait (in deliveries, and in key
-// actors behind them) hold the replica's credit (outbox.maxInFlight), so the
-// flow lets only so many wait at once (room): enough to keep the
-// destination busy between claims, never more than half the credit, so that
-// a throttled destination cannot starve the others. A delivery beyond that
-// is deferred until about when the flow can take it (deferral): a backlog
-// is then claimed about once per row, not over and over. In the unordered
-// pool, a throttled destination takes at most half the Publish calls.
+// kept at the moment rows leave. Both the semaphore and the bucket serve
+// their waiters in the order they came, so a row that waits gets its turn:
+// rows queued behind it in a key actor, and rows the pool parks while the
+// destination has its share of the pool's Publish calls, wait in the
+// actor's memory and follow. Waiting rows hold the replica's credit
+// (outbox.maxInFlight), so the flow lets at most half of it wait (room):
+// a throttled destination cannot starve the others, and memory stays
+// bounded by the credit. Only a delivery beyond that is deferred, until
+// about when the flow can take it (deferral), so that a backlog deeper than
+// half the credit is claimed about once per row, not over and over.
 type flow struct {
 	limiter     *rate.Limiter       // nil: no rate limit
 	slots       *semaphore.Weighted // nil: no concurrency limit
@@ -37,8 +39,10 @@ type flow struct {
 	concurrency int
 	maxWaiting  int // half the replica's credit
 
-	waiting    atomic.Int64 // rows admitted whose Publish has not started
-	queued     atomic.Int64 // rows of key actors queued behind those
+	waiting atomic.Int64 // rows admitted whose Publish has not started
+	// queued counts the rows that wait behind those in the actors: in key
+	// actors behind their head, and parked in the pool.
+	queued     atomic.Int64
 	publishing atomic.Int64 // Publish calls that hold their permits
 	waitedNs   atomic.Int64 // time spent waiting for permits, in total
 
@@ -93,22 +97,15 @@ func (f *flow) batchLimit(n int) int {
 	return n
 }
 
-// room is how many rows may wait for a permit at once: two seconds of the
-// rate (at least the burst), two rounds of the concurrency, never more than
-// half the credit, never less than a batch.
-func (f *flow) room(maxBatch int) int {
-	r := 0
-	if f.limiter != nil {
-		r = max(f.burst, int(math.Ceil(2*f.perSecond)))
-	}
-	if f.slots != nil {
-		r = max(r, 2*f.concurrency*maxBatch)
-	}
-	return max(min(r, f.maxWaiting), maxBatch)
-}
+// room is how many rows may wait for a permit at once: half the credit,
+// never less than a batch. A smaller room would send rows that could wait
+// for their turn in memory to the database instead, where they come back
+// only when their reschedule is due and a claim finds them: behind their
+// turn, with the destination idle meanwhile.
+func (f *flow) room(maxBatch int) int { return max(f.maxWaiting, maxBatch) }
 
-// holding is how many rows wait for a permit: in deliveries, and queued in key
-// actors behind them.
+// holding is how many rows wait for a permit: in deliveries, and in the
+// actors behind them (queued).
 func (f *flow) holding() int64 { return f.waiting.Load() + f.queued.Load() }
 
 // full reports whether as many rows wait as may, besides own (the rows the
@@ -179,15 +176,18 @@ func (f *flow) noteTook(d time.Duration) {
 
 // pace is how many rows a second the flow lets through: the rate, and for
 // a concurrency limit, its slots' worth of batches per Publish duration.
+// Until a Publish has been measured, a concurrency limit is taken to pass a
+// round of batches a second, and only when there is no rate to go by: a
+// guess that low would spread deferred rows far behind the rate.
 func (f *flow) pace(maxBatch int) float64 {
 	p := math.Inf(1)
 	if f.limiter != nil {
 		p = f.perSecond
 	}
-	if f.slots != nil {
+	if f.slots != nil && (f.took > 0 || f.limiter == nil) {
 		took := max(f.took, time.Millisecond)
 		if f.took == 0 {
-			took = time.Second // nothing measured yet
+			took = time.Second
 		}
 		p = min(p, float64(f.concurrency*maxBatch)/took.Seconds())
 	}

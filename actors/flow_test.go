@@ -15,14 +15,37 @@ func TestFlowRoomAndBatches(t *testing.T) {
 	if got := f.batchLimit(500); got != 10 {
 		t.Errorf("a batch under a bucket of 10: %d rows", got)
 	}
-	if got := f.room(1); got != 100 {
-		t.Errorf("room at 50 rows a second: %d, want two seconds' worth (100)", got)
+	// Rows wait for their turn in memory up to half the credit, however
+	// slow the flow: a smaller room defers rows that could wait.
+	for _, p := range []DestinationPolicy{{RatePerSecond: 50, Burst: 10}, {RatePerSecond: 2, MaxConcurrency: 1}, {MaxConcurrency: 4}, {RatePerSecond: 5000}} {
+		if got := newFlow(p, 1000).room(8); got != 500 {
+			t.Errorf("room of %+v with a credit of 1000: %d, want half the credit (500)", p, got)
+		}
 	}
-	if got := newFlow(DestinationPolicy{RatePerSecond: 5000}, 1000).room(1); got != 500 {
-		t.Errorf("room at 5000 rows a second with a credit of 1000: %d, want half the credit", got)
+	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 10).room(8); got != 8 {
+		t.Errorf("room with a credit of 10 and batches of 8: %d, want a batch", got)
 	}
-	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 1000).room(8); got != 64 {
-		t.Errorf("room for 4 Publish calls of 8 rows: %d, want two rounds (64)", got)
+}
+
+// Until a Publish has been measured, a concurrency limit does not slow the
+// pace of a rate limit: deferred rows follow the rate. Measured, the
+// slower of the two sets the pace.
+func TestFlowPace(t *testing.T) {
+	f := newFlow(DestinationPolicy{RatePerSecond: 50, Burst: 50, MaxConcurrency: 8}, 1000)
+	if got := f.pace(1); got != 50 {
+		t.Errorf("50 a second and 8 at once, nothing measured: a pace of %v rows a second, want 50", got)
+	}
+	f.noteTook(time.Millisecond)
+	if got := f.pace(1); got != 50 {
+		t.Errorf("8 at once at 1 ms each under 50 a second: a pace of %v, want 50", got)
+	}
+	slow := newFlow(DestinationPolicy{RatePerSecond: 50, MaxConcurrency: 8}, 1000)
+	slow.noteTook(time.Second)
+	if got := slow.pace(1); got != 8 {
+		t.Errorf("8 at once at 1 s each under 50 a second: a pace of %v, want 8", got)
+	}
+	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 1000).pace(2); got != 8 {
+		t.Errorf("4 at once of 2 rows, nothing measured: a pace of %v, want a round a second (8)", got)
 	}
 }
 

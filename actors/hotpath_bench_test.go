@@ -45,7 +45,7 @@ func BenchmarkOutcomes(b *testing.B) {
 	for b.Loop() {
 		out = out[:0]
 		for i := range rows {
-			out = append(out, p.decide(rows[i], nil))
+			out = append(out, p.decide(rows[i], nil, breakerView{}))
 		}
 		for i := range out {
 			_ = dialects.WriteOf(out[i])

@@ -49,22 +49,59 @@ type outcomePolicy struct {
 	redact func(string) string
 }
 
-// decide turns a delivery result into the row's outcome.
-func (p outcomePolicy) decide(r dialects.Row, err error) dialects.Outcome {
+// breakerView is what a destination's circuit breaker says of a failed
+// delivery to it (circuit.go): whether the failure is the row's try at all.
+// The zero value counts every failure, as for a destination without a
+// breaker.
+type breakerView struct {
+	// probe: the delivery was the open circuit's probe. Its failure tells
+	// that the destination is still down, nothing about the row.
+	probe bool
+	// down: the destination is down: its circuit is open, or every
+	// request to it since the latest success failed, at least the
+	// breaker's minimum of attempts.
+	down bool
+	// wait is how long the row of a failure that is not counted waits
+	// while the circuit is open (as long as the circuit holds every row);
+	// 0 when it is not open yet: the row waits the backoff a retry would.
+	wait time.Duration
+}
+
+// decide turns a delivery result into the row's outcome. With a circuit
+// breaker an outage costs time, not rows: a failed probe, and a failed last
+// try while the destination is down, are not counted (OutcomeDefer: the row
+// waits, its attempt unchanged). A failure that is the row's own (a
+// permanent error) is dead whatever the breaker says.
+func (p outcomePolicy) decide(r dialects.Row, err error, b breakerView) dialects.Outcome {
 	o := dialects.Outcome{Claim: r.Claim}
 	switch {
 	case err == nil:
 		o.Kind = dialects.OutcomeDelivered
-	case sinks.IsPermanent(err) || r.Attempt >= r.MaxAttempts:
+	case sinks.IsPermanent(err):
+		o.Kind, o.Error = dialects.OutcomeDead, p.lastError(err)
+	case b.probe || (r.Attempt >= r.MaxAttempts && b.down):
+		o.Kind, o.Error, o.Delay = dialects.OutcomeDefer, p.lastError(err), b.wait
+		if o.Delay <= 0 {
+			o.Delay = p.retryDelay(r, err)
+		}
+	case r.Attempt >= r.MaxAttempts:
 		o.Kind, o.Error = dialects.OutcomeDead, p.lastError(err)
 	default:
 		o.Kind, o.Error = dialects.OutcomeRetry, p.lastError(err)
-		o.Delay = p.backoff.Delay(r.Attempt+1, rand.Float64())
-		if after, ok := sinks.RetryAfter(err); ok && after > o.Delay {
-			o.Delay = min(after, p.backoff.Max)
-		}
+		o.Delay = p.retryDelay(r, err)
 	}
 	return o
+}
+
+// retryDelay is how long a row waits before its next try after err: the
+// backoff, or the destination's Retry-After when that is longer (up to the
+// backoff's maximum).
+func (p outcomePolicy) retryDelay(r dialects.Row, err error) time.Duration {
+	d := p.backoff.Delay(r.Attempt+1, rand.Float64())
+	if after, ok := sinks.RetryAfter(err); ok && after > d {
+		d = min(after, p.backoff.Max)
+	}
+	return d
 }
 
 // dead is the outcome of a row that can never be delivered, for reason.

@@ -1,10 +1,14 @@
 package actors
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/sinks"
 )
 
 func TestBackoffDelay(t *testing.T) {
@@ -33,5 +37,46 @@ func TestCutUTF8(t *testing.T) {
 	}
 	if CutUTF8("abc", 2) != "ab" {
 		t.Error("plain ASCII")
+	}
+}
+
+// With a breaker, a failed probe, and a failed last try while the
+// destination is down, are not counted: the row waits (OutcomeDefer), its
+// attempt unchanged, for as long as the circuit holds rows or else its
+// backoff. Every other failure counts as without a breaker, and a failure
+// that is the row's own is dead whatever the breaker says.
+func TestDecideWithTheBreaker(t *testing.T) {
+	p := outcomePolicy{backoff: Backoff{Initial: time.Second, Multiplier: 2, Max: time.Minute}}
+	down := errors.New("HTTP 503")
+	own := sinks.Permanent(errors.New("HTTP 422"))
+	row := func(attempt, most int) dialects.Row { return dialects.Row{Attempt: attempt, MaxAttempts: most} }
+	open := breakerView{down: true, wait: 7 * time.Second}
+	for _, c := range []struct {
+		name  string
+		row   dialects.Row
+		err   error
+		b     breakerView
+		kind  dialects.OutcomeKind
+		delay time.Duration
+	}{
+		{"a success", row(2, 2), nil, breakerView{probe: true, down: true}, dialects.OutcomeDelivered, 0},
+		{"a first try, no breaker", row(0, 2), down, breakerView{}, dialects.OutcomeRetry, time.Second},
+		{"the last try, no breaker", row(2, 2), down, breakerView{}, dialects.OutcomeDead, 0},
+		{"the last try, the destination working", row(2, 2), down, breakerView{down: false}, dialects.OutcomeDead, 0},
+		{"a try before the last, the destination down", row(1, 2), down, breakerView{down: true}, dialects.OutcomeRetry, 2 * time.Second},
+		{"the last try, the destination down, the circuit not open yet", row(2, 2), down, breakerView{down: true}, dialects.OutcomeDefer, 4 * time.Second},
+		{"the last try, the circuit open", row(2, 2), down, open, dialects.OutcomeDefer, 7 * time.Second},
+		{"a failed probe", row(0, 2), down, breakerView{probe: true, down: true, wait: 7 * time.Second}, dialects.OutcomeDefer, 7 * time.Second},
+		{"a failed probe on the last try", row(2, 2), down, breakerView{probe: true, down: true, wait: 7 * time.Second}, dialects.OutcomeDefer, 7 * time.Second},
+		{"the row's own fault in a probe", row(0, 2), own, breakerView{probe: true, down: true}, dialects.OutcomeDead, 0},
+		{"the row's own fault in an outage", row(2, 2), own, open, dialects.OutcomeDead, 0},
+	} {
+		o := p.decide(c.row, c.err, c.b)
+		if o.Kind != c.kind || o.Delay != c.delay {
+			t.Errorf("%s: %v after %v, want %v after %v", c.name, o.Kind, o.Delay, c.kind, c.delay)
+		}
+		if c.err != nil && o.Error == "" {
+			t.Errorf("%s: no error worded", c.name)
+		}
 	}
 }

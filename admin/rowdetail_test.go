@@ -27,7 +27,8 @@ func rowWithAttempts(t *testing.T, d dialects.Dialect) uuid.UUID {
 		t.Fatal(err)
 	}
 	claim := func() dialects.Row {
-		rs, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New()})
+		c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New()})
+		rs := c.Rows
 		if err != nil || len(rs) != 1 {
 			t.Fatalf("claim: %v %v", rs, err)
 		}

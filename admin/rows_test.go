@@ -30,7 +30,8 @@ func outbox(t *testing.T) dialects.Dialect {
 	if err := d.OutboxInsert(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	claimed := c.Rows
 	if err != nil || len(claimed) != 4 {
 		t.Fatalf("claim: %d rows, %v", len(claimed), err)
 	}

@@ -187,7 +187,7 @@ func TestStatsDeadGroupsAndBlockedKeys(t *testing.T) {
 	}
 	var out []dialects.Outcome
 	retried := false
-	for _, r := range claimed { // by key, then sequence: the key's head comes first
+	for _, r := range claimed.Rows { // by key, then sequence: the key's head comes first
 		o := dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeRelease}
 		if r.Key == k && !retried {
 			o, retried = dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeRetry, Delay: time.Hour, Error: "HTTP 503: busy"}, true

@@ -40,11 +40,12 @@ func runRaw(ctx context.Context, e *env) ([]Result, error) {
 		go func() {
 			defer wg.Done()
 			for done.Load() < int64(rows) {
-				claimed, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: 30 * time.Second, Token: uuid.New()})
+				c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: 30 * time.Second, Token: uuid.New()})
 				if err != nil {
 					errs <- err
 					return
 				}
+				claimed := c.Rows
 				if len(claimed) == 0 {
 					continue
 				}
@@ -302,11 +303,11 @@ func (e *env) explainClaim(ctx context.Context, d *postgres.Dialect) {
 	batch := bootstrap.Defaults().Outbox.BatchSize
 	var out []string
 	for _, c := range []struct {
-		name  string
-		byKey bool
-	}{{"by key", true}, {"in schedule order", false}} {
+		name string
+		walk dialects.ClaimWalk
+	}{{"by key", dialects.WalkKeys}, {"in schedule order", dialects.WalkSchedule}} {
 		plan, err := d.ExplainClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: 30 * time.Second, Token: uuid.New(),
-			MaxHeads: batch / 128, Gate: &dialects.Gate{Settled: 1 << 62}, ByKey: c.byKey})
+			MaxHeads: batch / 128, Gate: &dialects.Gate{Settled: 1 << 62}, Walk: c.walk})
 		if err != nil {
 			plan = "EXPLAIN failed: " + err.Error()
 		}

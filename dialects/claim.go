@@ -21,10 +21,23 @@ type KeyPosition struct {
 // would walk every version since that transaction began. A bound only ever
 // leaves rows out of one claim's view, never lets a row be claimed out of
 // order: rows it leaves out are found by a later claim without it (the
-// relay's periodic look for stragglers), except Floors, which must be exact.
+// relay's periodic look for stragglers, OutboxStragglers), except Floors,
+// which must be exact.
+//
+// Bounds are the one input of a claim that a dialect may read for its
+// engine alone. PostgreSQL honours them: its dead row versions stay in the
+// table and its indexes until no snapshot needs them. SQL Server ignores
+// them (and the from of OutboxReleaseExpired): without row versioning its
+// deleted and updated rows leave ghost records that its ghost cleanup
+// removes soon after the commit, whatever else runs; under read committed
+// snapshot or snapshot isolation those records wait for the oldest
+// snapshot, as PostgreSQL's versions do, and its claims walk them. A
+// dialect that ignores Bounds leaves no row behind one: its look for
+// stragglers finds none, it reads no floors and it keeps no rewind counter.
+//
 // A caller never changes Floors or Positions once it has handed them to a
 // claim: a dialect may keep what it made of them for the next claim that
-// carries the same slices.
+// carries the same slices (the PostgreSQL dialect keeps their text form).
 type Bounds struct {
 	// Rewinds is the rewind counter (Probe.Rewinds, Floors.Rewinds) that
 	// the bounds were made at. A replay, a lease that expired, or the
@@ -83,8 +96,8 @@ type ClaimReport struct {
 	Earliest time.Time
 	// Empty is true when the claim took no row, so that the statement
 	// returned no time either (the rest is zero): its walk looked at every
-	// due row it may look at and found no head. A dialect that keeps no
-	// bounds leaves the report zero.
+	// due row it may look at and found no head. A dialect that ignores
+	// Bounds leaves the report zero: no walk of its leaves a row behind.
 	Empty bool
 }
 

@@ -113,39 +113,88 @@ type Outcome struct {
 	Attempt *Attempt
 }
 
-// ClaimParams are the inputs of one claim statement.
+// ClaimWalk says how a claim finds heads beyond the keys it continues.
+type ClaimWalk uint8
+
+// The walks of a claim. Each considers every due row it may look at and
+// takes only heads (see the package doc): the rule and what may be claimed
+// are the same, only the order in which heads are found differs.
+const (
+	// WalkSchedule finds heads in schedule order (scheduled_at): cheapest
+	// when heads are plentiful (unkeyed rows, many keys with few rows
+	// each). The default.
+	WalkSchedule ClaimWalk = iota
+	// WalkKeys finds heads key by key, going on after ClaimParams.After and
+	// wrapping around to the first key (a skip scan over the keys that
+	// have pending or processing rows), then takes unkeyed rows: cheapest
+	// when few keys hold many rows, and the keys take turns
+	// (Claimed.Cursor).
+	WalkKeys
+	// WalkNone takes only the heads of the keys in ClaimParams.Continue,
+	// and no unkeyed rows: no walk at all, whose cost follows every row
+	// version the runs left behind.
+	WalkNone
+)
+
+func (w ClaimWalk) String() string {
+	switch w {
+	case WalkSchedule:
+		return "schedule"
+	case WalkKeys:
+		return "keys"
+	case WalkNone:
+		return "none"
+	}
+	return "unknown"
+}
+
+// ClaimParams are the inputs of one claim statement: what the database
+// needs to claim, and nothing that a dialect would have to remember between
+// claims (the key a walk by key goes on after travels in After and comes
+// back in Claimed.Cursor).
 type ClaimParams struct {
 	// Limit is the most rows to claim.
 	Limit int
+	// MaxHeads bounds the heads (rows that start a key's run, and unkeyed
+	// rows) of the claim; the rest of Limit goes to the rows right behind
+	// each keyed head. 0 means Limit (see Heads). Fewer heads make the
+	// claim's scan shorter when most keys are busy, and hand each key a
+	// longer run.
+	MaxHeads int
 	// Lease is the lease length, added to the database clock.
 	Lease time.Duration
 	// Token is written to claim_token of every row of this claim.
 	Token uuid.UUID
-	// MaxHeads bounds the heads (rows that start a key's run, and unkeyed
-	// rows) of the claim; the rest of Limit goes to the rows right behind
-	// each keyed head. 0 means Limit. Fewer heads make the claim's scan
-	// shorter when most keys are busy, and hand each key a longer run.
-	MaxHeads int
 	// Gate, when set, restricts keyed rows to settled ones (see Gate); nil
 	// claims every head, as a database that cannot tell must.
 	Gate *Gate
-	// ByKey finds the heads key by key (a skip scan over the keys that have
-	// pending or processing rows) instead of in schedule order: cheaper when
-	// few keys hold many rows. Both consider every due row; the rule and the
-	// result are the same. A dialect may ignore it (SQL Server does).
-	ByKey bool
-	// ContinueOnly, with ByKey, takes only the heads of the keys in
-	// Continue, and no unkeyed rows: no walk over the keys, whose cost
-	// follows every row version the runs left behind.
-	ContinueOnly bool
+	// Walk says how the claim finds heads beyond the keys in Continue.
+	Walk ClaimWalk
+	// After is the key after which WalkKeys goes on ("": from the first
+	// key): the last claim's Claimed.Cursor. Other walks ignore it.
+	After string
 	// Continue lists keys whose run this replica finished: their heads are
-	// taken first, each found in one probe that starts past the run.
+	// taken first, in the order given, each found in one probe that starts
+	// past the run while Bounds hold (from the key's first row otherwise).
 	Continue []KeyPosition
-	// Bounds, when set, bounds the claim's walks by what the relay knows;
-	// nil walks from the start.
+	// Bounds, when set, narrow the claim's walks by what the relay knows
+	// (see Bounds); nil walks from the start. A dialect whose walks do not
+	// slow down under a long transaction ignores them.
 	Bounds *Bounds
-	// Report, when set, receives what the claim tells about its walk.
-	Report *ClaimReport
+}
+
+// Claimed is what one claim statement returned.
+type Claimed struct {
+	// Rows are the claimed rows, ordered by key, then sequence
+	// (SortClaimed).
+	Rows []Row
+	// Cursor is the key after which the next WalkKeys claim goes on: the
+	// greatest key whose head this claim's walk over the keys took. "" when
+	// this claim learnt none (it walked no keys, or took no keyed head on
+	// its walk): the caller keeps its last one.
+	Cursor string
+	// Walk is what the claim tells about its walk in schedule order.
+	Walk ClaimReport
 }
 
 // Heads returns the effective MaxHeads.
@@ -355,8 +404,10 @@ const (
 // the database clock.
 type Relay interface {
 	// OutboxClaim claims up to p.Limit claimable rows (see the package doc)
-	// and returns them ordered by key, then sequence.
-	OutboxClaim(ctx context.Context, p ClaimParams) ([]Row, error)
+	// in one statement, and returns them ordered by key, then sequence,
+	// with where a walk by key goes on and what the walk in schedule order
+	// saw.
+	OutboxClaim(ctx context.Context, p ClaimParams) (Claimed, error)
 	// OutboxRenewLeases extends the lease of every claim that is still held,
 	// in one statement, and returns the claims that are no longer held. It
 	// finds the rows by id, so that its cost is that of the claims it
@@ -401,12 +452,13 @@ type Relay interface {
 	// see, and that became due no longer than b.Within ago (0: at any
 	// time), and says how long ago it became due (false: there is none).
 	// It reads every row version in that span: the relay runs it off its
-	// claims' path, and rarely from the start. ErrNotSupported where the
-	// dialect keeps no bounds.
+	// claims' path, and rarely from the start. A dialect whose claims
+	// ignore Bounds leaves no row behind a bound, and finds none.
 	OutboxStragglers(ctx context.Context, g *Gate, b Bounds) (time.Duration, bool, error)
 	// OutboxRewind moves the rewind counter (see Bounds): rows went back to
-	// pending behind what the relays have looked at. A no-op where the
-	// dialect keeps no bounds.
+	// pending behind what the relays have looked at, and claims set aside
+	// the bounds made before. A dialect whose claims ignore Bounds has
+	// nothing to set aside, and keeps no counter.
 	OutboxRewind(ctx context.Context) error
 	// OutboxFloors reads the floor of every group of keys (see Bounds):
 	// every pending and processing row, so it is run rarely. settled is the
@@ -414,8 +466,8 @@ type Relay interface {
 	// are the floors read before (none: Groups nil): while the counter has
 	// not moved since, no live row lies below the lowest of them, and the
 	// read may start there, past the versions a long transaction keeps of
-	// every row delivered before it. ErrNotSupported where the dialect
-	// keeps no floors.
+	// every row delivered before it. A dialect whose claims ignore Bounds
+	// returns none (Groups nil) at its counter.
 	OutboxFloors(ctx context.Context, settled int64, prev Floors) (Floors, error)
 	// InboxRelay turns received inbox rows into outbox rows in one
 	// transaction (see the package doc, "The inbox relay"): up to p.Limit
@@ -563,7 +615,10 @@ func (e *loginRefused) Is(target error) bool {
 	return target == ErrLoginRefused || target == ErrUnreachable
 }
 
-// ErrNotSupported is returned by methods that a dialect cannot offer.
+// ErrNotSupported is what a dialect returns for a statement its database
+// cannot run. The dialects of this module implement every method of the
+// seam; Blind treats it as ErrNotPermitted, for a dialect that cannot show
+// other transactions.
 var ErrNotSupported = errors.New("not supported by this database")
 
 // ErrNotPermitted means the database user lacks a permission a statement

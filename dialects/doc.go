@@ -11,20 +11,32 @@
 // relay reads, and the circuits relays opened) and History (one row with
 // its delivery attempts for operators, and the deletion of old attempts).
 // Dialect is all six, and Close. The postgres and sqlserver packages
-// implement it; the dialecttest package is one conformance suite that both
-// must pass. Methods with more than two arguments take a *Params struct.
+// implement it, every method of it; the dialecttest package is one
+// conformance suite that both must pass, the same cases for each. Methods
+// with more than two arguments take a *Params struct.
+//
+// The seam carries what a database needs to run a statement, and a dialect
+// keeps no state between calls that the seam does not name: what one claim
+// learns for the next (where a walk by key goes on) comes back in its
+// result and travels in the next one's parameters. The one exception is
+// named by Bounds: a dialect may keep what it made of the bounds' slices
+// for the next claim that carries the same ones.
 //
 // Each dialect keeps its statements in one embedded queries.sql, read into a
 // typed catalog (a struct with one field per statement) when the dialect
 // opens: a statement without a field, or a field without a statement, fails
-// there. Loops that are the same on every database are written once here,
-// above the dialects: Replay and List walk the selection in chunks and apply
-// topic patterns in Go; the migration session runs over a small Conn that
-// each dialect adapts its driver to. Native errors a user can act on are
-// mapped to this package's sentinels: ErrNoTable, ErrUnreachable (and
-// ErrLoginRefused, which is also ErrUnreachable), ErrNotPermitted,
-// ErrNotSupported and ErrInvalidValue (a value of an inbox message that
-// the database refuses to store).
+// there. A statement binds at most a few parameters by position ($1, @p1);
+// one with more names them (@limit), and its catalog field is a Named,
+// bound from a struct whose fields carry the same names: a name missing on
+// either side fails when the catalog loads too, and each dialect binds them
+// as its driver wants (Binding). Loops that are the same on every database
+// are written once here, above the dialects: Replay and List walk the
+// selection in chunks and apply topic patterns in Go; the migration session
+// runs over a small Conn that each dialect adapts its driver to. Native
+// errors a user can act on are mapped to this package's sentinels:
+// ErrNoTable, ErrUnreachable (and ErrLoginRefused, which is also
+// ErrUnreachable), ErrNotPermitted and ErrInvalidValue (a value of an inbox
+// message that the database refuses to store).
 //
 // # Names
 //
@@ -42,9 +54,11 @@
 // a smaller sequence is pending or processing. The statement has two steps:
 //
 //  1. heads: due pending rows that are the first pending/processing row of
-//     their key (or have no key), in scheduled_at order, locked with
-//     FOR UPDATE SKIP LOCKED (SQL Server: UPDLOCK, READPAST, ROWLOCK), so two
-//     replicas never take one row.
+//     their key (or have no key), locked with FOR UPDATE SKIP LOCKED (SQL
+//     Server: UPDLOCK, READPAST, ROWLOCK), so two replicas never take one
+//     row. The heads of the keys the claim continues (Continue) come first,
+//     then those its walk finds (Walk): in scheduled_at order, key by key
+//     after a cursor, or none.
 //  2. followers: for each keyed head, the pending rows right behind it in
 //     sequence order, up to the first row that is processing or waiting for
 //     a retry, at most (Limit - heads) / heads of them per key.
@@ -56,10 +70,16 @@
 // considered followers as candidates could fill its limit with rows that it
 // may not take, forever.
 //
-// Two parameters change how the heads are found without touching the rule:
-// MaxHeads (fewer heads, longer runs) and ByKey (key by key instead of in
-// schedule order). Gate restricts keyed rows to settled ones (see Watermark
-// and the section below). See ClaimParams.
+// Parameters change how the heads are found without touching the rule:
+// MaxHeads (fewer heads, longer runs), Walk (key by key instead of in
+// schedule order, or no walk beyond the keys the claim continues; a walk
+// by key goes on after After, the Cursor of the claim before), Continue
+// (keys whose runs this replica finished, each found in one probe) and
+// Bounds (how far the walks need look, while a long transaction keeps
+// every row version: PostgreSQL honours them, SQL Server ignores them, and
+// a claim never takes a row out of order either way). Gate restricts keyed
+// rows to settled ones (see Watermark and the section below). See
+// ClaimParams and Claimed.
 //
 // Every write that ends a claim (OutboxComplete) matches id, claim token and
 // state 'processing'. An outcome that matches nothing is returned as lost: the
@@ -70,6 +90,23 @@
 // parameters.
 //
 // "Now" is always the database's clock.
+//
+// # Bounds
+//
+// While a transaction elsewhere stays open, PostgreSQL keeps every row
+// version claims and completions leave behind, and a walk from the start of
+// an index reads them all. The relay therefore hands each claim Bounds: how
+// far back its walk in schedule order looks, the floors of the groups of
+// keys (OutboxFloors) and the keys' positions. A bound only leaves rows out
+// of one claim; a look for those (OutboxStragglers) finds them for a later
+// claim without it, and every rewind (a replay, a release of expired
+// leases, OutboxRewind after a stopping replica's release) moves a counter
+// that makes claims set older bounds aside. SQL Server's claims ignore the
+// bounds (see the sqlserver package): it finds no straggler, reads no
+// floors (Groups nil), keeps no counter (Probe.Rewinds 0, OutboxRewind
+// does nothing) and leaves the claim's report zero. The conformance suite
+// checks both ways with the same cases: whatever a bounded claim leaves
+// out, a claim without bounds takes or the look for stragglers finds.
 //
 // # The inbox relay
 //

@@ -55,15 +55,15 @@ func FuzzNames(f *testing.F) {
 		if err != nil {
 			t.Fatalf("PostgreSQL: %v", err)
 		}
-		if !strings.Contains(pq.OutboxClaim, `"`+outbox+`"`) {
-			t.Fatalf("the claim does not name the table quoted:\n%s", pq.OutboxClaim)
+		if !strings.Contains(pq.OutboxClaim.SQL(), `"`+outbox+`"`) {
+			t.Fatalf("the claim does not name the table quoted:\n%s", pq.OutboxClaim.SQL())
 		}
 		sq, err := sqlserver.Queries(n)
 		if err != nil {
 			t.Fatalf("SQL Server: %v", err)
 		}
-		if !strings.Contains(sq.OutboxClaim, "["+outbox+"]") {
-			t.Fatalf("the claim does not name the table quoted:\n%s", sq.OutboxClaim)
+		if !strings.Contains(sq.OutboxClaim.SQL(), "["+outbox+"]") {
+			t.Fatalf("the claim does not name the table quoted:\n%s", sq.OutboxClaim.SQL())
 		}
 		for dialect, q := range map[string]dialects.Quoting{"postgresql": postgres.Quoting, "sqlserver": sqlserver.Quoting} {
 			ms, err := migrations.Load(dialect)

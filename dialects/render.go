@@ -11,13 +11,16 @@ import (
 	"text/template"
 )
 
-// Quoting is how a database quotes identifiers and string literals.
+// Quoting is how a database quotes identifiers and string literals, and
+// how its driver binds the parameters that statements name.
 type Quoting struct {
 	// Ident quotes one identifier.
 	Ident func(name string) string
 	// Literal renders a constant string literal. It is used only for names
 	// (a sequence name passed to nextval), never for row values.
 	Literal func(s string) string
+	// Binding is how the driver binds named parameters (see Named).
+	Binding Binding
 }
 
 // TemplateFuncs are the functions that SQL templates (queries and migrations)
@@ -84,16 +87,19 @@ func Catalog(names Names, q Quoting, fsys fs.FS, file string, catalog any) error
 	if ps := names.Validate(); len(ps) > 0 {
 		return fmt.Errorf("%s: %s", ps[0].Key, ps[0].Reason)
 	}
-	return LoadCatalog(fsys, file, TemplateFuncs(names, q), catalog)
+	return LoadCatalog(fsys, file, TemplateFuncs(names, q), q.Binding, catalog)
 }
 
 // LoadCatalog reads a file of named statements, each introduced by a line
 // "-- name: OutboxClaim", renders every one with funcs, and stores each in
-// the string field of the same name of the struct that catalog points to.
-// Every field must have a statement and every statement a field: a typo on
-// either side fails here, when the dialect opens, not when a statement
-// first runs.
-func LoadCatalog(fsys fs.FS, file string, funcs template.FuncMap, catalog any) error {
+// the field of the same name of the struct that catalog points to: a
+// string, whose parameters the statement numbers ($1, @p1) and the caller
+// binds in that order, or a Named, whose parameters the statement names
+// and b binds (see Named). Every field must have a statement and every
+// statement a field, and a Named field's arguments must name the
+// statement's parameters: a typo on either side fails here, when the
+// dialect opens, not when a statement first runs.
+func LoadCatalog(fsys fs.FS, file string, funcs template.FuncMap, b Binding, catalog any) error {
 	v := reflect.ValueOf(catalog)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("catalog: want a pointer to a struct, got %T", catalog)
@@ -104,15 +110,22 @@ func LoadCatalog(fsys fs.FS, file string, funcs template.FuncMap, catalog any) e
 		return err
 	}
 	var problems []string
+	fields := statementFields(v)
 	for name := range stmts {
-		if f := v.FieldByName(name); !f.IsValid() || f.Kind() != reflect.String {
+		if _, ok := fields[name]; !ok {
 			problems = append(problems, fmt.Sprintf("%s names statement %s, which %T has no field for", file, name, catalog))
 		}
 	}
-	for name, f := range stringFields(v) {
+	for name, f := range fields {
 		sql, ok := stmts[name]
 		if !ok {
 			problems = append(problems, fmt.Sprintf("%s has no statement %s", file, name))
+			continue
+		}
+		if n, ok := named(f); ok {
+			if err := n.load(sql, b); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: statement %s %v", file, name, err))
+			}
 			continue
 		}
 		f.SetString(sql)
@@ -184,15 +197,23 @@ func loadStatements(fsys fs.FS, file string, funcs template.FuncMap) (map[string
 	return out, nil
 }
 
-// stringFields returns the string fields of a struct by name, those of
-// embedded structs (such as HistoryStatements) included.
-func stringFields(v reflect.Value) map[string]reflect.Value {
+// statementFields returns the statement fields of a struct (strings and
+// Named) by name, those of embedded structs (such as HistoryStatements)
+// included.
+func statementFields(v reflect.Value) map[string]reflect.Value {
 	out := map[string]reflect.Value{}
 	for i := range v.NumField() {
 		f, sf := v.Field(i), v.Type().Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		if _, ok := named(f); ok {
+			out[sf.Name] = f
+			continue
+		}
 		switch {
 		case sf.Anonymous && f.Kind() == reflect.Struct:
-			for n, g := range stringFields(f) {
+			for n, g := range statementFields(f) {
 				out[n] = g
 			}
 		case f.Kind() == reflect.String:
@@ -202,12 +223,37 @@ func stringFields(v reflect.Value) map[string]reflect.Value {
 	return out
 }
 
-// Statements lists a catalog's statements by name (for tests that check
-// every statement).
+// named is f as a Named statement, if it is one.
+func named(f reflect.Value) (namedStatement, bool) {
+	if !f.CanAddr() {
+		return nil, false
+	}
+	n, ok := f.Addr().Interface().(namedStatement)
+	return n, ok
+}
+
+// Statements lists a catalog's statements by name, as their driver runs
+// them (for tests that check every statement).
 func Statements(catalog any) map[string]string {
 	out := map[string]string{}
-	for n, f := range stringFields(reflect.Indirect(reflect.ValueOf(catalog))) {
+	for n, f := range statementFields(reflect.Indirect(reflect.ValueOf(catalog))) {
+		if s, ok := named(f); ok {
+			out[n] = s.SQL()
+			continue
+		}
 		out[n] = f.String()
+	}
+	return out
+}
+
+// Numbered lists the statements of a catalog whose parameters are numbered
+// ($1, @p1: bound in that order), by name; the rest name theirs (Named).
+func Numbered(catalog any) map[string]string {
+	out := map[string]string{}
+	for n, f := range statementFields(reflect.Indirect(reflect.ValueOf(catalog))) {
+		if _, ok := named(f); !ok {
+			out[n] = f.String()
+		}
 	}
 	return out
 }

@@ -227,7 +227,11 @@ func upgradeFromV13(t *testing.T, byKey bool) {
 	if wm.Settled() < p.Last {
 		t.Fatalf("nothing writes to the outbox, yet the watermark %d is below %d", wm.Settled(), p.Last)
 	}
-	claimed, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 100, Lease: time.Minute, Token: uuid.New(), Gate: wm.Gate(), ByKey: byKey})
+	walk := dialects.WalkSchedule
+	if byKey {
+		walk = dialects.WalkKeys
+	}
+	claimed, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 100, Lease: time.Minute, Token: uuid.New(), Gate: wm.Gate(), Walk: walk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +250,7 @@ func upgradeFromV13(t *testing.T, byKey bool) {
 	}
 	gotByKey := map[string][]string{}
 	var gotUnkeyed []string
-	for _, r := range claimed {
+	for _, r := range claimed.Rows {
 		if r.Sequence != seqs[r.Topic] {
 			t.Errorf("%s claimed with sequence %d, the table has %d", r.Topic, r.Sequence, seqs[r.Topic])
 		}

@@ -53,13 +53,21 @@ type Harness struct {
 	// the reason the server gives.
 	RefusedLogin   func(t *testing.T) error
 	RefusedBecause string
-	// Bounded: the dialect honours ClaimParams.Bounds, ContinueOnly and
-	// OutboxFloors (PostgreSQL). Others ignore them, as they may.
-	Bounded bool
 
-	// byKey runs the claims of a subtest with ClaimParams.ByKey.
+	// byKey runs the claims of a subtest with WalkKeys.
 	byKey bool
 }
+
+// walk is the walk of the subtest's claims.
+func (h Harness) walk() dialects.ClaimWalk {
+	if h.byKey {
+		return dialects.WalkKeys
+	}
+	return dialects.WalkSchedule
+}
+
+// rowsOf is the rows of a claim.
+func rowsOf(c dialects.Claimed, err error) ([]dialects.Row, error) { return c.Rows, err }
 
 type subtest struct {
 	name string
@@ -92,7 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"OtherRelays", testOtherRelays},
 	}
 	tests = append(tests, runGate(t, h)...)
-	tests = append(tests, boundsTests(h)...)
+	tests = append(tests, boundsTests()...)
 	tests = append(tests, destinationTests()...)
 	tests = append(tests, attemptTests()...)
 	for _, tc := range tests {
@@ -102,7 +110,7 @@ func Run(t *testing.T, h Harness) {
 		})
 	}
 	// The claim that walks the keys must obey every rule the schedule-order
-	// claim does (a dialect that ignores ByKey passes the same tests again).
+	// claim does.
 	byKey := h
 	byKey.byKey = true
 	for _, tc := range tests {
@@ -156,7 +164,7 @@ func keyed(key string, n int) []dialects.NewRow {
 
 func (h Harness) claim(t *testing.T, d dialects.Dialect, limit int) []dialects.Row {
 	t.Helper()
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), ByKey: h.byKey})
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), Walk: h.walk()}))
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -288,7 +296,7 @@ func testConcurrentClaimers(t *testing.T, h Harness) {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
 			idle := 0
 			for delivered.Load() < int64(total) && idle < 5000 {
-				batch, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 1 + rng.IntN(150), Lease: lease, Token: uuid.New(), ByKey: h.byKey})
+				batch, err := rowsOf(d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 1 + rng.IntN(150), Lease: lease, Token: uuid.New(), Walk: h.walk()}))
 				if err != nil {
 					fail("claim: %v", err)
 					return
@@ -435,7 +443,7 @@ func testExpiredLease(t *testing.T, h Harness) {
 	rows := h.claim(t, d, 10)
 	complete(t, d, dialects.Outcome{Claim: rows[0].Claim, Kind: dialects.OutcomeRetry, Error: "e"}, outcome(rows[1], dialects.OutcomeRelease))
 	// A claim whose lease ends at once, as if its replica died.
-	dead, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New(), ByKey: h.byKey})
+	dead, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New(), Walk: h.walk()}))
 	if err != nil || len(dead) != 1 || dead[0].Attempt != 1 {
 		t.Fatalf("claim: %v %+v", err, dead)
 	}
@@ -488,11 +496,11 @@ func testStaleToken(t *testing.T, h Harness) {
 func testRenew(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, testkit.Rows(3, anyTopic, nil)...)
-	a, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 2, Lease: lease, Token: uuid.New(), ByKey: h.byKey})
+	a, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 2, Lease: lease, Token: uuid.New(), Walk: h.walk()}))
 	if err != nil || len(a) != 2 {
 		t.Fatalf("claim: %v %v", a, err)
 	}
-	b, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New(), ByKey: h.byKey})
+	b, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 1, Lease: 0, Token: uuid.New(), Walk: h.walk()}))
 	if err != nil || len(b) != 1 {
 		t.Fatal(err)
 	}
@@ -698,7 +706,7 @@ func testMaxHeads(t *testing.T, h Harness) {
 	for _, k := range []string{"a", "b", "c", "d"} {
 		insert(t, d, keyed(k, 6)...)
 	}
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 2, ByKey: h.byKey})
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 2, Walk: h.walk()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -719,7 +727,7 @@ func testMaxHeads(t *testing.T, h Harness) {
 	// Unkeyed rows are heads of their own: MaxHeads bounds them too.
 	d2 := h.New(t, 0)
 	insert(t, d2, testkit.Rows(6, anyTopic, nil)...)
-	rows, err = d2.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 3, ByKey: h.byKey})
+	rows, err = rowsOf(d2.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), MaxHeads: 3, Walk: h.walk()}))
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claimed %d unkeyed rows with 3 heads at most (%v)", len(rows), err)
 	}
@@ -1003,7 +1011,7 @@ func testErrors(t *testing.T, h Harness) {
 		t.Fatal("the harness must offer Empty and Unreachable")
 	}
 	empty := h.Empty(t)
-	if _, err := empty.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()}); !errors.Is(err, dialects.ErrNoTable) {
+	if _, err := rowsOf(empty.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()})); !errors.Is(err, dialects.ErrNoTable) {
 		t.Errorf("claim without a table: %v, want ErrNoTable", err)
 	}
 	if _, err := empty.OutboxStats(ctx(t)); !errors.Is(err, dialects.ErrNoTable) {
@@ -1018,7 +1026,7 @@ func testErrors(t *testing.T, h Harness) {
 	if err := gone.Ping(c); !errors.Is(err, dialects.ErrUnreachable) {
 		t.Errorf("ping of a database that is not there: %v, want ErrUnreachable", err)
 	}
-	if _, err := gone.OutboxClaim(c, dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()}); !errors.Is(err, dialects.ErrUnreachable) {
+	if _, err := rowsOf(gone.OutboxClaim(c, dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New()})); !errors.Is(err, dialects.ErrUnreachable) {
 		t.Errorf("claim against a database that is not there: %v, want ErrUnreachable", err)
 	}
 	// A server that answers and refuses the login is ErrLoginRefused with

@@ -75,7 +75,7 @@ func (h Harness) gateClaim(t *testing.T, d dialects.Dialect, w *dialects.Waterma
 		t.Fatalf("probe: %v", err)
 	}
 	w.Observe(p, time.Now())
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), Gate: w.Gate(), ByKey: h.byKey})
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), Gate: w.Gate(), Walk: h.walk()}))
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -235,7 +235,7 @@ func testGateSettlesInTheClaim(t *testing.T, h Harness) {
 	if err := writer.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), Gate: w.Gate(), ByKey: h.byKey})
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), Gate: w.Gate(), Walk: h.walk()}))
 	if err != nil || len(rows) != 1 || rows[0].Topic != "keyed" {
 		t.Fatalf("the claim after the writer's commit took %v (%v), want the keyed row without another probe", topics(rows), err)
 	}

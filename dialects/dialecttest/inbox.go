@@ -88,7 +88,7 @@ func claimAll(t *testing.T, d dialects.Dialect) []dialects.Row {
 	t.Helper()
 	var all []dialects.Row
 	for {
-		rows, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10000, Lease: lease, Token: uuid.New()})
+		rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10000, Lease: lease, Token: uuid.New()}))
 		if err != nil {
 			t.Fatalf("claim: %v", err)
 		}

@@ -6,16 +6,6 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 )
 
-// attempts are the arrays of OutboxCompleteAttempts: one element per
-// outcome that carries an attempt.
-type attempts struct {
-	ids                              [][16]byte
-	at                               []time.Time
-	us                               []int64
-	try                              []int32
-	outcome, dest, status, err, resp []string
-}
-
 // attemptArrays binds the attempts the outcomes carry; nil when none does
 // (the history is off, or no delivery was tried), and the plain
 // OutboxComplete runs.
@@ -29,23 +19,24 @@ func attemptArrays(outcomes []dialects.Outcome) *attempts {
 	if n == 0 {
 		return nil
 	}
-	a := &attempts{ids: make([][16]byte, 0, n), at: make([]time.Time, 0, n), us: make([]int64, 0, n), try: make([]int32, 0, n),
-		outcome: make([]string, 0, n), dest: make([]string, 0, n), status: make([]string, 0, n), err: make([]string, 0, n), resp: make([]string, 0, n)}
+	a := &attempts{AttemptIDs: make([][16]byte, 0, n), At: make([]time.Time, 0, n), DurationsUS: make([]int64, 0, n), Tries: make([]int32, 0, n),
+		Outcomes: make([]string, 0, n), Destinations: make([]string, 0, n), Statuses: make([]string, 0, n), AttemptErrs: make([]string, 0, n),
+		Responses: make([]string, 0, n)}
 	for i := range outcomes {
 		o := &outcomes[i]
 		t := o.Attempt
 		if t == nil {
 			continue
 		}
-		a.ids = append(a.ids, o.ID)
-		a.at = append(a.at, t.At)
-		a.us = append(a.us, t.Duration.Microseconds())
-		a.try = append(a.try, int32(t.Try))
-		a.outcome = append(a.outcome, o.Kind.String())
-		a.dest = append(a.dest, t.Destination)
-		a.status = append(a.status, t.Status)
-		a.err = append(a.err, t.Error)
-		a.resp = append(a.resp, t.Response)
+		a.AttemptIDs = append(a.AttemptIDs, o.ID)
+		a.At = append(a.At, t.At)
+		a.DurationsUS = append(a.DurationsUS, t.Duration.Microseconds())
+		a.Tries = append(a.Tries, int32(t.Try))
+		a.Outcomes = append(a.Outcomes, o.Kind.String())
+		a.Destinations = append(a.Destinations, t.Destination)
+		a.Statuses = append(a.Statuses, t.Status)
+		a.AttemptErrs = append(a.AttemptErrs, t.Error)
+		a.Responses = append(a.Responses, t.Response)
 	}
 	return a
 }

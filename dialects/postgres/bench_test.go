@@ -55,7 +55,7 @@ func benchClaimComplete(b *testing.B, batch, loops int, keyed bool) {
 			go func() {
 				n := 0
 				for {
-					got, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: time.Minute, Token: uuid.New()})
+					got, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: batch, Lease: time.Minute, Token: uuid.New()}))
 					if err != nil {
 						b.Error(err)
 						break

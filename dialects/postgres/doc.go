@@ -5,9 +5,19 @@
 // Every statement is in queries.sql (wakeups.sql holds the replication
 // listener's one), rendered once for the configured names into a typed
 // Catalog when the dialect opens. Pieces that statements share are
-// "-- fragment:" sections; a fragment that needs a statement's parameters
-// (the gate's watermark, the relay's bounds) takes their names as its dot,
-// so that each statement keeps its own numbering.
+// "-- fragment:" sections.
+//
+// A statement with more than a few parameters names them (@limit,
+// @continue_keys) and is a dialects.Named in the Catalog, bound from a
+// struct whose fields carry the same names (args.go); statements that share
+// a fragment (the gate, the operator filter, the completion's update) embed
+// the fragment's struct. The catalog renders the names as $1, $2, ... once,
+// when it loads, and refuses to load when a name is missing on either
+// side: pgx binds by position, and its own named arguments would scan the
+// text of every claim again on every call. The claims' bounds fragment
+// takes its parameters as its dot, so that the look for stragglers can
+// give it NULLs for the positions. Statements with few parameters number
+// them ($1).
 //
 // # Two pools, two kinds of plan
 //

@@ -18,9 +18,10 @@ import (
 // InboxStatements are the inbox's statements of queries.sql (the section
 // "The inbox"); Catalog embeds them.
 type InboxStatements struct {
-	InboxReceive, InboxRelayLock, InboxRelay, InboxProbeSequence, InboxProbeSnapshot string
-	InboxWriters                                                                     string
-	InboxCountByState, InboxOldestReceived                                           string
+	InboxReceive                                           dialects.Named[receiveArgs]
+	InboxRelay                                             dialects.Named[inboxRelayArgs]
+	InboxRelayLock, InboxProbeSequence, InboxProbeSnapshot string
+	InboxWriters, InboxCountByState, InboxOldestReceived   string
 }
 
 // receiveAttempts bounds how often InboxReceive asks again for the ids of
@@ -40,21 +41,20 @@ func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage
 			return nil, fmt.Errorf("storing %d inbox messages: their (source, message_id) exists, but no row could be read %d times in a row", len(todo), receiveAttempts)
 		}
 		n := len(todo)
-		sources, ids, topics := make([]string, n), make([]string, n), make([]string, n)
-		aggTypes, aggIDs := make([]*string, n), make([]*string, n)
-		payloads, headers := make([]string, n), make([]*string, n)
+		a := receiveArgs{Sources: make([]string, n), MessageIDs: make([]string, n), Topics: make([]string, n),
+			AggregateTypes: make([]*string, n), AggregateIDs: make([]*string, n), Payloads: make([]string, n), Headers: make([]*string, n)}
 		for j, i := range todo {
 			m := &msgs[i]
-			sources[j], ids[j], topics[j] = m.Source, m.MessageID, m.Topic
-			aggTypes[j], aggIDs[j], payloads[j] = m.AggregateType, m.AggregateID, string(m.Payload)
+			a.Sources[j], a.MessageIDs[j], a.Topics[j] = m.Source, m.MessageID, m.Topic
+			a.AggregateTypes[j], a.AggregateIDs[j], a.Payloads[j] = m.AggregateType, m.AggregateID, string(m.Payload)
 			if m.Headers != nil {
 				h := string(m.Headers)
-				headers[j] = &h
+				a.Headers[j] = &h
 			}
 		}
 		var again []int
 		for deadlocks := 0; ; deadlocks++ {
-			again, err = d.receive(ctx, todo, out, sources, ids, topics, aggTypes, aggIDs, payloads, headers)
+			again, err = d.receive(ctx, todo, out, a)
 			if !isDeadlock(err) || deadlocks == receiveAttempts {
 				break
 			}
@@ -79,8 +79,8 @@ func (d *Dialect) InboxReceive(ctx context.Context, msgs []dialects.InboxMessage
 
 // receive runs InboxReceive once for the messages todo, fills out with the
 // ids it learnt, and returns the messages to ask for again.
-func (d *Dialect) receive(ctx context.Context, todo []int, out []dialects.InboxReceipt, args ...any) ([]int, error) {
-	rows, err := d.pool.Query(ctx, d.q.InboxReceive, args...)
+func (d *Dialect) receive(ctx context.Context, todo []int, out []dialects.InboxReceipt, a receiveArgs) ([]int, error) {
+	rows, err := d.pool.Query(ctx, d.q.InboxReceive.SQL(), d.q.InboxReceive.Args(a)...)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 	if p.Limit <= 0 {
 		return res, nil
 	}
-	settled, openLast, openNext, writers := gateArgs(p.Gate)
+	args := d.q.InboxRelay.Args(inboxRelayArgs{Limit: p.Limit, gateArgs: gate(p.Gate), MaxAttempts: p.MaxAttempts, After: p.After})
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var locked bool
 		if err := tx.QueryRow(ctx, d.q.InboxRelayLock, dialects.InboxRelayLockName(d.names)).Scan(&locked); err != nil {
@@ -140,7 +140,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 			res.Busy = true
 			return nil
 		}
-		rows, err := tx.Query(ctx, d.q.InboxRelay, p.Limit, settled, openLast, openNext, p.MaxAttempts, p.After, writers)
+		rows, err := tx.Query(ctx, d.q.InboxRelay.SQL(), args...)
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,10 +43,9 @@ type Dialect struct {
 	// own are the process ids of this dialect's sessions, which OtherRelays
 	// does not count.
 	own ownSessions
-	// byKeyCursor is the key after which the next claim by key goes on, so
-	// that keys take turns (see OutboxClaimByKey).
-	byKeyCursor atomic.Pointer[string]
-	// boundsText is the text form of the claims' floors and positions.
+	// boundsText is the text form of the claims' floors and positions,
+	// kept for the next claim that carries the same slices (see
+	// dialects.Bounds): the one thing a claim leaves behind in the dialect.
 	boundsText boundsText
 	// DestinationTables are the destinations' state (destinations.go).
 	dialects.DestinationTables
@@ -56,20 +54,27 @@ type Dialect struct {
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
-// names; each field is the statement of the same name.
+// names; each field is the statement of the same name. A statement with
+// many parameters names them, and its field is a dialects.Named of the
+// struct that binds them (args.go).
 type Catalog struct {
-	OutboxClaim, OutboxClaimByKey, OutboxRenewLeases, OutboxComplete string
-	OutboxCompleteAttempts                                           string
-	OutboxReleaseExpired                                             string
-	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge           string
-	OutboxPurgeWait                                                  string
-	OutboxCountByState, OutboxDeadByTopic, OutboxInsert              string
-	OutboxPendingDue, OutboxCountByTopicState                        string
-	OutboxBlockedKeys, OutboxDeadGroups                              string
-	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters          string
-	OutboxFloors, OutboxRewind, OutboxStragglers, OutboxNextDue      string
-	OutboxHorizon                                                    string
-	OtherRelays                                                      string
+	OutboxClaim            dialects.Named[scheduleClaimArgs]
+	OutboxClaimByKey       dialects.Named[keysClaimArgs]
+	OutboxStragglers       dialects.Named[stragglersArgs]
+	OutboxComplete         dialects.Named[completeArgs]
+	OutboxCompleteAttempts dialects.Named[completeAttemptsArgs]
+	OutboxSelect           dialects.Named[selectArgs]
+	OutboxList             dialects.Named[listArgs]
+	OutboxInsert           dialects.Named[insertArgs]
+
+	OutboxRenewLeases, OutboxReleaseExpired, OutboxReplayIDs, OutboxPurge string
+	OutboxPurgeWait, OutboxCountByState, OutboxDeadByTopic                string
+	OutboxPendingDue, OutboxCountByTopicState                             string
+	OutboxBlockedKeys, OutboxDeadGroups                                   string
+	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters               string
+	OutboxFloors, OutboxRewind, OutboxNextDue                             string
+	OutboxHorizon                                                         string
+	OtherRelays                                                           string
 	dialects.HistoryStatements
 	InboxStatements
 	dialects.DestinationStatements
@@ -225,17 +230,20 @@ func (d *Dialect) Ping(ctx context.Context) error { return mapError(d.pool.Ping(
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
+func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c dialects.Claimed, err error) {
 	defer func() { err = mapError(err) }()
 	if p.Limit <= 0 {
-		return nil, nil
+		return c, nil
+	}
+	if p.Walk > dialects.WalkNone {
+		return c, fmt.Errorf("claim: unknown walk %d", p.Walk)
 	}
 	stmt, args := d.claimArgs(p)
 	rows, err := d.claimPool.Query(ctx, stmt, args...)
 	if err != nil {
-		return nil, err
+		return c, err
 	}
-	out := make([]dialects.Row, 0, p.Limit)
+	c.Rows = make([]dialects.Row, 0, p.Limit)
 	for rows.Next() {
 		var r dialects.Row
 		var cursor *string
@@ -245,62 +253,58 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []
 		if err := rows.Scan((*[16]byte)(&r.ID), &r.Topic, &r.Key, &r.Payload, &r.Headers, &r.AggregateType,
 			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor, &reach, &now, &earliest); err != nil {
 			rows.Close()
-			return nil, err
+			return dialects.Claimed{}, err
 		}
-		if len(out) == 0 {
-			if p.ByKey && cursor != nil {
-				d.byKeyCursor.Store(cursor)
+		if len(c.Rows) == 0 {
+			if cursor != nil {
+				c.Cursor = *cursor
 			}
-			if rep := p.Report; rep != nil {
-				rep.Now, rep.Cut = now, reach != nil
-				if reach != nil {
-					rep.Reach = *reach
-				}
-				if earliest != nil {
-					rep.Earliest = *earliest
-				}
+			c.Walk.Now, c.Walk.Cut = now, reach != nil
+			if reach != nil {
+				c.Walk.Reach = *reach
+			}
+			if earliest != nil {
+				c.Walk.Earliest = *earliest
 			}
 		}
 		r.Token, r.TypedJSON = p.Token, true
-		out = append(out, r)
+		c.Rows = append(c.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return dialects.Claimed{}, err
 	}
-	if len(out) == 0 && p.Report != nil {
-		p.Report.Empty = true
-	}
-	dialects.SortClaimed(out)
-	return out, nil
+	c.Walk.Empty = len(c.Rows) == 0
+	dialects.SortClaimed(c.Rows)
+	return c, nil
 }
 
-// claimArgs is the claim statement for p and its arguments.
+// claimArgs is the claim statement for p and its arguments. WalkNone runs
+// the claim by key without its walk over the keys.
 func (d *Dialect) claimArgs(p dialects.ClaimParams) (string, []any) {
-	settled, openLast, openNext, writers := gateArgs(p.Gate)
-	stmt, after := d.q.OutboxClaim, ""
-	if p.ByKey {
-		stmt = d.q.OutboxClaimByKey
-		if c := d.byKeyCursor.Load(); c != nil {
-			after = *c
-		}
-	}
-	var rewinds, lookback *int64
-	var floors, posKeys, posAfter any = []int64(nil), []string(nil), []int64(nil)
+	a := claimArgs{Limit: p.Limit, LeaseMS: ms(p.Lease), Token: p.Token, Heads: p.Heads(), gateArgs: gate(p.Gate),
+		Floors: []int64(nil), PositionKeys: []string(nil), PositionAfter: []int64(nil),
+		ContinueKeys: make([]string, len(p.Continue)), ContinueAfter: make([]int64, len(p.Continue))}
+	var lookback *int64
 	if b := p.Bounds; b != nil {
-		rewinds = &b.Rewinds
+		a.Rewinds = &b.Rewinds
 		if b.Lookback > 0 {
 			lb := ms(b.Lookback)
 			lookback = &lb
 		}
-		floors = d.boundsText.floorsArg(b.Floors)
-		posKeys, posAfter = d.boundsText.positionsArgs(b.Positions)
+		a.Floors = d.boundsText.floorsArg(b.Floors)
+		a.PositionKeys, a.PositionAfter = d.boundsText.positionsArgs(b.Positions)
 	}
-	keys, positions := make([]string, len(p.Continue)), make([]int64, len(p.Continue))
 	for i, c := range p.Continue {
-		keys[i], positions[i] = c.Key, c.After
+		a.ContinueKeys[i], a.ContinueAfter[i] = c.Key, c.After
 	}
-	return stmt, []any{p.Limit, ms(p.Lease), [16]byte(p.Token), p.Heads(), settled, openLast, openNext, after,
-		rewinds, lookback, floors, keys, positions, !p.ContinueOnly, posKeys, posAfter, writers}
+	if p.Walk == dialects.WalkSchedule {
+		return d.q.OutboxClaim.SQL(), d.q.OutboxClaim.Args(scheduleClaimArgs{claimArgs: a, LookbackMS: lookback})
+	}
+	k := keysClaimArgs{claimArgs: a, Discover: p.Walk != dialects.WalkNone}
+	if p.Walk == dialects.WalkKeys {
+		k.After = p.After
+	}
+	return d.q.OutboxClaimByKey.SQL(), d.q.OutboxClaimByKey.Args(k)
 }
 
 // ExplainClaim runs the claim that p describes under EXPLAIN (ANALYZE,
@@ -362,37 +366,28 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	if len(outcomes) == 0 {
 		return nil, nil
 	}
-	// Plain arrays of plain types: pgx encodes them without reflection or
-	// a driver.Valuer per element (uuid.UUID is one), which was a quarter
-	// of the relay's CPU on a drain.
 	n := len(outcomes)
-	ids := make([][16]byte, n)
-	tokens := make([][16]byte, n)
-	states := make([]string, n)
-	inc := make([]int32, n)
-	delays := make([]int64, n)
-	errs := make([]string, n)
-	hasErr := make([]bool, n)
+	c := completeArgs{IDs: make([][16]byte, n), Tokens: make([][16]byte, n), States: make([]string, n),
+		AttemptIncs: make([]int32, n), DelaysMS: make([]int64, n), Errors: make([]string, n), HasErrors: make([]bool, n)}
 	claims := make([]dialects.Claim, n)
 	for i, o := range outcomes {
 		w := dialects.WriteOf(o)
-		ids[i], tokens[i], claims[i] = o.ID, o.Token, o.Claim
-		states[i] = string(w.State)
-		inc[i] = int32(w.AttemptIncrement)
-		delays[i] = -1
+		c.IDs[i], c.Tokens[i], claims[i] = o.ID, o.Token, o.Claim
+		c.States[i] = string(w.State)
+		c.AttemptIncs[i] = int32(w.AttemptIncrement)
+		c.DelaysMS[i] = -1
 		if w.Reschedule {
-			delays[i] = max(ms(o.Delay), 0)
+			c.DelaysMS[i] = max(ms(o.Delay), 0)
 		}
 		if w.WriteError {
-			errs[i], hasErr[i] = o.Error, true
+			c.Errors[i], c.HasErrors[i] = o.Error, true
 		}
 	}
 	var rows pgx.Rows
 	if a := attemptArrays(outcomes); a != nil {
-		rows, err = d.pool.Query(ctx, d.q.OutboxCompleteAttempts, ids, tokens, states, inc, delays, errs, hasErr,
-			a.ids, a.at, a.us, a.try, a.outcome, a.dest, a.status, a.err, a.resp)
+		rows, err = d.pool.Query(ctx, d.q.OutboxCompleteAttempts.SQL(), d.q.OutboxCompleteAttempts.Args(completeAttemptsArgs{c, *a})...)
 	} else {
-		rows, err = d.pool.Query(ctx, d.q.OutboxComplete, ids, tokens, states, inc, delays, errs, hasErr)
+		rows, err = d.pool.Query(ctx, d.q.OutboxComplete.SQL(), d.q.OutboxComplete.Args(c)...)
 	}
 	if err != nil {
 		return nil, err
@@ -425,31 +420,17 @@ func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uu
 // b.Lookback would not see.
 func (d *Dialect) OutboxStragglers(ctx context.Context, g *dialects.Gate, b dialects.Bounds) (_ time.Duration, _ bool, err error) {
 	defer func() { err = mapError(err) }()
-	settled, openLast, openNext, writers := gateArgs(g)
-	var ago int64
-	var within any
+	a := stragglersArgs{gateArgs: gate(g), Rewinds: b.Rewinds, Floors: d.boundsText.floorsArg(b.Floors), LookbackMS: ms(b.Lookback)}
 	if b.Within > 0 {
-		within = ms(b.Within)
+		w := ms(b.Within)
+		a.WithinMS = &w
 	}
-	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers, settled, openLast, openNext, b.Rewinds, d.boundsText.floorsArg(b.Floors), ms(b.Lookback), writers, within).Scan(&ago)
+	var ago int64
+	err = d.claimPool.QueryRow(ctx, d.q.OutboxStragglers.SQL(), d.q.OutboxStragglers.Args(a)...).Scan(&ago)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
 	return time.Duration(ago) * time.Millisecond, err == nil, err
-}
-
-// gateArgs binds a gate: the watermark (NULL: no gate), the open epochs,
-// and the writers of the last probe (NULL: not known).
-func gateArgs(g *dialects.Gate) (settled *int64, openLast, openNext, writers []int64) {
-	openLast, openNext = []int64{}, []int64{}
-	if g != nil {
-		settled = &g.Settled
-		for _, e := range g.Open {
-			openLast, openNext = append(openLast, e.Last), append(openNext, e.Next)
-		}
-		writers = g.Writers
-	}
-	return settled, openLast, openNext, writers
 }
 
 // OutboxHorizon reads what holds the horizon back.
@@ -497,27 +478,9 @@ func (d *Dialect) OutboxRewind(ctx context.Context) error {
 	return mapError(err)
 }
 
-// filterArgs binds the filter parameters that every operator statement
-// shares ($1..$6).
-func filterArgs(f dialects.Filter) []any {
-	ss := make([]string, len(f.States))
-	for i, s := range f.States {
-		ss[i] = string(s)
-	}
-	var ids []uuid.UUID
-	if len(f.IDs) > 0 {
-		ids = f.IDs
-	}
-	var errText *string
-	if f.ErrorContains != "" {
-		errText = &f.ErrorContains
-	}
-	return []any{ss, ids, f.Key, f.Since, f.Until, errText}
-}
-
 func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ []dialects.Selected, err error) {
 	defer func() { err = mapError(err) }()
-	rows, err := d.pool.Query(ctx, d.q.OutboxSelect, append(filterArgs(p.Filter), p.AfterSequence, p.Limit)...)
+	rows, err := d.pool.Query(ctx, d.q.OutboxSelect.SQL(), d.q.OutboxSelect.Args(selectArgs{filter(p.Filter), p.AfterSequence, p.Limit})...)
 	if err != nil {
 		return nil, err
 	}
@@ -542,12 +505,11 @@ func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states [
 
 func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []dialects.ListedRow, err error) {
 	defer func() { err = mapError(err) }()
-	var afterAt *time.Time
-	var afterSeq *int64
+	a := listArgs{filterArgs: filter(p.Filter), Limit: p.Limit}
 	if p.After != nil {
-		afterAt, afterSeq = &p.After.UpdatedAt, &p.After.Sequence
+		a.AfterUpdatedAt, a.AfterSequence = &p.After.UpdatedAt, &p.After.Sequence
 	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxList, append(filterArgs(p.Filter), afterAt, afterSeq, p.Limit)...)
+	rows, err := d.pool.Query(ctx, d.q.OutboxList.SQL(), d.q.OutboxList.Args(a)...)
 	if err != nil {
 		return nil, err
 	}
@@ -770,31 +732,25 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err e
 		return nil
 	}
 	n := len(in)
-	ids := make([]*uuid.UUID, n)
-	topics := make([]string, n)
-	keys := make([]*string, n)
-	payloads := make([]string, n)
-	headers := make([]*string, n)
-	aggs := make([]*string, n)
-	maxes := make([]*int32, n)
-	sched := make([]*time.Time, n)
+	a := insertArgs{IDs: make([]*uuid.UUID, n), Topics: make([]string, n), Keys: make([]*string, n), Payloads: make([]string, n),
+		Headers: make([]*string, n), AggregateTypes: make([]*string, n), MaxAttempts: make([]*int32, n), ScheduledAt: make([]*time.Time, n)}
 	for i, r := range in {
-		ids[i] = r.ID
-		topics[i] = r.Topic
-		keys[i] = r.Key
-		payloads[i] = string(r.Payload)
+		a.IDs[i] = r.ID
+		a.Topics[i] = r.Topic
+		a.Keys[i] = r.Key
+		a.Payloads[i] = string(r.Payload)
 		if r.Headers != nil {
 			h := string(r.Headers)
-			headers[i] = &h
+			a.Headers[i] = &h
 		}
-		aggs[i] = r.AggregateType
+		a.AggregateTypes[i] = r.AggregateType
 		if r.MaxAttempts != nil {
 			m := int32(*r.MaxAttempts)
-			maxes[i] = &m
+			a.MaxAttempts[i] = &m
 		}
-		sched[i] = r.ScheduledAt
+		a.ScheduledAt[i] = r.ScheduledAt
 	}
-	_, err = d.pool.Exec(ctx, d.q.OutboxInsert, ids, topics, keys, payloads, headers, aggs, maxes, sched)
+	_, err = d.pool.Exec(ctx, d.q.OutboxInsert.SQL(), d.q.OutboxInsert.Args(a)...)
 	return err
 }
 

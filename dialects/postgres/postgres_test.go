@@ -65,7 +65,7 @@ func freePort(t testing.TB) int {
 
 func exec(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 	t.Helper()
-	pd := d.(*postgres.Dialect)
+	pd := pgDialect(d)
 	q, err := dialects.Render("exec", sql, dialects.TemplateFuncs(pd.Names(), postgres.Quoting))
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +76,66 @@ func exec(t *testing.T, d dialects.Dialect, sql string, args ...any) {
 }
 
 func TestConformance(t *testing.T) {
-	dialecttest.Run(t, dialecttest.Harness{
-		New:  func(t *testing.T, upTo int) dialects.Dialect { return open(t, upTo) },
+	dialecttest.Run(t, harness(func(d *postgres.Dialect) dialects.Dialect { return d }))
+}
+
+// The conformance suite's claim cases hold for a dialect that ignores the
+// relay's bounds as well (SQL Server's claims do, and no SQL Server runs
+// here): run against PostgreSQL with its bounds taken away.
+func TestConformanceIgnoringBounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite a second time")
+	}
+	dialecttest.Run(t, harness(func(d *postgres.Dialect) dialects.Dialect { return boundless{d} }))
+}
+
+// boundless is the PostgreSQL dialect as a dialect that ignores the relay's
+// bounds behaves (see the sqlserver package): its claims walk from the
+// start, it finds no straggler, reads no floors and keeps no rewind counter,
+// and its look for expired leases ignores its bound.
+type boundless struct{ *postgres.Dialect }
+
+func (b boundless) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (dialects.Claimed, error) {
+	p.Bounds = nil
+	c, err := b.Dialect.OutboxClaim(ctx, p)
+	c.Walk = dialects.ClaimReport{}
+	return c, err
+}
+
+func (b boundless) OutboxStragglers(context.Context, *dialects.Gate, dialects.Bounds) (time.Duration, bool, error) {
+	return 0, false, nil
+}
+
+func (b boundless) OutboxFloors(context.Context, int64, dialects.Floors) (dialects.Floors, error) {
+	return dialects.Floors{}, nil
+}
+
+func (b boundless) OutboxRewind(context.Context) error { return nil }
+
+func (b boundless) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
+	p, err := b.Dialect.OutboxProbe(ctx)
+	p.Rewinds = 0
+	return p, err
+}
+
+func (b boundless) OutboxReleaseExpired(ctx context.Context, limit int, keep []uuid.UUID, _ time.Time) (dialects.Released, error) {
+	r, err := b.Dialect.OutboxReleaseExpired(ctx, limit, keep, time.Time{})
+	return dialects.Released{Rows: r.Rows}, err
+}
+
+// pgDialect is the PostgreSQL dialect under d.
+func pgDialect(d dialects.Dialect) *postgres.Dialect {
+	if b, ok := d.(boundless); ok {
+		return b.Dialect
+	}
+	return d.(*postgres.Dialect)
+}
+
+// harness is the conformance suite's harness, each dialect it opens
+// wrapped by wrap.
+func harness(wrap func(*postgres.Dialect) dialects.Dialect) dialecttest.Harness {
+	return dialecttest.Harness{
+		New:  func(t *testing.T, upTo int) dialects.Dialect { return wrap(open(t, upTo)) },
 		Exec: exec,
 		Empty: func(t *testing.T) dialects.Dialect {
 			schema, url := testdb.Schema(t)
@@ -92,11 +150,10 @@ func TestConformance(t *testing.T) {
 			if _, err := migrations.Up(context.Background(), d); err != nil {
 				t.Fatal(err)
 			}
-			return d
+			return wrap(d)
 		},
 		BackdateUpdated: `UPDATE {{t}} SET {{c "updated_at"}} = now() - $2::int * interval '1 hour' WHERE {{c "state"}} = $1`,
 		Begin:           begin,
-		Bounded:         true,
 		RefusedLogin: func(t *testing.T) error {
 			// A database that does not exist: the server answers, then
 			// refuses.
@@ -114,7 +171,7 @@ func TestConformance(t *testing.T) {
 			return d.Ping(context.Background())
 		},
 		RefusedBecause: `database "qb_no_such_database" does not exist`,
-	})
+	}
 }
 
 // heldTx is a transaction a conformance subtest holds open.
@@ -125,7 +182,7 @@ type heldTx struct {
 }
 
 func begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
-	pd := d.(*postgres.Dialect)
+	pd := pgDialect(d)
 	tx, err := pd.Pool().Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +289,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	conn := claimSession(t, d)
 	for _, name := range []string{"claim", "claim_by_key"} {
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(100, 30000, gen_random_uuid(), 100, 0, ARRAY[10]::bigint[], ARRAY[5]::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`)
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+call(t, name, claimArgs(sqlArgs{"settled": "0", "open_last": "ARRAY[10]::bigint[]", "open_next": "ARRAY[5]::bigint[]"})))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,14 +327,14 @@ func TestExplainClaimShowsThePlanAndClaimsNothing(t *testing.T) {
 	t.Parallel()
 	d, tbl := openWithRows(t, `SELECT 'x', 'k' || (g % 10), '{}' FROM generate_series(1, 200) AS g`)
 	ctx := context.Background()
-	for _, byKey := range []bool{true, false} {
+	for _, walk := range []dialects.ClaimWalk{dialects.WalkKeys, dialects.WalkSchedule} {
 		plan, err := d.ExplainClaim(ctx, dialects.ClaimParams{Limit: 50, Lease: 30 * time.Second, Token: uuid.New(),
-			Gate: &dialects.Gate{Settled: 1 << 62}, ByKey: byKey})
+			Gate: &dialects.Gate{Settled: 1 << 62}, Walk: walk})
 		if err != nil {
-			t.Fatalf("by key %v: %v", byKey, err)
+			t.Fatalf("walk %s: %v", walk, err)
 		}
 		if !strings.Contains(plan, "actual time=") || !strings.Contains(plan, "Buffers:") || !strings.Contains(plan, "idx_outbox_key_sequence") {
-			t.Fatalf("by key %v: not an analyzed plan of the claim:\n%s", byKey, plan)
+			t.Fatalf("walk %s: not an analyzed plan of the claim:\n%s", walk, plan)
 		}
 	}
 	var pending, tokened int
@@ -297,13 +354,12 @@ func TestAClaimReportsWhetherItTookRows(t *testing.T) {
 	d, _ := openWithRows(t, `SELECT 'x', 'k', '{}' FROM generate_series(1, 3)`)
 	ctx := context.Background()
 	claim := func() ([]dialects.Row, dialects.ClaimReport) {
-		var rep dialects.ClaimReport
-		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: 30 * time.Second, Token: uuid.New(),
-			Gate: &dialects.Gate{Settled: 1 << 62}, Bounds: &dialects.Bounds{}, Report: &rep})
+		c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: 30 * time.Second, Token: uuid.New(),
+			Gate: &dialects.Gate{Settled: 1 << 62}, Bounds: &dialects.Bounds{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return rows, rep
+		return c.Rows, c.Walk
 	}
 	rows, rep := claim()
 	if len(rows) != 1 || rep.Empty || rep.Now.IsZero() || rep.Earliest.IsZero() {
@@ -340,13 +396,12 @@ func TestANarrowLookForStragglersStartsAtItsBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	if _, err := conn.Exec(ctx, `PREPARE stragglers(bigint, bigint[], bigint[], bigint, bigint[], bigint, bigint[], bigint) AS `+q.OutboxStragglers); err != nil {
-		t.Fatal(err)
-	}
+	prepare(t, conn, d, "stragglers")
 	// Without the bound on the first column each walked every leaf: 193
 	// buffers.
 	for what, stmt := range map[string]string{
-		"a look over the last 10 s":    `EXECUTE stragglers(NULL, '{}', '{}', NULL, NULL, 0, NULL, 10000)`,
+		"a look over the last 10 s": `EXECUTE ` + call(t, "stragglers", sqlArgs{"settled": "NULL", "open_last": "'{}'", "open_next": "'{}'",
+			"writers": "NULL", "rewinds": "NULL", "floors": "NULL", "lookback_ms": "0", "within_ms": "10000"}),
 		"the look at the next due row": q.OutboxNextDue, // the idle relay's
 	} {
 		index, buffers := outboxWalk(t, conn, stmt)
@@ -379,8 +434,10 @@ func outboxWalk(t *testing.T, conn *pgxpool.Conn, stmt string) (index string, bu
 }
 
 // Claims by key take the keys in turns: each goes on after the last key the
-// previous one took, wrapping around, so a key late in the order is not
-// starved by keys before it that always have more rows.
+// previous one took (its Cursor, handed to the next as After), wrapping
+// around, so a key late in the order is not starved by keys before it that
+// always have more rows. The dialect keeps no cursor of its own: a claim
+// from the start takes the first key again.
 func TestClaimsByKeyTakeTurns(t *testing.T) {
 	t.Parallel()
 	d := open(t, 0)
@@ -393,18 +450,25 @@ func TestClaimsByKeyTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var order []string
-	for range 6 {
-		got, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New(), ByKey: true})
-		if err != nil || len(got) != 1 {
-			t.Fatalf("claim: %v %v", got, err)
+	claim := func(after string) dialects.Claimed {
+		t.Helper()
+		c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New(), Walk: dialects.WalkKeys, After: after})
+		if err != nil || len(c.Rows) != 1 || c.Cursor != c.Rows[0].Key {
+			t.Fatalf("claim after %q: %+v %v; want one row, and its key as the cursor", after, c, err)
 		}
-		order = append(order, got[0].Key)
-		if _, err := d.OutboxComplete(ctx, []dialects.Outcome{{Claim: got[0].Claim, Kind: dialects.OutcomeDelivered}}); err != nil {
+		order = append(order, c.Rows[0].Key)
+		if _, err := d.OutboxComplete(ctx, []dialects.Outcome{{Claim: c.Rows[0].Claim, Kind: dialects.OutcomeDelivered}}); err != nil {
 			t.Fatal(err)
 		}
+		return c
 	}
-	if strings.Join(order, "") != "abcabc" {
-		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c)", order)
+	cursor := ""
+	for range 6 {
+		cursor = claim(cursor).Cursor
+	}
+	claim("")
+	if strings.Join(order, "") != "abcabca" {
+		t.Fatalf("keys claimed in the order %v, want them to take turns (a b c a b c), and a claim from the start to take a", order)
 	}
 }
 
@@ -426,11 +490,11 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	const args = `(100, 30000, gen_random_uuid(), 10, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`
+	args := claimArgs(sqlArgs{"heads": "10"})
 	stmts := []string{"claim", "claim_by_key"}
 	for _, name := range stmts {
 		// The first run makes the plan, on the empty table.
-		if _, err := conn.Exec(ctx, `EXECUTE `+name+args); err != nil {
+		if _, err := conn.Exec(ctx, `EXECUTE `+call(t, name, args)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -449,7 +513,7 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+name+args).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, name, args)).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if plan[0].Plan.ActualRows != 100 {
@@ -496,20 +560,13 @@ func TestAClaimPlannedOnAnEmptyTableStaysOnItsIndexes(t *testing.T) {
 func claimSession(t *testing.T, d *postgres.Dialect) *pgxpool.Conn {
 	t.Helper()
 	ctx := context.Background()
-	q, err := postgres.Queries(d.Names())
-	if err != nil {
-		t.Fatal(err)
-	}
 	conn, err := d.ClaimPool().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	for name, stmt := range map[string]string{"claim": q.OutboxClaim, "claim_by_key": q.OutboxClaimByKey} {
-		if _, err := conn.Exec(ctx, `PREPARE `+name+`(int, bigint, uuid, int, bigint, bigint[], bigint[], text, bigint, bigint, bigint[], text[], bigint[], bool, text[], bigint[]) AS `+stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	prepare(t, conn, d, "claim")
+	prepare(t, conn, d, "claim_by_key")
 	return conn
 }
 
@@ -543,12 +600,12 @@ func TestAKeysHeadIsFoundByItsKeyNotByAWalkOfThePending(t *testing.T) {
 		keys, positions = append(keys, fmt.Sprintf("'k%d'", k)), append(positions, "0")
 	}
 	// Continuations only: the keys k0..k49 from their start, no walk.
-	args := `(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', 0, 1000, NULL, ARRAY[` +
-		strings.Join(keys, ",") + `]::text[], ARRAY[` + strings.Join(positions, ",") + `]::bigint[], false, NULL, NULL, NULL)`
+	args := claimArgs(sqlArgs{"rewinds": "0", "lookback_ms": "1000", "continue_keys": `ARRAY[` + strings.Join(keys, ",") + `]::text[]`,
+		"continue_after": `ARRAY[` + strings.Join(positions, ",") + `]::bigint[]`, "discover": "false"})
 	for _, name := range []string{"claim", "claim_by_key"} {
 		// The claim pool's plans are generic, made at the first run: here
 		// while few rows are pending.
-		if _, err := conn.Exec(ctx, `BEGIN; EXECUTE `+name+args+`; ROLLBACK`); err != nil {
+		if _, err := conn.Exec(ctx, `BEGIN; EXECUTE `+call(t, name, args)+`; ROLLBACK`); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -563,7 +620,7 @@ func TestAKeysHeadIsFoundByItsKeyNotByAWalkOfThePending(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+name+args).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, name, args)).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("%s: %v", name, err)
@@ -636,7 +693,7 @@ func TestClaimByKeyCostDoesNotGrowWithDepthBehindBusyHeads(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_by_key(500, 30000, gen_random_uuid(), 4, NULL, '{}'::bigint[], '{}'::bigint[], '', NULL, NULL, NULL, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`).Scan(&plan)
+		err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, "claim_by_key", claimArgs(sqlArgs{"limit": "500", "heads": "4"}))).Scan(&plan)
 		_ = tx.Rollback(ctx)
 		if err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
@@ -673,7 +730,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 	insertFresh(t, d)
 	floors := readFloors(t, d)
 	conn := claimSession(t, d)
-	buffers := func(bounds string) (int, float64) {
+	buffers := func(bounds sqlArgs) (int, float64) {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
 		if err != nil {
@@ -683,7 +740,7 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', `+bounds+`, '{}'::text[], '{}'::bigint[], true, NULL, NULL, NULL)`).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+call(t, "claim", claimArgs(bounds))).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
 		}
 		return plan[0].Plan.SharedHit + plan[0].Plan.SharedRead, plan[0].Plan.ActualRows
@@ -693,8 +750,9 @@ func TestAClaimUnderAHeldSnapshotReadsWhatItsBoundsAllow(t *testing.T) {
 		groups[i] = strconv.FormatInt(f, 10)
 	}
 	lookback := (time.Since(lookedAt) + 250*time.Millisecond).Milliseconds()
-	bounded, took := buffers(fmt.Sprintf("%d, %d, '{%s}'::bigint[]", floors.Rewinds, lookback, strings.Join(groups, ",")))
-	unbounded, tookAll := buffers("NULL, NULL, NULL")
+	bounded, took := buffers(sqlArgs{"rewinds": strconv.FormatInt(floors.Rewinds, 10), "lookback_ms": strconv.FormatInt(lookback, 10),
+		"floors": "'{" + strings.Join(groups, ",") + "}'::bigint[]"})
+	unbounded, tookAll := buffers(sqlArgs{})
 	if took != 10 || tookAll != 10 {
 		t.Fatalf("claims took %v (bounded) and %v (unbounded) rows, want the 10 fresh ones", took, tookAll)
 	}
@@ -825,10 +883,12 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		idList[i] = "'" + id.String() + "'"
 	}
 	n, tok := len(ids), "'"+token.String()+"'"
+	complete := strings.TrimPrefix(call(t, "complete", sqlArgs{"ids": "ARRAY[" + strings.Join(idList, ",") + "]::uuid[]",
+		"tokens": "ARRAY[" + list(n, tok) + "]::uuid[]", "states": "ARRAY[" + list(n, "'delivered'") + "]::text[]",
+		"attempt_incs": "ARRAY[" + list(n, "0") + "]::int[]", "delays_ms": "ARRAY[" + list(n, "-1") + "]::bigint[]",
+		"errors": "ARRAY[" + list(n, "''") + "]::text[]", "has_errors": "ARRAY[" + list(n, "false") + "]::bool[]"}), "complete")
 	stmts := []struct{ name, types, sql, args string }{
-		{"complete", "uuid[], uuid[], text[], int[], bigint[], text[], bool[]", q.OutboxComplete, fmt.Sprintf(
-			"ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], ARRAY[%s]::text[], ARRAY[%s]::int[], ARRAY[%s]::bigint[], ARRAY[%s]::text[], ARRAY[%s]::bool[]",
-			strings.Join(idList, ","), list(n, tok), list(n, "'delivered'"), list(n, "0"), list(n, "-1"), list(n, "''"), list(n, "false"))},
+		{"complete", "", "", strings.TrimSuffix(strings.TrimPrefix(complete, "("), ")")},
 		{"renew", "uuid[], uuid[], bigint", q.OutboxRenewLeases,
 			fmt.Sprintf("ARRAY[%s]::uuid[], ARRAY[%s]::uuid[], 60000", strings.Join(idList, ","), list(n, tok))},
 	}
@@ -858,7 +918,9 @@ func TestCompletionsAndRenewalsFindTheirRowsByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, `PREPARE `+s.name+`(`+s.types+`) AS `+s.sql); err != nil {
+		if s.sql == "" {
+			prepare(t, conn, d, s.name)
+		} else if _, err := conn.Exec(ctx, `PREPARE `+s.name+`(`+s.types+`) AS `+s.sql); err != nil {
 			t.Fatal(err)
 		}
 		run(s.name, s.args, false)
@@ -938,7 +1000,7 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := claimSession(t, d)
-	claim := func(pos string) (int, []string) {
+	claim := func(pos sqlArgs) (int, []string) {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
 		if err != nil {
@@ -950,15 +1012,16 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 			groups[i] = strconv.FormatInt(f, 10)
 		}
 		lookback := (time.Since(lookedAt) + 250*time.Millisecond).Milliseconds()
-		args := fmt.Sprintf(`(100, 30000, gen_random_uuid(), 100, NULL, '{}'::bigint[], '{}'::bigint[], '', %d, %d, '{%s}'::bigint[], '{}'::text[], '{}'::bigint[], true, %s, NULL)`,
-			floors.Rewinds, lookback, strings.Join(groups, ","), pos)
+		pos["rewinds"], pos["lookback_ms"] = strconv.FormatInt(floors.Rewinds, 10), strconv.FormatInt(lookback, 10)
+		pos["floors"] = "'{" + strings.Join(groups, ",") + "}'::bigint[]"
+		args := call(t, "claim", claimArgs(pos))
 		var plan []struct {
 			Plan planNode `json:"Plan"`
 		}
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim`+args).Scan(&plan); err != nil || len(plan) != 1 {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE `+args).Scan(&plan); err != nil || len(plan) != 1 {
 			t.Fatalf("explain: %v", err)
 		}
-		if _, err := tx.Exec(ctx, `EXECUTE claim`+args); err != nil {
+		if _, err := tx.Exec(ctx, `EXECUTE `+args); err != nil {
 			t.Fatal(err)
 		}
 		var taken []string
@@ -975,8 +1038,9 @@ func TestAHeadsProbeStopsAtItsKeysPosition(t *testing.T) {
 	for i, p := range positions {
 		ps[i] = strconv.FormatInt(p, 10)
 	}
-	withFloors, takenF := claim("NULL, NULL")
-	withPositions, takenP := claim(fmt.Sprintf("ARRAY[%s]::text[], ARRAY[%s]::bigint[]", strings.Join(keys, ","), strings.Join(ps, ",")))
+	withFloors, takenF := claim(sqlArgs{})
+	withPositions, takenP := claim(sqlArgs{"position_keys": "ARRAY[" + strings.Join(keys, ",") + "]::text[]",
+		"position_after": "ARRAY[" + strings.Join(ps, ",") + "]::bigint[]"})
 	want := "k0 k1 k2 k3 k4 k5 k6 k7 k8"
 	if got := strings.Join(takenF, " "); got != want {
 		t.Errorf("with the floors, the claim took the fresh rows of %s; want %s (k9's waits behind the row held)", got, want)
@@ -1013,7 +1077,7 @@ func deliverAll(t *testing.T, d *postgres.Dialect) {
 	t.Helper()
 	ctx := context.Background()
 	for {
-		rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()})
+		rows, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1000, Lease: time.Minute, Token: uuid.New()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1057,7 +1121,7 @@ func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
 	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("t", testkit.Key("k")), testkit.Row("t", testkit.Key("k"))}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	first, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New()}))
 	if err != nil || len(first) != 2 {
 		t.Fatalf("claim: %d rows, %v", len(first), err)
 	}
@@ -1106,12 +1170,15 @@ func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
 	if floors.Rewinds != before || after == before {
 		t.Fatalf("counter %d before the replay, %d after; the floors read during it carry %d, want %d", before, after, floors.Rewinds, before)
 	}
-	rows, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(),
-		Bounds: &dialects.Bounds{Rewinds: floors.Rewinds, Floors: floors.Groups}})
+	rows, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(),
+		Bounds: &dialects.Bounds{Rewinds: floors.Rewinds, Floors: floors.Groups}}))
 	if err != nil || len(rows) == 0 || rows[0].ID != dead.ID {
 		t.Fatalf("the claim after the replay took %v (%v), want the replayed row %s first", rows, err, dead.ID)
 	}
 }
+
+// rowsOf is the rows of a claim.
+func rowsOf(c dialects.Claimed, err error) ([]dialects.Row, error) { return c.Rows, err }
 
 func probe(t *testing.T, d *postgres.Dialect) dialects.Probe {
 	t.Helper()
@@ -1151,7 +1218,7 @@ func TestAProducerWithASubtransactionStillHoldsItsKeyBack(t *testing.T) {
 		if len(p.Writers) != 1 {
 			t.Fatalf("probe %+v: want the open producer as the one writer", p)
 		}
-		rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+		rows, err := rowsOf(d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1163,7 +1230,7 @@ func TestAProducerWithASubtransactionStillHoldsItsKeyBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Observe(probe(t, d), time.Now())
-	rows, err := d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()})
+	rows, err := rowsOf(d.OutboxClaim(context.Background(), dialects.ClaimParams{Limit: 10, Lease: time.Minute, Token: uuid.New(), Gate: w.Gate()}))
 	if err != nil || len(rows) != 2 || rows[0].Topic != "first" {
 		t.Fatalf("after the commit: %d rows (%v), want first then second", len(rows), err)
 	}

@@ -1,13 +1,18 @@
 -- Every statement QueueBox runs against PostgreSQL, rendered once for the
 -- configured table and column names. See the dialects package doc for the
 -- claim's two steps, and docs/internals.md for the plans on a large table.
+-- A statement with many parameters names them (@limit): the dialect
+-- renders them as $1, $2, ... once, and binds them from a Go struct whose
+-- fields carry the same names (see dialects.Named). The others number
+-- theirs ($1).
 
 -- fragment: Gate
 -- The settled watermark (see OutboxClaim) as the CTE gate: open (no gate)
--- and w. The dot names the parameters: the watermark, then the open
--- epochs' sequence values and horizons, which this statement's own
--- snapshot may settle, then the writers of the sequence that the last
--- probe saw open (NULL: not known). An epoch settles once its horizon is
+-- and w. Its parameters: @settled the watermark (NULL: no gate),
+-- @open_last and @open_next the open epochs' sequence values and
+-- horizons, which this statement's own snapshot may settle, and @writers
+-- the writers of the sequence that the last probe saw open (NULL: not
+-- known). An epoch settles once its horizon is
 -- at or below the snapshot's xmin, or below every one of those writers
 -- that still runs in this snapshot (is not visible in it: a running
 -- transaction newer than every one that ended is past the snapshot's
@@ -19,13 +24,13 @@
 -- writes no outbox row holds xmin back.
 gate_horizon AS (
     SELECT GREATEST(pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-                    CASE WHEN {{index . 3}}::bigint[] IS NULL THEN 0
-                         ELSE COALESCE((SELECT min(r.x) FROM unnest({{index . 3}}::bigint[]) AS r(x)
+                    CASE WHEN @writers::bigint[] IS NULL THEN 0
+                         ELSE COALESCE((SELECT min(r.x) FROM unnest(@writers::bigint[]) AS r(x)
                                          WHERE NOT pg_visible_in_snapshot(r.x::text::xid8, pg_current_snapshot())),
                                        9223372036854775807) END) AS x
 ), gate AS (
-    SELECT {{index . 0}}::bigint IS NULL AS open,
-           GREATEST({{index . 0}}::bigint, (SELECT max(e.l) FROM unnest({{index . 1}}::bigint[], {{index . 2}}::bigint[]) AS e(l, x)
+    SELECT @settled::bigint IS NULL AS open,
+           GREATEST(@settled::bigint, (SELECT max(e.l) FROM unnest(@open_last::bigint[], @open_next::bigint[]) AS e(l, x)
                                   WHERE e.x <= (SELECT h.x FROM gate_horizon AS h))) AS w
 )
 
@@ -99,16 +104,17 @@ COALESCE((SELECT CASE WHEN p.k[p.i] = {{.}} THEN p.p[p.i] + 1 END
 {{.}}.{{c "state"}} IN ('pending', 'processing') AND {{.}}.{{c "state"}} = (SELECT 'pending')
 
 -- fragment: ClaimContinued
--- The keys whose run this replica finished ($12), each with the run's last
--- sequence ($13): every row of the key up to it is delivered or dead, so
--- the key's first pending or processing row after it is its head, found in
--- one probe that starts past every row version the runs left behind. While
--- the bounds do not hold (a rewind may have put an earlier row back) the
--- probe starts at the key's first row. The head is taken when it is pending,
--- due and settled; at most $4, in the order given.
+-- The keys whose run this replica finished (@continue_keys), each with
+-- the run's last sequence (@continue_after): every row of the key up to it
+-- is delivered or dead, so the key's first pending or processing row after
+-- it is its head, found in one probe that starts past every row version the
+-- runs left behind. While the bounds do not hold (a rewind may have put an
+-- earlier row back) the probe starts at the key's first row. The head is
+-- taken when it is pending, due and settled; at most @heads, in the order
+-- given.
 continued AS (
     SELECT f.tid, f.k, f.seq
-      FROM unnest($12::text[], $13::bigint[]) WITH ORDINALITY AS c(k, pos, n)
+      FROM unnest(@continue_keys::text[], @continue_after::bigint[]) WITH ORDINALITY AS c(k, pos, n)
      CROSS JOIN LATERAL (
            SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
@@ -127,12 +133,12 @@ continued AS (
               AND {{template "Settled" "x"}}
               FOR UPDATE SKIP LOCKED) AS f
      ORDER BY c.n
-     LIMIT $4
+     LIMIT @heads
 )
 
 -- fragment: ClaimFollowers
 -- For each keyed head, the pending rows right behind it; the CTE heads has
--- tid, k and seq. Keyed heads share what the limit leaves.
+-- tid, k and seq. Keyed heads share what the limit (@limit) leaves.
 followers AS (
     SELECT f.tid
       FROM heads AS h
@@ -147,15 +153,16 @@ followers AS (
                       AND x.{{c "state"}} IN ('pending', 'processing')
                       AND {{template "Settled" "x"}}
                     ORDER BY x.{{c "sequence"}}
-                    LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*) FILTER (WHERE k IS NOT NULL AND k <> ''), 1) FROM heads)) AS w
+                    LIMIT (SELECT (@limit - count(*)) / GREATEST(count(*) FILTER (WHERE k IS NOT NULL AND k <> ''), 1) FROM heads)) AS w
             WHERE NOT w.blocked) AS f
      WHERE h.k IS NOT NULL AND h.k <> ''
 )
 
 -- fragment: ClaimUpdate
--- Stamps the heads and followers, and returns the rows with the CTE
--- cursor's key (where the next claim by key goes on), the CTE walked's
--- reach (how far in schedule order a walk that stopped at its limit got),
+-- Stamps the heads and followers with the claim token (@token) and a lease
+-- of @lease_ms, and returns the rows with the CTE cursor's key (where the
+-- next claim by key goes on; NULL: none learnt), the CTE reach's reach
+-- (how far in schedule order a walk that stopped at its limit got),
 -- the claim's time, and when the earliest row the walk took became due.
 -- The update finds the rows by ctid (a TID scan), not by a second walk of
 -- the primary key: heads are locked, so their ctid cannot change under us,
@@ -168,8 +175,8 @@ followers AS (
 UPDATE {{t}} AS o
    SET {{c "state"}} = 'processing',
        {{c "claimed_at"}} = now(),
-       {{c "claim_token"}} = $3,
-       {{c "lease_expires_at"}} = now() + $2::bigint * interval '1 millisecond',
+       {{c "claim_token"}} = @token,
+       {{c "lease_expires_at"}} = now() + @lease_ms::bigint * interval '1 millisecond',
        {{c "updated_at"}} = now()
  WHERE o.ctid = ANY(ARRAY(SELECT tid FROM heads UNION ALL SELECT tid FROM followers))
    AND o.{{c "state"}} = (SELECT 'pending')
@@ -180,16 +187,15 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- name: OutboxClaim
 -- The claim that finds heads in schedule order: cheapest when heads are
 -- plentiful (unkeyed rows, many keys with few rows each).
--- $1 limit, $2 lease in ms, $3 claim token, $4 most heads (<= $1),
--- $5 settled watermark (NULL: no gate), $6/$7 open epochs (sequence value,
--- next transaction id) that this statement's own snapshot may settle, $8
--- and $14 (unused here: OutboxClaimByKey's cursor and discovery), $9 the
--- rewind counter the bounds were made at (NULL: no bounds), $10 how far
--- back, in ms, the walk looks for due rows (NULL: from the start), $11 the
--- floors of the groups of keys (NULL: none), $12/$13 the keys to continue
--- and their positions, $15/$16 keys in bytewise order and their positions,
--- which bound the head rule's probe (NULL: none), $17 the writers the last
--- probe saw open (see Gate; NULL: not known).
+-- @limit the most rows, @lease_ms the lease, @token the claim token,
+-- @heads the most heads (<= @limit); @settled, @open_last, @open_next and
+-- @writers the gate (see Gate); @rewinds the rewind counter the bounds
+-- were made at (NULL: no bounds), @lookback_ms how far back the walk looks
+-- for due rows (NULL: from the start), @floors the floors of the groups of
+-- keys (NULL: none), @position_keys and @position_after keys in bytewise
+-- order and their positions, which bound the head rule's probe (NULL:
+-- none); @continue_keys and @continue_after the keys to continue and their
+-- positions.
 --
 -- gate: keyed rows are claimable only up to the watermark w: every
 -- transaction that could still commit an earlier row of their key has ended
@@ -198,36 +204,37 @@ RETURNING o.{{c "id"}}, o.{{c "topic"}}, COALESCE(o.{{c "key"}}, ''), o.{{c "pay
 -- bounds: whether what the relay knows still holds (no rewind since: a
 -- replay, an expired lease, a stopping replica's release).
 -- continued: the heads of the keys this replica just finished a run of.
--- walked: due pending rows in schedule order, from $10 ago, that are the
+-- walked: due pending rows in schedule order, from @lookback_ms ago, that are the
 -- first pending/processing row of their key (or have no key; see Head),
 -- locked with SKIP LOCKED. A row behind a head is never a head for anyone,
 -- so no concurrent claimer can take it.
 -- followers: for each keyed head, the pending rows right behind it, in
 -- sequence order, up to the first row that is processing, waiting for a
--- retry, or beyond the watermark; the claim stays within $1.
-WITH {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, walked AS (
+-- retry, or beyond the watermark; the claim stays within @limit.
+-- cursor: none (a walk in schedule order learns no key to go on after).
+WITH {{template "Gate"}}, {{template "Bounds" (list "@rewinds" "@floors" "@position_keys" "@position_after")}}, {{template "ClaimContinued"}}, walked AS (
     SELECT o.ctid AS tid, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq, o.{{c "scheduled_at"}} AS at
       FROM {{t}} AS o
      WHERE o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
-       AND o.{{c "scheduled_at"}} >= CASE WHEN (SELECT ok FROM bounds) AND $10::bigint IS NOT NULL
-                                         THEN now() - $10::bigint * interval '1 millisecond'
+       AND o.{{c "scheduled_at"}} >= CASE WHEN (SELECT ok FROM bounds) AND @lookback_ms::bigint IS NOT NULL
+                                         THEN now() - @lookback_ms::bigint * interval '1 millisecond'
                                          ELSE '-infinity'::timestamptz END
        AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR (
-            o.{{c "key"}} <> ALL($12::text[])
+            o.{{c "key"}} <> ALL(@continue_keys::text[])
             AND {{template "Settled" "o"}}
             AND {{template "Head" "o"}}))
      ORDER BY o.{{c "scheduled_at"}}
-     LIMIT $4 - (SELECT count(*) FROM continued)
+     LIMIT @heads - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
 ), heads AS (
     SELECT tid, k, seq FROM continued
     UNION ALL
     SELECT tid, k, seq FROM walked
 ), cursor AS (
-    SELECT $8::text AS k, $14::bool AS discover
+    SELECT NULL::text AS k
 ), reach AS (
-    SELECT CASE WHEN count(*) > 0 AND count(*) >= $4 - (SELECT count(*) FROM continued) THEN max(at) END AS reach,
+    SELECT CASE WHEN count(*) > 0 AND count(*) >= @heads - (SELECT count(*) FROM continued) THEN max(at) END AS reach,
            min(at) AS earliest
       FROM walked
 ), {{template "ClaimFollowers"}}
@@ -236,14 +243,16 @@ WITH {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Bounds" (list 
 -- name: OutboxClaimByKey
 -- The claim that finds heads key by key: cheapest when few keys hold many
 -- rows (hot keys), where a scan in schedule order passes over every row
--- behind a busy head. Same parameters as OutboxClaim; $8 is the key to go
--- on after (the last claim's cursor; '' from the start), and $14 whether to
--- discover keys at all: without it the claim takes only the heads of the
--- keys it continues ($12/$13), which start past the row versions their runs
--- left behind, while the walk over the keys below passes over them.
+-- behind a busy head. The parameters of OutboxClaim but @lookback_ms (it
+-- walks no schedule); @after is the key to go on after (the last claim's
+-- cursor; '' from the start), and @discover whether to discover keys at
+-- all: without it (WalkNone) the claim takes only the heads of the keys it
+-- continues, which start past the row versions their runs left behind,
+-- while the walk over the keys below passes over them.
 -- after, before: a skip scan of idx_outbox_key_sequence, one probe per key
 -- that has pending or processing rows, giving each key's first such row (its
--- head): first the keys after $8, then, wrapping around, the keys up to it.
+-- head): first the keys after @after, then, wrapping around, the keys up
+-- to it.
 -- The scan runs only as far as the claim needs heads: the keys take turns,
 -- and a claim does not visit every key.
 -- keyed: the heads that are pending, due and settled, each found by one
@@ -253,10 +262,12 @@ WITH {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Bounds" (list 
 -- nullkey, emptykey: rows without a key, from the same index (its null and
 -- empty-key ranges, in sequence order), so that this claim, like
 -- OutboxClaim, considers every due row.
-WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Bounds" (list "$9" "$11" "$15" "$16")}}, {{template "ClaimContinued"}}, after AS (
+-- cursor: the greatest key whose head the walk took, where the next claim
+-- by key goes on.
+WITH RECURSIVE {{template "Gate"}}, {{template "Bounds" (list "@rewinds" "@floors" "@position_keys" "@position_after")}}, {{template "ClaimContinued"}}, after AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST($8::text, '')
+      WHERE @discover::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > GREATEST(@after::text, '')
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
@@ -271,7 +282,7 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
 ), before AS (
     (SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
        FROM {{t}} AS x
-      WHERE $14::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= $8::text
+      WHERE @discover::bool AND x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > '' AND x.{{c "key"}} <= @after::text
       ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
       LIMIT 1)
     UNION ALL
@@ -280,7 +291,7 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
      CROSS JOIN LATERAL (
            SELECT x.{{c "key"}} AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
-            WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k AND x.{{c "key"}} <= $8::text
+            WHERE x.{{c "state"}} IN ('pending', 'processing') AND x.{{c "key"}} > p.k AND x.{{c "key"}} <= @after::text
             ORDER BY x.{{c "key"}}, x.{{c "sequence"}}
             LIMIT 1) AS n
 ), walk AS (
@@ -294,33 +305,33 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
            SELECT x.ctid AS tid, x.{{c "key"}}::text AS k, x.{{c "sequence"}} AS seq
              FROM {{t}} AS x
             WHERE x.{{c "key"}} = p.k AND x.{{c "sequence"}} = p.seq
-              AND x.{{c "key"}} <> ALL($12::text[])
+              AND x.{{c "key"}} <> ALL(@continue_keys::text[])
               AND {{template "PendingByKey" "x"}}
               AND x.{{c "scheduled_at"}} <= now()
               AND {{template "Settled" "x"}}
               FOR UPDATE SKIP LOCKED) AS o
-     LIMIT $4 - (SELECT count(*) FROM continued)
+     LIMIT @heads - (SELECT count(*) FROM continued)
 ), nullkey AS (
     SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
-     WHERE $14::bool
+     WHERE @discover::bool
        AND o.{{c "key"}} IS NULL
        AND o.{{c "state"}} IN ('pending', 'processing')
        AND o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
      ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
-     LIMIT (SELECT $4 - count(*) FROM keyed) - (SELECT count(*) FROM continued)
+     LIMIT (SELECT @heads - count(*) FROM keyed) - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
 ), emptykey AS (
     SELECT o.ctid AS tid, NULL::text AS k, o.{{c "sequence"}} AS seq
       FROM {{t}} AS o
-     WHERE $14::bool
+     WHERE @discover::bool
        AND o.{{c "key"}} = ''
        AND o.{{c "state"}} IN ('pending', 'processing')
        AND o.{{c "state"}} = 'pending'
        AND o.{{c "scheduled_at"}} <= now()
      ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
-     LIMIT (SELECT $4 - count(*) FROM keyed) - (SELECT count(*) FROM nullkey) - (SELECT count(*) FROM continued)
+     LIMIT (SELECT @heads - count(*) FROM keyed) - (SELECT count(*) FROM nullkey) - (SELECT count(*) FROM continued)
        FOR UPDATE SKIP LOCKED
 ), heads AS (
     SELECT tid, k, seq FROM continued
@@ -333,16 +344,16 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
 ), cursor AS (
     SELECT max(k) AS k FROM keyed
 ), reach AS (
-    SELECT NULL::timestamptz AS reach, NULL::timestamptz AS earliest, $10::bigint AS lookback
+    SELECT NULL::timestamptz AS reach, NULL::timestamptz AS earliest
 ), {{template "ClaimFollowers"}}
 {{template "ClaimUpdate"}}
 
 -- name: OutboxStragglers
 -- The oldest due row that a claim would take but that a walk looking back
--- $6 ms would not see, and that became due at most $8 ms ago (NULL: at
--- any time): how long ago, in ms, it became due (no row: none). $1 the
--- settled watermark, $2/$3 open epochs, $4 the rewind counter of the
--- bounds, $5 the floors, $7 the writers the last probe saw open. It reads
+-- @lookback_ms would not see, and that became due at most @within_ms ago
+-- (NULL: at any time): how long ago, in ms, it became due (no row: none).
+-- @settled, @open_last, @open_next and @writers the gate (see Gate),
+-- @rewinds the rewind counter of the bounds, @floors the floors. It reads
 -- every version between the two bounds, and takes no lock: the relay runs
 -- it off the claims' path, as rarely as its cost asks, and lets its next
 -- claim look back that far. The state compared with a subquery as well:
@@ -351,14 +362,14 @@ WITH RECURSIVE {{template "Gate" (list "$5" "$6" "$7" "$17")}}, {{template "Boun
 -- and a scan without a condition on the index's first column starts at
 -- its first entry whatever the bound on scheduled_at; with >= on the
 -- first column it starts at the bound.
-WITH {{template "Gate" (list "$1" "$2" "$3" "$7")}}, {{template "Bounds" (list "$4" "$5" "NULL" "NULL")}}
+WITH {{template "Gate"}}, {{template "Bounds" (list "@rewinds" "@floors" "NULL" "NULL")}}
 SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
   FROM {{t}} AS o
  WHERE o.{{c "state"}} = 'pending'
    AND o.{{c "state"}} >= (SELECT 'pending')
-   AND o.{{c "scheduled_at"}} < now() - $6::bigint * interval '1 millisecond'
-   AND o.{{c "scheduled_at"}} >= CASE WHEN $8::bigint IS NULL THEN '-infinity'::timestamptz
-                                     ELSE now() - $8::bigint * interval '1 millisecond' END
+   AND o.{{c "scheduled_at"}} < now() - @lookback_ms::bigint * interval '1 millisecond'
+   AND o.{{c "scheduled_at"}} >= CASE WHEN @within_ms::bigint IS NULL THEN '-infinity'::timestamptz
+                                     ELSE now() - @within_ms::bigint * interval '1 millisecond' END
    AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = '' OR ({{template "Settled" "o"}} AND {{template "Head" "o"}}))
  ORDER BY o.{{c "scheduled_at"}}
  LIMIT 1
@@ -473,35 +484,37 @@ UPDATE {{t}} AS o
        {{c "claim_token"}} = NULL,
        {{c "lease_expires_at"}} = NULL,
        {{c "updated_at"}} = now()
-  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::bool[])
+  FROM unnest(@ids::uuid[], @tokens::uuid[], @states::text[], @attempt_incs::int[], @delays_ms::bigint[], @errors::text[], @has_errors::bool[])
        AS v(id, token, state, attempt_inc, delay_ms, err, has_err)
- WHERE o.{{c "id"}} = ANY($1::uuid[])
+ WHERE o.{{c "id"}} = ANY(@ids::uuid[])
    AND o.{{c "id"}} = v.id
    AND o.{{c "claim_token"}} = v.token
    AND o.{{c "state"}} = (SELECT 'processing')
 RETURNING o.{{c "id"}}
 
 -- name: OutboxComplete
--- One row of the arrays per outcome: id, token, new state, attempt increment,
--- retry delay in ms (negative keeps scheduled_at), error, whether to write
--- the error (else last_error stays).
--- "id = ANY($1)" is redundant with the join, and there for the generic plan
+-- One element of each array per outcome: @ids, @tokens, @states (the new
+-- state), @attempt_incs, @delays_ms (the retry delay; negative keeps
+-- scheduled_at), @errors, @has_errors (whether to write the error; else
+-- last_error stays).
+-- "id = ANY(@ids)" is redundant with the join, and there for the generic plan
 -- of the prepared statement: without it the planner, blind to the arrays'
 -- length, chose a plan 30 times slower after the fifth execution.
 {{template "CompleteUpdate"}}
 
 -- name: OutboxCompleteAttempts
--- OutboxComplete ($1 to $7), and the attempt history in the same statement:
--- one row of the arrays $8 to $16 per attempt: row id, when it started,
--- duration in microseconds, try, outcome, destination, status, error,
--- response excerpt ("" for none). An attempt is recorded only when its
+-- OutboxComplete, and the attempt history in the same statement: one
+-- element of each array per attempt: @attempt_ids (the row), @attempted_at
+-- (when it started), @durations_us, @tries, @outcomes, @destinations,
+-- @statuses, @attempt_errors, @responses (the response excerpt; "" for
+-- none). An attempt is recorded only when its
 -- outcome was written: a lost claim records nothing, like its outcome.
 WITH done(id) AS (
 {{template "CompleteUpdate"}}
 ), recorded AS (
     INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response)
     SELECT a.id, a.at, a.us, a.try, a.outcome, NULLIF(a.dest, ''), NULLIF(a.status, ''), NULLIF(a.err, ''), NULLIF(a.resp, '')
-      FROM unnest($8::uuid[], $9::timestamptz[], $10::bigint[], $11::int[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+      FROM unnest(@attempt_ids::uuid[], @attempted_at::timestamptz[], @durations_us::bigint[], @tries::int[], @outcomes::text[], @destinations::text[], @statuses::text[], @attempt_errors::text[], @responses::text[])
            AS a(id, at, us, try, outcome, dest, status, err, resp)
      WHERE a.id IN (SELECT id FROM done)
 )
@@ -563,37 +576,37 @@ UPDATE {{rewinds}} SET counter = counter + 1
 )
 
 -- fragment: Filter
--- The operator filter: $1 states, $2 ids or NULL, $3 key or NULL,
--- $4 since, $5 until (updated_at), $6 text in last_error.
-{{c "state"}} = ANY($1::text[])
-   AND ($2::uuid[] IS NULL OR {{c "id"}} = ANY($2::uuid[]))
-   AND ($3::text IS NULL OR {{c "key"}} = $3::text)
-   AND ($4::timestamptz IS NULL OR {{c "updated_at"}} >= $4::timestamptz)
-   AND ($5::timestamptz IS NULL OR {{c "updated_at"}} < $5::timestamptz)
-   AND ($6::text IS NULL OR strpos(lower({{c "last_error"}}), lower($6::text)) > 0)
+-- The operator filter: @states, @ids (NULL: any), @key (NULL: any),
+-- @since and @until (updated_at), @error_text (text in last_error).
+{{c "state"}} = ANY(@states::text[])
+   AND (@ids::uuid[] IS NULL OR {{c "id"}} = ANY(@ids::uuid[]))
+   AND (@key::text IS NULL OR {{c "key"}} = @key::text)
+   AND (@since::timestamptz IS NULL OR {{c "updated_at"}} >= @since::timestamptz)
+   AND (@until::timestamptz IS NULL OR {{c "updated_at"}} < @until::timestamptz)
+   AND (@error_text::text IS NULL OR strpos(lower({{c "last_error"}}), lower(@error_text::text)) > 0)
 
 -- name: OutboxSelect
--- Operator selection: $1 states, $2 ids or NULL, $3 key or NULL, $4 since,
--- $5 until, $6 text in last_error, $7 rows after this sequence (keyset),
--- $8 limit. Oldest first, for replay in chunks.
+-- Operator selection: the filter (see Filter), the rows after
+-- @after_sequence (keyset), at most @limit. Oldest first, for replay in
+-- chunks.
 SELECT {{c "id"}}, {{c "topic"}}, {{c "sequence"}}
   FROM {{t}}
  WHERE {{template "Filter"}}
-   AND {{c "sequence"}} > $7::bigint
+   AND {{c "sequence"}} > @after_sequence::bigint
  ORDER BY {{c "sequence"}}
- LIMIT $8
+ LIMIT @limit
 
 -- name: OutboxList
 -- Like OutboxSelect, newest update first, with the columns operators read:
--- $7/$8 continue after the row (updated_at $7, sequence $8) when set
--- (keyset), $9 limit.
+-- continues after the row (@after_updated_at, @after_sequence) when set
+-- (keyset), at most @limit.
 SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},
        {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
   FROM {{t}}
  WHERE {{template "Filter"}}
-   AND ($7::timestamptz IS NULL OR ({{c "updated_at"}}, {{c "sequence"}}) < ($7::timestamptz, $8::bigint))
+   AND (@after_updated_at::timestamptz IS NULL OR ({{c "updated_at"}}, {{c "sequence"}}) < (@after_updated_at::timestamptz, @after_sequence::bigint))
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC
- LIMIT $9
+ LIMIT @limit
 
 -- name: OutboxReplayIDs
 -- $1 ids, $2 states that may be replayed. Never a processing row. Returns
@@ -697,13 +710,15 @@ SELECT d.topic, d.err, count(*), max(d.updated_at), array_agg(d.id ORDER BY d.up
  GROUP BY d.topic, d.err
 
 -- name: OutboxInsert
--- One row of the arrays per new row, inserted in array order. NULLs take the
--- column defaults (max_attempts 5, as the column's default).
+-- One element of each array per new row (@ids, @topics, @keys, @payloads,
+-- @headers, @aggregate_types, @max_attempts, @scheduled_at), inserted in
+-- array order. NULLs take the column defaults (max_attempts 5, as the
+-- column's default).
 INSERT INTO {{t}} ({{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "payload"}}, {{c "headers"}},
                    {{c "aggregate_type"}}, {{c "max_attempts"}}, {{c "scheduled_at"}})
 SELECT COALESCE(v.id, gen_random_uuid()), v.topic, v.k, v.payload, COALESCE(v.headers, '{}'::jsonb),
        v.aggregate_type, COALESCE(v.max_attempts, 5), COALESCE(v.scheduled_at, CURRENT_TIMESTAMP)
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[], $7::int[], $8::timestamptz[])
+  FROM unnest(@ids::uuid[], @topics::text[], @keys::text[], @payloads::jsonb[], @headers::jsonb[], @aggregate_types::text[], @max_attempts::int[], @scheduled_at::timestamptz[])
        WITH ORDINALITY AS v(id, topic, k, payload, headers, aggregate_type, max_attempts, scheduled_at, n)
  ORDER BY v.n
 
@@ -837,9 +852,9 @@ SELECT count(*) FROM pg_stat_activity
 -- The inbox.
 
 -- name: InboxReceive
--- One row of the arrays per message, stored in array order: $1 sources,
--- $2 message ids, $3 topics, $4 aggregate types, $5 aggregate ids,
--- $6 payloads, $7 headers (NULL: {}). A message whose (source, message_id)
+-- One element of each array per message, stored in array order: @sources,
+-- @message_ids, @topics, @aggregate_types, @aggregate_ids, @payloads,
+-- @headers (NULL: {}). A message whose (source, message_id)
 -- exists is not stored: ON CONFLICT DO NOTHING, which also waits for an
 -- uncommitted row of the same pair and then skips it. A pair repeated in
 -- the arrays is stored once, for its first copy. One result row per
@@ -849,7 +864,7 @@ SELECT count(*) FROM pg_stat_activity
 -- taken: the caller asks again for those, and a new statement sees it.
 WITH v AS (
     SELECT *
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::jsonb[])
+      FROM unnest(@sources::text[], @message_ids::text[], @topics::text[], @aggregate_types::text[], @aggregate_ids::text[], @payloads::jsonb[], @headers::jsonb[])
            WITH ORDINALITY AS v(source, message_id, topic, aggregate_type, aggregate_id, payload, headers, n)
 ), ins AS (
     INSERT INTO {{it}} ({{ic "source"}}, {{ic "message_id"}}, {{ic "topic"}}, {{ic "aggregate_type"}},
@@ -876,11 +891,10 @@ SELECT v.n, COALESCE(ins.id, i.{{ic "id"}}),
 SELECT pg_try_advisory_xact_lock(hashtext($1))
 
 -- name: InboxRelay
--- Run under InboxRelayLock. $1 limit, $2 settled watermark of the inbox
--- sequence (NULL: no gate), $3/$4 open epochs (sequence value, next
--- transaction id) that this statement's snapshot may settle, as in
--- OutboxClaim; $5 max_attempts of the outbox rows, $6 the sequence value to
--- start after, $7 the writers the last probe saw open (see Gate).
+-- Run under InboxRelayLock. @limit the most rows; @settled, @open_last,
+-- @open_next and @writers the gate of the inbox sequence, as in OutboxClaim
+-- (see Gate); @max_attempts of the outbox rows; @after the sequence value
+-- to start after.
 -- picked: received rows in sequence order; keyed ones (a non-empty
 -- aggregate_id) only up to the watermark, so that no earlier row of their
 -- aggregate can still commit. Unkeyed rows take part in no order.
@@ -890,21 +904,21 @@ SELECT pg_try_advisory_xact_lock(hashtext($1))
 -- outbox row that has the id already is left as it is.
 -- The update marks the picked rows relayed and says which got a new
 -- outbox row.
-WITH {{template "Gate" (list "$2" "$3" "$4" "$7")}}, picked AS (
+WITH {{template "Gate"}}, picked AS (
     SELECT i.{{ic "id"}} AS id, i.{{ic "topic"}} AS topic, i.{{ic "aggregate_type"}} AS aggregate_type,
            i.{{ic "aggregate_id"}} AS aggregate_id, i.{{ic "payload"}} AS payload, i.{{ic "headers"}} AS headers,
            i.{{ic "sequence"}} AS seq
       FROM {{it}} AS i
      WHERE i.{{ic "state"}} = 'received'
-       AND i.{{ic "sequence"}} > $6::bigint
+       AND i.{{ic "sequence"}} > @after::bigint
        AND (i.{{ic "aggregate_id"}} IS NULL OR i.{{ic "aggregate_id"}} = ''
             OR (SELECT open FROM gate) OR i.{{ic "sequence"}} <= (SELECT w FROM gate))
      ORDER BY i.{{ic "sequence"}}
-     LIMIT $1
+     LIMIT @limit
 ), created AS (
     INSERT INTO {{t}} ({{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "payload"}}, {{c "headers"}},
                        {{c "aggregate_type"}}, {{c "max_attempts"}})
-    SELECT p.id, p.topic, p.aggregate_id, p.payload, p.headers, p.aggregate_type, $5::int
+    SELECT p.id, p.topic, p.aggregate_id, p.payload, p.headers, p.aggregate_type, @max_attempts::int
       FROM picked AS p
      ORDER BY p.seq
         ON CONFLICT ({{c "id"}}) DO NOTHING

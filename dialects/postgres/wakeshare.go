@@ -187,6 +187,15 @@ func (f *forwarder) await(ctx context.Context) error {
 	return nil
 }
 
+// The reasons a listener gives while it sets up its wake-ups as designed:
+// it probes until the slot streams, which is no fault, so the change is
+// logged at info (set); a connecting listener with any other reason met an
+// error, and that is a warning.
+const (
+	reasonTakingOver     = "this relay takes over the database's wake-ups: creating the slot"
+	reasonHolderStarting = "another relay holds this database's wake-ups and has no slot listening yet"
+)
+
 // round is one life of the token connection: the listener follows until
 // the lock is its own, then holds the slot until something fails or ctx
 // ends. Closing the token releases the lock and the LISTEN.
@@ -208,7 +217,7 @@ func (l *Listener) round(ctx context.Context, retry *backoff.Capped) error {
 	}
 	// The lock is this listener's: it holds the slot. Nothing is forwarded
 	// to it any more, so it probes until its own slot streams.
-	l.set(dialects.WakeupsConnecting, "this relay takes over the database's wake-ups: creating the slot", "", "")
+	l.set(dialects.WakeupsConnecting, reasonTakingOver, "", "")
 	conn, tbl, err := l.prepare(ctx)
 	if err != nil {
 		return err
@@ -290,7 +299,7 @@ func (l *Listener) follow(ctx context.Context, tok *pgconn.PgConn, heard chan st
 		if string(rs[0].Rows[0][1]) == "t" {
 			l.set(dialects.WakeupsListening, "", "", l.share.channel)
 		} else {
-			l.set(dialects.WakeupsConnecting, "another relay holds this database's wake-ups and has no slot listening yet", "", "")
+			l.set(dialects.WakeupsConnecting, reasonHolderStarting, "", "")
 		}
 		next := time.Now().Add(l.opts.Heartbeat)
 		for time.Now().Before(next) {

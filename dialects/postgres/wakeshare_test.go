@@ -13,6 +13,7 @@ import (
 	"github.com/queuebox/queuebox/internal/pgcluster"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testlog"
 	"github.com/queuebox/queuebox/migrations"
 )
 
@@ -221,4 +222,30 @@ func TestWakeupsASecondRelayNeedsNoRoomForASlot(t *testing.T) {
 	}
 	exec(t, d1, outboxInsert)
 	b.nudged(t, b.l.Outbox(), "outbox")
+}
+
+// Two relays that set their wake-ups up as designed (the first takes the
+// slot and probes until it streams, the second follows the first) say so
+// at info: a warning is for what an operator should act on.
+func TestWakeupsSettingUpAsDesignedIsNoWarning(t *testing.T) {
+	t.Parallel()
+	d1, d2 := twoRelays(t)
+	var log1, log2 testlog.Buffer
+	opts := postgres.WakeupOptions{Heartbeat: 50 * time.Millisecond, Logger: log1.Logger()}
+	a := listen(t, d1, opts)
+	opts.Logger = log2.Logger()
+	b := listen(t, d2, opts)
+	holderAndFollower(t, a, b)
+	log1.WaitFor(t, `level=INFO msg="wake-ups: probing until logical replication is set up" reason="this relay takes over`)
+	log2.WaitFor(t, `level=INFO msg="wake-ups: listening through the replica that holds this database's slot"`)
+	for _, l := range []struct {
+		name string
+		log  *testlog.Buffer
+	}{{"the relay that holds the slot", &log1}, {"the relay that follows it", &log2}} {
+		for _, line := range strings.Split(l.log.String(), "\n") {
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				t.Errorf("%s logged a warning while setting up as designed: %s", l.name, line)
+			}
+		}
+	}
 }

@@ -573,6 +573,9 @@ func (l *Listener) set(state dialects.WakeupState, reason, slot, channel string)
 		l.log.Info("wake-ups: listening through the replica that holds this database's slot", "channel", channel, "publication", l.d.names.Publication())
 	case state == dialects.WakeupsListening:
 		l.log.Info("wake-ups: listening for inserts with logical replication", "slot", slot, "publication", l.d.names.Publication())
+	case state == dialects.WakeupsConnecting && (reason == reasonTakingOver || reason == reasonHolderStarting):
+		// Setting up as designed: nothing for an operator to do.
+		l.log.Info("wake-ups: probing until logical replication is set up", "reason", reason)
 	case state == dialects.WakeupsConnecting:
 		if reason != "" {
 			l.log.Warn("wake-ups: probing until logical replication is set up", "reason", reason)

@@ -2,31 +2,105 @@
 -- configured table and column names. Ids travel as text (CAST to and from
 -- UNIQUEIDENTIFIER) so that no driver byte-order question arises; lists of
 -- values travel as one JSON parameter read with OPENJSON. Times are UTC
--- (DATETIME2 holds no zone; the column defaults use GETUTCDATE()).
+-- (DATETIME2 holds no zone; the column defaults use GETUTCDATE()). A
+-- statement with many parameters names them (@limit), and the driver binds
+-- them by name from a Go struct whose fields carry the same names (see
+-- dialects.Named); the others number theirs (@p1). Such a statement's own
+-- variables (DECLARE @now) never share a name with a parameter.
+
+-- fragment: KeyedHead
+-- The keyed row o (outside @keys) is a head the claim may take: settled
+-- (at or below @settled, when there is a gate) and the first pending or
+-- processing row of its key.
+o.{{c "key"}} NOT IN (SELECT k FROM @keys)
+            AND (@settled IS NULL OR o.{{c "sequence"}} <= @settled) AND NOT EXISTS (
+            SELECT 1 FROM {{t}} AS b
+             WHERE b.{{c "key"}} = o.{{c "key"}}
+               AND b.{{c "sequence"}} < o.{{c "sequence"}}
+               AND b.{{c "state"}} IN (N'pending', N'processing'))
 
 -- name: OutboxClaim
--- @p1 limit, @p2 lease in ms, @p3 claim token, @p4 most heads (<= @p1), @p5 settled watermark (NULL: no
--- gate). Heads, then each keyed head's followers, as in the PostgreSQL dialect (see the dialects package
--- doc); keyed rows beyond the watermark are neither heads nor followers.
+-- @limit the most rows, @lease_ms the lease, @token the claim token,
+-- @max_heads the most heads (<= @limit), @settled the settled watermark
+-- (NULL: no gate), @continue_keys a JSON array of the keys to continue, in
+-- order, @walk how the claim finds heads beyond them (0 in schedule order,
+-- 1 key by key after @after, 2 not at all: dialects.ClaimWalk). Heads, then
+-- each keyed head's followers, as in the PostgreSQL dialect (see the
+-- dialects package doc); keyed rows beyond the watermark are neither heads
+-- nor followers. The claim ignores the relay's bounds (see the package
+-- doc): a continued key's head is its first pending or processing row.
+-- @keys: the keys to continue, each once, in the order first given.
+-- continued heads: each key's first pending or processing row, found
+-- without a lock (a row that another claim holds is still seen, so the row
+-- behind it is never taken for the head), then locked, and taken when it
+-- is pending, due and settled.
+-- walked heads: due pending rows, locked, that are heads and not of a
+-- continued key: in schedule order (@walk 0); or key by key (@walk 1), the
+-- keys after @after first, then, wrapping around, the keys up to it, then
+-- the rows without a key; none with @walk 2. The greatest key the walk by
+-- key took is where the next one goes on (@cursor, returned with the rows).
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
-DECLARE @heads TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, k NVARCHAR(255) NULL, seq BIGINT NOT NULL);
-INSERT INTO @heads (id, k, seq)
-SELECT TOP (@p4) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}
-  FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
- WHERE o.{{c "state"}} = N'pending'
-   AND o.{{c "scheduled_at"}} <= @now
-   AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = N'' OR (
-        (@p5 IS NULL OR o.{{c "sequence"}} <= @p5) AND NOT EXISTS (
-        SELECT 1 FROM {{t}} AS b
-         WHERE b.{{c "key"}} = o.{{c "key"}}
-           AND b.{{c "sequence"}} < o.{{c "sequence"}}
-           AND b.{{c "state"}} IN (N'pending', N'processing'))))
- ORDER BY o.{{c "scheduled_at"}};
+DECLARE @keys TABLE (k NVARCHAR(255) PRIMARY KEY, n INT NOT NULL);
+INSERT INTO @keys (k, n)
+SELECT CAST(j.[value] AS NVARCHAR(255)), MIN(CAST(j.[key] AS INT))
+  FROM OPENJSON(@continue_keys) AS j
+ GROUP BY CAST(j.[value] AS NVARCHAR(255));
+DECLARE @heads TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, k NVARCHAR(255) NULL, seq BIGINT NOT NULL, walked BIT NOT NULL);
+INSERT INTO @heads (id, k, seq, walked)
+SELECT TOP (@max_heads) x.{{c "id"}}, x.{{c "key"}}, x.{{c "sequence"}}, 0
+  FROM @keys AS c
+ CROSS APPLY (SELECT TOP (1) h.{{c "id"}} AS id
+                FROM {{t}} AS h
+               WHERE h.{{c "key"}} = c.k AND h.{{c "state"}} IN (N'pending', N'processing')
+               ORDER BY h.{{c "sequence"}}) AS f
+  JOIN {{t}} AS x WITH (UPDLOCK, READPAST, ROWLOCK) ON x.{{c "id"}} = f.id
+ WHERE x.{{c "state"}} = N'pending'
+   AND x.{{c "scheduled_at"}} <= @now
+   AND (@settled IS NULL OR x.{{c "sequence"}} <= @settled)
+ ORDER BY c.n;
+DECLARE @room INT = @max_heads - (SELECT COUNT(*) FROM @heads);
+IF @walk = 0
+    INSERT INTO @heads (id, k, seq, walked)
+    SELECT TOP (@room) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}, 0
+      FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
+     WHERE o.{{c "state"}} = N'pending'
+       AND o.{{c "scheduled_at"}} <= @now
+       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = N'' OR ({{template "KeyedHead"}}))
+     ORDER BY o.{{c "scheduled_at"}};
+IF @walk = 1
+BEGIN
+    INSERT INTO @heads (id, k, seq, walked)
+    SELECT TOP (@room) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}, 1
+      FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
+     WHERE o.{{c "state"}} = N'pending'
+       AND o.{{c "scheduled_at"}} <= @now
+       AND o.{{c "key"}} > @after
+       AND {{template "KeyedHead"}}
+     ORDER BY o.{{c "key"}}, o.{{c "sequence"}};
+    SET @room = @max_heads - (SELECT COUNT(*) FROM @heads);
+    INSERT INTO @heads (id, k, seq, walked)
+    SELECT TOP (@room) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}, 1
+      FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
+     WHERE o.{{c "state"}} = N'pending'
+       AND o.{{c "scheduled_at"}} <= @now
+       AND o.{{c "key"}} > N'' AND o.{{c "key"}} <= @after
+       AND {{template "KeyedHead"}}
+     ORDER BY o.{{c "key"}}, o.{{c "sequence"}};
+    SET @room = @max_heads - (SELECT COUNT(*) FROM @heads);
+    INSERT INTO @heads (id, k, seq, walked)
+    SELECT TOP (@room) o.{{c "id"}}, o.{{c "key"}}, o.{{c "sequence"}}, 0
+      FROM {{t}} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
+     WHERE o.{{c "state"}} = N'pending'
+       AND o.{{c "scheduled_at"}} <= @now
+       AND (o.{{c "key"}} IS NULL OR o.{{c "key"}} = N'')
+     ORDER BY o.{{c "sequence"}};
+END;
+DECLARE @cursor NVARCHAR(255) = (SELECT MAX(k) FROM @heads WHERE walked = 1);
 DECLARE @nheads INT = (SELECT COUNT(*) FROM @heads);
-DECLARE @per INT = (@p1 - @nheads) / CASE WHEN @nheads > 0 THEN @nheads ELSE 1 END;
+DECLARE @per INT = (@limit - @nheads) / CASE WHEN @nheads > 0 THEN @nheads ELSE 1 END;
 DECLARE @claim TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
 INSERT INTO @claim (id) SELECT id FROM @heads;
 INSERT INTO @claim (id)
@@ -41,19 +115,19 @@ SELECT f.id
                 WHERE x.{{c "key"}} = h.k
                   AND x.{{c "sequence"}} > h.seq
                   AND x.{{c "state"}} IN (N'pending', N'processing')
-                  AND (@p5 IS NULL OR x.{{c "sequence"}} <= @p5)
+                  AND (@settled IS NULL OR x.{{c "sequence"}} <= @settled)
                 ORDER BY x.{{c "sequence"}}) AS w
         WHERE w.blocked = 0) AS f
  WHERE h.k IS NOT NULL AND h.k <> N'';
 UPDATE o
    SET {{c "state"}} = N'processing',
        {{c "claimed_at"}} = @now,
-       {{c "claim_token"}} = CAST(@p3 AS UNIQUEIDENTIFIER),
-       {{c "lease_expires_at"}} = DATEADD(millisecond, @p2, @now),
+       {{c "claim_token"}} = CAST(@token AS UNIQUEIDENTIFIER),
+       {{c "lease_expires_at"}} = DATEADD(millisecond, @lease_ms, @now),
        {{c "updated_at"}} = @now
 OUTPUT CAST(inserted.{{c "id"}} AS NVARCHAR(36)), inserted.{{c "topic"}}, COALESCE(inserted.{{c "key"}}, N''),
        inserted.{{c "payload"}}, inserted.{{c "headers"}}, inserted.{{c "aggregate_type"}}, inserted.{{c "attempt"}},
-       inserted.{{c "max_attempts"}}, inserted.{{c "sequence"}}, inserted.{{c "created_at"}}
+       inserted.{{c "max_attempts"}}, inserted.{{c "sequence"}}, inserted.{{c "created_at"}}, @cursor
   FROM {{t}} AS o
   JOIN @claim AS c ON o.{{c "id"}} = c.id
  WHERE o.{{c "state"}} = N'pending';
@@ -137,33 +211,34 @@ UPDATE TOP (@p1) o
 SELECT @@ROWCOUNT;
 
 -- fragment: Filter
--- The operator filter: @p1 JSON states, @p2 JSON ids or NULL, @p3 key,
--- @p4 since, @p5 until (updated_at), @p6 text in last_error.
-{{c "state"}} IN (SELECT [value] FROM OPENJSON(@p1))
-   AND (@p2 IS NULL OR {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)))
-   AND (@p3 IS NULL OR {{c "key"}} = @p3)
-   AND (@p4 IS NULL OR {{c "updated_at"}} >= @p4)
-   AND (@p5 IS NULL OR {{c "updated_at"}} < @p5)
-   AND (@p6 IS NULL OR CHARINDEX(LOWER(@p6), LOWER({{c "last_error"}})) > 0)
+-- The operator filter: @states (JSON), @ids (JSON; NULL: any), @key
+-- (NULL: any), @since and @until (updated_at), @error_text (text in
+-- last_error).
+{{c "state"}} IN (SELECT [value] FROM OPENJSON(@states))
+   AND (@ids IS NULL OR {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@ids)))
+   AND (@key IS NULL OR {{c "key"}} = @key)
+   AND (@since IS NULL OR {{c "updated_at"}} >= @since)
+   AND (@until IS NULL OR {{c "updated_at"}} < @until)
+   AND (@error_text IS NULL OR CHARINDEX(LOWER(@error_text), LOWER({{c "last_error"}})) > 0)
 
 -- name: OutboxSelect
--- @p1 JSON states, @p2 JSON ids or NULL, @p3 key, @p4 since, @p5 until,
--- @p6 text in last_error, @p7 after this sequence, @p8 limit.
-SELECT TOP (@p8) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"}}
+-- The filter (see Filter), the rows after @after_sequence, at most @limit.
+SELECT TOP (@limit) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "sequence"}}
   FROM {{t}}
  WHERE {{template "Filter"}}
-   AND {{c "sequence"}} > @p7
+   AND {{c "sequence"}} > @after_sequence
  ORDER BY {{c "sequence"}};
 
 -- name: OutboxList
 -- Like OutboxSelect, newest update first, with the columns operators read:
--- @p7/@p8 continue after the row (updated_at @p7, sequence @p8) when set
--- (keyset), @p9 limit.
-SELECT TOP (@p9) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}},
+-- continues after the row (@after_updated_at, @after_sequence) when set
+-- (keyset), at most @limit.
+SELECT TOP (@limit) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}},
        {{c "attempt"}}, {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}, {{c "updated_at"}}, {{c "last_error"}}
   FROM {{t}}
  WHERE {{template "Filter"}}
-   AND (@p7 IS NULL OR {{c "updated_at"}} < @p7 OR ({{c "updated_at"}} = @p7 AND {{c "sequence"}} < @p8))
+   AND (@after_updated_at IS NULL OR {{c "updated_at"}} < @after_updated_at
+        OR ({{c "updated_at"}} = @after_updated_at AND {{c "sequence"}} < @after_sequence))
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC;
 
 -- name: OutboxReplayIDs

@@ -1,5 +1,26 @@
 // Package sqlserver is the SQL Server dialect, on go-mssqldb.
 //
+// It implements every method of the seam. Its claims take the same rows in
+// the same order as PostgreSQL's: heads then followers, the gate, the keys
+// a replica continues first, and each walk (in schedule order, key by key
+// after a cursor that travels in ClaimParams.After and comes back in
+// Claimed.Cursor, or none). It ignores the relay's bounds
+// (dialects.Bounds: the lookback, the floors, the keys' positions) and the
+// bound of the look for expired leases. Without row versioning, the ghost
+// records that claims and completions leave in its indexes go with the
+// ghost cleanup soon after each commit, whatever else runs, and its walks
+// do not slow down under a long transaction; with read committed snapshot
+// or snapshot isolation on, they wait for the oldest snapshot, and the
+// claims walk them, unbounded. So: a continued key's head is its first
+// pending or processing row, wherever its run ended; the look for
+// stragglers finds none (no row is ever left behind a bound); the floors
+// are none (Groups nil); a rewind moves nothing (there is no counter:
+// Probe.Rewinds is 0); the claim's report is zero.
+//
+// Statements with many parameters name them (@limit), bound by name with
+// sql.Named from structs whose fields carry the same names
+// (dialects.Named); the rest number theirs (@p1).
+//
 // No SQL Server runs in this project's CI: the statements are unit-tested as
 // rendered text, and the conformance suite (dialecttest) runs against a real
 // server when QUEUEBOX_TEST_SQLSERVER_URL is set.
@@ -32,6 +53,7 @@ var queryFS embed.FS
 var Quoting = dialects.Quoting{
 	Ident:   func(s string) string { return "[" + strings.ReplaceAll(s, "]", "]]") + "]" },
 	Literal: func(s string) string { return "N'" + strings.ReplaceAll(s, "'", "''") + "'" },
+	Binding: dialects.ByName,
 }
 
 // Options configure a Dialect.
@@ -49,17 +71,23 @@ type Dialect struct {
 }
 
 // Catalog holds every statement of queries.sql, rendered for the configured
-// names; each field is the statement of the same name.
+// names; each field is the statement of the same name. A statement with
+// many parameters names them, and its field is a dialects.Named of the
+// struct that binds them (the driver binds them by name).
 type Catalog struct {
-	OutboxClaim, OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired string
-	OutboxCompleteAttempts                                               string
-	OutboxSelect, OutboxList, OutboxReplayIDs, OutboxPurge               string
-	OutboxPurgeWait                                                      string
-	OutboxCountByState, OutboxDeadByTopic, OutboxInsert                  string
-	OutboxPendingDue, OutboxCountByTopicState, OutboxNextDue             string
-	OutboxHorizon                                                        string
-	OutboxBlockedKeys, OutboxDeadGroups                                  string
-	OutboxProbe, OutboxWriters, OtherRelays                              string
+	OutboxClaim  dialects.Named[claimArgs]
+	OutboxSelect dialects.Named[selectArgs]
+	OutboxList   dialects.Named[listArgs]
+
+	OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired  string
+	OutboxCompleteAttempts                                   string
+	OutboxReplayIDs, OutboxPurge                             string
+	OutboxPurgeWait                                          string
+	OutboxCountByState, OutboxDeadByTopic, OutboxInsert      string
+	OutboxPendingDue, OutboxCountByTopicState, OutboxNextDue string
+	OutboxHorizon                                            string
+	OutboxBlockedKeys, OutboxDeadGroups                      string
+	OutboxProbe, OutboxWriters, OtherRelays                  string
 	dialects.HistoryStatements
 	InboxStatements
 	dialects.DestinationStatements
@@ -151,40 +179,77 @@ func jsonArg(v any) string {
 	return string(b)
 }
 
-func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ []dialects.Row, err error) {
+// claimArgs are OutboxClaim's parameters.
+type claimArgs struct {
+	Limit        int    `param:"limit"`
+	LeaseMS      int32  `param:"lease_ms"`
+	Token        string `param:"token"`
+	MaxHeads     int    `param:"max_heads"`
+	Settled      any    `param:"settled"`
+	ContinueKeys string `param:"continue_keys"`
+	Walk         int    `param:"walk"`
+	After        string `param:"after"`
+}
+
+// ClaimArgs are the arguments of the claim that p describes (exported for
+// the rendered-SQL tests). The claim ignores p.Bounds and the positions of
+// p.Continue (see the package doc): it takes a continued key's first
+// pending or processing row as its head.
+func (d *Dialect) ClaimArgs(p dialects.ClaimParams) []any {
+	a := claimArgs{Limit: p.Limit, LeaseMS: dateaddArg(p.Lease.Milliseconds()), Token: p.Token.String(), MaxHeads: p.Heads(),
+		Walk: int(p.Walk)}
+	if p.Gate != nil {
+		a.Settled = p.Gate.Settled
+	}
+	keys := make([]string, len(p.Continue))
+	for i, c := range p.Continue {
+		keys[i] = c.Key
+	}
+	a.ContinueKeys = jsonArg(keys)
+	if p.Walk == dialects.WalkKeys {
+		a.After = p.After
+	}
+	return d.q.OutboxClaim.Args(a)
+}
+
+// OutboxClaim claims in one batch (see the claim in queries.sql). Its
+// report (Claimed.Walk) stays zero: it keeps no bounds, so no walk of its
+// leaves a row behind.
+func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ dialects.Claimed, err error) {
 	defer func() { err = MapError(err) }()
 	if p.Limit <= 0 {
-		return nil, nil
+		return dialects.Claimed{}, nil
 	}
-	var settled any
-	if p.Gate != nil {
-		settled = p.Gate.Settled
+	if p.Walk > dialects.WalkNone {
+		return dialects.Claimed{}, fmt.Errorf("claim: unknown walk %d", p.Walk)
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim, p.Limit, dateaddArg(p.Lease.Milliseconds()), p.Token.String(), p.Heads(), settled)
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim.SQL(), d.ClaimArgs(p)...)
 	if err != nil {
-		return nil, err
+		return dialects.Claimed{}, err
 	}
 	defer rows.Close()
-	var out []dialects.Row
+	var c dialects.Claimed
 	for rows.Next() {
 		var r dialects.Row
 		var id, payload, headers string
+		var cursor sql.NullString
 		if err := rows.Scan(&id, &r.Topic, &r.Key, &payload, &headers, &r.AggregateType,
-			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt); err != nil {
-			return nil, err
+			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt, &cursor); err != nil {
+			return dialects.Claimed{}, err
 		}
 		if r.ID, err = uuid.Parse(id); err != nil {
-			return nil, err
+			return dialects.Claimed{}, err
 		}
 		r.Payload, r.Headers, r.Token = []byte(payload), []byte(headers), p.Token
 		r.CreatedAt = r.CreatedAt.UTC()
-		out = append(out, r)
+		c.Rows = append(c.Rows, r)
+		c.Cursor = cursor.String
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return dialects.Claimed{}, err
 	}
-	dialects.SortClaimed(out)
-	return out, nil
+	dialects.SortClaimed(c.Rows)
+	return c, nil
 }
 
 func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[uuid.UUID]struct{}, error) {
@@ -325,32 +390,56 @@ func (d *Dialect) OutboxReleaseExpired(ctx context.Context, limit int, keep []uu
 	return dialects.Released{Rows: n}, err
 }
 
-// filterArgs binds the filter parameters that every operator statement
-// shares (@p1..@p6).
-func filterArgs(f dialects.Filter) []any {
-	var ids, errText any
+// filterArgs are the parameters of the fragment Filter, which the
+// operator statements share.
+type filterArgs struct {
+	States    string `param:"states"`
+	IDs       any    `param:"ids"`
+	Key       any    `param:"key"`
+	Since     any    `param:"since"`
+	Until     any    `param:"until"`
+	ErrorText any    `param:"error_text"`
+}
+
+// selectArgs are OutboxSelect's.
+type selectArgs struct {
+	filterArgs
+	AfterSequence int64 `param:"after_sequence"`
+	Limit         int   `param:"limit"`
+}
+
+// listArgs are OutboxList's.
+type listArgs struct {
+	filterArgs
+	AfterUpdatedAt any `param:"after_updated_at"`
+	AfterSequence  any `param:"after_sequence"`
+	Limit          int `param:"limit"`
+}
+
+// filter binds an operator filter; NULL stands for what it leaves open.
+func filter(f dialects.Filter) filterArgs {
+	a := filterArgs{States: jsonArg(f.States)}
 	if len(f.IDs) > 0 {
-		ids = jsonArg(f.IDs)
+		a.IDs = jsonArg(f.IDs)
 	}
 	if f.ErrorContains != "" {
-		errText = f.ErrorContains
+		a.ErrorText = f.ErrorContains
 	}
-	var key, since, until any
 	if f.Key != nil {
-		key = *f.Key
+		a.Key = *f.Key
 	}
 	if f.Since != nil {
-		since = f.Since.UTC()
+		a.Since = f.Since.UTC()
 	}
 	if f.Until != nil {
-		until = f.Until.UTC()
+		a.Until = f.Until.UTC()
 	}
-	return []any{jsonArg(f.States), ids, key, since, until, errText}
+	return a
 }
 
 func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ []dialects.Selected, err error) {
 	defer func() { err = MapError(err) }()
-	rows, err := d.db.QueryContext(ctx, d.q.OutboxSelect, append(filterArgs(p.Filter), p.AfterSequence, p.Limit)...)
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxSelect.SQL(), d.q.OutboxSelect.Args(selectArgs{filter(p.Filter), p.AfterSequence, p.Limit})...)
 	if err != nil {
 		return nil, err
 	}
@@ -377,11 +466,11 @@ func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states [
 
 func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []dialects.ListedRow, err error) {
 	defer func() { err = MapError(err) }()
-	var afterAt, afterSeq any
+	a := listArgs{filterArgs: filter(p.Filter), Limit: p.Limit}
 	if p.After != nil {
-		afterAt, afterSeq = p.After.UpdatedAt.UTC(), p.After.Sequence
+		a.AfterUpdatedAt, a.AfterSequence = p.After.UpdatedAt.UTC(), p.After.Sequence
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.OutboxList, append(filterArgs(p.Filter), afterAt, afterSeq, p.Limit)...)
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxList.SQL(), d.q.OutboxList.Args(a)...)
 	if err != nil {
 		return nil, err
 	}
@@ -608,18 +697,23 @@ func (d *Dialect) OutboxNextDue(ctx context.Context) (time.Duration, bool, error
 	return time.Duration(in.Int64) * time.Millisecond, true, nil
 }
 
-// OutboxStragglers is not offered: SQL Server's claims keep no bounds.
+// OutboxStragglers finds none, without a statement: the claims ignore the
+// relay's bounds (see the package doc), so no row is ever left behind one.
 func (d *Dialect) OutboxStragglers(context.Context, *dialects.Gate, dialects.Bounds) (time.Duration, bool, error) {
-	return 0, false, dialects.ErrNotSupported
+	return 0, false, nil
 }
 
-// OutboxRewind does nothing: SQL Server's claims keep no bounds.
+// OutboxRewind does nothing: the claims ignore the relay's bounds, so a row
+// that goes back to pending has nothing to set aside, and the dialect keeps
+// no rewind counter (Probe.Rewinds stays 0).
 func (d *Dialect) OutboxRewind(context.Context) error { return nil }
 
-// OutboxFloors is not offered: SQL Server's claim walks from the start of
-// its indexes (see the package doc on long transactions).
+// OutboxFloors returns none (Groups nil) at the counter the dialect does
+// not keep (0), without a statement: the claims ignore floors (see the
+// package doc), and a read of every pending and processing row would buy
+// nothing.
 func (d *Dialect) OutboxFloors(context.Context, int64, dialects.Floors) (dialects.Floors, error) {
-	return dialects.Floors{}, dialects.ErrNotSupported
+	return dialects.Floors{}, nil
 }
 
 func (d *Dialect) OutboxWriters(ctx context.Context) ([]dialects.Writer, error) {

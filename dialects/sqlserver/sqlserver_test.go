@@ -73,19 +73,19 @@ func TestClaimUsesLockHintsAndHeadRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := q.OutboxClaim
+	claim := q.OutboxClaim.SQL()
 	for _, want := range []string{
 		"WITH (UPDLOCK, READPAST, ROWLOCK)",
 		"BEGIN TRANSACTION", "COMMIT TRANSACTION", "SET XACT_ABORT ON",
 		"SYSUTCDATETIME()",            // the database clock
 		"b.[sequence] < o.[sequence]", // the head rule
 		"b.[state] IN (N'pending', N'processing')",
-		"DATEADD(millisecond, @p2, @now)", // the lease
-		"CAST(@p3 AS UNIQUEIDENTIFIER)",   // the token, a parameter
-		"ROWS UNBOUNDED PRECEDING",        // followers stop at the first blocker
+		"DATEADD(millisecond, @lease_ms, @now)", // the lease
+		"CAST(@token AS UNIQUEIDENTIFIER)",      // the token, a parameter
+		"ROWS UNBOUNDED PRECEDING",              // followers stop at the first blocker
 		// the gate: keyed heads and followers up to the settled watermark
-		"(@p5 IS NULL OR o.[sequence] <= @p5) AND NOT EXISTS",
-		"AND (@p5 IS NULL OR x.[sequence] <= @p5)",
+		"(@settled IS NULL OR o.[sequence] <= @settled) AND NOT EXISTS",
+		"AND (@settled IS NULL OR x.[sequence] <= @settled)",
 	} {
 		if !strings.Contains(claim, want) {
 			t.Errorf("the claim lacks %q", want)

@@ -157,7 +157,7 @@ type Claim struct {
 	Kind         Kind
 	// Walk, After, Continue and Bounds are the claim statement's inputs
 	// (dialects.ClaimParams).
-	Walk     Walk
+	Walk     dialects.ClaimWalk
 	After    string
 	Continue []dialects.KeyPosition
 	Bounds   *dialects.Bounds
@@ -174,16 +174,6 @@ type Claim struct {
 // FromStart reports whether the claim walks in schedule order from the
 // start (after a rewind, or rows released back to pending).
 func (c Claim) FromStart() bool { return c.Kind == scheduleClaim && c.plan.full }
-
-// Walk is how a claim finds heads beyond the keys it continues.
-type Walk uint8
-
-// The walks.
-const (
-	WalkSchedule Walk = iota
-	WalkKeys
-	WalkNone
-)
 
 // ReadFloors asks for a read of the floors.
 type ReadFloors struct {
@@ -461,9 +451,9 @@ func (p *Planner) claimOne(now time.Time, a *Actions) bool {
 	}
 	switch {
 	case plan.kind == byKeyClaim && plan.continueOnly:
-		c.Walk = WalkNone
+		c.Walk = dialects.WalkNone
 	case plan.kind == byKeyClaim:
-		c.Walk, c.After = WalkKeys, p.cursor
+		c.Walk, c.After = dialects.WalkKeys, p.cursor
 	}
 	if !p.blind {
 		c.Watermark = p.wm.Clone()
