@@ -33,12 +33,7 @@ type (
 	horizonSeen struct{ horizon *dialects.Horizon }
 	// budgetChanged: how many claims (and completions) may run at once.
 	budgetChanged struct{ statements int }
-	dueResult     struct {
-		in    time.Duration
-		found bool
-		err   error
-	}
-	probeResult struct {
+	probeResult   struct {
 		probe dialects.Probe
 		err   error
 	}
@@ -202,8 +197,6 @@ func (c *claimer) Receive(ctx actor.Context) {
 			c.stats.looked(stragglersFoundLook, m.ago)
 		}
 		ev = claimplan.StragglersDone{Ago: m.ago, Found: m.found, SentAt: m.sentAt, Took: m.took, Err: m.err}
-	case *dueResult:
-		ev = claimplan.DueKnown{In: m.in, Found: m.found, Err: m.err}
 	case *writersResult:
 		c.gate.onWriters(m)
 		return
@@ -252,9 +245,6 @@ func (c *claimer) step(ctx actor.Context, now time.Time, ev claimplan.Event) {
 	if acts.Stragglers != nil {
 		c.lookForStragglers(*acts.Stragglers)
 	}
-	if acts.AskNextDue {
-		c.askNextDue()
-	}
 	c.stats.Idle.Store(c.plan.Idle(now))
 	if c.plan.Drained() {
 		select {
@@ -287,23 +277,23 @@ func (c *claimer) startClaim(cl claimplan.Claim) {
 	root, self, dialect, bg, stats, length, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.leaseLength, c.clock
 	params := dialects.ClaimParams{Limit: cl.Limit, Lease: length, Token: l.token, MaxHeads: cl.Heads,
 		Walk: cl.Walk, After: cl.After, Continue: cl.Continue, Bounds: cl.Bounds}
+	if wm := cl.Watermark; wm != nil {
+		params.Settle = func(p dialects.Probe) *dialects.Gate {
+			wm.Observe(p, clk.Now())
+			return wm.Gate()
+		}
+	}
 	go func() {
 		res := &claimResult{claim: cl, lease: l}
 		qctx, cancel := context.WithTimeout(bg, max(length/2, time.Second))
 		defer cancel()
-		if wm := cl.Watermark; wm != nil {
-			if res.probe, res.err = probeInto(qctx, dialect.OutboxProbe, wm, clk); res.err != nil {
-				root.Send(self, res)
-				return
-			}
-			params.Gate = wm.Gate()
-			res.seen, res.settled = wm.LastSeen(), wm.Settled()
-		}
 		sentAt := clk.Now()
 		stats.ClaimStatements.Add(1)
-		var got dialects.Claimed
-		got, res.err = dialect.OutboxClaim(qctx, params)
-		res.rows, res.cursor, res.report = got.Rows, got.Cursor, got.Walk
+		got, err := dialect.OutboxClaim(qctx, params)
+		res.rows, res.cursor, res.report, res.probe, res.err = got.Rows, got.Cursor, got.Walk, got.Probe, err
+		if wm := cl.Watermark; wm != nil && got.Probe != nil {
+			res.seen, res.settled = wm.LastSeen(), wm.Settled()
+		}
 		res.took = clk.Now().Sub(sentAt)
 		stats.ClaimTime.Add(int64(res.took))
 		l.extend(sentAt, length)
@@ -464,16 +454,5 @@ func (c *claimer) lookForStragglers(l claimplan.LookForStragglers) {
 		took := clk.Now().Sub(start)
 		stats.looked(stragglersLook, took)
 		root.Send(self, &stragglersResult{ago: ago, found: found, sentAt: start, took: took, err: err})
-	}()
-}
-
-// askNextDue asks when the next row scheduled later comes due.
-func (c *claimer) askNextDue() {
-	root, self, dialect, bg := c.root, c.self, c.dialect, c.bg
-	go func() {
-		qctx, cancel := context.WithTimeout(bg, 5*time.Second)
-		in, found, err := dialect.OutboxNextDue(qctx)
-		cancel()
-		root.Send(self, &dueResult{in: in, found: found, err: err})
 	}()
 }

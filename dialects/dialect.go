@@ -181,6 +181,13 @@ type ClaimParams struct {
 	// (see Bounds); nil walks from the start. A dialect whose walks do not
 	// slow down under a long transaction ignores them.
 	Bounds *Bounds
+	// Settle, when set, makes the claim probe first (as OutboxProbe does)
+	// and claim with the gate that Settle returns for that probe, in place
+	// of Gate: the claim then takes every row that arrived and settled up
+	// to that moment. A dialect runs the probe in the claim's own
+	// transaction where it can, so that the two cost one transaction.
+	// Claimed.Probe is what it read.
+	Settle func(Probe) *Gate
 }
 
 // Claimed is what one claim statement returned.
@@ -195,6 +202,9 @@ type Claimed struct {
 	Cursor string
 	// Walk is what the claim tells about its walk in schedule order.
 	Walk ClaimReport
+	// Probe is the probe the claim ran first (ClaimParams.Settle; nil
+	// without).
+	Probe *Probe
 }
 
 // Heads returns the effective MaxHeads.

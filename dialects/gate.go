@@ -34,6 +34,11 @@ type Probe struct {
 	// first); empty when none is open, nil when the dialect cannot tell
 	// (or one writer's id could not be read: then Writer is 0 too).
 	Writers []int64
+	// NextDue is how long until the earliest pending row scheduled later
+	// comes due, and Later whether one is (OutboxProbe only): a relay that
+	// has taken everything due claims again then.
+	NextDue time.Duration
+	Later   bool
 }
 
 // NoWriters is Probe.Writer when no transaction that drew a sequence value

@@ -56,6 +56,9 @@ type Harness struct {
 
 	// byKey runs the claims of a subtest with WalkKeys.
 	byKey bool
+	// settle makes the gate's subtests claim with ClaimParams.Settle (the
+	// probe inside the claim) rather than probe, then claim.
+	settle bool
 }
 
 // walk is the walk of the subtest's claims.
@@ -98,6 +101,8 @@ func Run(t *testing.T, h Harness) {
 		{"ErrorsAreMapped", testErrors},
 		{"MigrationHistory", testMigrationHistory},
 		{"OtherRelays", testOtherRelays},
+		{"AClaimSettlesWithItsOwnProbe", testClaimSettles},
+		{"AProbeSaysWhenTheNextRowComesDue", testProbeNextDue},
 	}
 	tests = append(tests, runGate(t, h)...)
 	tests = append(tests, boundsTests()...)
@@ -120,6 +125,18 @@ func Run(t *testing.T, h Harness) {
 		t.Run("ByKey/"+tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, byKey)
+		})
+	}
+	// The gate's rules hold as well when the claim runs its own probe.
+	settle := h
+	settle.settle = true
+	for _, tc := range tests {
+		if !strings.HasPrefix(tc.name, "Gate") && !strings.HasPrefix(tc.name, "AClaim") {
+			continue
+		}
+		t.Run("Settle/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, settle)
 		})
 	}
 }

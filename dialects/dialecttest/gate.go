@@ -70,6 +70,20 @@ func txExec(t *testing.T, tx Tx, sql string, args ...any) {
 // the claimer does.
 func (h Harness) gateClaim(t *testing.T, d dialects.Dialect, w *dialects.Watermark, limit int) []dialects.Row {
 	t.Helper()
+	if h.settle {
+		c, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: limit, Lease: lease, Token: uuid.New(), Walk: h.walk(),
+			Settle: func(p dialects.Probe) *dialects.Gate {
+				w.Observe(p, time.Now())
+				return w.Gate()
+			}})
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		if c.Probe == nil {
+			t.Fatal("a claim with Settle returned no probe")
+		}
+		return c.Rows
+	}
 	p, err := d.OutboxProbe(ctx(t))
 	if err != nil {
 		t.Fatalf("probe: %v", err)
@@ -325,5 +339,72 @@ func testWriters(t *testing.T, h Harness) {
 		if w.PID == writer.Session() {
 			t.Fatalf("a committed transaction is still listed: %+v", w)
 		}
+	}
+}
+
+// A claim that runs its own probe (ClaimParams.Settle) takes the keyed rows
+// that the probe settles, with no probe before it, and returns the probe.
+func testClaimSettles(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, keyed("a", 3)...)
+	insert(t, d, dialects.NewRow{Topic: "unkeyed"})
+	var w dialects.Watermark
+	var settled *dialects.Probe
+	c, err := d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), Walk: h.walk(),
+		Settle: func(p dialects.Probe) *dialects.Gate {
+			settled = &p
+			w.Observe(p, time.Now())
+			return w.Gate()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settled == nil || c.Probe == nil || c.Probe.Last != settled.Last || c.Probe.Next != settled.Next {
+		t.Fatalf("Settle saw %+v, the claim returned %+v: want the same probe", settled, c.Probe)
+	}
+	if len(c.Rows) != 4 {
+		t.Fatalf("claimed %d rows, want the 3 keyed rows (settled by the claim's own probe) and the unkeyed one", len(c.Rows))
+	}
+	for _, r := range c.Rows {
+		if r.Sequence > c.Probe.Last {
+			t.Fatalf("row %d is past the probe's last sequence %d", r.Sequence, c.Probe.Last)
+		}
+	}
+	// Without a probe, and with a watermark that settled nothing, the
+	// keyed rows would have waited.
+	insert(t, d, keyed("b", 1)...)
+	if rows := h.claimGated(t, d, &dialects.Gate{}); len(rows) != 0 {
+		t.Fatalf("a claim whose gate settled nothing took %d keyed rows", len(rows))
+	}
+}
+
+// claimGated claims with the gate g as it is, without a probe.
+func (h Harness) claimGated(t *testing.T, d dialects.Dialect, g *dialects.Gate) []dialects.Row {
+	t.Helper()
+	rows, err := rowsOf(d.OutboxClaim(ctx(t), dialects.ClaimParams{Limit: 10, Lease: lease, Token: uuid.New(), Gate: g, Walk: h.walk()}))
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return rows
+}
+
+// A probe says how long until the earliest pending row scheduled later
+// comes due, and that none is when none is.
+func testProbeNextDue(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	p, err := d.OutboxProbe(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Later {
+		t.Fatalf("an empty table: the probe says a row comes due in %v", p.NextDue)
+	}
+	insert(t, d, testkit.Row(anyTopic, testkit.ScheduledAt(time.Now().Add(time.Hour))),
+		testkit.Row(anyTopic, testkit.ScheduledAt(time.Now().Add(2*time.Hour))), dialects.NewRow{})
+	if p, err = d.OutboxProbe(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Later || p.NextDue < 59*time.Minute || p.NextDue > time.Hour {
+		t.Fatalf("a row an hour ahead: the probe says %v (%v), want a little under an hour", p.NextDue, p.Later)
 	}
 }

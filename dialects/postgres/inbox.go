@@ -168,7 +168,7 @@ func (d *Dialect) InboxRelay(ctx context.Context, p dialects.InboxRelayParams) (
 
 // InboxProbe reads the inbox sequence, then a snapshot, in one round trip.
 func (d *Dialect) InboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.InboxProbeSequence, d.q.InboxProbeSnapshot, false)
+	return d.probe(ctx, d.claimPool, false, probeStatements{sequence: d.q.InboxProbeSequence, snapshot: d.q.InboxProbeSnapshot})
 }
 
 func (d *Dialect) InboxWriters(ctx context.Context) ([]dialects.Writer, error) {

@@ -238,10 +238,43 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c di
 	if p.Walk > dialects.WalkNone {
 		return c, fmt.Errorf("claim: unknown walk %d", p.Walk)
 	}
-	stmt, args := d.claimArgs(p)
-	rows, err := d.claimPool.Query(ctx, stmt, args...)
-	if err != nil {
-		return c, err
+	var rows pgx.Rows
+	if p.Settle != nil {
+		// The probe, then the claim, in one transaction on one session:
+		// BEGIN and the probe's reads in one round trip, the claim and
+		// COMMIT in the next. Each statement still reads its own snapshot,
+		// so the claim's is taken after the probe's reads.
+		conn, err := d.claimPool.Acquire(ctx)
+		if err != nil {
+			return c, err
+		}
+		// A session left in a transaction by an error is closed by the
+		// pool rather than handed out again.
+		defer conn.Release()
+		probe, err := d.probe(ctx, conn, true, outboxProbe(d.q))
+		if err != nil {
+			return c, err
+		}
+		c.Probe = &probe
+		p.Gate = p.Settle(probe)
+		stmt, args := d.claimArgs(p)
+		b := &pgx.Batch{}
+		b.Queue(stmt, args...)
+		b.Queue("COMMIT")
+		br := conn.SendBatch(ctx, b)
+		defer func() {
+			if cerr := br.Close(); err == nil && cerr != nil {
+				c, err = dialects.Claimed{}, cerr
+			}
+		}()
+		if rows, err = br.Query(); err != nil {
+			return c, err
+		}
+	} else {
+		stmt, args := d.claimArgs(p)
+		if rows, err = d.claimPool.Query(ctx, stmt, args...); err != nil {
+			return c, err
+		}
 	}
 	c.Rows = make([]dialects.Row, 0, p.Limit)
 	for rows.Next() {
@@ -270,6 +303,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c di
 		r.Token, r.TypedJSON = p.Token, true
 		c.Rows = append(c.Rows, r)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return dialects.Claimed{}, err
 	}
@@ -540,28 +574,61 @@ func (d *Dialect) OutboxPurgeWait(ctx context.Context, state dialects.State, old
 }
 
 // OutboxProbe reads the sequence, then a snapshot, as two statements (the
-// snapshot must be taken after the read) in one round trip.
+// snapshot must be taken after the read), then when the next row
+// scheduled later comes due, in one round trip and one transaction.
 func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.OutboxProbeSequence, d.q.OutboxProbeSnapshot, true)
+	return d.probe(ctx, d.claimPool, false, outboxProbe(d.q))
+}
+
+// probeStatements are one table's probe: its sequence read (with the
+// rewind counter for the outbox), its snapshot read, and for the outbox
+// the next due read.
+type probeStatements struct {
+	sequence, snapshot, nextDue string
+	rewinds                     bool
+}
+
+func outboxProbe(q *Catalog) probeStatements {
+	return probeStatements{sequence: q.OutboxProbeSequence, snapshot: q.OutboxProbeSnapshot, nextDue: q.OutboxNextDue, rewinds: true}
+}
+
+// batcher is a pool or one connection of it.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // unpairedRetries is how many times a probe reads the snapshot again when
 // a writer's id was not seen beside its lock.
 const unpairedRetries = 2
 
-// probe runs the two statements of a probe in one round trip; the outbox's
-// first statement also reads the replay counter.
-func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds bool) (p dialects.Probe, err error) {
+// probe runs the statements of a probe in one round trip on q; begin opens
+// a transaction first, which the caller ends (the claim that settles its
+// rows with this probe, in the same transaction).
+func (d *Dialect) probe(ctx context.Context, q batcher, begin bool, s probeStatements) (p dialects.Probe, err error) {
 	defer func() { err = mapError(err) }()
 	b := &pgx.Batch{}
-	b.Queue(sequence).QueryRow(func(r pgx.Row) error {
-		if rewinds {
+	if begin {
+		b.Queue("BEGIN")
+	}
+	b.Queue(s.sequence).QueryRow(func(r pgx.Row) error {
+		if s.rewinds {
 			return r.Scan(&p.Last, &p.Rewinds)
 		}
 		return r.Scan(&p.Last)
 	})
-	b.Queue(snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &p.Writers) })
-	if err = d.claimPool.SendBatch(ctx, b).Close(); err != nil {
+	b.Queue(s.snapshot).QueryRow(func(r pgx.Row) error { return r.Scan(&p.Xmin, &p.Next, &p.Writers) })
+	if s.nextDue != "" {
+		b.Queue(s.nextDue).QueryRow(func(r pgx.Row) error {
+			var in *int64
+			if err := r.Scan(&in); err != nil || in == nil {
+				return err
+			}
+			p.NextDue, p.Later = time.Duration(*in)*time.Millisecond, true
+			return nil
+		})
+	}
+	if err = q.SendBatch(ctx, b).Close(); err != nil {
 		return p, err
 	}
 	// A writer whose id was not seen beside its lock is most often one that
@@ -573,7 +640,7 @@ func (d *Dialect) probe(ctx context.Context, sequence, snapshot string, rewinds 
 	// wrote only other tables), and one that does not leaves them to the
 	// next probe.
 	for retry := 0; retry < unpairedRetries && len(p.Writers) > 0 && p.Writers[0] < 0; retry++ {
-		if err = d.claimPool.QueryRow(ctx, snapshot).Scan(&p.Xmin, &p.Next, &p.Writers); err != nil {
+		if err = q.QueryRow(ctx, s.snapshot).Scan(&p.Xmin, &p.Next, &p.Writers); err != nil {
 			return p, err
 		}
 	}

@@ -223,12 +223,23 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ di
 	if p.Walk > dialects.WalkNone {
 		return dialects.Claimed{}, fmt.Errorf("claim: unknown walk %d", p.Walk)
 	}
+	var c dialects.Claimed
+	if p.Settle != nil {
+		// The probe first, in a statement of its own: the claim's batch
+		// runs in a transaction of its own, and SQL Server's reads of the
+		// transaction views need no snapshot of the claim's.
+		probe, err := d.OutboxProbe(ctx)
+		if err != nil {
+			return dialects.Claimed{}, err
+		}
+		c.Probe = &probe
+		p.Gate = p.Settle(probe)
+	}
 	rows, err := d.db.QueryContext(ctx, d.q.OutboxClaim.SQL(), d.ClaimArgs(p)...)
 	if err != nil {
 		return dialects.Claimed{}, err
 	}
 	defer rows.Close()
-	var c dialects.Claimed
 	for rows.Next() {
 		var r dialects.Row
 		var id, payload, headers string
@@ -650,9 +661,15 @@ func (d *Dialect) OutboxInsert(ctx context.Context, in []dialects.NewRow) (err e
 	return err
 }
 
-// OutboxProbe reads the sequence and the transaction views in one batch.
+// OutboxProbe reads the sequence and the transaction views in one batch,
+// then when the next row scheduled later comes due.
 func (d *Dialect) OutboxProbe(ctx context.Context) (dialects.Probe, error) {
-	return d.probe(ctx, d.q.OutboxProbe)
+	p, err := d.probe(ctx, d.q.OutboxProbe)
+	if err != nil {
+		return p, err
+	}
+	p.NextDue, p.Later, err = d.OutboxNextDue(ctx)
+	return p, err
 }
 
 // probe runs a probe statement: the sequence, then the transaction views.

@@ -68,8 +68,6 @@ const (
 	TimerRetry
 	// TimerSlow: the claim that started last still runs: probe beside it.
 	TimerSlow
-	// TimerAskDue: asking when the next row comes due is allowed again.
-	TimerAskDue
 	// Timers is how many timers there are.
 	Timers
 )
@@ -121,13 +119,10 @@ type Planner struct {
 	// lastNews is when something last arrived, settled or was claimed.
 	lastNews time.Time
 
-	// nextDue is when the next row scheduled later comes due (dueKnown);
-	// dueStale: rows arrived since it was asked, which may be scheduled
-	// later; asking: an ask runs; askHeld: the last ask was too recent for
-	// another.
-	nextDue            time.Time
-	dueKnown, dueStale bool
-	asking, askHeld    bool
+	// dueAt is when the armed due timer fires (zero: none is armed): the
+	// earliest row put back for later, or scheduled later, that the
+	// planner knows of (the probes and the credit tell).
+	dueAt time.Time
 	// typical is a moving average of the claims' durations; lastStart is
 	// when the last claim started.
 	typical   time.Duration
@@ -200,7 +195,6 @@ type Actions struct {
 	Probe      bool
 	Floors     *ReadFloors
 	Stragglers *LookForStragglers
-	AskNextDue bool
 	Arms       []Arm
 }
 
@@ -274,12 +268,6 @@ type (
 		Took   time.Duration
 		Err    error
 	}
-	// DueKnown: an ask for the next row scheduled later ended.
-	DueKnown struct {
-		In    time.Duration
-		Found bool
-		Err   error
-	}
 	// Drain: the engine stops.
 	Drain struct{}
 )
@@ -295,7 +283,6 @@ func (HorizonSeen) event()    {}
 func (Budget) event()         {}
 func (FloorsDone) event()     {}
 func (StragglersDone) event() {}
-func (DueKnown) event()       {}
 func (Drain) event()          {}
 
 // Continuation is a key whose run this replica finished: every row of it up
@@ -363,15 +350,6 @@ func (p *Planner) Step(now time.Time, e Event) Actions {
 		if e.Found && e.Err == nil {
 			p.wantClaim(now, &a)
 		}
-	case DueKnown:
-		p.asking = false
-		if e.Err == nil {
-			p.dueKnown, p.nextDue = true, now.Add(p.t.IdlePoll)
-			if e.Found {
-				p.nextDue = now.Add(min(p.t.IdlePoll, max(0, e.In)))
-				a.arm(TimerDue, max(0, e.In))
-			}
-		}
 	case Drain:
 		p.mode = Draining
 		a.arm(TimerProbe, -1)
@@ -381,11 +359,26 @@ func (p *Planner) Step(now time.Time, e Event) Actions {
 	return a
 }
 
-// news notes that rows arrived (or may have): the pace speeds up, and a
-// row scheduled later may be among them.
+// news notes that rows arrived (or may have): the pace speeds up.
 func (p *Planner) news(now time.Time) {
 	p.lastNews = now
-	p.dueStale = true
+}
+
+// dueIn arms the due timer for a row that comes due in d, unless it is
+// armed sooner already.
+func (p *Planner) dueIn(now time.Time, d time.Duration, a *Actions) {
+	at := now.Add(max(d, 0))
+	if p.dueAt.IsZero() || at.Before(p.dueAt) {
+		p.dueAt = at
+		a.arm(TimerDue, at.Sub(now))
+	}
+}
+
+// probeSaw takes what a probe says of the rows scheduled later.
+func (p *Planner) probeSaw(now time.Time, probe dialects.Probe, a *Actions) {
+	if probe.Later {
+		p.dueIn(now, probe.NextDue, a)
+	}
 }
 
 // wantClaim makes the planner Ready and claims at once, or after the
@@ -497,7 +490,7 @@ func (p *Planner) fired(now time.Time, t Timer, a *Actions) {
 			p.claim(now, a)
 		}
 	case TimerDue:
-		p.dueKnown = false
+		p.dueAt = time.Time{}
 		p.wantClaim(now, a)
 	case TimerPace:
 		if p.mode == Paced {
@@ -516,9 +509,6 @@ func (p *Planner) fired(now time.Time, t Timer, a *Actions) {
 			p.startProbe(now, a)
 			a.arm(TimerSlow, p.slowAfter())
 		}
-	case TimerAskDue:
-		p.askHeld = false
-		p.maybeAskDue(a)
 	}
 }
 
@@ -547,10 +537,8 @@ func (p *Planner) probed(now time.Time, e Probed, a *Actions) {
 	}
 	p.wm.Observe(e.Probe, now)
 	rewound := p.reach.observe(e.Probe)
+	p.probeSaw(now, e.Probe, a)
 	news := p.wm.LastSeen() > p.saw.last || p.wm.Settled() > p.saw.settled || rewound
-	if p.wm.LastSeen() > p.saw.last {
-		p.dueStale = true
-	}
 	p.pace.Probed(p.paceState(now), news)
 	if news {
 		p.lastNews = now
@@ -567,6 +555,7 @@ func (p *Planner) claimDone(now time.Time, e ClaimDone, a *Actions) {
 	if e.Probe != nil {
 		p.wm.Observe(*e.Probe, now)
 		p.reach.observe(*e.Probe)
+		p.probeSaw(now, *e.Probe, a)
 	}
 	if e.Err != nil {
 		p.reach.failed(m.plan)
@@ -625,13 +614,6 @@ func (p *Planner) claimDone(now time.Time, e ClaimDone, a *Actions) {
 		p.mode = Ready
 	default:
 		p.mode = Quiet
-		if n == 0 && !m.plan.continueOnly {
-			// Nothing to take: when does the next row scheduled later come
-			// due?
-			p.dueKnown = false
-			p.dueStale = true
-		}
-		p.maybeAskDue(a)
 	}
 	if p.mode != Quiet {
 		p.claim(now, a)
@@ -653,18 +635,6 @@ func (p *Planner) fail(now time.Time, a *Actions) {
 	a.arm(TimerRetry, wait)
 }
 
-// maybeAskDue asks when the next row scheduled later comes due, when the
-// planner is quiet and rows arrived since it last knew (at most once per
-// Tuning.IdleProbeMax).
-func (p *Planner) maybeAskDue(a *Actions) {
-	if p.mode != Quiet || p.asking || p.askHeld || p.dueKnown && !p.dueStale {
-		return
-	}
-	p.asking, p.askHeld, p.dueStale = true, true, false
-	a.AskNextDue = true
-	a.arm(TimerAskDue, p.t.IdleProbeMax)
-}
-
 func (p *Planner) credit(now time.Time, e Credit, a *Actions) {
 	p.free += e.N
 	if p.mode == Draining {
@@ -673,10 +643,7 @@ func (p *Planner) credit(now time.Time, e Credit, a *Actions) {
 	p.reach.continued(e.Continued)
 	if e.RetryIn > 0 {
 		p.reach.walkBy(now.Add(e.RetryIn))
-		if !p.dueKnown || now.Add(e.RetryIn).Before(p.nextDue) {
-			p.dueKnown, p.nextDue = true, now.Add(e.RetryIn)
-			a.arm(TimerDue, e.RetryIn)
-		}
+		p.dueIn(now, e.RetryIn, a)
 	}
 	p.waitCredit -= e.N
 	if p.mode == Quiet && (e.Successors || e.Released || len(p.reach.continuing) > 0 || p.reach.keysWait()) {

@@ -444,3 +444,26 @@ func TestABacklogIsClaimedBackToBack(t *testing.T) {
 		t.Fatalf("credit back in a backlog: %d claims, want 1", len(a.Claims))
 	}
 }
+
+// A claim's probe says when the next row scheduled later comes due: the
+// planner claims then, with no ask of its own; an earlier retry comes first.
+func TestARowScheduledLaterComesDueOnItsTimer(t *testing.T) {
+	s := newSim(t, Config{})
+	s.quiet(true)
+	s.step(Nudge{Listening: true})
+	c := s.running[0]
+	s.running = nil
+	probe := dialects.Probe{Last: 2, Xmin: 10, Next: 10, Writer: dialects.NoWriters, Writers: []int64{}, NextDue: 3 * time.Second, Later: true}
+	s.step(ClaimDone{Claim: c, Probe: &probe, Seen: 2, Settled: 2, Report: dialects.ClaimReport{Empty: true}, Took: time.Millisecond})
+	s.mode(Quiet)
+	if got := s.armedIn(TimerDue); got != 3*time.Second {
+		t.Fatalf("due timer in %v, want 3s", got)
+	}
+	s.step(Credit{N: 1, RetryIn: time.Second})
+	if got := s.armedIn(TimerDue); got != time.Second {
+		t.Fatalf("after a retry due in 1 s: due timer in %v, want 1s", got)
+	}
+	if claims, _ := s.advance(time.Second); claims != 1 {
+		t.Fatalf("at the retry: %d claims, want 1", claims)
+	}
+}
