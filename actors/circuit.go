@@ -40,7 +40,7 @@ import (
 // later (a new connection, a slow dial, a timeout), so an outcome is old
 // news, and changes nothing, when its Publish began before the last change
 // was seen, or before the latest Publish with the opposite outcome began.
-// Times are since clockStart.
+// Times are since the handle's origin (sinkHandle.origin).
 type health struct {
 	sync.Mutex
 	breaker CircuitBreaker
@@ -177,7 +177,7 @@ func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, probe 
 		return
 	}
 	failing := failure != nil && !ok
-	hs.breakerNote(h.name, failing, failed, failure, began, ended, log)
+	hs.breakerNote(h.name, failing, failed, failure, began, ended, h.origin.Add(ended), log)
 	newer := hs.okBegan // the latest opposite outcome's Publish
 	if failing {
 		hs.failBegan = max(hs.failBegan, began)
@@ -199,7 +199,8 @@ func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, probe 
 // breakerNote moves the breaker on one Publish's outcome (see health); it
 // runs before noteHealth updates okBegan and failBegan, which it reads as
 // the latest success and failure before this outcome.
-func (hs *health) breakerNote(name string, failing bool, failed int, failure error, began, ended time.Duration, log *slog.Logger) {
+// at is when the Publish ended, on the engine's clock.
+func (hs *health) breakerNote(name string, failing bool, failed int, failure error, began, ended time.Duration, at time.Time, log *slog.Logger) {
 	if hs.breaker.Window <= 0 {
 		return
 	}
@@ -213,7 +214,7 @@ func (hs *health) breakerNote(name string, failing bool, failed int, failure err
 		if hs.open {
 			hs.open = false
 			log.Info("circuit closed: a delivery to the destination succeeded; its rows flow again",
-				"destination", name, "openFor", time.Since(hs.openedAt).Round(time.Millisecond))
+				"destination", name, "openFor", at.Sub(hs.openedAt).Round(time.Millisecond))
 		}
 		return
 	}
@@ -228,7 +229,7 @@ func (hs *health) breakerNote(name string, failing bool, failed int, failure err
 	if hs.open || hs.streak < hs.breaker.MinAttempts || ended-hs.streakBegan < hs.breaker.Window {
 		return
 	}
-	hs.open, hs.openedAt, hs.nextProbe, hs.probing = true, time.Now(), ended+hs.breaker.ProbeInterval, false
+	hs.open, hs.openedAt, hs.nextProbe, hs.probing = true, at, ended+hs.breaker.ProbeInterval, false
 	hs.opened++
 	log.Warn("circuit open: every delivery to the destination failed; its rows wait, with no attempt counted, and one probe goes out per interval",
 		"destination", name, "failingFor", (ended - hs.streakBegan).Round(time.Millisecond), "attempts", hs.streak,

@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"errors"
+	"github.com/queuebox/queuebox/internal/clock"
 	"log/slog"
 	"strings"
 	"testing"
@@ -18,15 +19,15 @@ func dialectsState(name string, paused bool) dialects.DestinationState {
 
 // The circuit opens only when every attempt failed for the window, with at
 // least the minimum of attempts; then one probe at a time, one per
-// interval; a success closes it. Times are since clockStart, as the
+// interval; a success closes it. Times are since the handle's origin, as the
 // delivery path gives them.
 func TestCircuitOpensAfterAWindowOfFailuresAndProbes(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	h := newSinkHandle("hook", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Second, MinAttempts: 3, ProbeInterval: 500 * time.Millisecond}}, 100)
+	h := newSinkHandle("hook", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Second, MinAttempts: 3, ProbeInterval: 500 * time.Millisecond}}, 100, clock.Wall{})
 	down, up := []error{errors.New("HTTP 503")}, []error{nil}
 	ms := time.Millisecond
-	at := func(d time.Duration) time.Time { return clockStart.Add(d) }
+	at := func(d time.Duration) time.Time { return h.origin.Add(d) }
 
 	h.noteHealth(down, 0, 10*ms, false, log)
 	h.noteHealth(down, 20*ms, 30*ms, false, log)
@@ -82,14 +83,14 @@ func TestCircuitStaysClosed(t *testing.T) {
 	cb := CircuitBreaker{Window: 100 * ms, MinAttempts: 3, ProbeInterval: time.Second}
 	down, up := []error{errors.New("HTTP 503")}, []error{nil}
 
-	few := newSinkHandle("a", DestinationPolicy{CircuitBreaker: cb}, 100)
+	few := newSinkHandle("a", DestinationPolicy{CircuitBreaker: cb}, 100, clock.Wall{})
 	few.noteHealth(down, 0, ms, false, log)
 	few.noteHealth(down, 500*ms, 501*ms, false, log)
 	if few.health.isOpen() {
 		t.Error("two attempts opened a circuit that needs three")
 	}
 
-	broken := newSinkHandle("b", DestinationPolicy{CircuitBreaker: cb}, 100)
+	broken := newSinkHandle("b", DestinationPolicy{CircuitBreaker: cb}, 100, clock.Wall{})
 	broken.noteHealth(down, 0, ms, false, log)
 	broken.noteHealth(down, 10*ms, 11*ms, false, log)
 	broken.noteHealth(up, 50*ms, 51*ms, false, log)
@@ -103,7 +104,7 @@ func TestCircuitStaysClosed(t *testing.T) {
 		t.Error("three failures over the window since the last success did not open it")
 	}
 
-	permanent := newSinkHandle("c", DestinationPolicy{CircuitBreaker: cb}, 100)
+	permanent := newSinkHandle("c", DestinationPolicy{CircuitBreaker: cb}, 100, clock.Wall{})
 	bad := []error{sinks.Permanent(errors.New("HTTP 400"))}
 	for i := range 10 {
 		permanent.noteHealth(bad, time.Duration(i)*100*ms, time.Duration(i)*100*ms+ms, false, log)
@@ -112,7 +113,7 @@ func TestCircuitStaysClosed(t *testing.T) {
 		t.Error("rows refused for their own fault opened the circuit")
 	}
 
-	off := newSinkHandle("d", DestinationPolicy{}, 100)
+	off := newSinkHandle("d", DestinationPolicy{}, 100, clock.Wall{})
 	for i := range 10 {
 		off.noteHealth(down, time.Duration(i)*time.Second, time.Duration(i)*time.Second+ms, false, log)
 	}
@@ -124,7 +125,7 @@ func TestCircuitStaysClosed(t *testing.T) {
 // A paused destination holds its rows with a delay that grows with the
 // pause, up to maxHoldDelay.
 func TestHoldDelays(t *testing.T) {
-	h := newSinkHandle("a", DestinationPolicy{}, 100)
+	h := newSinkHandle("a", DestinationPolicy{}, 100, clock.Wall{})
 	now := time.Now()
 	if a := h.admit(now, 1, 0); a.held != notHeld {
 		t.Fatalf("not paused: %+v", a)
@@ -149,7 +150,7 @@ func TestHoldDelays(t *testing.T) {
 func TestBreakerViewOfAFailure(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	ms := time.Millisecond
-	h := newSinkHandle("hook", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Second, MinAttempts: 3, ProbeInterval: time.Second}}, 100)
+	h := newSinkHandle("hook", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Second, MinAttempts: 3, ProbeInterval: time.Second}}, 100, clock.Wall{})
 	down, up := []error{errors.New("HTTP 503")}, []error{nil}
 	now := time.Now()
 	h.noteHealth(down, 0, ms, false, log)
@@ -176,12 +177,12 @@ func TestBreakerViewOfAFailure(t *testing.T) {
 	if !b.down || !b.probe || b.wait < 8*time.Second || b.wait > 12*time.Second {
 		t.Fatalf("a probe that failed 10 s after the circuit opened: %+v, want down and a wait of about 10 s", b)
 	}
-	if b := newSinkHandle("off", DestinationPolicy{}, 100).breakerView(true, now); b != (breakerView{}) {
+	if b := newSinkHandle("off", DestinationPolicy{}, 100, clock.Wall{}).breakerView(true, now); b != (breakerView{}) {
 		t.Fatalf("without a breaker: %+v, want every failure counted", b)
 	}
 	// A breaker that needs one failed attempt still does not call the
 	// destination down for one: it may be the row's own.
-	one := newSinkHandle("one", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Hour, MinAttempts: 1, ProbeInterval: time.Second}}, 100)
+	one := newSinkHandle("one", DestinationPolicy{CircuitBreaker: CircuitBreaker{Window: time.Hour, MinAttempts: 1, ProbeInterval: time.Second}}, 100, clock.Wall{})
 	one.noteHealth(down, 0, ms, false, log)
 	if b := one.breakerView(false, now); b.down {
 		t.Fatalf("one failure with minAttempts 1: %+v", b)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queuebox/queuebox/internal/clock"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,7 @@ type deliverer struct {
 	routes routeObservers
 	// history: the outcomes carry their attempts (attempts.go).
 	history bool
+	clock   clock.Clock
 }
 
 // deliveryQueue is the rows one actor holds: waiting (queue), being
@@ -243,7 +245,7 @@ func (q *deliveryQueue) idle() bool {
 // room again), then for the rows in the queue.
 func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 	for len(q.flights) < q.maxFlights && !q.draining {
-		now := time.Now()
+		now := q.d.clock.Now()
 		p, l, ok := q.unpark()
 		if ok {
 			if !l.trusted(now) {
@@ -446,7 +448,7 @@ func deliver(ctx context.Context, h *sinkHandle, f *flight, msgs []sinks.Message
 		release, err := h.flow.acquire(ctx, len(msgs))
 		if err != nil {
 			if errors.Is(err, errHeld) {
-				if r, d := h.heldNow(time.Now(), probe); r != notHeld {
+				if r, d := h.heldNow(h.clock.Now(), probe); r != notHeld {
 					return notStarted(r, d)
 				}
 				return notStarted(heldPaused, minDeferral) // paused and resumed meanwhile
@@ -458,7 +460,7 @@ func deliver(ctx context.Context, h *sinkHandle, f *flight, msgs []sinks.Message
 	if !f.state.CompareAndSwap(flightWaiting, flightPublishing) {
 		return notStarted(notHeld, 0) // a drain came first
 	}
-	now := time.Now()
+	now := h.clock.Now()
 	if r, d := h.heldNow(now, probe); r != notHeld {
 		return notStarted(r, d)
 	}
@@ -468,11 +470,11 @@ func deliver(ctx context.Context, h *sinkHandle, f *flight, msgs []sinks.Message
 		}
 	}
 	errs := publish(ctx, h, msgs)
-	took := time.Since(now)
+	took := clock.Since(h.clock, now)
 	if h.flow != nil {
 		h.flow.noteTook(took)
 	}
-	h.noteHealth(errs, now.Sub(clockStart), now.Add(took).Sub(clockStart), probe, log)
+	h.noteHealth(errs, now.Sub(h.origin), now.Add(took).Sub(h.origin), probe, log)
 	return &deliveryDone{errs: errs, took: took, started: now}
 }
 
@@ -516,7 +518,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			var b breakerView
 			if err != nil {
 				if breaker == nil {
-					v := p.dest.breakerView(f.probe, time.Now())
+					v := p.dest.breakerView(f.probe, q.d.clock.Now())
 					breaker = &v
 				}
 				b = *breaker
@@ -709,7 +711,7 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 	switch o.Kind {
 	case dialects.OutcomeDelivered:
 		d.stats.Delivered.Add(1)
-		kind, latency = Delivered, time.Since(p.row.CreatedAt)
+		kind, latency = Delivered, clock.Since(d.clock, p.row.CreatedAt)
 	case dialects.OutcomeRetry, dialects.OutcomeDefer:
 		// A deferred delivery here failed (finish): the breaker did not
 		// count it, but it failed all the same, and is tried again.

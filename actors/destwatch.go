@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/queuebox/queuebox/internal/clock"
 	"log/slog"
 	"maps"
 	"slices"
@@ -90,6 +91,7 @@ type destinationWatch struct {
 	bg       context.Context
 	// wakeups, when set, may nudge on pauses (nil: none).
 	wakeups dialects.Wakeups
+	clock   clock.Clock
 
 	// reported: the circuits reported open, and when last.
 	reported map[string]time.Time
@@ -125,13 +127,13 @@ const firstReadTimeout = 2 * time.Second
 // loop reads the pauses and reports the circuits every watchEvery until the
 // engine stops.
 func (w *destinationWatch) loop() {
-	t := time.NewTicker(watchEvery)
+	t := w.clock.NewTimer(watchEvery)
 	defer t.Stop()
 	var nudges <-chan struct{}
 	if w.wakeups != nil {
 		nudges = w.wakeups.Pauses()
 	}
-	lastRead, recheck := time.Now(), false
+	lastRead, recheck := w.clock.Now(), false
 	for {
 		nudged := false
 		select {
@@ -141,11 +143,12 @@ func (w *destinationWatch) loop() {
 			w.reportCircuits(ctx, true)
 			cancel()
 			return
-		case <-t.C:
+		case <-t.C():
+			t.Reset(watchEvery)
 		case <-nudges:
 			nudged = true
 		}
-		now := time.Now()
+		now := w.clock.Now()
 		if nudged || recheck || !w.hearsPauses() || now.Sub(lastRead) >= pausesSafetyRead {
 			w.readPauses(5 * time.Second)
 			lastRead = now
@@ -188,7 +191,7 @@ func (w *destinationWatch) readPauses(timeout time.Duration) {
 	for _, st := range states {
 		byName[st.Name] = st
 	}
-	now := time.Now()
+	now := w.clock.Now()
 	for name, h := range w.handles {
 		st := byName[name]
 		st.Name = name
@@ -209,7 +212,7 @@ func (w *destinationWatch) readPauses(timeout time.Duration) {
 // reportCircuits writes which circuits this replica holds open, and removes
 // those it closed (all of them when stopping).
 func (w *destinationWatch) reportCircuits(ctx context.Context, stopping bool) {
-	now := time.Now()
+	now := w.clock.Now()
 	var closed []string
 	for _, name := range slices.Sorted(maps.Keys(w.handles)) {
 		c := w.handles[name].health.view()

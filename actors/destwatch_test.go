@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"github.com/queuebox/queuebox/internal/clock"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -42,23 +43,39 @@ func (h *heardPauses) Status() dialects.WakeupStatus {
 // While pauses come as nudges, the watch does not read them twice a
 // second: it reads them when a nudge comes (and once more at the next
 // tick, as a nudge may come before its transaction is visible), and the
-// handle is held at once; without nudges it reads them at every tick.
+// handle is held at once; without nudges it reads them at every tick. The
+// watch runs on a fake clock: the test moves its ticks.
 func TestThePausesAreReadWhenANudgeSaysSo(t *testing.T) {
 	t.Parallel()
 	d := testdb.Migrated(t, 4)
 	states := &countedStates{Destinations: d}
 	w := &heardPauses{ch: make(chan struct{}, 1)}
 	w.hears.Store(true)
-	h := newSinkHandle("crm", DestinationPolicy{}, 100)
+	clk := clock.NewFake(time.Now())
+	h := newSinkHandle("crm", DestinationPolicy{}, 100, clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	watch := &destinationWatch{dialect: states, handles: map[string]*sinkHandle{"crm": h}, replica: "r1",
-		describe: func(err error) string { return err.Error() }, log: slog.New(slog.DiscardHandler), bg: ctx, wakeups: w}
+		describe: func(err error) string { return err.Error() }, log: slog.New(slog.DiscardHandler), bg: ctx, wakeups: w, clock: clk}
 	watch.first()
 	done := make(chan struct{})
 	go func() { defer close(done); watch.loop() }()
 	t.Cleanup(func() { cancel(); <-done })
+	// armed waits until the watch waits for its next tick: the last one
+	// is handled.
+	armed := func() {
+		t.Helper()
+		testkit.Eventually(t, "the watch waits for its next tick", 0, testkit.True(func() bool { return clk.Armed() > 0 }))
+	}
+	tick := func() {
+		t.Helper()
+		armed()
+		clk.Advance(watchEvery)
+	}
 
-	time.Sleep(3 * watchEvery) // ticks that must not read: what is checked is that nothing happened
+	for range 3 {
+		tick()
+	}
+	armed()
 	if n := states.reads.Load(); n != 1 {
 		t.Fatalf("%d reads of the pauses in three ticks while they come as nudges, want the first one only", n)
 	}
@@ -67,13 +84,17 @@ func TestThePausesAreReadWhenANudgeSaysSo(t *testing.T) {
 	}
 	w.ch <- struct{}{}
 	testkit.Eventually(t, "the nudge holds the destination", 0, testkit.True(func() bool { return h.hold.reason() == heldPaused }))
+	tick()
 	testkit.Eventually(t, "a second read at the tick after the nudge", 0, testkit.True(func() bool { return states.reads.Load() == 3 }))
 
 	w.hears.Store(false)
 	if _, _, err := d.DestinationResume(context.Background(), "crm"); err != nil {
 		t.Fatal(err)
 	}
+	tick()
 	testkit.Eventually(t, "without nudges, a tick reads the resumption", 0, testkit.True(func() bool { return h.hold.reason() == notHeld }))
 	reads := states.reads.Load()
+	tick()
+	tick()
 	testkit.Eventually(t, "reads at every tick without nudges", 0, testkit.True(func() bool { return states.reads.Load() >= reads+2 }))
 }

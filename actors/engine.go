@@ -157,7 +157,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*sinkHandle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
 	for name := range opts.Destinations {
-		e.sinks[name] = newSinkHandle(name, opts.Policies[name], opts.MaxInFlight)
+		e.sinks[name] = newSinkHandle(name, opts.Policies[name], opts.MaxInFlight, opts.Clock)
 	}
 	e.routes = newRouteObservers(opts.Router, opts.Observer)
 	return e, nil

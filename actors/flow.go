@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/queuebox/queuebox/internal/clock"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ import (
 // about when the flow can take it (deferral), so that a backlog deeper than
 // half the credit is claimed about once per row, not over and over.
 type flow struct {
+	clock       clock.Clock
 	limiter     *rate.Limiter       // nil: no rate limit
 	slots       *semaphore.Weighted // nil: no concurrency limit
 	perSecond   float64
@@ -67,11 +69,11 @@ const (
 )
 
 // newFlow returns the flow control of a policy, nil when it limits nothing.
-func newFlow(p DestinationPolicy, maxInFlight int) *flow {
+func newFlow(p DestinationPolicy, maxInFlight int, c clock.Clock) *flow {
 	if p.RatePerSecond <= 0 && p.MaxConcurrency <= 0 {
 		return nil
 	}
-	f := &flow{maxWaiting: max(1, maxInFlight/2), concurrency: p.MaxConcurrency}
+	f := &flow{maxWaiting: max(1, maxInFlight/2), concurrency: p.MaxConcurrency, clock: c}
 	if p.RatePerSecond > 0 {
 		// Without a burst, a second's worth: the rate holds over any
 		// second, and batches of up to that many rows can go at once.
@@ -121,8 +123,8 @@ func (f *flow) enter(n int) { f.waiting.Add(int64(n)) }
 // (errHeld). release gives the slot back when the Publish returns.
 func (f *flow) acquire(ctx context.Context, n int) (release func(), err error) {
 	defer f.waiting.Add(-int64(n))
-	t0 := time.Now()
-	defer func() { f.waitedNs.Add(int64(time.Since(t0))) }()
+	t0 := f.clock.Now()
+	defer func() { f.waitedNs.Add(int64(clock.Since(f.clock, t0))) }()
 	f.mu.Lock()
 	held := f.held
 	f.mu.Unlock()

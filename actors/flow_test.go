@@ -3,26 +3,27 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/queuebox/queuebox/internal/clock"
 	"testing"
 	"time"
 )
 
 func TestFlowRoomAndBatches(t *testing.T) {
-	if newFlow(DestinationPolicy{}, 1000) != nil {
+	if newFlow(DestinationPolicy{}, 1000, clock.Wall{}) != nil {
 		t.Fatal("a policy without limits has a flow control")
 	}
-	f := newFlow(DestinationPolicy{RatePerSecond: 50, Burst: 10}, 1000)
+	f := newFlow(DestinationPolicy{RatePerSecond: 50, Burst: 10}, 1000, clock.Wall{})
 	if got := f.batchLimit(500); got != 10 {
 		t.Errorf("a batch under a bucket of 10: %d rows", got)
 	}
 	// Rows wait for their turn in memory up to half the credit, however
 	// slow the flow: a smaller room defers rows that could wait.
 	for _, p := range []DestinationPolicy{{RatePerSecond: 50, Burst: 10}, {RatePerSecond: 2, MaxConcurrency: 1}, {MaxConcurrency: 4}, {RatePerSecond: 5000}} {
-		if got := newFlow(p, 1000).room(8); got != 500 {
+		if got := newFlow(p, 1000, clock.Wall{}).room(8); got != 500 {
 			t.Errorf("room of %+v with a credit of 1000: %d, want half the credit (500)", p, got)
 		}
 	}
-	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 10).room(8); got != 8 {
+	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 10, clock.Wall{}).room(8); got != 8 {
 		t.Errorf("room with a credit of 10 and batches of 8: %d, want a batch", got)
 	}
 }
@@ -31,7 +32,7 @@ func TestFlowRoomAndBatches(t *testing.T) {
 // pace of a rate limit: deferred rows follow the rate. Measured, the
 // slower of the two sets the pace.
 func TestFlowPace(t *testing.T) {
-	f := newFlow(DestinationPolicy{RatePerSecond: 50, Burst: 50, MaxConcurrency: 8}, 1000)
+	f := newFlow(DestinationPolicy{RatePerSecond: 50, Burst: 50, MaxConcurrency: 8}, 1000, clock.Wall{})
 	if got := f.pace(1); got != 50 {
 		t.Errorf("50 a second and 8 at once, nothing measured: a pace of %v rows a second, want 50", got)
 	}
@@ -39,12 +40,12 @@ func TestFlowPace(t *testing.T) {
 	if got := f.pace(1); got != 50 {
 		t.Errorf("8 at once at 1 ms each under 50 a second: a pace of %v, want 50", got)
 	}
-	slow := newFlow(DestinationPolicy{RatePerSecond: 50, MaxConcurrency: 8}, 1000)
+	slow := newFlow(DestinationPolicy{RatePerSecond: 50, MaxConcurrency: 8}, 1000, clock.Wall{})
 	slow.noteTook(time.Second)
 	if got := slow.pace(1); got != 8 {
 		t.Errorf("8 at once at 1 s each under 50 a second: a pace of %v, want 8", got)
 	}
-	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 1000).pace(2); got != 8 {
+	if got := newFlow(DestinationPolicy{MaxConcurrency: 4}, 1000, clock.Wall{}).pace(2); got != 8 {
 		t.Errorf("4 at once of 2 rows, nothing measured: a pace of %v, want a round a second (8)", got)
 	}
 }
@@ -52,7 +53,7 @@ func TestFlowPace(t *testing.T) {
 // Deferred rows are spread at the flow's pace after the rows that wait: a
 // backlog comes back about when the flow can take it.
 func TestFlowDeferralsFollowThePace(t *testing.T) {
-	f := newFlow(DestinationPolicy{RatePerSecond: 10, Burst: 1}, 1000)
+	f := newFlow(DestinationPolicy{RatePerSecond: 10, Burst: 1}, 1000, clock.Wall{})
 	f.enter(20) // two seconds of rows wait
 	now := time.Now()
 	first := f.deferral(now, 1, 1)
@@ -70,7 +71,7 @@ func TestFlowDeferralsFollowThePace(t *testing.T) {
 }
 
 func TestFlowAcquire(t *testing.T) {
-	f := newFlow(DestinationPolicy{MaxConcurrency: 1}, 1000)
+	f := newFlow(DestinationPolicy{MaxConcurrency: 1}, 1000, clock.Wall{})
 	f.enter(1)
 	release, err := f.acquire(context.Background(), 1)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // lease is the trust window of one claim: a delivery may start only while
-// time.Now() is before trustedUntil. The claimer sets it from the moment it
+// the clock reads before trustedUntil. The claimer sets it from the moment it
 // sent the claim; the lease keeper moves it forward after each renewal. It is
 // shared by pointer because every row of the claim reads it before each
 // delivery, and an atomic is the whole of it.

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queuebox/queuebox/internal/clock"
 	"github.com/queuebox/queuebox/sinks"
 )
 
@@ -28,16 +29,20 @@ type sinkHandle struct {
 	flow *flow
 	// deferred counts the rows deferred, per reason.
 	deferred [holdReasons]atomic.Int64
+	// clock is the engine's; origin, when the handle was built, is where
+	// the Publish times that health compares count from.
+	clock  clock.Clock
+	origin time.Time
 }
 
 type sinkBox struct{ s sinks.Sink }
 
 // newSinkHandle builds the handle of a destination with its policy;
 // maxInFlight bounds the rows its flow control lets wait (flow.go).
-func newSinkHandle(name string, p DestinationPolicy, maxInFlight int) *sinkHandle {
-	h := &sinkHandle{name: name, policy: p}
+func newSinkHandle(name string, p DestinationPolicy, maxInFlight int, c clock.Clock) *sinkHandle {
+	h := &sinkHandle{name: name, policy: p, clock: c, origin: c.Now()}
 	h.health.breaker = p.CircuitBreaker
-	h.flow = newFlow(p, maxInFlight)
+	h.flow = newFlow(p, maxInFlight, c)
 	return h
 }
 
@@ -105,7 +110,7 @@ func (h *sinkHandle) admit(now time.Time, run, own int) admission {
 	if r := h.hold.reason(); r != notHeld {
 		return admission{held: r, delay: h.hold.delay(now)}
 	}
-	open, probe := h.health.admit(now.Sub(clockStart))
+	open, probe := h.health.admit(now.Sub(h.origin))
 	if open && !probe {
 		return admission{held: heldCircuit, delay: h.health.delay(now)}
 	}
@@ -130,10 +135,6 @@ func (h *sinkHandle) heldNow(now time.Time, probe bool) (holdReason, time.Durati
 	}
 	return notHeld, 0
 }
-
-// clockStart is the origin of the Publish times that health compares
-// (monotonic).
-var clockStart = time.Now()
 
 // closeSinks closes every sink that was built.
 func closeSinks(handles map[string]*sinkHandle) {

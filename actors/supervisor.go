@@ -92,12 +92,12 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
-		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes, history: o.History.Enabled,
+		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes, history: o.History.Enabled, clock: s.clock,
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
 	// The paused destinations are read before the claimer starts (see
 	// destinationWatch.first).
-	dests := &destinationWatch{dialect: o.Dialect, handles: s.sinks, replica: o.Replica, describe: d.policy.lastError, log: s.log, bg: s.bg.ctx,
+	dests := &destinationWatch{dialect: o.Dialect, handles: s.sinks, replica: o.Replica, describe: d.policy.lastError, log: s.log, bg: s.bg.ctx, clock: s.clock,
 		wakeups: o.Wakeups}
 	dests.first()
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
