@@ -22,7 +22,7 @@ import (
 // statements that run at once. Each takes 20 ms longer, so that statements
 // the engine allows to overlap do.
 type overlaps struct {
-	dialects.Dialect
+	*postgres.Dialect
 	claims, completes       atomic.Int64
 	maxClaims, maxCompletes atomic.Int64
 }
@@ -35,15 +35,20 @@ func raise(max *atomic.Int64, n int64) {
 func (o *overlaps) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (dialects.Claimed, error) {
 	raise(&o.maxClaims, o.claims.Add(1))
 	defer o.claims.Add(-1)
-	time.Sleep(20 * time.Millisecond)
+	o.slow(ctx)
 	return o.Dialect.OutboxClaim(ctx, p)
 }
 
 func (o *overlaps) OutboxComplete(ctx context.Context, out []dialects.Outcome) ([]dialects.Claim, error) {
 	raise(&o.maxCompletes, o.completes.Add(1))
 	defer o.completes.Add(-1)
-	time.Sleep(20 * time.Millisecond)
+	o.slow(ctx)
 	return o.Dialect.OutboxComplete(ctx, out)
+}
+
+// slow makes a statement 20 ms longer, in the database.
+func (o *overlaps) slow(ctx context.Context) {
+	_, _ = o.Pool().Exec(ctx, `SELECT pg_sleep(0.02)`)
 }
 
 // openNamed opens a dialect on schema whose sessions go by app.

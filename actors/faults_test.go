@@ -60,7 +60,7 @@ func TestDatabaseRestart(t *testing.T) {
 	e := h.start()
 	recv.WaitDelivered(t, len(all)/5, time.Minute)
 	cluster.Kill()
-	time.Sleep(500 * time.Millisecond) // claims and completions fail meanwhile
+	testkit.Eventually(t, "the engine sees the database gone", time.Minute, testkit.True(func() bool { return !e.Ready() }))
 	if err := cluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}

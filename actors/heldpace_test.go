@@ -9,14 +9,11 @@ import (
 	"github.com/queuebox/queuebox/internal/testkit"
 )
 
-// While a long transaction holds the database's horizon back, every walk in
-// schedule order reads the entries of the rows that became due within its
-// margin, which the transaction keeps. A replica whose last claim was not
-// full then starts claims no closer together than 5 ms, so that each takes
-// more rows for the same reads: a trickle of rows, one every 2 ms or so,
-// makes about a claim per row without the wait. Every row still arrives, in key
-// order.
-func TestClaimsWaitBetweenThemWhileTheHorizonIsHeld(t *testing.T) {
+// While a long transaction holds the database's horizon back, a replica
+// behaves as under one (its claims are paced, its walks narrow: the
+// planner's tests hold those rules on a clock of their own); a trickle of
+// rows, each committed on its own, still arrives whole and in key order.
+func TestATrickleArrivesInOrderWhileTheHorizonIsHeld(t *testing.T) {
 	t.Parallel()
 	h, recv := probeOnly(t)
 	ctx := context.Background()
@@ -34,21 +31,18 @@ func TestClaimsWaitBetweenThemWhileTheHorizonIsHeld(t *testing.T) {
 		return hz != nil && hz.HeldAtRead(5*time.Second)
 	}))
 	const n = 300
-	before, start := e.Stats.ClaimStatements.Load(), time.Now()
+	before := e.Stats.ClaimStatements.Load()
 	for i := range n {
 		h.insert(testkit.Row("order.created", testkit.Key(fmt.Sprintf("key-%d", i%50)), testkit.Payload(fmt.Sprintf(`{"i":%d,"fail":0}`, i))))
-		time.Sleep(time.Millisecond)
 	}
 	recv.WaitDelivered(t, n, 20*time.Second)
-	claims, took := e.Stats.ClaimStatements.Load()-before, time.Since(start)
-	if most := int64(took/(5*time.Millisecond)) + 3; claims > most {
-		t.Fatalf("%d claims in %s for %d rows while the horizon was held: want at most %d (one per 5 ms)", claims, took.Round(time.Millisecond), n, most)
-	}
-	if claims == 0 {
-		t.Fatal("no claim counted")
+	if claims := e.Stats.ClaimStatements.Load() - before; claims == 0 || claims > n {
+		t.Fatalf("%d claims for %d rows while the horizon was held", claims, n)
 	}
 	if dups := recv.CheckOrder(t); dups != 0 {
 		t.Errorf("%d duplicates", dups)
 	}
-	t.Logf("%d claims in %s for %d rows", claims, took.Round(time.Millisecond), n)
+	if hz := e.Stats.Horizon.Load(); hz == nil || !hz.HeldAtRead(5*time.Second) {
+		t.Fatal("the horizon was no longer seen held at the end")
+	}
 }

@@ -97,6 +97,15 @@ func (a *appTx) insert(key string, round int) func(ctx context.Context) error {
 	}
 }
 
+// work keeps the transaction busy for d before its next statement, as an
+// application's work between its insert and its commit would.
+func (a *appTx) work(d time.Duration) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := a.tx.Exec(ctx, `SELECT pg_sleep($1)`, d.Seconds())
+		return err
+	}
+}
+
 func (a *appTx) update(biz string, by int) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if _, err := a.tx.Exec(ctx, `UPDATE `+biz+` SET balance = balance + $1 WHERE id = 1`, by); err != nil {
@@ -195,10 +204,10 @@ func runCrossing(t *testing.T, shared bool) {
 				waited := trail.start(trail.update(biz, -1))
 				waitOnLock(t, h, trail, waited)
 				lerr := await(t, lead.start(lead.insert(second[lead], r)))
+				if lerr == nil && delay > 0 {
+					lerr = await(t, lead.start(lead.work(delay)))
+				}
 				if lerr == nil {
-					if delay > 0 {
-						time.Sleep(delay)
-					}
 					lerr = await(t, lead.start(lead.commit))
 				} else {
 					_ = lead.tx.Rollback(ctx)
@@ -241,7 +250,9 @@ func runCrossing(t *testing.T, shared bool) {
 			}
 			keepCommitted(produced, lead)
 			if delay > 0 {
-				time.Sleep(delay)
+				if err := await(t, trail.start(trail.work(delay))); err != nil {
+					return err
+				}
 			}
 			if err := await(t, trail.start(trail.commit)); err != nil {
 				return err

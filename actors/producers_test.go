@@ -112,7 +112,10 @@ func businessTx(ctx context.Context, h *harness, biz string, rnd *rand.Rand, n i
 		if err := insert(tx, i); err != nil {
 			return 0, err
 		}
-		time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
+		// The application works a little between its inserts.
+		if _, err := tx.Exec(ctx, `SELECT pg_sleep($1)`, float64(rnd.IntN(3))/1000); err != nil {
+			return 0, err
+		}
 	}
 	return n, tx.Commit(ctx)
 }
