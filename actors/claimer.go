@@ -123,6 +123,7 @@ type claimer struct {
 	wakeups dialects.Wakeups
 
 	plan *claimplan.Planner
+	tune claimplan.Tuning
 	keys map[string]*keyEntry
 	// gate logs the writers that hold keyed rows back (see gate.go).
 	gate gate
@@ -138,7 +139,7 @@ type claimer struct {
 // and sets its starting state: no keys.
 func newClaimer(c claimer) *claimer {
 	c.keys = map[string]*keyEntry{}
-	c.gate = gate{wm: c.plan.Watermark(), writers: c.dialect.OutboxWriters, log: c.log, clock: c.clock,
+	c.gate = gate{wm: c.plan.Watermark(), writers: c.dialect.OutboxWriters, log: c.log, clock: c.clock, logAfter: c.tune.WaitLogAfter,
 		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
 		flowing: "keyed rows flow again: the transactions they waited for have ended",
 		blindly: "cannot see other transactions, so rows of one key written by concurrent transactions may be delivered in commit order rather than insert order; grant the permission the error names"}

@@ -21,7 +21,7 @@ import (
 //
 // Usually a row settles within a probe or two. When a transaction that
 // wrote rows of the table stays open, its rows and every keyed row inserted
-// after it wait until it ends; after heldBackLogAfter the gate asks the
+// after it wait until it ends; after Tuning.WaitLogAfter the gate asks the
 // database which transaction it is (OutboxWriters, InboxWriters) and logs it
 // once, and once more when rows flow again. A transaction that wrote no row
 // of the table never holds rows back: each probe reads the oldest open
@@ -40,15 +40,13 @@ type gate struct {
 	waiting, flowing, blindly string
 	log                       *slog.Logger
 	clock                     clock.Clock
+	// logAfter is Tuning.WaitLogAfter.
+	logAfter time.Duration
 
 	checking  bool
 	lastCheck time.Time
 	logged    bool
 }
-
-// heldBackLogAfter is how long keyed rows wait for a writer before the gate
-// names it in the log; it looks again as often while they still wait.
-const heldBackLogAfter = 10 * time.Second
 
 // writersResult is the open writers of the table, for the log (ok false: the
 // look failed).
@@ -95,7 +93,7 @@ func (g *gate) check(ctx actor.Context, bg context.Context) {
 		}
 		return
 	}
-	if now.Sub(since) < heldBackLogAfter || g.logged || g.checking || now.Sub(g.lastCheck) < heldBackLogAfter {
+	if now.Sub(since) < g.logAfter || g.logged || g.checking || now.Sub(g.lastCheck) < g.logAfter {
 		return
 	}
 	g.checking, g.lastCheck = true, now
@@ -112,7 +110,7 @@ func (g *gate) check(ctx actor.Context, bg context.Context) {
 func (g *gate) onWriters(m *writersResult) {
 	g.checking = false
 	since, waiting := g.wm.Waiting()
-	if !m.ok || !waiting || len(m.writers) == 0 || g.logged || g.clock.Now().Sub(since) < heldBackLogAfter {
+	if !m.ok || !waiting || len(m.writers) == 0 || g.logged || g.clock.Now().Sub(since) < g.logAfter {
 		return
 	}
 	w := m.writers[0]

@@ -104,7 +104,7 @@ func newInboxRelay(r inboxRelay) *inboxRelay {
 	r.failed = backoff.Capped{First: r.tune.FailFirst, Max: r.tune.FailMax}
 	// lastMove stays zero: the relay starts at the idle pace, like the
 	// claimer, and speeds up once the inbox moves.
-	r.gate = gate{wm: &dialects.Watermark{}, writers: r.dialect.InboxWriters, log: r.log, clock: r.clock,
+	r.gate = gate{wm: &dialects.Watermark{}, writers: r.dialect.InboxWriters, log: r.log, clock: r.clock, logAfter: r.tune.WaitLogAfter,
 		waiting: "inbox relay: keyed inbox rows wait for an open transaction that stored inbox rows; they are relayed when it commits or rolls back",
 		flowing: "inbox relay: keyed inbox rows flow again: the transactions they waited for have ended",
 		blindly: "inbox relay: cannot see other transactions, so inbox rows of one aggregate stored by concurrent transactions may be relayed in commit order rather than receive order; grant the permission the error names"}

@@ -88,7 +88,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	})
 	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
 		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer,
-			clock: s.clock, statements: budgetAlone}
+			clock: s.clock, statements: s.tune.StatementsAlone}
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
@@ -109,9 +109,9 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 			pool: poolPID, leaseKeeper: leaseKeeperPID,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
-			wakeups: o.Wakeups,
+			wakeups: o.Wakeups, tune: s.tune,
 			plan: claimplan.New(s.tune, claimplan.Config{BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight,
-				ProbeInterval: o.ProbeInterval, PollInterval: o.PollInterval, Statements: budgetAlone}),
+				ProbeInterval: o.ProbeInterval, PollInterval: o.PollInterval, Statements: s.tune.StatementsAlone}),
 		})
 	})
 	if err != nil {
@@ -132,7 +132,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	root := c.ActorSystem().Root
 	s.bg.nudges(o.Wakeups.Outbox(), func() { root.Send(claimerPID, &nudged{}) })
 	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
-	watcher := &relayWatcher{dialect: o.Dialect, clock: s.clock, stats: s.stats, log: s.log, bg: s.bg.ctx,
+	watcher := &relayWatcher{dialect: o.Dialect, clock: s.clock, stats: s.stats, log: s.log, bg: s.bg.ctx, tune: s.tune,
 		tell: func(n int) {
 			root.Send(claimerPID, &budgetChanged{statements: n})
 			root.Send(completerPID, &budgetChanged{statements: n})

@@ -28,6 +28,17 @@ type Tuning struct {
 	// IdlePoll is the longest the planner goes without a claim: the last
 	// safety net for rows that no wake-up, probe or schedule announced.
 	IdlePoll time.Duration
+	// StatementsAlone and StatementsShared are how many claims (and
+	// completions) run at once alone on the database server, and beside
+	// other relays (see the actors package doc): n relays keep n of each
+	// running rather than 2n that wait on each other. BudgetLookEvery is
+	// how often a replica counts the other relays' sessions (a relay that
+	// joins is counted within it).
+	StatementsAlone, StatementsShared int
+	BudgetLookEvery                   time.Duration
+	// WaitLogAfter is how long keyed rows wait for an open writer before
+	// the log names it (and how often it looks again while they wait).
+	WaitLogAfter time.Duration
 
 	// Probes.
 
@@ -121,6 +132,11 @@ func Default() Tuning {
 		FailFirst:       100 * time.Millisecond,
 		FailMax:         5 * time.Second,
 		IdlePoll:        30 * time.Second,
+
+		StatementsAlone:  2,
+		StatementsShared: 1,
+		BudgetLookEvery:  5 * time.Second,
+		WaitLogAfter:     10 * time.Second,
 
 		IdleAfter:    time.Second,
 		IdleProbe:    25 * time.Millisecond,
