@@ -126,9 +126,6 @@ type continuation struct {
 	// last is the claim of the run's last row: if its outcome turns out
 	// lost, the position is not the key's.
 	last dialects.Claim
-	// ended: the claim that sent the run had no other row of the key to
-	// give (the claimer tells).
-	ended bool
 }
 
 // flight is one Publish call in progress: waiting for the destination's
