@@ -26,7 +26,7 @@ func (d *deliverer) attemptOf(p *prepared, m *deliveryDone, i int) *dialects.Att
 	if !d.history {
 		return nil
 	}
-	a := &dialects.Attempt{At: m.started, Duration: m.took, Try: p.row.Attempt + 1, Destination: p.dest.name}
+	a := &dialects.Attempt{At: m.started, Duration: m.took, Try: p.row.Attempt + 1, Destination: p.dest.Name()}
 	if m.answers != nil {
 		ans := m.answers.Of(i)
 		a.Status = CutUTF8(ans.Status, 255)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"github.com/queuebox/queuebox/internal/clock"
 	"log/slog"
 	"sync/atomic"
@@ -44,7 +45,7 @@ type (
 		started    time.Time
 		answers    *sinks.Answers
 		notStarted bool
-		held       holdReason
+		held       destctl.HoldReason
 		delay      time.Duration
 	}
 	// cancelClaims: the lease keeper found these claims lost.
@@ -57,7 +58,7 @@ type (
 // changed afterwards, so the actors share it without locks.
 type deliverer struct {
 	router    *routing.Router
-	sinks     map[string]*sinkHandle
+	sinks     map[string]*destctl.Handle
 	policy    outcomePolicy
 	completer *actor.PID
 	// ctx is the parent of every Publish; the engine cancels it when the
@@ -91,16 +92,16 @@ type deliveryQueue struct {
 
 	// flightsTo counts the flights per destination (the pool lets a
 	// destination with a flow control take half of its Publish calls).
-	flightsTo map[*sinkHandle]int
+	flightsTo map[*destctl.Handle]int
 	// parked holds, per destination, the pool's rows that wait for one of
 	// those Publish calls: prepared, in the order they came, counted in
 	// the destination's flow as queued. They start, in that order, as the
 	// destination's flights end.
-	parked  map[*sinkHandle][]parkedRow
+	parked  map[*destctl.Handle][]parkedRow
 	nParked int
 	// queuedIn is the flow the rows of this ordered queue wait behind,
 	// queuedN how many of them it counts (countQueued).
-	queuedIn *flow
+	queuedIn *destctl.Flow
 	queuedN  int
 }
 
@@ -157,7 +158,7 @@ const (
 
 func newDeliveryQueue(d *deliverer, ordered bool, maxFlights int) deliveryQueue {
 	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]bool{},
-		flightsTo: map[*sinkHandle]int{}, parked: map[*sinkHandle][]parkedRow{}}
+		flightsTo: map[*destctl.Handle]int{}, parked: map[*destctl.Handle][]parkedRow{}}
 }
 
 // step handles one of the delivery messages, starts what can start, and
@@ -266,7 +267,7 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 				q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
 				continue
 			case p.retry != nil:
-				if q.d.finish(out, &p, p.retry, 0, nil, breakerView{}) == dialects.OutcomeRetry {
+				if q.d.finish(out, &p, p.retry, 0, nil, destctl.BreakerView{}) == dialects.OutcomeRetry {
 					q.stopIfOrdered(out)
 				}
 				continue
@@ -278,26 +279,26 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 		if q.ordered {
 			run, own = 1+len(q.queue), q.queuedN
 		}
-		adm := p.dest.admit(now, run, own)
-		if adm.held != notHeld {
-			q.d.deferRow(out, &p, adm.held, adm.delay)
+		adm := p.dest.Admit(now, run, own)
+		if adm.Held != destctl.NotHeld {
+			q.d.deferRow(out, &p, adm.Held, adm.Delay)
 			q.stopIfOrdered(out)
 			continue
 		}
-		if !q.ordered && p.dest.flow != nil && q.flightsTo[p.dest] >= q.share() {
+		if !q.ordered && p.dest.Flow() != nil && q.flightsTo[p.dest] >= q.share() {
 			// The pool's other destinations keep half its Publish calls:
 			// the row waits for one of this destination's to end.
-			if adm.probe {
-				p.dest.health.probeAbandoned()
+			if adm.Probe {
+				p.dest.ProbeAbandoned()
 			}
 			q.park(p, l)
 			continue
 		}
-		batch, leases := q.batch(p, l, now, adm.probe)
-		if f := p.dest.flow; f != nil {
-			f.enter(len(batch))
+		batch, leases := q.batch(p, l, now, adm.Probe)
+		if f := p.dest.Flow(); f != nil {
+			f.Enter(len(batch))
 		}
-		q.publish(ctx, batch, leases, adm.probe)
+		q.publish(ctx, batch, leases, adm.Probe)
 	}
 	q.countQueued()
 }
@@ -311,7 +312,7 @@ func (q *deliveryQueue) share() int { return max(1, q.maxFlights/2) }
 func (q *deliveryQueue) park(p prepared, l *lease) {
 	q.parked[p.dest] = append(q.parked[p.dest], parkedRow{p: p, lease: l})
 	q.nParked++
-	p.dest.flow.queued.Add(1)
+	p.dest.Flow().Queued.Add(1)
 }
 
 // unpark takes the oldest parked row of a destination that has a Publish
@@ -332,7 +333,7 @@ func (q *deliveryQueue) unpark() (prepared, *lease, bool) {
 			q.parked[h] = rows[1:]
 		}
 		q.nParked--
-		h.flow.queued.Add(-1)
+		h.Flow().Queued.Add(-1)
 		return r.p, r.lease, true
 	}
 	return prepared{}, nil, false
@@ -346,20 +347,20 @@ func (q *deliveryQueue) countQueued() {
 	if !q.ordered {
 		return
 	}
-	var f *flow
+	var f *destctl.Flow
 	n := 0
 	for _, fl := range q.flights {
-		if fl.rows[0].dest.flow != nil && len(q.queue) > 0 {
-			f, n = fl.rows[0].dest.flow, len(q.queue)
+		if fl.rows[0].dest.Flow() != nil && len(q.queue) > 0 {
+			f, n = fl.rows[0].dest.Flow(), len(q.queue)
 		}
 	}
 	if f != q.queuedIn && q.queuedIn != nil {
-		q.queuedIn.queued.Add(-int64(q.queuedN))
+		q.queuedIn.Queued.Add(-int64(q.queuedN))
 		q.queuedN = 0
 	}
 	q.queuedIn = f
 	if f != nil {
-		f.queued.Add(int64(n - q.queuedN))
+		f.Queued.Add(int64(n - q.queuedN))
 		q.queuedN = n
 	}
 }
@@ -370,7 +371,7 @@ func (q *deliveryQueue) countQueued() {
 // leases of the rows too.
 func (q *deliveryQueue) batch(first prepared, l *lease, now time.Time, probe bool) ([]prepared, []*lease) {
 	batch, leases := []prepared{first}, []*lease{l}
-	limit := first.dest.maxBatch()
+	limit := first.dest.MaxBatch()
 	if probe {
 		limit = 1
 	}
@@ -434,44 +435,44 @@ func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*l
 // not paused meanwhile, nor its circuit opened, the lease is still trusted,
 // the replica does not drain), publishes, and tells the destination's
 // health how it went. It runs in the flight's goroutine.
-func deliver(ctx context.Context, h *sinkHandle, f *flight, msgs []sinks.Message, probe bool, log *slog.Logger) *deliveryDone {
-	notStarted := func(held holdReason, delay time.Duration) *deliveryDone {
+func deliver(ctx context.Context, h *destctl.Handle, f *flight, msgs []sinks.Message, probe bool, log *slog.Logger) *deliveryDone {
+	notStarted := func(held destctl.HoldReason, delay time.Duration) *deliveryDone {
 		if probe {
-			h.health.probeAbandoned()
+			h.ProbeAbandoned()
 		}
-		return &deliveryDone{notStarted: held == notHeld, held: held, delay: delay}
+		return &deliveryDone{notStarted: held == destctl.NotHeld, held: held, delay: delay}
 	}
-	if h.flow != nil {
-		release, err := h.flow.acquire(ctx, len(msgs))
+	if h.Flow() != nil {
+		release, err := h.Flow().Acquire(ctx, len(msgs))
 		if err != nil {
-			if errors.Is(err, errHeld) {
-				if r, d := h.heldNow(h.clock.Now(), probe); r != notHeld {
+			if errors.Is(err, destctl.ErrHeld) {
+				if r, d := h.HeldNow(h.Clock().Now(), probe); r != destctl.NotHeld {
 					return notStarted(r, d)
 				}
-				return notStarted(heldPaused, minDeferral) // paused and resumed meanwhile
+				return notStarted(destctl.HeldPaused, destctl.MinDeferral) // paused and resumed meanwhile
 			}
-			return notStarted(notHeld, 0)
+			return notStarted(destctl.NotHeld, 0)
 		}
 		defer release()
 	}
 	if !f.state.CompareAndSwap(flightWaiting, flightPublishing) {
-		return notStarted(notHeld, 0) // a drain came first
+		return notStarted(destctl.NotHeld, 0) // a drain came first
 	}
-	now := h.clock.Now()
-	if r, d := h.heldNow(now, probe); r != notHeld {
+	now := h.Clock().Now()
+	if r, d := h.HeldNow(now, probe); r != destctl.NotHeld {
 		return notStarted(r, d)
 	}
 	for _, l := range f.leases {
 		if !l.trusted(now) {
-			return notStarted(notHeld, 0) // it waited too long for a permit
+			return notStarted(destctl.NotHeld, 0) // it waited too long for a permit
 		}
 	}
 	errs := publish(ctx, h, msgs)
-	took := clock.Since(h.clock, now)
-	if h.flow != nil {
-		h.flow.noteTook(took)
+	took := clock.Since(h.Clock(), now)
+	if h.Flow() != nil {
+		h.Flow().NoteTook(took)
 	}
-	h.noteHealth(errs, now.Sub(h.origin), now.Add(took).Sub(h.origin), probe, log)
+	h.NoteHealth(errs, now.Sub(h.Origin()), now.Add(took).Sub(h.Origin()), probe, log)
 	return &deliveryDone{errs: errs, took: took, started: now}
 }
 
@@ -486,12 +487,12 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 	if q.flightsTo[f.rows[0].dest]--; q.flightsTo[f.rows[0].dest] <= 0 {
 		delete(q.flightsTo, f.rows[0].dest)
 	}
-	if m.notStarted || m.held != notHeld {
+	if m.notStarted || m.held != destctl.NotHeld {
 		q.unstarted(f, m, out)
 		return
 	}
 	stopped := false
-	var breaker *breakerView // what the breaker says of a failure, read once
+	var breaker *destctl.BreakerView // what the breaker says of a failure, read once
 	for i := range f.rows {
 		p, err := &f.rows[i], m.errs[i]
 		switch {
@@ -502,7 +503,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			// An ordered batch stopped at an earlier row: a row that
 			// arrived all the same is delivered, the others go back.
 			if err == nil {
-				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i), breakerView{})
+				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i), destctl.BreakerView{})
 			} else {
 				q.d.release(out, p.row)
 			}
@@ -512,10 +513,10 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			out.rewind = true
 			stopped = q.ordered
 		default:
-			var b breakerView
+			var b destctl.BreakerView
 			if err != nil {
 				if breaker == nil {
-					v := p.dest.breakerView(f.probe, q.d.clock.Now())
+					v := p.dest.BreakerView(f.probe, q.d.clock.Now())
 					breaker = &v
 				}
 				b = *breaker
@@ -541,14 +542,14 @@ func (q *deliveryQueue) unstarted(f *flight, m *deliveryDone, out *outcomes) {
 		case q.lost[p.row.ID]:
 			delete(q.lost, p.row.ID)
 			out.abandon(p.row.Claim)
-		case m.held != notHeld && (i == 0 || !q.ordered):
+		case m.held != destctl.NotHeld && (i == 0 || !q.ordered):
 			q.d.deferRow(out, p, m.held, m.delay)
 		default:
 			q.d.release(out, p.row)
 			// Not behind a deferred head (the replica stops, or the lease
 			// is no longer trusted): the row keeps its old schedule, and no
 			// one continues its key.
-			out.rewind = out.rewind || m.held == notHeld
+			out.rewind = out.rewind || m.held == destctl.NotHeld
 		}
 	}
 	q.stopIfOrdered(out)
@@ -581,7 +582,7 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 				out.abandon(r.p.row.Claim)
 				matched = true
 				q.nParked--
-				h.flow.queued.Add(-1)
+				h.Flow().Queued.Add(-1)
 			} else {
 				keep = append(keep, r)
 			}
@@ -630,7 +631,7 @@ func (q *deliveryQueue) releaseQueue(out *outcomes) {
 		for _, r := range rows {
 			q.d.release(out, r.p.row)
 		}
-		h.flow.queued.Add(-int64(len(rows)))
+		h.Flow().Queued.Add(-int64(len(rows)))
 		delete(q.parked, h)
 	}
 	q.nParked = 0
@@ -638,19 +639,19 @@ func (q *deliveryQueue) releaseQueue(out *outcomes) {
 
 // publish calls the sink, turning a missing sink, a short answer or a panic
 // into errors, so that every message gets an outcome.
-func publish(ctx context.Context, h *sinkHandle, msgs []sinks.Message) (errs []error) {
+func publish(ctx context.Context, h *destctl.Handle, msgs []sinks.Message) (errs []error) {
 	defer func() {
 		if r := recover(); r != nil {
-			errs = sinks.Errors(len(msgs), fmt.Errorf("destination %s failed: %v", h.name, r))
+			errs = sinks.Errors(len(msgs), fmt.Errorf("destination %s failed: %v", h.Name(), r))
 		}
 	}()
-	s := h.get()
+	s := h.Sink()
 	if s == nil {
-		return sinks.Errors(len(msgs), fmt.Errorf("destination %s is not connected", h.name))
+		return sinks.Errors(len(msgs), fmt.Errorf("destination %s is not connected", h.Name()))
 	}
 	errs = s.Publish(ctx, msgs)
 	if len(errs) != len(msgs) {
-		errs = append(errs, sinks.Errors(len(msgs)-len(errs), fmt.Errorf("destination %s gave no result", h.name))...)
+		errs = append(errs, sinks.Errors(len(msgs)-len(errs), fmt.Errorf("destination %s gave no result", h.Name()))...)
 	}
 	return errs
 }
@@ -685,7 +686,7 @@ func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
 // (0: the row never reached the sink), with what the destination's breaker
 // says of a failure (b), and records it, with its attempt for the history
 // (nil: none).
-func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt, b breakerView) dialects.OutcomeKind {
+func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt, b destctl.BreakerView) dialects.OutcomeKind {
 	o := d.policy.decide(p.row, err, b)
 	if att != nil {
 		att.Error = o.Error
@@ -730,10 +731,10 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 
 // deferRow hands a row back to pending for delay, attempt unchanged: its
 // destination is held (why).
-func (d *deliverer) deferRow(out *outcomes, p *prepared, why holdReason, delay time.Duration) {
+func (d *deliverer) deferRow(out *outcomes, p *prepared, why destctl.HoldReason, delay time.Duration) {
 	out.write = append(out.write, dialects.Outcome{Claim: p.row.Claim, Kind: dialects.OutcomeDefer, Delay: delay})
 	out.stopped = true
-	p.dest.deferred[why].Add(1)
+	p.dest.Deferred(why)
 	d.stats.Deferred.Add(1)
 }
 

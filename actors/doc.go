@@ -81,7 +81,7 @@
 // # Holding a destination's rows
 //
 // Before a delivery starts, its destination's handle decides whether it may
-// (sinkHandle.admit): not while an operator has paused the destination
+// (destctl.Handle.admit): not while an operator has paused the destination
 // (read from the database by the destination watch, destwatch.go), nor
 // while its circuit is open (circuit.go: every attempt failed for a window;
 // one probe per interval goes out), nor while its flow control has as many

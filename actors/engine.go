@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"log/slog"
 	"strings"
 	"sync"
@@ -129,7 +130,7 @@ type Engine struct {
 	opts   Options
 	log    *slog.Logger
 	system *actor.ActorSystem
-	sinks  map[string]*sinkHandle
+	sinks  map[string]*destctl.Handle
 	routes routeObservers
 
 	root, claimer *actor.PID
@@ -155,9 +156,9 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*sinkHandle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
+	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*destctl.Handle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
 	for name := range opts.Destinations {
-		e.sinks[name] = newSinkHandle(name, opts.Policies[name], opts.MaxInFlight, opts.Clock)
+		e.sinks[name] = destctl.NewHandle(name, opts.Policies[name], opts.MaxInFlight, opts.Clock)
 	}
 	e.routes = newRouteObservers(opts.Router, opts.Observer)
 	return e, nil
@@ -170,10 +171,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	for name, f := range e.opts.Destinations {
 		s, err := f()
 		if err != nil {
-			closeSinks(e.sinks)
+			destctl.CloseSinks(e.sinks)
 			return fmt.Errorf("destination %s: %w", name, err)
 		}
-		e.sinks[name].set(s)
+		e.sinks[name].Set(s)
 	}
 	// protoactor logs every dead letter (a message to an actor that just
 	// stopped, which is normal here) at info: keep its warnings only.
@@ -229,7 +230,7 @@ func (e *Engine) abort() {
 	e.bg.stop()
 	e.cancelDelivery()
 	e.system.Shutdown()
-	closeSinks(e.sinks)
+	destctl.CloseSinks(e.sinks)
 	e.system = nil
 }
 
@@ -296,7 +297,7 @@ func (e *Engine) stop(ctx context.Context) error {
 	e.cancelDelivery()
 	e.system.Root.Stop(e.root)
 	e.system.Shutdown()
-	closeSinks(e.sinks)
+	destctl.CloseSinks(e.sinks)
 	e.log.Info("stopped", "delivered", e.Stats.Delivered.Load(), "retried", e.Stats.Retried.Load(), "dead", e.Stats.Dead.Load())
 	return err
 }

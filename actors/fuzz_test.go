@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
+	"github.com/queuebox/queuebox/internal/clock"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -57,9 +59,9 @@ func fuzzDeliverer(t testing.TB, transform string) (*deliverer, *httpsink.Sink) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sink.Close() })
-	h := &sinkHandle{name: "hook"}
-	h.set(sink)
-	return &deliverer{router: router, sinks: map[string]*sinkHandle{"hook": h}, routes: newRouteObservers(router, NopObserver{})}, sink
+	h := destctl.NewHandle("hook", destctl.Policy{}, 100, clock.Wall{})
+	h.Set(sink)
+	return &deliverer{router: router, sinks: map[string]*destctl.Handle{"hook": h}, routes: newRouteObservers(router, NopObserver{}), clock: clock.Wall{}}, sink
 }
 
 func FuzzRowOverHTTP(f *testing.F) {

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"testing"
 
 	"github.com/google/uuid"
@@ -45,7 +46,7 @@ func BenchmarkOutcomes(b *testing.B) {
 	for b.Loop() {
 		out = out[:0]
 		for i := range rows {
-			out = append(out, p.decide(rows[i], nil, breakerView{}))
+			out = append(out, p.decide(rows[i], nil, destctl.BreakerView{}))
 		}
 		for i := range out {
 			_ = dialects.WriteOf(out[i])

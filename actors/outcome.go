@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -49,38 +50,20 @@ type outcomePolicy struct {
 	redact func(string) string
 }
 
-// breakerView is what a destination's circuit breaker says of a failed
-// delivery to it (circuit.go): whether the failure is the row's try at all.
-// The zero value counts every failure, as for a destination without a
-// breaker.
-type breakerView struct {
-	// probe: the delivery was the open circuit's probe. Its failure tells
-	// that the destination is still down, nothing about the row.
-	probe bool
-	// down: the destination is down: its circuit is open, or every
-	// request to it since the latest success failed, at least the
-	// breaker's minimum of attempts.
-	down bool
-	// wait is how long the row of a failure that is not counted waits
-	// while the circuit is open (as long as the circuit holds every row);
-	// 0 when it is not open yet: the row waits the backoff a retry would.
-	wait time.Duration
-}
-
 // decide turns a delivery result into the row's outcome. With a circuit
 // breaker an outage costs time, not rows: a failed probe, and a failed last
 // try while the destination is down, are not counted (OutcomeDefer: the row
 // waits, its attempt unchanged). A failure that is the row's own (a
 // permanent error) is dead whatever the breaker says.
-func (p outcomePolicy) decide(r dialects.Row, err error, b breakerView) dialects.Outcome {
+func (p outcomePolicy) decide(r dialects.Row, err error, b destctl.BreakerView) dialects.Outcome {
 	o := dialects.Outcome{Claim: r.Claim}
 	switch {
 	case err == nil:
 		o.Kind = dialects.OutcomeDelivered
 	case sinks.IsPermanent(err):
 		o.Kind, o.Error = dialects.OutcomeDead, p.lastError(err)
-	case b.probe || (r.Attempt >= r.MaxAttempts && b.down):
-		o.Kind, o.Error, o.Delay = dialects.OutcomeDefer, p.lastError(err), b.wait
+	case b.Probe || (r.Attempt >= r.MaxAttempts && b.Down):
+		o.Kind, o.Error, o.Delay = dialects.OutcomeDefer, p.lastError(err), b.Wait
 		if o.Delay <= 0 {
 			o.Delay = p.retryDelay(r, err)
 		}

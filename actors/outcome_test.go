@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"strings"
 	"testing"
 	"time"
@@ -50,25 +51,25 @@ func TestDecideWithTheBreaker(t *testing.T) {
 	down := errors.New("HTTP 503")
 	own := sinks.Permanent(errors.New("HTTP 422"))
 	row := func(attempt, most int) dialects.Row { return dialects.Row{Attempt: attempt, MaxAttempts: most} }
-	open := breakerView{down: true, wait: 7 * time.Second}
+	open := destctl.BreakerView{Down: true, Wait: 7 * time.Second}
 	for _, c := range []struct {
 		name  string
 		row   dialects.Row
 		err   error
-		b     breakerView
+		b     destctl.BreakerView
 		kind  dialects.OutcomeKind
 		delay time.Duration
 	}{
-		{"a success", row(2, 2), nil, breakerView{probe: true, down: true}, dialects.OutcomeDelivered, 0},
-		{"a first try, no breaker", row(0, 2), down, breakerView{}, dialects.OutcomeRetry, time.Second},
-		{"the last try, no breaker", row(2, 2), down, breakerView{}, dialects.OutcomeDead, 0},
-		{"the last try, the destination working", row(2, 2), down, breakerView{down: false}, dialects.OutcomeDead, 0},
-		{"a try before the last, the destination down", row(1, 2), down, breakerView{down: true}, dialects.OutcomeRetry, 2 * time.Second},
-		{"the last try, the destination down, the circuit not open yet", row(2, 2), down, breakerView{down: true}, dialects.OutcomeDefer, 4 * time.Second},
+		{"a success", row(2, 2), nil, destctl.BreakerView{Probe: true, Down: true}, dialects.OutcomeDelivered, 0},
+		{"a first try, no breaker", row(0, 2), down, destctl.BreakerView{}, dialects.OutcomeRetry, time.Second},
+		{"the last try, no breaker", row(2, 2), down, destctl.BreakerView{}, dialects.OutcomeDead, 0},
+		{"the last try, the destination working", row(2, 2), down, destctl.BreakerView{Down: false}, dialects.OutcomeDead, 0},
+		{"a try before the last, the destination down", row(1, 2), down, destctl.BreakerView{Down: true}, dialects.OutcomeRetry, 2 * time.Second},
+		{"the last try, the destination down, the circuit not open yet", row(2, 2), down, destctl.BreakerView{Down: true}, dialects.OutcomeDefer, 4 * time.Second},
 		{"the last try, the circuit open", row(2, 2), down, open, dialects.OutcomeDefer, 7 * time.Second},
-		{"a failed probe", row(0, 2), down, breakerView{probe: true, down: true, wait: 7 * time.Second}, dialects.OutcomeDefer, 7 * time.Second},
-		{"a failed probe on the last try", row(2, 2), down, breakerView{probe: true, down: true, wait: 7 * time.Second}, dialects.OutcomeDefer, 7 * time.Second},
-		{"the row's own fault in a probe", row(0, 2), own, breakerView{probe: true, down: true}, dialects.OutcomeDead, 0},
+		{"a failed probe", row(0, 2), down, destctl.BreakerView{Probe: true, Down: true, Wait: 7 * time.Second}, dialects.OutcomeDefer, 7 * time.Second},
+		{"a failed probe on the last try", row(2, 2), down, destctl.BreakerView{Probe: true, Down: true, Wait: 7 * time.Second}, dialects.OutcomeDefer, 7 * time.Second},
+		{"the row's own fault in a probe", row(0, 2), own, destctl.BreakerView{Probe: true, Down: true}, dialects.OutcomeDead, 0},
 		{"the row's own fault in an outage", row(2, 2), own, open, dialects.OutcomeDead, 0},
 	} {
 		o := p.decide(c.row, c.err, c.b)

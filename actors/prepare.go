@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 type prepared struct {
 	row   dialects.Row
 	route *routing.Route
-	dest  *sinkHandle
+	dest  *destctl.Handle
 	msg   sinks.Message
 	// obs hears how the row's delivery ends (its route's handle).
 	obs RouteObserver

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -13,12 +14,12 @@ import (
 // mailbox, so a slow destination never blocks a mailbox. The engine closes
 // the sinks when it stops.
 type sinkActor struct {
-	h       *sinkHandle
+	h       *destctl.Handle
 	factory SinkFactory
 }
 
 func (s *sinkActor) Receive(c actor.Context) {
-	if _, ok := c.Message().(*actor.Started); ok && s.h.get() == nil {
+	if _, ok := c.Message().(*actor.Started); ok && s.h.Sink() == nil {
 		s.build()
 	}
 }
@@ -28,7 +29,7 @@ func (s *sinkActor) build() {
 	if err != nil {
 		// A panic hands the actor to its supervisor, which restarts it
 		// with backoff; meanwhile deliveries to it fail and are retried.
-		panic(fmt.Sprintf("destination %s could not be built: %v", s.h.name, err))
+		panic(fmt.Sprintf("destination %s could not be built: %v", s.h.Name(), err))
 	}
-	s.h.set(snk)
+	s.h.Set(snk)
 }

@@ -2,13 +2,14 @@ package actors
 
 import (
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 )
 
 // sinkSupervisor is one-for-one over one sink actor per destination, and
 // restarts a sink actor that crashed with exponential backoff (its own
 // supervisor strategy, set where it is spawned).
 type sinkSupervisor struct {
-	handles   map[string]*sinkHandle
+	handles   map[string]*destctl.Handle
 	factories map[string]SinkFactory
 	mailbox   actor.MailboxProducer
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,7 @@ type parts struct {
 	opts      *Options
 	log       *slog.Logger
 	stats     *Stats
-	sinks     map[string]*sinkHandle
+	sinks     map[string]*destctl.Handle
 	routes    routeObservers
 	mailboxes *mailboxLengths
 	bg        *background
@@ -96,10 +97,10 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
 	// The paused destinations are read before the claimer starts (see
-	// destinationWatch.first).
-	dests := &destinationWatch{dialect: o.Dialect, handles: s.sinks, replica: o.Replica, describe: d.policy.lastError, log: s.log, bg: s.bg.ctx, clock: s.clock,
-		wakeups: o.Wakeups}
-	dests.first()
+	// destctl.Watch.First).
+	dests := &destctl.Watch{Dialect: o.Dialect, Handles: s.sinks, Replica: o.Replica, Describe: d.policy.lastError, Log: s.log, BG: s.bg.ctx, Clock: s.clock,
+		Wakeups: o.Wakeups}
+	dests.First()
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)
 	})
@@ -138,7 +139,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 			root.Send(completerPID, &budgetChanged{statements: n})
 		}}
 	s.bg.run(watcher.loop)
-	s.bg.run(dests.loop)
+	s.bg.run(dests.Loop)
 	if o.Inbox.Enabled {
 		// The inbox relay sends only to itself and wakes the claimer; its
 		// mailbox holds ticks, which it handles at once.

@@ -1,4 +1,4 @@
-package actors
+package destctl
 
 import (
 	"bytes"
@@ -17,28 +17,28 @@ import (
 func TestHealthLinesFollowWhenPublishesBegan(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	h := &sinkHandle{name: "hook"}
+	h := &Handle{name: "hook"}
 	down := []error{errors.New("HTTP 502 Bad Gateway")}
 	up := []error{nil}
 	ms := time.Millisecond
-	h.noteHealth(down, 10*ms, 15*ms, false, log) // the outage, seen at 15
-	h.noteHealth(up, 0*ms, 16*ms, false, log)    // sent before that failure: old news
-	h.noteHealth(up, 12*ms, 17*ms, false, log)   // sent before the outage was seen: old news
-	h.noteHealth(down, 20*ms, 21*ms, false, log)
-	h.noteHealth(up, 50*ms, 55*ms, false, log)   // the recovery, seen at 55
-	h.noteHealth(down, 40*ms, 56*ms, false, log) // sent before the recovery: old news
-	h.noteHealth(down, 52*ms, 57*ms, false, log) // sent after the recovery's own request, before it was seen: old news
-	h.noteHealth(up, 60*ms, 61*ms, false, log)
-	h.noteHealth(down, 56*ms, 90*ms, false, log) // sent after the recovery was seen, but before a later success: old news
+	h.NoteHealth(down, 10*ms, 15*ms, false, log) // the outage, seen at 15
+	h.NoteHealth(up, 0*ms, 16*ms, false, log)    // sent before that failure: old news
+	h.NoteHealth(up, 12*ms, 17*ms, false, log)   // sent before the outage was seen: old news
+	h.NoteHealth(down, 20*ms, 21*ms, false, log)
+	h.NoteHealth(up, 50*ms, 55*ms, false, log)   // the recovery, seen at 55
+	h.NoteHealth(down, 40*ms, 56*ms, false, log) // sent before the recovery: old news
+	h.NoteHealth(down, 52*ms, 57*ms, false, log) // sent after the recovery's own request, before it was seen: old news
+	h.NoteHealth(up, 60*ms, 61*ms, false, log)
+	h.NoteHealth(down, 56*ms, 90*ms, false, log) // sent after the recovery was seen, but before a later success: old news
 	lines := buf.String()
 	if strings.Count(lines, "destination failing") != 1 || strings.Count(lines, "destination delivering again") != 1 {
 		t.Fatalf("want one line for the outage and one for the recovery:\n%s", lines)
 	}
-	h.noteHealth(down, 70*ms, 71*ms, false, log) // a new outage
+	h.NoteHealth(down, 70*ms, 71*ms, false, log) // a new outage
 	if strings.Count(buf.String(), "destination failing") != 2 {
 		t.Fatalf("a failure sent after the recovery was seen is a new outage:\n%s", buf.String())
 	}
-	h.noteHealth(up, 72*ms, 73*ms, false, log) // and its recovery
+	h.NoteHealth(up, 72*ms, 73*ms, false, log) // and its recovery
 	if strings.Count(buf.String(), "destination delivering again") != 2 {
 		t.Fatalf("a success sent after the outage was seen is a recovery:\n%s", buf.String())
 	}

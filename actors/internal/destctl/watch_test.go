@@ -1,4 +1,4 @@
-package actors
+package destctl
 
 import (
 	"context"
@@ -52,13 +52,13 @@ func TestThePausesAreReadWhenANudgeSaysSo(t *testing.T) {
 	w := &heardPauses{ch: make(chan struct{}, 1)}
 	w.hears.Store(true)
 	clk := clock.NewFake(time.Now())
-	h := newSinkHandle("crm", DestinationPolicy{}, 100, clk)
+	h := NewHandle("crm", Policy{}, 100, clk)
 	ctx, cancel := context.WithCancel(context.Background())
-	watch := &destinationWatch{dialect: states, handles: map[string]*sinkHandle{"crm": h}, replica: "r1",
-		describe: func(err error) string { return err.Error() }, log: slog.New(slog.DiscardHandler), bg: ctx, wakeups: w, clock: clk}
-	watch.first()
+	watch := &Watch{Dialect: states, Handles: map[string]*Handle{"crm": h}, Replica: "r1",
+		Describe: func(err error) string { return err.Error() }, Log: slog.New(slog.DiscardHandler), BG: ctx, Wakeups: w, Clock: clk}
+	watch.First()
 	done := make(chan struct{})
-	go func() { defer close(done); watch.loop() }()
+	go func() { defer close(done); watch.Loop() }()
 	t.Cleanup(func() { cancel(); <-done })
 	// armed waits until the watch waits for its next tick: the last one
 	// is handled.
@@ -83,7 +83,7 @@ func TestThePausesAreReadWhenANudgeSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.ch <- struct{}{}
-	testkit.Eventually(t, "the nudge holds the destination", 0, testkit.True(func() bool { return h.hold.reason() == heldPaused }))
+	testkit.Eventually(t, "the nudge holds the destination", 0, testkit.True(func() bool { return h.hold.reason() == HeldPaused }))
 	tick()
 	testkit.Eventually(t, "a second read at the tick after the nudge", 0, testkit.True(func() bool { return states.reads.Load() == 3 }))
 
@@ -92,7 +92,7 @@ func TestThePausesAreReadWhenANudgeSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	tick()
-	testkit.Eventually(t, "without nudges, a tick reads the resumption", 0, testkit.True(func() bool { return h.hold.reason() == notHeld }))
+	testkit.Eventually(t, "without nudges, a tick reads the resumption", 0, testkit.True(func() bool { return h.hold.reason() == NotHeld }))
 	reads := states.reads.Load()
 	tick()
 	tick()

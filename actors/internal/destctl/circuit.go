@@ -1,4 +1,4 @@
-package actors
+package destctl
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // or every attempt since the latest success failed, at least MinAttempts of
 // them and at least two, so that the circuit opens once the window has
 // passed) is not counted either, and the row waits for the circuit (see
-// breakerView and outcomePolicy.decide). The tries before the last count,
+// BreakerView and outcomePolicy.decide). The tries before the last count,
 // and a destination that works for other rows is not down, so a row whose
 // own fault is a retryable one still runs out of tries.
 //
@@ -40,7 +40,7 @@ import (
 // later (a new connection, a slow dial, a timeout), so an outcome is old
 // news, and changes nothing, when its Publish began before the last change
 // was seen, or before the latest Publish with the opposite outcome began.
-// Times are since the handle's origin (sinkHandle.origin).
+// Times are since the handle's origin (Handle.origin).
 type health struct {
 	sync.Mutex
 	breaker CircuitBreaker
@@ -111,24 +111,42 @@ func (hs *health) delay(now time.Time) time.Duration {
 	return holdDelay(now.Sub(since))
 }
 
-// breakerView says what the breaker makes of a failed delivery (probe: it
+// BreakerView says what the breaker makes of a failed delivery (probe: it
 // was the circuit's probe), for the row's outcome: whether the destination
 // is down, and how long a row whose failure is not counted waits (as long
 // as the circuit holds rows while it is open; 0, its backoff, before).
-func (h *sinkHandle) breakerView(probe bool, now time.Time) breakerView {
+func (h *Handle) BreakerView(probe bool, now time.Time) BreakerView {
 	hs := &h.health
 	if hs.breaker.Window <= 0 {
-		return breakerView{}
+		return BreakerView{}
 	}
 	hs.Lock()
 	// Two failures at least: one alone may be the row's own.
 	open, since, down := hs.open, hs.openedAt, hs.open || hs.streak >= max(hs.breaker.MinAttempts, 2)
 	hs.Unlock()
-	b := breakerView{probe: probe, down: down}
+	b := BreakerView{Probe: probe, Down: down}
 	if open {
-		b.wait = holdDelay(now.Sub(since))
+		b.Wait = holdDelay(now.Sub(since))
 	}
 	return b
+}
+
+// BreakerView is what a destination's circuit breaker says of a failed
+// delivery to it (circuit.go): whether the failure is the row's try at all.
+// The zero value counts every failure, as for a destination without a
+// breaker.
+type BreakerView struct {
+	// Probe: the delivery was the open circuit's probe. Its failure tells
+	// that the destination is still down, nothing about the row.
+	Probe bool
+	// Down: the destination is down: its circuit is open, or every
+	// request to it since the latest success failed, at least the
+	// breaker's minimum of attempts.
+	Down bool
+	// Wait is how long the row of a failure that is not counted waits
+	// while the circuit is open (as long as the circuit holds every row);
+	// 0 when it is not open yet: the row waits the backoff a retry would.
+	Wait time.Duration
 }
 
 // circuitView is what the circuit looks like now.
@@ -150,7 +168,7 @@ func (hs *health) view() circuitView {
 // and opens or closes the circuit. A failure that is the row's own fault (a
 // permanent error) says nothing about the destination, and neither does a
 // cancelled delivery. probe says the Publish was the circuit's probe.
-func (h *sinkHandle) noteHealth(errs []error, began, ended time.Duration, probe bool, log *slog.Logger) {
+func (h *Handle) NoteHealth(errs []error, began, ended time.Duration, probe bool, log *slog.Logger) {
 	var failure error
 	ok, failed := false, 0
 	for _, err := range errs {

@@ -1,4 +1,4 @@
-package actors
+package destctl
 
 import (
 	"context"
@@ -25,11 +25,11 @@ type hold struct {
 }
 
 // reason says whether the destination is held by a pause.
-func (h *hold) reason() holdReason {
+func (h *hold) reason() HoldReason {
 	if h.paused.Load() {
-		return heldPaused
+		return HeldPaused
 	}
-	return notHeld
+	return NotHeld
 }
 
 // delay is how long a row of a paused destination waits (holdDelay).
@@ -70,7 +70,7 @@ func (h *hold) set(st dialects.DestinationState, now time.Time) (changed bool) {
 	return st.Paused != was
 }
 
-// destinationWatch reads the destinations' pauses from the database and
+// Watch reads the destinations' pauses from the database and
 // holds or releases the handles, so that a pause made on one replica, or
 // with the command line, holds on every replica within about a second:
 // every watchEvery, or, while logical wake-ups bring the changes of the
@@ -80,18 +80,19 @@ func (h *hold) set(st dialects.DestinationState, now time.Time) (changed bool) {
 // operators (refreshed every circuitRefresh, removed when they close and
 // when the engine stops). It runs in the engine's background and sends to
 // no actor.
-type destinationWatch struct {
-	dialect dialects.Destinations
-	handles map[string]*sinkHandle
-	replica string
-	// describe words a circuit's last error as last_error would be: redacted
-	// and cut.
-	describe func(error) string
-	log      *slog.Logger
-	bg       context.Context
-	// wakeups, when set, may nudge on pauses (nil: none).
-	wakeups dialects.Wakeups
-	clock   clock.Clock
+type Watch struct {
+	Dialect dialects.Destinations
+	Handles map[string]*Handle
+	Replica string
+	// Describe words a circuit's last error as last_error would be:
+	// redacted and cut.
+	Describe func(error) string
+	Log      *slog.Logger
+	// BG ends when the engine stops.
+	BG context.Context
+	// Wakeups, when set, may nudge on pauses (nil: none).
+	Wakeups dialects.Wakeups
+	Clock   clock.Clock
 
 	// reported: the circuits reported open, and when last.
 	reported map[string]time.Time
@@ -117,7 +118,7 @@ const (
 // waits at most firstReadTimeout: a replica that cannot read them (the
 // database is away) starts as if none were paused, and the loop reads them
 // as soon as it can.
-func (w *destinationWatch) first() {
+func (w *Watch) First() {
 	w.reported = map[string]time.Time{}
 	w.readPauses(firstReadTimeout)
 }
@@ -126,18 +127,18 @@ const firstReadTimeout = 2 * time.Second
 
 // loop reads the pauses and reports the circuits every watchEvery until the
 // engine stops.
-func (w *destinationWatch) loop() {
-	t := w.clock.NewTimer(watchEvery)
+func (w *Watch) Loop() {
+	t := w.Clock.NewTimer(watchEvery)
 	defer t.Stop()
 	var nudges <-chan struct{}
-	if w.wakeups != nil {
-		nudges = w.wakeups.Pauses()
+	if w.Wakeups != nil {
+		nudges = w.Wakeups.Pauses()
 	}
-	lastRead, recheck := w.clock.Now(), false
+	lastRead, recheck := w.Clock.Now(), false
 	for {
 		nudged := false
 		select {
-		case <-w.bg.Done():
+		case <-w.BG.Done():
 			// The engine stops: its circuits are no one's any more.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			w.reportCircuits(ctx, true)
@@ -148,7 +149,7 @@ func (w *destinationWatch) loop() {
 		case <-nudges:
 			nudged = true
 		}
-		now := w.clock.Now()
+		now := w.Clock.Now()
 		if nudged || recheck || !w.hearsPauses() || now.Sub(lastRead) >= pausesSafetyRead {
 			w.readPauses(5 * time.Second)
 			lastRead = now
@@ -156,21 +157,21 @@ func (w *destinationWatch) loop() {
 			// visible to other sessions: read once more at the next tick.
 			recheck = nudged
 		}
-		w.reportCircuits(w.bg, false)
+		w.reportCircuits(w.BG, false)
 	}
 }
 
 // hearsPauses says whether pauses come as nudges now.
-func (w *destinationWatch) hearsPauses() bool {
-	return w.wakeups != nil && w.wakeups.Status().Pauses
+func (w *Watch) hearsPauses() bool {
+	return w.Wakeups != nil && w.Wakeups.Status().Pauses
 }
 
-func (w *destinationWatch) readPauses(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(w.bg, timeout)
-	states, err := w.dialect.DestinationStates(ctx)
+func (w *Watch) readPauses(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(w.BG, timeout)
+	states, err := w.Dialect.DestinationStates(ctx)
 	cancel()
 	if err != nil {
-		if w.bg.Err() != nil {
+		if w.BG.Err() != nil {
 			return
 		}
 		if !w.failing {
@@ -179,31 +180,31 @@ func (w *destinationWatch) readPauses(timeout time.Duration) {
 			if errors.Is(err, dialects.ErrNoTable) {
 				msg = "cannot read which destinations are paused: the schema is older than this release (run `queuebox migrate up`); no destination is held meanwhile"
 			}
-			w.log.Error(msg, "error", err)
+			w.Log.Error(msg, "error", err)
 		}
 		return
 	}
 	if w.failing {
 		w.failing = false
-		w.log.Info("reading which destinations are paused again")
+		w.Log.Info("reading which destinations are paused again")
 	}
 	byName := make(map[string]dialects.DestinationState, len(states))
 	for _, st := range states {
 		byName[st.Name] = st
 	}
-	now := w.clock.Now()
-	for name, h := range w.handles {
+	now := w.Clock.Now()
+	for name, h := range w.Handles {
 		st := byName[name]
 		st.Name = name
 		if h.hold.set(st, now) {
 			if st.Paused {
 				if h.flow != nil {
-					h.flow.interrupt()
+					h.flow.Interrupt()
 				}
-				w.log.Info("destination paused: its rows wait, with no attempt counted, until it is resumed",
+				w.Log.Info("destination paused: its rows wait, with no attempt counted, until it is resumed",
 					"destination", name, "reason", st.Reason, "pausedAt", st.Since)
 			} else {
-				w.log.Info("destination resumed: its rows flow again", "destination", name)
+				w.Log.Info("destination resumed: its rows flow again", "destination", name)
 			}
 		}
 	}
@@ -211,11 +212,11 @@ func (w *destinationWatch) readPauses(timeout time.Duration) {
 
 // reportCircuits writes which circuits this replica holds open, and removes
 // those it closed (all of them when stopping).
-func (w *destinationWatch) reportCircuits(ctx context.Context, stopping bool) {
-	now := w.clock.Now()
+func (w *Watch) reportCircuits(ctx context.Context, stopping bool) {
+	now := w.Clock.Now()
 	var closed []string
-	for _, name := range slices.Sorted(maps.Keys(w.handles)) {
-		c := w.handles[name].health.view()
+	for _, name := range slices.Sorted(maps.Keys(w.Handles)) {
+		c := w.Handles[name].health.view()
 		last, reported := w.reported[name]
 		switch {
 		case c.open && !stopping:
@@ -224,9 +225,9 @@ func (w *destinationWatch) reportCircuits(ctx context.Context, stopping bool) {
 			}
 			lastErr := ""
 			if c.lastErr != nil {
-				lastErr = w.describe(c.lastErr)
+				lastErr = w.Describe(c.lastErr)
 			}
-			if err := w.dialect.DestinationCircuitOpen(ctx, dialects.OpenCircuit{Destination: name, Replica: w.replica, LastError: lastErr}); err != nil {
+			if err := w.Dialect.DestinationCircuitOpen(ctx, dialects.OpenCircuit{Destination: name, Replica: w.Replica, LastError: lastErr}); err != nil {
 				w.reportFailed(err)
 				continue // said again at the next look
 			}
@@ -239,7 +240,7 @@ func (w *destinationWatch) reportCircuits(ctx context.Context, stopping bool) {
 	if len(closed) == 0 {
 		return
 	}
-	if err := w.dialect.DestinationCircuitsClosed(ctx, w.replica, closed); err != nil {
+	if err := w.Dialect.DestinationCircuitsClosed(ctx, w.Replica, closed); err != nil {
 		w.reportFailed(err)
 		return
 	}
@@ -252,10 +253,10 @@ func (w *destinationWatch) reportCircuits(ctx context.Context, stopping bool) {
 // reportFailed logs, once until a report works again, that the open
 // circuits could not be written: operators see stale ones meanwhile (the
 // circuits themselves work the same).
-func (w *destinationWatch) reportFailed(err error) {
-	if w.reportFailing || w.bg.Err() != nil {
+func (w *Watch) reportFailed(err error) {
+	if w.reportFailing || w.BG.Err() != nil {
 		return
 	}
 	w.reportFailing = true
-	w.log.Warn("cannot tell operators which circuits this replica holds open; `queuebox destinations list` may show them late", "error", err)
+	w.Log.Warn("cannot tell operators which circuits this replica holds open; `queuebox destinations list` may show them late", "error", err)
 }

@@ -1,4 +1,4 @@
-package actors
+package destctl
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // bounded by the credit. Only a delivery beyond that is deferred, until
 // about when the flow can take it (deferral), so that a backlog deeper than
 // half the credit is claimed about once per row, not over and over.
-type flow struct {
+type Flow struct {
 	clock       clock.Clock
 	limiter     *rate.Limiter       // nil: no rate limit
 	slots       *semaphore.Weighted // nil: no concurrency limit
@@ -42,9 +42,9 @@ type flow struct {
 	maxWaiting  int // half the replica's credit
 
 	waiting atomic.Int64 // rows admitted whose Publish has not started
-	// queued counts the rows that wait behind those in the actors: in key
+	// Queued counts the rows that wait behind those in the actors: in key
 	// actors behind their head, and parked in the pool.
-	queued     atomic.Int64
+	Queued     atomic.Int64
 	publishing atomic.Int64 // Publish calls that hold their permits
 	waitedNs   atomic.Int64 // time spent waiting for permits, in total
 
@@ -61,19 +61,19 @@ type flow struct {
 	cancelHeld context.CancelFunc
 }
 
-// Deferrals are at least minDeferral (a row claimed again at once would
+// Deferrals are at least MinDeferral (a row claimed again at once would
 // only be deferred again) and at most maxDeferral.
 const (
-	minDeferral = 500 * time.Millisecond
+	MinDeferral = 500 * time.Millisecond
 	maxDeferral = time.Hour
 )
 
-// newFlow returns the flow control of a policy, nil when it limits nothing.
-func newFlow(p DestinationPolicy, maxInFlight int, c clock.Clock) *flow {
+// NewFlow returns the flow control of a policy, nil when it limits nothing.
+func NewFlow(p Policy, maxInFlight int, c clock.Clock) *Flow {
 	if p.RatePerSecond <= 0 && p.MaxConcurrency <= 0 {
 		return nil
 	}
-	f := &flow{maxWaiting: max(1, maxInFlight/2), concurrency: p.MaxConcurrency, clock: c}
+	f := &Flow{maxWaiting: max(1, maxInFlight/2), concurrency: p.MaxConcurrency, clock: c}
 	if p.RatePerSecond > 0 {
 		// Without a burst, a second's worth: the rate holds over any
 		// second, and batches of up to that many rows can go at once.
@@ -92,7 +92,7 @@ func newFlow(p DestinationPolicy, maxInFlight int, c clock.Clock) *flow {
 
 // batchLimit caps a batch of n rows at the bucket's size: a Publish takes
 // a token per row at once.
-func (f *flow) batchLimit(n int) int {
+func (f *Flow) BatchLimit(n int) int {
 	if f.limiter != nil {
 		return min(n, f.burst)
 	}
@@ -104,24 +104,24 @@ func (f *flow) batchLimit(n int) int {
 // for their turn in memory to the database instead, where they come back
 // only when their reschedule is due and a claim finds them: behind their
 // turn, with the destination idle meanwhile.
-func (f *flow) room(maxBatch int) int { return max(f.maxWaiting, maxBatch) }
+func (f *Flow) Room(maxBatch int) int { return max(f.maxWaiting, maxBatch) }
 
 // holding is how many rows wait for a permit: in deliveries, and in the
-// actors behind them (queued).
-func (f *flow) holding() int64 { return f.waiting.Load() + f.queued.Load() }
+// actors behind them (Queued).
+func (f *Flow) Holding() int64 { return f.waiting.Load() + f.Queued.Load() }
 
 // full reports whether as many rows wait as may, besides own (the rows the
 // asking key actor holds already: its own rows do not keep it waiting).
-func (f *flow) full(maxBatch, own int) bool { return int(f.holding())-own >= f.room(maxBatch) }
+func (f *Flow) Full(maxBatch, own int) bool { return int(f.Holding())-own >= f.Room(maxBatch) }
 
 // enter counts n rows as waiting; acquire counts them out.
-func (f *flow) enter(n int) { f.waiting.Add(int64(n)) }
+func (f *Flow) Enter(n int) { f.waiting.Add(int64(n)) }
 
 // acquire waits for a Publish slot and n tokens, and counts the n rows out
 // of the waiting ones. It returns early with an error when ctx ends (the
 // claim was lost, the replica drains) or the destination is paused
-// (errHeld). release gives the slot back when the Publish returns.
-func (f *flow) acquire(ctx context.Context, n int) (release func(), err error) {
+// (ErrHeld). release gives the slot back when the Publish returns.
+func (f *Flow) Acquire(ctx context.Context, n int) (release func(), err error) {
 	defer f.waiting.Add(-int64(n))
 	t0 := f.clock.Now()
 	defer func() { f.waitedNs.Add(int64(clock.Since(f.clock, t0))) }()
@@ -130,7 +130,7 @@ func (f *flow) acquire(ctx context.Context, n int) (release func(), err error) {
 	f.mu.Unlock()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(held, func() { cancel(errHeld) })
+	stop := context.AfterFunc(held, func() { cancel(ErrHeld) })
 	defer stop()
 	if f.slots != nil {
 		if err := f.slots.Acquire(wctx, 1); err != nil {
@@ -158,7 +158,7 @@ func (f *flow) acquire(ctx context.Context, n int) (release func(), err error) {
 }
 
 // interrupt ends every wait for a permit: the destination was paused.
-func (f *flow) interrupt() {
+func (f *Flow) Interrupt() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cancelHeld()
@@ -166,7 +166,7 @@ func (f *flow) interrupt() {
 }
 
 // noteTook follows how long Publish calls take.
-func (f *flow) noteTook(d time.Duration) {
+func (f *Flow) NoteTook(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.took == 0 {
@@ -181,7 +181,7 @@ func (f *flow) noteTook(d time.Duration) {
 // Until a Publish has been measured, a concurrency limit is taken to pass a
 // round of batches a second, and only when there is no rate to go by: a
 // guess that low would spread deferred rows far behind the rate.
-func (f *flow) pace(maxBatch int) float64 {
+func (f *Flow) Pace(maxBatch int) float64 {
 	p := math.Inf(1)
 	if f.limiter != nil {
 		p = f.perSecond
@@ -201,18 +201,18 @@ func (f *flow) pace(maxBatch int) float64 {
 // (the slot clock), at the flow's pace. n is how many rows come back then
 // (a key's run comes back with its head): the slot clock moves on by their
 // share.
-func (f *flow) deferral(now time.Time, n, maxBatch int) time.Duration {
+func (f *Flow) Deferral(now time.Time, n, maxBatch int) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	pace := f.pace(maxBatch)
+	pace := f.Pace(maxBatch)
 	perRow := time.Duration(float64(time.Second) / pace)
-	if through := now.Add(time.Duration(f.holding()) * perRow); f.next.Before(through) {
+	if through := now.Add(time.Duration(f.Holding()) * perRow); f.next.Before(through) {
 		f.next = through
 	}
 	d := f.next.Sub(now)
 	f.next = f.next.Add(time.Duration(n) * perRow)
-	return min(max(d, minDeferral), maxDeferral)
+	return min(max(d, MinDeferral), maxDeferral)
 }
 
-// errHeld ends a wait for a permit: the destination was paused.
-var errHeld = errors.New("the destination was paused")
+// ErrHeld ends a wait for a permit: the destination was paused.
+var ErrHeld = errors.New("the destination was paused")
