@@ -108,6 +108,17 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 		return 2 * wakeRows
 	case "long-transaction":
 		return len(holders) * o.Rate * int((2*holdWindow+hold)/time.Second)
+	case "trickle":
+		// Each rate for --seconds (default 30).
+		seconds := 30
+		if o.secondsGiven {
+			seconds = o.Seconds
+		}
+		n := 0
+		for _, r := range trickleRates {
+			n += r * seconds
+		}
+		return n
 	}
 	return 0
 }
