@@ -25,6 +25,10 @@ type (
 // counts them.
 var DeferReasons = destctl.DeferReasons
 
+// CircuitFresh is how recently a replica must have refreshed a circuit it
+// reported open for the circuit to count as open.
+const CircuitFresh = destctl.CircuitFresh
+
 // Destinations describes every destination, in name order.
 func (e *Engine) Destinations() []DestinationStatus {
 	describe := outcomePolicy{maxErrorBytes: e.opts.MaxErrorBytes, redact: e.opts.Redact}.lastError
