@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/queuebox/queuebox/internal/clock"
 )
 
@@ -68,16 +66,11 @@ func (b *background) stop() {
 	b.wg.Wait()
 }
 
-// runLoop is the whole Receive of an actor that owns a loop (the Janitor):
-// the loop starts with the actor, and the actor answers whereAreYou once it
-// has, so that Engine.Start returns only after the loop is counted in b
-// (Stop waits for it).
-func runLoop(ctx actor.Context, b *background, loop func(root *actor.RootContext)) {
-	switch ctx.Message().(type) {
-	case *actor.Started:
-		root := ctx.ActorSystem().Root
-		b.run(func() { loop(root) })
-	case *whereAreYou:
-		ctx.Respond(true)
-	}
-}
+// Context, Run and Every make background the Janitor's upkeep.Loops.
+func (b *background) Context() context.Context { return b.ctx }
+
+// Run is run.
+func (b *background) Run(loop func()) { b.run(loop) }
+
+// Every is every.
+func (b *background) Every(d time.Duration, tick func()) { b.every(d, tick) }

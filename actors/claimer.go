@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"github.com/queuebox/queuebox/actors/internal/upkeep"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -16,9 +17,8 @@ import (
 
 // Messages of the claimer.
 type (
-	// wake asks for a claim now; released says rows came back to pending
-	// with their old schedule (leases that expired).
-	wake struct{ released bool }
+	// wake asks for a claim now: the inbox relay relayed rows.
+	wake struct{}
 	// nudged: logical replication says rows committed, or its state
 	// changed (see dialects.Wakeups).
 	nudged struct{}
@@ -28,9 +28,6 @@ type (
 		timer claimplan.Timer
 		gen   uint64
 	}
-	// horizonSeen: the Janitor looked at what holds the database's horizon
-	// back.
-	horizonSeen struct{ horizon *dialects.Horizon }
 	// budgetChanged: how many claims (and completions) may run at once.
 	budgetChanged struct{ statements int }
 	probeResult   struct {
@@ -39,7 +36,7 @@ type (
 	}
 	claimResult struct {
 		claim  claimplan.Claim
-		lease  *lease
+		lease  *upkeep.Lease
 		rows   []dialects.Row
 		report dialects.ClaimReport
 		cursor string
@@ -186,9 +183,11 @@ func (c *claimer) Receive(ctx actor.Context) {
 	case *credit:
 		ev = c.onCredit(m)
 	case *wake:
-		ev = claimplan.Woken{Released: m.released}
-	case *horizonSeen:
-		ev = claimplan.HorizonSeen{Horizon: m.horizon}
+		ev = claimplan.Woken{}
+	case *upkeep.Released:
+		ev = claimplan.Woken{Released: true}
+	case *upkeep.HorizonSeen:
+		ev = claimplan.HorizonSeen{Horizon: m.Horizon}
 	case *budgetChanged:
 		ev = claimplan.Budget{Statements: m.statements}
 	case *floorsResult:
@@ -274,9 +273,9 @@ func (c *claimer) arm(t claimplan.Timer, d time.Duration) {
 // copy of the watermark, so that it takes every row that arrived and
 // settled up to that moment), then claims.
 func (c *claimer) startClaim(cl claimplan.Claim) {
-	l := &lease{token: uuid.New(), rewinds: cl.Rewinds}
+	l := upkeep.NewLease(uuid.New(), cl.Rewinds)
 	root, self, dialect, bg, stats, length, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.leaseLength, c.clock
-	params := dialects.ClaimParams{Limit: cl.Limit, Lease: length, Token: l.token, MaxHeads: cl.Heads,
+	params := dialects.ClaimParams{Limit: cl.Limit, Lease: length, Token: l.Token(), MaxHeads: cl.Heads,
 		Walk: cl.Walk, After: cl.After, Continue: cl.Continue, Bounds: cl.Bounds}
 	if wm := cl.Watermark; wm != nil {
 		params.Settle = func(p dialects.Probe) *dialects.Gate {
@@ -297,7 +296,7 @@ func (c *claimer) startClaim(cl claimplan.Claim) {
 		}
 		res.took = clk.Now().Sub(sentAt)
 		stats.ClaimTime.Add(int64(res.took))
-		l.extend(sentAt, length)
+		l.Extend(sentAt, length)
 		root.Send(self, res)
 	}()
 }
@@ -360,7 +359,7 @@ func (c *claimer) onCredit(m *credit) claimplan.Event {
 // the claims first, so that it can never receive their release before them.
 // A run shorter than its claim's share (claimplan.Share) ended at its key's
 // last claimable row.
-func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, requested int, seen int64) {
+func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *upkeep.Lease, requested int, seen int64) {
 	share := claimplan.Share(rows, requested)
 	draining := c.plan.Mode() == claimplan.Draining
 	type batch struct {
@@ -368,7 +367,7 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, req
 		run []claimed
 	}
 	var batches []batch
-	track := make([]trackEntry, 0, len(rows))
+	track := make([]upkeep.TrackEntry, 0, len(rows))
 	for i := 0; i < len(rows); {
 		j := i + 1
 		for j < len(rows) && rows[j].Key == rows[i].Key {
@@ -391,12 +390,12 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *lease, req
 			pid = entry.pid
 		}
 		for _, r := range run {
-			track = append(track, trackEntry{claim: r.Claim, pid: pid})
+			track = append(track, upkeep.TrackEntry{Claim: r.Claim, PID: pid})
 		}
 		batches = append(batches, batch{pid, run})
 		i = j
 	}
-	ctx.Send(c.leaseKeeper, &trackClaims{lease: l, entries: track})
+	ctx.Send(c.leaseKeeper, &upkeep.Track{Lease: l, Entries: track})
 	for _, b := range batches {
 		ctx.Send(b.pid, &deliverRun{rows: b.run})
 		if draining {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"github.com/queuebox/queuebox/actors/internal/upkeep"
 	"log/slog"
 	"slices"
 	"time"
@@ -115,7 +116,7 @@ func (c *completer) flush(ctx actor.Context) {
 		continued = slices.DeleteFunc(continued, func(k continuation) bool {
 			return slices.ContainsFunc(lost, func(l dialects.Claim) bool { return l.ID == k.last.ID })
 		})
-		root.Send(c.leaseKeeper, &untrackClaims{claims: done})
+		root.Send(c.leaseKeeper, &upkeep.Untrack{Claims: done})
 		// The earliest row put back for later (a retry, a deferral): the
 		// claimer claims again when it comes due. Rows released as they were
 		// are claimable at once.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/queuebox/queuebox/actors/internal/destctl"
+	"github.com/queuebox/queuebox/actors/internal/upkeep"
 	"github.com/queuebox/queuebox/internal/clock"
 	"log/slog"
 	"sync/atomic"
@@ -48,8 +49,6 @@ type (
 		held       destctl.HoldReason
 		delay      time.Duration
 	}
-	// cancelClaims: the lease keeper found these claims lost.
-	cancelClaims struct{ ids []uuid.UUID }
 )
 
 // deliverer is what every key actor and the pool deliver with: the routes,
@@ -129,11 +128,17 @@ type continuation struct {
 	last dialects.Claim
 }
 
+// claimed is a row with the lease of its claim.
+type claimed struct {
+	dialects.Row
+	lease *upkeep.Lease
+}
+
 // flight is one Publish call in progress: waiting for the destination's
 // permits (flow.go), then publishing.
 type flight struct {
 	rows   []prepared
-	leases []*lease
+	leases []*upkeep.Lease
 	cancel context.CancelFunc
 	// probe: the delivery is its destination's circuit probe (one row).
 	probe bool
@@ -147,7 +152,7 @@ type flight struct {
 // destination.
 type parkedRow struct {
 	p     prepared
-	lease *lease
+	lease *upkeep.Lease
 }
 
 const (
@@ -177,8 +182,8 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 		}
 	case *deliveryDone:
 		q.onDone(m, &out)
-	case *cancelClaims:
-		q.onLost(m.ids, &out)
+	case *upkeep.CancelClaims:
+		q.onLost(m.IDs, &out)
 	case *drain:
 		q.draining = true
 		out.rewind = len(q.queue) > 0 || q.nParked > 0
@@ -203,10 +208,10 @@ func (q *deliveryQueue) noteRun(rows []claimed) {
 		return
 	}
 	if q.idle() && !q.run.started {
-		q.run = runState{started: true, rewinds: rows[0].lease.rewinds}
+		q.run = runState{started: true, rewinds: rows[0].lease.Rewinds()}
 	}
 	for _, r := range rows {
-		if r.lease.rewinds != q.run.rewinds {
+		if r.lease.Rewinds() != q.run.rewinds {
 			q.run.broken = true
 		}
 	}
@@ -246,14 +251,14 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 		now := q.d.clock.Now()
 		p, l, ok := q.unpark()
 		if ok {
-			if !l.trusted(now) {
+			if !l.Trusted(now) {
 				q.d.release(out, p.row)
 				out.rewind = true
 				continue
 			}
 		} else if len(q.queue) > 0 {
 			head := q.pop()
-			if !head.lease.trusted(now) {
+			if !head.lease.Trusted(now) {
 				// The lease may have passed: delivering now could race another
 				// replica. Hand the row back.
 				q.d.release(out, head.Row)
@@ -309,7 +314,7 @@ func (q *deliveryQueue) share() int { return max(1, q.maxFlights/2) }
 
 // park keeps a row of the pool until its destination has a Publish call to
 // spare; it counts as waiting in the destination's flow meanwhile.
-func (q *deliveryQueue) park(p prepared, l *lease) {
+func (q *deliveryQueue) park(p prepared, l *upkeep.Lease) {
 	q.parked[p.dest] = append(q.parked[p.dest], parkedRow{p: p, lease: l})
 	q.nParked++
 	p.dest.Flow().Queued.Add(1)
@@ -317,7 +322,7 @@ func (q *deliveryQueue) park(p prepared, l *lease) {
 
 // unpark takes the oldest parked row of a destination that has a Publish
 // call to spare again, if there is one.
-func (q *deliveryQueue) unpark() (prepared, *lease, bool) {
+func (q *deliveryQueue) unpark() (prepared, *upkeep.Lease, bool) {
 	if q.nParked == 0 {
 		return prepared{}, nil, false
 	}
@@ -369,15 +374,15 @@ func (q *deliveryQueue) countQueued() {
 // deliveries to the same destination, inside their trust window, up to the
 // sink's batch size (one row for the circuit's probe). It returns the
 // leases of the rows too.
-func (q *deliveryQueue) batch(first prepared, l *lease, now time.Time, probe bool) ([]prepared, []*lease) {
-	batch, leases := []prepared{first}, []*lease{l}
+func (q *deliveryQueue) batch(first prepared, l *upkeep.Lease, now time.Time, probe bool) ([]prepared, []*upkeep.Lease) {
+	batch, leases := []prepared{first}, []*upkeep.Lease{l}
 	limit := first.dest.MaxBatch()
 	if probe {
 		limit = 1
 	}
 	for len(batch) < limit && len(q.queue) > 0 {
 		next := q.queue[0]
-		if !next.lease.trusted(now) {
+		if !next.lease.Trusted(now) {
 			break
 		}
 		p := q.d.prepare(next.Row)
@@ -405,7 +410,7 @@ func (q *deliveryQueue) pop() claimed {
 
 // publish starts one delivery in a goroutine that reports back to this
 // actor, so that no actor ever waits on a destination.
-func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*lease, probe bool) {
+func (q *deliveryQueue) publish(ctx actor.Context, batch []prepared, leases []*upkeep.Lease, probe bool) {
 	q.gen++
 	fctx, cancel := context.WithCancel(q.d.ctx)
 	f := &flight{rows: batch, leases: leases, cancel: cancel, probe: probe}
@@ -463,7 +468,7 @@ func deliver(ctx context.Context, h *destctl.Handle, f *flight, msgs []sinks.Mes
 		return notStarted(r, d)
 	}
 	for _, l := range f.leases {
-		if !l.trusted(now) {
+		if !l.Trusted(now) {
 			return notStarted(destctl.NotHeld, 0) // it waited too long for a permit
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/queuebox/queuebox/actors/internal/destctl"
+	"github.com/queuebox/queuebox/actors/internal/upkeep"
 	"log/slog"
 	"strings"
 	"sync"
@@ -217,7 +218,7 @@ func (e *Engine) awaitChildren() error {
 		return kids.err
 	}
 	for _, loop := range kids.loops {
-		if _, err := e.system.Root.RequestFuture(loop, &whereAreYou{}, 10*time.Second).Result(); err != nil {
+		if _, err := e.system.Root.RequestFuture(loop, &upkeep.Ping{}, 10*time.Second).Result(); err != nil {
 			return err
 		}
 	}

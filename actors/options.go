@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"github.com/queuebox/queuebox/actors/internal/upkeep"
 	"io"
 	"log/slog"
 	"time"
@@ -23,12 +24,8 @@ type Mailboxes struct {
 	Claimer, Key, Sink, Completer int
 }
 
-// Retention is the janitor's policy; an age of 0 keeps rows forever.
-type Retention struct {
-	Delivered, Dead time.Duration
-	Interval        time.Duration
-	BatchSize       int
-}
+// Retention is the Janitor's policy; an age of 0 keeps rows forever.
+type Retention = upkeep.Retention
 
 // Options configure an Engine.
 type Options struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/queuebox/queuebox/actors/internal/destctl"
+	"github.com/queuebox/queuebox/actors/internal/upkeep"
+	"github.com/queuebox/queuebox/dialects"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -42,8 +44,8 @@ type supervisorActor struct {
 	kids *children
 }
 
-// whereAreYou asks the supervisor for its children, and a loop actor
-// whether its loop runs; Engine.Start waits for both answers.
+// whereAreYou asks the supervisor for its children; Engine.Start waits for
+// the answer, then pings each loop actor (upkeep.Ping) until its loops run.
 type whereAreYou struct{}
 
 type children struct {
@@ -85,7 +87,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	}, actor.WithSupervisor(actor.NewExponentialBackoffStrategy(time.Minute, time.Second))), "sinks")
 
 	leaseKeeperPID := spawn("lease-keeper", mailbox(o.Mailboxes.Claimer, &lengths[KindLeaseKeeper]), func() actor.Actor {
-		return newLeaseKeeper(leaseKeeper{dialect: o.Dialect, leaseLength: o.Lease, bg: s.bg.ctx, log: s.log, clock: s.clock})
+		return upkeep.NewLeaseKeeper(upkeep.LeaseKeeper{Dialect: o.Dialect, LeaseLength: o.Lease, BG: s.bg.ctx, Log: s.log, Clock: s.clock})
 	})
 	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
 		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer,
@@ -124,15 +126,17 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 
 	kids := &children{claimer: claimerPID}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-		return &janitor{dialect: o.Dialect, attempts: o.Dialect, history: o.History, leaseLength: o.Lease, retention: o.Retention, leaseKeeper: leaseKeeperPID, claimer: claimerPID, log: s.log, bg: s.bg,
-			stats: s.stats, warnAfter: o.LongTransactionWarning, clock: s.clock, tune: s.tune}
+		return &upkeep.Janitor{Dialect: o.Dialect, Attempts: o.Dialect, HistoryRetention: o.History.Retention, LeaseLength: o.Lease, Retention: o.Retention,
+			LeaseKeeper: leaseKeeperPID, Claimer: claimerPID, Log: s.log, Loops: s.bg, WarnAfter: o.LongTransactionWarning, Clock: s.clock, Tune: s.tune,
+			SawHorizon: func(h *dialects.Horizon) { s.stats.Horizon.Store(h) },
+			Looked:     func(took time.Duration) { s.stats.looked(releaseLook, took) }}
 	}), "janitor"))
 
 	// The loops only ever send, so no mailbox waits on them. The claimer
 	// arms its own timers.
 	root := c.ActorSystem().Root
 	s.bg.nudges(o.Wakeups.Outbox(), func() { root.Send(claimerPID, &nudged{}) })
-	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &renewTick{}) })
+	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &upkeep.RenewTick{}) })
 	watcher := &relayWatcher{dialect: o.Dialect, clock: s.clock, stats: s.stats, log: s.log, bg: s.bg.ctx, tune: s.tune,
 		tell: func(n int) {
 			root.Send(claimerPID, &budgetChanged{statements: n})

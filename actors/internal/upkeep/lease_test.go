@@ -1,4 +1,4 @@
-package actors
+package upkeep
 
 import (
 	"testing"
@@ -19,9 +19,9 @@ func TestALeaseIsTrustedUntilAFifthOfItAtMostFiveSecondsBeforeItEnds(t *testing.
 		{30 * time.Second, 25 * time.Second},
 		{10 * time.Minute, 10*time.Minute - 5*time.Second},
 	} {
-		var l lease
-		l.extend(sent, c.lease)
-		if end := sent.Add(c.trusted); !l.trusted(end.Add(-time.Nanosecond)) || l.trusted(end) {
+		var l Lease
+		l.Extend(sent, c.lease)
+		if end := sent.Add(c.trusted); !l.Trusted(end.Add(-time.Nanosecond)) || l.Trusted(end) {
 			t.Errorf("a lease of %s sent at %s: trusted until %s, want until %s",
 				c.lease, sent.Format(time.TimeOnly), time.Unix(0, l.trustedUntil.Load()).UTC().Format(time.TimeOnly), end.Format(time.TimeOnly))
 		}

@@ -1,4 +1,4 @@
-package actors
+package upkeep
 
 import (
 	"context"
@@ -13,30 +13,66 @@ import (
 	"github.com/queuebox/queuebox/internal/clock"
 )
 
-// janitor is the Janitor: it returns the rows of dead or hung replicas to
-// pending once their lease has passed, and deletes old rows in small
-// batches. The two run in loops of their own, so that a long retention
-// backlog never delays the return of a dead replica's rows.
-type janitor struct {
-	dialect     dialects.Relay
-	leaseLength time.Duration
-	retention   Retention
-	// attempts deletes the attempt history older than history.Retention.
-	attempts dialects.History
-	history  History
-	// leaseKeeper tells which claims are this replica's own; the claimer is
-	// woken when rows come back to pending.
-	leaseKeeper, claimer *actor.PID
-	log                  *slog.Logger
-	bg                   *background
-	stats                *Stats
-	clock                clock.Clock
-	// tune holds the horizon look's pace and what counts as held.
-	tune claimplan.Tuning
-	// warnAfter is how long a transaction may hold the horizon back before
-	// the janitor warns (0: never); warned is the holder it warned about.
-	warnAfter time.Duration
-	warned    *dialects.HorizonHolder
+// Messages of the Janitor, to the claimer.
+type (
+	// Released: rows of expired leases went back to pending, with their
+	// old schedule.
+	Released struct{}
+	// HorizonSeen: a look at what holds the database's horizon back.
+	HorizonSeen struct{ Horizon *dialects.Horizon }
+	// Ping asks a loop actor whether its loops run; it answers true.
+	Ping struct{}
+)
+
+// Retention is the Janitor's policy; an age of 0 keeps rows forever.
+type Retention struct {
+	Delivered, Dead time.Duration
+	Interval        time.Duration
+	BatchSize       int
+}
+
+// Loops runs the engine's loops: each until Context ends.
+type Loops interface {
+	Context() context.Context
+	// Run runs loop in a goroutine; loop returns when Context ends.
+	Run(loop func())
+	// Every calls tick every d (the wait starts when a tick returns).
+	Every(d time.Duration, tick func())
+}
+
+// Janitor returns the rows of dead or hung replicas to pending once their
+// lease has passed, deletes old rows (and old attempts) in small batches,
+// and looks at what holds the database's horizon back. Each runs in a loop
+// of its own, so that a long retention backlog never delays the return of
+// a dead replica's rows; the loops start with the actor, which answers Ping
+// once they run.
+type Janitor struct {
+	Dialect     dialects.Relay
+	LeaseLength time.Duration
+	Retention   Retention
+	// Attempts deletes the attempt history older than HistoryRetention (0:
+	// keeps it).
+	Attempts         dialects.History
+	HistoryRetention time.Duration
+	// LeaseKeeper tells which claims are this replica's own; the Claimer
+	// hears of rows back to pending (Released) and of each look at the
+	// horizon (HorizonSeen).
+	LeaseKeeper, Claimer *actor.PID
+	Log                  *slog.Logger
+	Loops                Loops
+	Clock                clock.Clock
+	// Tune holds the horizon look's pace and what counts as held.
+	Tune claimplan.Tuning
+	// WarnAfter is how long a transaction may hold the horizon back before
+	// the Janitor warns (0: never).
+	WarnAfter time.Duration
+	// SawHorizon and Looked are for observation: each look at the horizon,
+	// and each look for expired leases with how long it took (nil: none).
+	SawHorizon func(*dialects.Horizon)
+	Looked     func(time.Duration)
+
+	// warned is the holder it warned about.
+	warned *dialects.HorizonHolder
 	// purgeAfter is, per state, when a row may next be old enough to
 	// delete (read and written by the retention loop only).
 	purgeAfter map[dialects.State]time.Time
@@ -66,17 +102,20 @@ const fullReleaseEvery = 10 * time.Minute
 // state itself, with an older updated_at, waits at most this long.
 const maxPurgeWait = time.Hour
 
-func (j *janitor) Receive(ctx actor.Context) {
-	// Retention's loop starts with the actor, as the release loop does, so
-	// that Engine.Start returns only once both are counted.
-	if _, ok := ctx.Message().(*actor.Started); ok {
-		if j.retention.Interval > 0 {
-			j.bg.every(j.retention.Interval, j.purge)
-		}
+// Receive starts the loops with the actor, so that the engine's start,
+// which pings it, returns only once they are counted.
+func (j *Janitor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
 		root := ctx.ActorSystem().Root
-		j.bg.run(func() { j.horizonLoop(root) })
+		if j.Retention.Interval > 0 {
+			j.Loops.Every(j.Retention.Interval, j.purge)
+		}
+		j.Loops.Run(func() { j.horizonLoop(root) })
+		j.Loops.Run(func() { j.loop(root) })
+	case *Ping:
+		ctx.Respond(true)
 	}
-	runLoop(ctx, j.bg, j.loop)
 }
 
 // loop is the Janitor's release loop; retention has a loop of its own. It
@@ -89,12 +128,12 @@ func (j *janitor) Receive(ctx actor.Context) {
 // row can be (see releaseSlack), and only one every fullReleaseEvery walks
 // from the start. Paced so, it stays a small share of the database's time,
 // and a dead replica's rows come back at most that much later.
-func (j *janitor) loop(root *actor.RootContext) {
-	every := max(j.leaseLength/3, 100*time.Millisecond)
-	for pause := every; clock.Sleep(j.bg.ctx, j.clock, pause); {
-		start := j.clock.Now()
+func (j *Janitor) loop(root *actor.RootContext) {
+	every := max(j.LeaseLength/3, 100*time.Millisecond)
+	for pause := every; clock.Sleep(j.Loops.Context(), j.Clock, pause); {
+		start := j.Clock.Now()
 		j.releaseExpired(root)
-		pause = releasePause(j.tune, every, clock.Since(j.clock, start))
+		pause = releasePause(j.Tune, every, clock.Since(j.Clock, start))
 	}
 }
 
@@ -107,28 +146,30 @@ func releasePause(t claimplan.Tuning, every, took time.Duration) time.Duration {
 // this replica's own claims even when their lease passed (after a database
 // outage): the replica still holds them and writes their outcomes when it
 // can, and releasing them would only deliver them again.
-func (j *janitor) releaseExpired(root *actor.RootContext) {
-	res, err := root.RequestFuture(j.leaseKeeper, &liveTokens{}, 10*time.Second).Result()
+func (j *Janitor) releaseExpired(root *actor.RootContext) {
+	res, err := root.RequestFuture(j.LeaseKeeper, &LiveTokens{}, 10*time.Second).Result()
 	if err != nil {
 		return
 	}
 	keep, _ := res.([]uuid.UUID)
 	from := j.releaseFrom
-	full := from.IsZero() || clock.Since(j.clock, j.fullReleaseAt) >= fullReleaseEvery
+	full := from.IsZero() || clock.Since(j.Clock, j.fullReleaseAt) >= fullReleaseEvery
 	if full {
 		from = time.Time{}
 	}
-	for first := true; j.bg.ctx.Err() == nil; first = false {
-		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-		start := j.clock.Now()
-		r, err := j.dialect.OutboxReleaseExpired(ctx, 1000, keep, from)
+	for first := true; j.Loops.Context().Err() == nil; first = false {
+		ctx, cancel := context.WithTimeout(j.Loops.Context(), 30*time.Second)
+		start := j.Clock.Now()
+		r, err := j.Dialect.OutboxReleaseExpired(ctx, 1000, keep, from)
 		cancel()
-		j.stats.looked(releaseLook, clock.Since(j.clock, start))
+		if j.Looked != nil {
+			j.Looked(clock.Since(j.Clock, start))
+		}
 		if err != nil {
 			return
 		}
 		if first {
-			j.releaseFrom = nextReleaseFrom(r, releaseSlack(j.leaseLength))
+			j.releaseFrom = nextReleaseFrom(r, releaseSlack(j.LeaseLength))
 			if full {
 				j.fullReleaseAt = start
 			}
@@ -137,8 +178,8 @@ func (j *janitor) releaseExpired(root *actor.RootContext) {
 		if n == 0 {
 			return
 		}
-		j.log.Info("released rows whose leases had passed", "rows", n)
-		root.Send(j.claimer, &wake{released: true})
+		j.Log.Info("released rows whose leases had passed", "rows", n)
+		root.Send(j.Claimer, &Released{})
 		if n < 1000 {
 			return
 		}
@@ -165,8 +206,8 @@ func nextReleaseFrom(r dialects.Released, slack time.Duration) time.Time {
 // updated_at, so a delete that finds nothing reads the whole table, and a
 // long transaction elsewhere makes that table every version since it began
 // (seen: 2.3 s a minute in the tenth minute of a hold, for nothing).
-func (j *janitor) purge() {
-	r := j.retention
+func (j *Janitor) purge() {
+	r := j.Retention
 	if j.purgeAfter == nil {
 		j.purgeAfter = map[dialects.State]time.Time{}
 	}
@@ -174,16 +215,16 @@ func (j *janitor) purge() {
 		state dialects.State
 		age   time.Duration
 	}{{dialects.Delivered, r.Delivered}, {dialects.Dead, r.Dead}} {
-		if p.age <= 0 || j.clock.Now().Before(j.purgeAfter[p.state]) {
+		if p.age <= 0 || j.Clock.Now().Before(j.purgeAfter[p.state]) {
 			continue
 		}
 		total, done := 0, false
-		for j.bg.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-			n, err := j.dialect.OutboxPurge(ctx, dialects.PurgeParams{State: p.state, OlderThan: p.age, Batch: r.BatchSize})
+		for j.Loops.Context().Err() == nil {
+			ctx, cancel := context.WithTimeout(j.Loops.Context(), 30*time.Second)
+			n, err := j.Dialect.OutboxPurge(ctx, dialects.PurgeParams{State: p.state, OlderThan: p.age, Batch: r.BatchSize})
 			cancel()
 			if err != nil {
-				j.log.Warn("retention delete failed", "state", p.state, "error", err)
+				j.Log.Warn("retention delete failed", "state", p.state, "error", err)
 				break
 			}
 			total += n
@@ -195,15 +236,15 @@ func (j *janitor) purge() {
 		if done && total == 0 {
 			// Nothing was old enough. (A pass that deleted some rows finds
 			// more in the next: the rows come of age all the time.)
-			ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-			wait, err := j.dialect.OutboxPurgeWait(ctx, p.state, p.age)
+			ctx, cancel := context.WithTimeout(j.Loops.Context(), 30*time.Second)
+			wait, err := j.Dialect.OutboxPurgeWait(ctx, p.state, p.age)
 			cancel()
 			if err == nil && wait > r.Interval {
-				j.purgeAfter[p.state] = j.clock.Now().Add(min(wait, maxPurgeWait))
+				j.purgeAfter[p.state] = j.Clock.Now().Add(min(wait, maxPurgeWait))
 			}
 		}
 		if total > 0 {
-			j.log.Info("retention deleted rows", "state", p.state, "rows", total)
+			j.Log.Info("retention deleted rows", "state", p.state, "rows", total)
 		}
 	}
 	j.purgeAttempts()
@@ -212,21 +253,21 @@ func (j *janitor) purge() {
 // purgeAttempts deletes the attempts older than the history's retention,
 // in batches like the rows. It runs whether or not this replica records
 // attempts: another replica, or an earlier run, may have.
-func (j *janitor) purgeAttempts() {
-	age, batch := j.history.Retention, j.retention.BatchSize
-	if age <= 0 || j.attempts == nil {
+func (j *Janitor) purgeAttempts() {
+	age, batch := j.HistoryRetention, j.Retention.BatchSize
+	if age <= 0 || j.Attempts == nil {
 		return
 	}
 	if batch <= 0 {
 		batch = 1000
 	}
 	total := 0
-	for j.bg.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(j.bg.ctx, 30*time.Second)
-		n, err := j.attempts.AttemptsPurge(ctx, age, batch)
+	for j.Loops.Context().Err() == nil {
+		ctx, cancel := context.WithTimeout(j.Loops.Context(), 30*time.Second)
+		n, err := j.Attempts.AttemptsPurge(ctx, age, batch)
 		cancel()
 		if err != nil {
-			j.log.Warn("retention delete of the attempt history failed", "error", err)
+			j.Log.Warn("retention delete of the attempt history failed", "error", err)
 			return
 		}
 		total += n
@@ -235,7 +276,7 @@ func (j *janitor) purgeAttempts() {
 		}
 	}
 	if total > 0 {
-		j.log.Info("retention deleted attempts", "attempts", total)
+		j.Log.Info("retention deleted attempts", "attempts", total)
 	}
 }
 
@@ -243,16 +284,16 @@ func (j *janitor) purgeAttempts() {
 // engine stops, as often as horizonNext says, and tells the claimer what
 // each look saw: its claims behave as under a long transaction while one
 // has held the horizon back for Tuning.HeldAfter.
-func (j *janitor) horizonLoop(root *actor.RootContext) {
+func (j *Janitor) horizonLoop(root *actor.RootContext) {
 	var last *dialects.Horizon
-	for wait := j.tune.HorizonSoon; clock.Sleep(j.bg.ctx, j.clock, wait); {
+	for wait := j.Tune.HorizonSoon; clock.Sleep(j.Loops.Context(), j.Clock, wait); {
 		if h := j.watchHorizon(); h != nil {
 			last = h
-			root.Send(j.claimer, &horizonSeen{horizon: h})
+			root.Send(j.Claimer, &HorizonSeen{Horizon: h})
 		}
 		// After a look that failed, what the last one saw stands, and a
 		// holder it saw is looked at again as soon.
-		wait = horizonNext(j.tune, last, j.clock.Now())
+		wait = horizonNext(j.Tune, last, j.Clock.Now())
 	}
 }
 
@@ -276,24 +317,26 @@ func horizonNext(t claimplan.Tuning, h *dialects.Horizon, now time.Time) time.Du
 // removed (the claims are bounded so that they do not slow down, but the
 // table and its indexes grow). It returns what it read (nil: the read
 // failed).
-func (j *janitor) watchHorizon() *dialects.Horizon {
-	ctx, cancel := context.WithTimeout(j.bg.ctx, 5*time.Second)
-	h, err := j.dialect.OutboxHorizon(ctx)
+func (j *Janitor) watchHorizon() *dialects.Horizon {
+	ctx, cancel := context.WithTimeout(j.Loops.Context(), 5*time.Second)
+	h, err := j.Dialect.OutboxHorizon(ctx)
 	cancel()
 	if err != nil {
 		return nil
 	}
-	h.ReadAt = j.clock.Now()
-	j.stats.Horizon.Store(&h)
-	held := h.HeldFor(j.warnAfter)
+	h.ReadAt = j.Clock.Now()
+	if j.SawHorizon != nil {
+		j.SawHorizon(&h)
+	}
+	held := h.HeldFor(j.WarnAfter)
 	switch {
-	case held && j.warnAfter > 0 && (j.warned == nil || j.warned.PID != h.Holder.PID || !j.warned.Since.Equal(h.Holder.Since)):
+	case held && j.WarnAfter > 0 && (j.warned == nil || j.warned.PID != h.Holder.PID || !j.warned.Since.Equal(h.Holder.Since)):
 		j.warned = h.Holder
-		j.log.Warn("a long transaction holds the database's horizon back: vacuum can remove no row version the relay leaves behind until it ends (see queuebox status)",
-			"kind", h.Holder.Kind, "pid", h.Holder.PID, "openFor", clock.Since(j.clock, h.Holder.Since).Round(time.Second),
+		j.Log.Warn("a long transaction holds the database's horizon back: vacuum can remove no row version the relay leaves behind until it ends (see queuebox status)",
+			"kind", h.Holder.Kind, "pid", h.Holder.PID, "openFor", clock.Since(j.Clock, h.Holder.Since).Round(time.Second),
 			"state", h.Holder.State, "application", h.Holder.Name, "deadRowVersions", h.DeadVersions)
 	case !held && j.warned != nil:
-		j.log.Info("the long transaction that held the horizon back has ended", "pid", j.warned.PID)
+		j.Log.Info("the long transaction that held the horizon back has ended", "pid", j.warned.PID)
 		j.warned = nil
 	}
 	return &h

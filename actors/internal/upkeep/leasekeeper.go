@@ -1,4 +1,4 @@
-package actors
+package upkeep
 
 import (
 	"context"
@@ -14,21 +14,28 @@ import (
 
 // Messages of the lease keeper.
 type (
-	trackEntry struct {
-		claim dialects.Claim
-		pid   *actor.PID
+	// TrackEntry is one claimed row and the actor that holds it.
+	TrackEntry struct {
+		Claim dialects.Claim
+		PID   *actor.PID
 	}
-	trackClaims struct {
-		lease   *lease
-		entries []trackEntry
+	// Track: the claimer dispatched the rows of a claim.
+	Track struct {
+		Lease   *Lease
+		Entries []TrackEntry
 	}
-	untrackClaims struct{ claims []dialects.Claim }
-	renewTick     struct{}
-	// liveTokens asks for the tokens of every claim still held.
-	liveTokens struct{}
-	renewDone  struct {
+	// Untrack: the rows' outcomes are written (or their claims lost).
+	Untrack struct{ Claims []dialects.Claim }
+	// RenewTick: renew every claim held.
+	RenewTick struct{}
+	// LiveTokens asks for the tokens of every claim still held.
+	LiveTokens struct{}
+	// CancelClaims tells the actor holding them that these claims are the
+	// database's no more: cancel their deliveries, write nothing for them.
+	CancelClaims struct{ IDs []uuid.UUID }
+	renewDone    struct {
 		sentAt time.Time
-		leases []*lease
+		leases []*Lease
 		lost   []dialects.Claim
 		err    error
 	}
@@ -36,47 +43,48 @@ type (
 
 type tracked struct {
 	pid   *actor.PID
-	lease *lease
+	lease *Lease
 	lost  bool
 }
 
-// leaseKeeper knows every in-flight claim and renews them all in one
+// LeaseKeeper knows every in-flight claim and renews them all in one
 // statement per tick (every claimTimeout/3). A renewal moves each claim's
 // trust window forward; a claim the database no longer holds is reported to
 // the actor holding it, which cancels that delivery and never writes the row.
-type leaseKeeper struct {
-	dialect dialects.Relay
-	// leaseLength is how long each claim or renewal holds a row.
-	leaseLength time.Duration
-	clock       clock.Clock
-	// bg ends when the engine stops; it bounds the renewals.
-	bg  context.Context
-	log *slog.Logger
+type LeaseKeeper struct {
+	Dialect dialects.Relay
+	// LeaseLength is how long each claim or renewal holds a row.
+	LeaseLength time.Duration
+	Clock       clock.Clock
+	// BG ends when the engine stops; it bounds the renewals.
+	BG  context.Context
+	Log *slog.Logger
 
 	claims   map[uuid.UUID]*tracked
-	leases   map[uuid.UUID]*lease // by token
+	leases   map[uuid.UUID]*Lease // by token
 	perLease map[uuid.UUID]int
 	renewing bool
 	failing  bool // renewals are failing (logged once, and once when they work again)
 }
 
-// newLeaseKeeper takes a lease keeper with its collaborators filled in and
+// NewLeaseKeeper takes a lease keeper with its collaborators filled in and
 // sets its starting state: no claims.
-func newLeaseKeeper(k leaseKeeper) *leaseKeeper {
-	k.claims, k.leases, k.perLease = map[uuid.UUID]*tracked{}, map[uuid.UUID]*lease{}, map[uuid.UUID]int{}
+func NewLeaseKeeper(k LeaseKeeper) *LeaseKeeper {
+	k.claims, k.leases, k.perLease = map[uuid.UUID]*tracked{}, map[uuid.UUID]*Lease{}, map[uuid.UUID]int{}
 	return &k
 }
 
-func (k *leaseKeeper) Receive(ctx actor.Context) {
+// Receive is the lease keeper's actor.
+func (k *LeaseKeeper) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *trackClaims:
-		k.leases[m.lease.token] = m.lease
-		for _, t := range m.entries {
-			k.claims[t.claim.ID] = &tracked{pid: t.pid, lease: m.lease}
-			k.perLease[m.lease.token]++
+	case *Track:
+		k.leases[m.Lease.token] = m.Lease
+		for _, t := range m.Entries {
+			k.claims[t.Claim.ID] = &tracked{pid: t.PID, lease: m.Lease}
+			k.perLease[m.Lease.token]++
 		}
-	case *untrackClaims:
-		for _, c := range m.claims {
+	case *Untrack:
+		for _, c := range m.Claims {
 			t := k.claims[c.ID]
 			if t == nil || t.lease.token != c.Token {
 				continue
@@ -87,9 +95,9 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 				delete(k.leases, c.Token)
 			}
 		}
-	case *renewTick:
+	case *RenewTick:
 		k.renew(ctx)
-	case *liveTokens:
+	case *LiveTokens:
 		tokens := make([]uuid.UUID, 0, len(k.leases))
 		for t := range k.leases {
 			tokens = append(tokens, t)
@@ -100,16 +108,16 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 		if m.err != nil {
 			if !k.failing {
 				k.failing = true
-				k.log.Warn("lease renewal failing; deliveries stop starting when a claim's trust window ends", "error", m.err)
+				k.Log.Warn("lease renewal failing; deliveries stop starting when a claim's trust window ends", "error", m.err)
 			}
 			return
 		}
 		if k.failing {
 			k.failing = false
-			k.log.Info("lease renewal working again")
+			k.Log.Info("lease renewal working again")
 		}
 		for _, l := range m.leases {
-			l.extend(m.sentAt, k.leaseLength)
+			l.Extend(m.sentAt, k.LeaseLength)
 		}
 		byPID := map[*actor.PID][]uuid.UUID{}
 		for _, c := range m.lost {
@@ -119,12 +127,12 @@ func (k *leaseKeeper) Receive(ctx actor.Context) {
 			}
 		}
 		for pid, ids := range byPID {
-			ctx.Send(pid, &cancelClaims{ids: ids})
+			ctx.Send(pid, &CancelClaims{IDs: ids})
 		}
 	}
 }
 
-func (k *leaseKeeper) renew(ctx actor.Context) {
+func (k *LeaseKeeper) renew(ctx actor.Context) {
 	if k.renewing || len(k.claims) == 0 {
 		return
 	}
@@ -134,15 +142,15 @@ func (k *leaseKeeper) renew(ctx actor.Context) {
 			claims = append(claims, dialects.Claim{ID: id, Token: t.lease.token})
 		}
 	}
-	leases := make([]*lease, 0, len(k.leases))
+	leases := make([]*Lease, 0, len(k.leases))
 	for _, l := range k.leases {
 		leases = append(leases, l)
 	}
 	k.renewing = true
 	root, self := ctx.ActorSystem().Root, ctx.Self()
-	dialect, bg, length := k.dialect, k.bg, k.leaseLength
+	dialect, bg, length := k.Dialect, k.BG, k.LeaseLength
 	go func() {
-		sentAt := k.clock.Now()
+		sentAt := k.Clock.Now()
 		qctx, cancel := context.WithTimeout(bg, length/3)
 		lost, err := dialect.OutboxRenewLeases(qctx, claims, length)
 		cancel()
