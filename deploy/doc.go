@@ -9,4 +9,7 @@
 //     contents, runs it with the host's network against the test
 //     PostgreSQL, delivers rows, stops it with SIGTERM in the middle of a
 //     batch and checks that nothing is left claimed.
+//   - helm/queuebox: the Helm chart. Its tests are in package deploy/helm,
+//     apart from these, because Helm's SDK and the Kubernetes API types take
+//     minutes to compile the first time.
 package deploy
