@@ -12,4 +12,9 @@
 //   - helm/queuebox: the Helm chart. Its tests are in package deploy/helm,
 //     apart from these, because Helm's SDK and the Kubernetes API types take
 //     minutes to compile the first time.
+//   - systemd/queuebox.service: the systemd unit. TestSystemdUnit checks
+//     what it must hold (the command, restarts, a stop timeout above the
+//     drain timeout, the sandbox), runs `systemd-analyze verify` on it, and
+//     has `systemd-analyze security` rate its exposure; it skips those two
+//     where systemd-analyze is not installed.
 package deploy
