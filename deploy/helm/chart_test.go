@@ -1,9 +1,11 @@
 package helm
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -514,5 +516,53 @@ func TestChartRefusesOldKubernetes(t *testing.T) {
 	_, err := renderFor(&chartutil.KubeVersion{Version: "v1.24.9", Major: "1", Minor: "24"}, vals)
 	if err == nil || !strings.Contains(err.Error(), "chart requires kubeVersion: >=1.25.0-0") {
 		t.Errorf("Kubernetes 1.24: %v; want the chart's kubeVersion named", err)
+	}
+}
+
+// docValuesRE finds the Helm values files in the docs: ```yaml blocks whose
+// first line is "# Helm values" (bootstrap's docs test leaves them to this
+// one).
+var docValuesRE = regexp.MustCompile("(?m)^```yaml[ \t]*\n# Helm values[ \t]*\n((?s:.*?))^```[ \t]*$")
+
+// Every Helm values file in the docs renders, its objects decode strictly,
+// and the configuration it makes loads with the Secret it makes; a grace
+// period follows the drain timeout it sets.
+func TestDocumentedValuesRender(t *testing.T) {
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, f := range append([]string{"../../README.md"}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range docValuesRE.FindAllSubmatchIndex(b, -1) {
+			found++
+			where := fmt.Sprintf("%s:%d", strings.TrimPrefix(f, "../../"), bytes.Count(b[:m[0]], []byte("\n"))+1)
+			var vals map[string]any
+			if err := yaml.Unmarshal(b[m[2]:m[3]], &vals); err != nil {
+				t.Errorf("%s: the values are not YAML: %v", where, err)
+				continue
+			}
+			r, err := render(vals)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			env := map[string]string{}
+			for k, v := range one[*corev1.Secret](t, r, false).Data {
+				env[k] = string(v)
+			}
+			l := loadConfig(t, one[*corev1.ConfigMap](t, r, false).Data["queuebox.yaml"], env)
+			drain := (l.Shutdown.DrainTimeoutMs + 999) / 1000
+			if g := one[*appsv1.Deployment](t, r, false).Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != int64(drain+15) {
+				t.Errorf("%s: grace period %v, want the %d s drain and 15 s", where, g, drain)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no Helm values file in the docs: docs/deploy.md shows one")
 	}
 }
