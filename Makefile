@@ -10,13 +10,19 @@ LDFLAGS  := -X github.com/queuebox/queuebox/bootstrap.Version=$(VERSION) -X gith
 TESTFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build run test test-short test-faults fuzz lint bench microbench clean
+.PHONY: help build image run test test-short test-faults fuzz lint bench microbench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/queuebox
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/queuebox
+
+# The container image: FROM scratch, nothing pulled (scripts/build-image.sh;
+# it installs podman when it is missing). IMAGE names it.
+IMAGE ?= localhost/queuebox:$(VERSION)
+image: ## build the container image (IMAGE, default localhost/queuebox:VERSION) with podman
+	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE=$(IMAGE) scripts/build-image.sh
 
 run: build ## start the local default: throwaway PostgreSQL, relay, receiver, sample traffic
 	@scripts/install-postgres.sh

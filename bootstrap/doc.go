@@ -79,6 +79,14 @@
 // leases pass. Run never exits the process and leaves no goroutine of its
 // own behind; cmd/queuebox turns its errors into exit codes.
 //
+// # The health check
+//
+// Healthcheck is `queuebox healthcheck`: it asks GET /readyz of the admin
+// listener that the configuration names (ReadyURL: on loopback when it
+// listens on every interface), with admin.token, and reports why the relay
+// is not ready, always as exit code 1, since a health check's callers read
+// anything but 0 as unhealthy.
+//
 // # Dev mode
 //
 // Dev is `queuebox dev`: a throwaway PostgreSQL cluster in a temporary

@@ -15,6 +15,9 @@ package bootstrap
 //     result must load. A fragment that routes to a destination defines it.
 //   - ${NAME} without a default is given a value: docEnv's, or a plain
 //     placeholder. ${NAME:-default} is left unset, so the default is used.
+//   - A block whose first line is "# Helm values" is a values file of the
+//     Helm chart, not a configuration file: it is not read here; the
+//     chart's tests (deploy/helm) render it.
 //
 // Blocks in other languages (sh, text, sql) are not read.
 
@@ -69,6 +72,9 @@ func docBlocks(t *testing.T) []docBlock {
 		for _, m := range fenceRE.FindAllStringSubmatchIndex(text, -1) {
 			body := text[m[2]:m[3]]
 			first, _, _ := strings.Cut(body, "\n")
+			if strings.TrimSpace(first) == "# Helm values" {
+				continue
+			}
 			out = append(out, docBlock{
 				where:    fmt.Sprintf("%s:%d", strings.TrimPrefix(f, "../"), strings.Count(text[:m[0]], "\n")+1),
 				text:     body,

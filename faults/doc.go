@@ -30,6 +30,12 @@
 // them. The suite fails on anything but duplicates, and on duplicates where
 // no fault could explain them.
 //
+// TestRollingRestart runs the same world with two replicas under 500 rows
+// per second and restarts them one after the other, as a rolling update
+// does: SIGTERM to one (it drains and exits 0), a new replica in its
+// place, ready before the next one gets SIGTERM. No restart may cause a
+// duplicate, and the verdict is the same.
+//
 // `make test` runs a reduced suite (a few thousand rows, the faults that
 // cost little time); `make test-faults` runs all of it (QUEUEBOX_FAULTS=full)
 // and writes the table that docs/reliability.md shows

@@ -168,12 +168,7 @@ func TestFaults(t *testing.T) {
 	}
 	w.prod.start()
 	w.prod.startInbox(2, 40, s.rate/10)
-	prodStopped := false
-	defer func() {
-		if !prodStopped {
-			w.prod.halt()
-		}
-	}()
+	defer w.prod.halt()
 	time.Sleep(time.Second) // load before the first fault: time must pass
 
 	for _, f := range faults {
@@ -209,6 +204,16 @@ func TestFaults(t *testing.T) {
 		t.Logf("%-70s recovered in %s %s", f.name, rec.Recovered.Round(10*time.Millisecond), rec.Note)
 	}
 
+	w.conclude(stopConsuming, consumed, os.Getenv("QUEUEBOX_FAULTS_REPORT"))
+}
+
+// conclude ends a run and gives its verdict: the producers go on until
+// enough rows are written, then stop; every row is delivered; every live
+// replica drains on SIGTERM and exits 0; what reached the brokers is read;
+// and the ledger is judged, failing t on any broken promise. The table of
+// the run is logged, and written to reportFile when one is named.
+func (w *world) conclude(stopConsuming, consumed func(), reportFile string) {
+	t, s := w.t, w.s
 	// The producers go on until enough rows are written, then stop.
 	if err := testkit.Poll(10*time.Minute, func() error {
 		if n := w.prod.count(); n < s.minRows {
@@ -219,7 +224,6 @@ func TestFaults(t *testing.T) {
 		t.Logf("the producers stop early: %v", err)
 	}
 	w.prod.halt()
-	prodStopped = true
 	w.settle(w.dbNow(), time.Now(), "the end of the run")
 
 	// Every replica drains on SIGTERM and exits 0.
@@ -267,8 +271,8 @@ func TestFaults(t *testing.T) {
 	v := judge(rows, final, w.ledger.snapshot(), w.faults)
 	report := w.report(v)
 	t.Log("\n" + report)
-	if p := os.Getenv("QUEUEBOX_FAULTS_REPORT"); p != "" {
-		if err := os.WriteFile(p, []byte(report), 0o644); err != nil {
+	if reportFile != "" {
+		if err := os.WriteFile(reportFile, []byte(report), 0o644); err != nil {
 			t.Error(err)
 		}
 	}

@@ -363,6 +363,7 @@ type producers struct {
 	pool     *pgxpool.Pool
 	gate     sync.RWMutex // Lock pauses the producers
 	stop     chan struct{}
+	halted   sync.Once
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	rows     []row
@@ -564,9 +565,12 @@ func (p *producers) sendInbox(client *http.Client, rng *rand.Rand, aggregate str
 func (p *producers) pause()  { p.gate.Lock() }
 func (p *producers) resume() { p.gate.Unlock() }
 
+// halt stops the producers and waits for them; again, it does nothing.
 func (p *producers) halt() {
-	close(p.stop)
-	p.wg.Wait()
+	p.halted.Do(func() {
+		close(p.stop)
+		p.wg.Wait()
+	})
 }
 
 func (p *producers) committed() []row {

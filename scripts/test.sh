@@ -2,6 +2,8 @@
 # Brings up what the tests need and runs them:
 #   - the PostgreSQL server binaries (installed when missing);
 #   - Chromium for the admin page's browser test (installed when missing);
+#   - podman and runc for the container image's test, and systemd-analyze for
+#     the systemd unit's (installed when missing: scripts/install-podman.sh);
 #   - one throwaway PostgreSQL cluster (initdb into a temporary folder, a free
 #     loopback port, durability off), stopped and removed when the tests end,
 #     whatever their outcome. Each test takes its own schema or database in it.
@@ -25,6 +27,7 @@ cd "$(dirname "$0")/.."
 
 scripts/install-postgres.sh
 scripts/install-chromium.sh
+scripts/install-podman.sh
 # The browser test fails, rather than skips, when the browser is missing.
 export QUEUEBOX_CHROMIUM="${QUEUEBOX_CHROMIUM:-/usr/bin/chromium}"
 

@@ -41,7 +41,7 @@ func newRoot() *cobra.Command {
 		}
 		return &usageError{fmt.Errorf("%v (see `%s --help`)", flagError(c, err), c.CommandPath())}
 	})
-	root.AddCommand(runCmd(), devCmd(), migrateCmd(), configCmd(), statusCmd(), replayCmd(), deadCmd(), rowsCmd(), destinationsCmd(), versionCmd(), benchCmd())
+	root.AddCommand(runCmd(), devCmd(), migrateCmd(), configCmd(), statusCmd(), replayCmd(), deadCmd(), rowsCmd(), destinationsCmd(), versionCmd(), benchCmd(), healthcheckCmd())
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
@@ -613,6 +613,42 @@ func deadCmd() *cobra.Command {
 	groupsCmd.Flags().BoolVar(&groupsJSON, "json", false, "print JSON for scripts (the admin API's GET /api/dead-groups)")
 	groupsCmd.Args = wrapArgs(nil)
 	c.AddCommand(list, groupsCmd)
+	return c
+}
+
+func healthcheckCmd() *cobra.Command {
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Ask the local relay's admin listener whether it is ready: exit 0 if it is, 1 if not",
+		Long: "healthcheck asks GET /readyz of the admin listener that admin.listen names (on loopback\n" +
+			"when it listens on every interface), with admin.token when one is set, and exits 0 when\n" +
+			"the relay is ready. Anything else exits 1 with the reason: nothing listens there, the\n" +
+			"relay waits for its database or a migration, it is draining, or the token does not match.\n" +
+			"It needs no shell and no curl: images from scratch, Docker's HEALTHCHECK, ECS and\n" +
+			"Kubernetes exec probes run it as it is.",
+		Example: "  queuebox healthcheck --config /etc/queuebox/queuebox.yaml\n" +
+			"  queuebox healthcheck --timeout 2s",
+		RunE: func(*cobra.Command, []string) error {
+			if timeout <= 0 {
+				return &usageError{fmt.Errorf("--timeout: %v is not positive; give how long to wait for the answer, such as 5s", timeout)}
+			}
+			// A health check's callers read 0 as healthy and anything
+			// else as not (Docker reserves 2): a configuration it cannot
+			// read is a failed check, code 1, like any other.
+			l, err := bootstrap.LoadForTools(configPath)
+			if err != nil {
+				return &bootstrap.ExitError{Code: 1, Err: err}
+			}
+			out, err := bootstrap.Healthcheck(context.Background(), l, timeout)
+			if err != nil {
+				return err
+			}
+			fmt.Println(out)
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&timeout, "timeout", bootstrap.DefaultHealthcheckTimeout, "how long to wait for the relay's answer")
 	return c
 }
 

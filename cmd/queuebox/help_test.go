@@ -18,7 +18,7 @@ func TestHelpHasExamplesAndConfigOnlyWhereRead(t *testing.T) {
 		"queuebox config check": true, "queuebox status": true, "queuebox replay": true,
 		"queuebox dead list": true, "queuebox dead groups": true,
 		"queuebox destinations list": true, "queuebox destinations pause": true, "queuebox destinations resume": true,
-		"queuebox rows show": true,
+		"queuebox rows show": true, "queuebox healthcheck": true,
 	}
 	seen := 0
 	var walk func(c *cobra.Command)

@@ -4,6 +4,11 @@
 // calls Path removes it (Remove), and under scripts/test.sh (make test)
 // the temporary folder is the run's own, removed with it, so that even a
 // test binary killed by -timeout leaves no binary behind.
+//
+// It is built as the container image's binary is (scripts/build-image.sh):
+// static (CGO_ENABLED=0) and with -trimpath, so that the tests run what the
+// image ships, and so that the image's build reuses the packages compiled
+// here and only links.
 package testbin
 
 import (
@@ -32,7 +37,9 @@ func Path(t testing.TB) string {
 			return
 		}
 		path = filepath.Join(dir, "queuebox")
-		if out, e := exec.Command("go", "build", "-o", path, "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput(); e != nil {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", path, "github.com/queuebox/queuebox/cmd/queuebox")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, e := cmd.CombinedOutput(); e != nil {
 			err = fmt.Errorf("go build: %v\n%s", e, out)
 		}
 	})
