@@ -94,7 +94,7 @@ func (c *completer) flush(ctx actor.Context) {
 		lost := c.write(out)
 		if rewind {
 			// The released rows keep their old schedule: every replica's
-			// claims set their bounds aside once (see reach.go).
+			// claims set their bounds aside once (see claimplan, "Bounds").
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(c.bg), 5*time.Second)
 			if err := c.dialect.OutboxRewind(rctx); err != nil {
 				c.log.Warn("could not tell the other replicas that rows went back to pending; they find them at their next look for stragglers", "error", err)

@@ -677,7 +677,7 @@ type outcomes struct {
 	continued *continuation
 	// rewind: rows went back to pending that no one else will continue
 	// (a stopping replica's, or past their trust window); the completer
-	// moves the rewind counter once they are written (see reach.go).
+	// moves the rewind counter once they are written (see claimplan, "Bounds").
 	rewind bool
 }
 
