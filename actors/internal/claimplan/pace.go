@@ -39,7 +39,9 @@ type PaceState struct {
 	// Active: something arrived, settled or was claimed within IdleAfter,
 	// or rows are in flight.
 	Active bool
-	// Waiting: rows were seen that have not settled yet.
+	// Waiting: rows were seen that have not settled yet, or wake-ups began
+	// to listen a moment ago (a commit while they set up may have sent
+	// none).
 	Waiting bool
 }
 

@@ -116,8 +116,10 @@ type Planner struct {
 	probing bool
 	// probeAt is when the armed probe timer fires (zero: none armed).
 	probeAt time.Time
-	// lastNews is when something last arrived, settled or was claimed.
-	lastNews time.Time
+	// lastNews is when something last arrived, settled or was claimed;
+	// listenedAt when wake-ups last began to listen (a commit while they
+	// set up may have sent none).
+	lastNews, listenedAt time.Time
 
 	// dueAt is when the armed due timer fires (zero: none is armed): the
 	// earliest row put back for later, or scheduled later, that the
@@ -300,9 +302,15 @@ func (p *Planner) Step(now time.Time, e Event) Actions {
 	switch e := e.(type) {
 	case Start:
 		p.started, p.listening = true, e.Listening
+		if e.Listening {
+			p.listenedAt = now
+		}
 		a.arm(TimerPoll, p.cfg.PollInterval)
 		p.claim(now, &a)
 	case Nudge:
+		if e.Listening && !p.listening {
+			p.listenedAt = now
+		}
 		p.listening = e.Listening
 		p.news(now)
 		if p.claiming > 0 && p.mode != Draining {
@@ -658,7 +666,7 @@ func (p *Planner) paceState(now time.Time) PaceState {
 	return PaceState{
 		Listening: p.listening,
 		Active:    p.free < p.cfg.MaxInFlight || now.Sub(p.lastNews) <= p.t.IdleAfter,
-		Waiting:   p.wm.LastSeen() > p.wm.Settled(),
+		Waiting:   p.wm.LastSeen() > p.wm.Settled() || now.Sub(p.listenedAt) <= p.t.IdleAfter,
 	}
 }
 
