@@ -133,6 +133,10 @@ func TestUsageErrorsExitTwoAndSayWhatToDo(t *testing.T) {
 		want string
 	}{
 		{[]string{"statsu"}, `unknown command "statsu" for "queuebox" (did you mean status?)`},
+		// Nearly every real command line carries --config: the mistyped
+		// word is still what is reported, with the suggestion.
+		{[]string{"statsu", "--config", "f.yaml"}, `unknown command "statsu" for "queuebox" (did you mean status?)`},
+		{[]string{"dead", "lst", "--config=f.yaml", "--limit", "5"}, `unknown command "lst" for "queuebox dead" (did you mean list?)`},
 		{[]string{"config", "chek"}, `unknown command "chek" for "queuebox config" (did you mean check?)`},
 		{[]string{"dead", "lst"}, `unknown command "lst" for "queuebox dead" (did you mean list?)`},
 		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "queuebox completion"`},
