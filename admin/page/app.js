@@ -197,6 +197,7 @@ function drawChart(t) {
 function replayedText(n, warning) {
   const rows = n + (n === 1 ? " row" : " rows");
   if (warning) return rows + " back to pending. " + warning.outcome + ".";
+  if (n === 1) return rows + " back to pending: the relay tries it again from the first try; if it fails again, it goes dead again and shows up here.";
   return rows + " back to pending: the relay tries them again from the first try; any that fail again go dead again and show up here.";
 }
 

@@ -448,6 +448,12 @@ inbox:
 		`document.querySelector("#row-attempts tr.attempt.delivered").innerText.includes("HTTP 204 No Content") && `+
 		`document.querySelector("#row-payload").innerText.includes('"order":')`)
 	until("the throughput chart's step", `document.querySelector("#chart-step").textContent.includes("step")`)
+	// What a replay of one row says (the row view's button) speaks of it,
+	// not of "them".
+	if one, err := chromedp.Run(tab, chromedp.Evaluate[string](`replayedText(1, null)`)); err != nil ||
+		one != "1 row back to pending: the relay tries it again from the first try; if it fails again, it goes dead again and shows up here." {
+		t.Errorf("the page's text after replaying one row: %q (%v)", one, err)
+	}
 	shot(t, tab, "admin-page.png")
 	r.stop(t)
 }

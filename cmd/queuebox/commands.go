@@ -490,6 +490,8 @@ func printReplayed(n int, dryRun bool) {
 	switch {
 	case dryRun:
 		fmt.Printf("%s would be replayed (dry run: nothing changed).\n", rowsText(n))
+	case n == 1:
+		fmt.Println("1 row replayed: back to pending with attempt 0. The relay tries it again; if it fails again, it goes dead again (`queuebox dead list`).")
 	case n > 0:
 		fmt.Printf("%s replayed: back to pending with attempt 0. The relay tries them again; any that fail again go dead again (`queuebox dead list`).\n", rowsText(n))
 	default:

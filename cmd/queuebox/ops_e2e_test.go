@@ -162,7 +162,8 @@ routes:
 	if out, stderr, code := run(t, "replay", "--group", id[""], "--yes", "--config", cfg); code != 0 || !strings.Contains(out, "2 rows replayed: back to pending") || dead() != 4 {
 		t.Errorf("replay --yes of the group without a route: exit %d\n%s%s", code, out, stderr)
 	}
-	if out, stderr, code := run(t, "replay", "--group", id["ledger"], "--config", cfg); code != 0 || !strings.Contains(out, "1 row replayed") || stderr != "" || dead() != 3 {
+	if out, stderr, code := run(t, "replay", "--group", id["ledger"], "--config", cfg); code != 0 || stderr != "" || dead() != 3 ||
+		!strings.Contains(out, "1 row replayed: back to pending with attempt 0. The relay tries it again; if it fails again, it goes dead again (`queuebox dead list`).") {
 		t.Errorf("replay of the ledger's group: exit %d\n%s%s", code, out, stderr)
 	}
 	for _, c := range []struct {
