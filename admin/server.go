@@ -478,7 +478,7 @@ const DefaultRowsLimit = 100
 
 func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, err := FilterFromQuery(q, ForRows, time.Now(), "limit", "after")
+	f, err := FilterFromQuery(q, ForRows, time.Now(), s.destinationsOf(), "limit", "after")
 	if err != nil {
 		s.failInput(w, err)
 		return
@@ -518,6 +518,16 @@ func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 		out.Next = &c
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// destinationsOf is what the filters of GET /api/rows and POST /api/replay
+// check their destination against: the configured destinations.
+func (s *Server) destinationsOf() *RoutedDestinations {
+	ds := &RoutedDestinations{RouteOf: s.o.RouteOf}
+	for _, d := range s.o.Destinations {
+		ds.Names = append(ds.Names, d.Name)
+	}
+	return ds
 }
 
 // cursorText is the cursor's encoded form: opaque to clients.
@@ -565,7 +575,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req, err := ReplayFromJSON(r.Body, time.Now())
+	req, err := ReplayFromJSON(r.Body, time.Now(), s.destinationsOf())
 	if err != nil {
 		s.failInput(w, err)
 		return
