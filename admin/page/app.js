@@ -305,6 +305,10 @@ function pretty(v) {
 // how long, how it ended, what the destination answered, and its error
 // and response excerpt under it.
 function attemptsTable(r) {
+  if (!r.attempts.length && r.matchedNoRouteAt) {
+    return el("p", { class: "muted", id: "row-attempts" }, "None: no route matched the topic " + JSON.stringify(r.topic) +
+      " when the relay took the row (" + r.matchedNoRouteAt + "), so it went dead without one. Add a route and replay it.");
+  }
   if (!r.attempts.length) {
     return el("p", { class: "muted", id: "row-attempts" }, "No attempt recorded: none made yet, the attempt history is off (outbox.history), or its retention deleted them.");
   }
@@ -340,7 +344,8 @@ async function showRow(id) {
       throw e;
     }
     const fields = [["id", r.id], ["state", r.state], ["topic", r.topic], ["key", r.key ?? "(none)"],
-      ["destination", r.destination || "(no route)"], ["tries", tries(r)], ["sequence", r.sequence],
+      ["destination", r.destination || "(no route)"],
+      ["tries", r.matchedNoRouteAt ? "none: no route matched its topic at " + r.matchedNoRouteAt + "; nothing was sent" : tries(r)], ["sequence", r.sequence],
       ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["scheduled", r.scheduledAt],
       ["last error", r.lastError ?? "(none)"]];
     out.append(el("dl", { class: "row" }, ...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "last error" ? "err" : "" }, v)])));

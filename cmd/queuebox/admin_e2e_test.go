@@ -448,6 +448,20 @@ inbox:
 		`document.querySelector("#row-attempts tr.attempt.delivered").innerText.includes("HTTP 204 No Content") && `+
 		`document.querySelector("#row-payload").innerText.includes('"order":')`)
 	until("the throughput chart's step", `document.querySelector("#chart-step").textContent.includes("step")`)
+	// The row view of a row that matched no route: no try was made, and
+	// it says when the row went dead instead.
+	unrouted, _, err := dialects.List(ctx, d, dialects.Filter{States: []dialects.State{dialects.Dead}, TopicMatch: func(t string) bool { return t == "shipment.sent" }}, nil, 1)
+	if err != nil || len(unrouted) != 1 {
+		t.Fatalf("a dead row without a route: %v %v", unrouted, err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.querySelector("#row-id").value = `+jsString(unrouted[0].ID.String())+
+		`; document.querySelector("#row-form button").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	at := jsString(unrouted[0].UpdatedAt.UTC().Format(time.RFC3339Nano))
+	until("the unrouted row's view", `document.querySelector("#row-detail").innerText.includes("none: no route matched its topic at " + `+at+` + "; nothing was sent") && `+
+		`document.querySelector("#row-attempts").innerText.startsWith('None: no route matched the topic "shipment.sent" when the relay took the row') && `+
+		`!document.querySelector("#row-detail").innerText.includes("try 1 of")`)
 	// What a replay of one row says (the row view's button) speaks of it,
 	// not of "them".
 	if one, err := chromedp.Run(tab, chromedp.Evaluate[string](`replayedText(1, null)`)); err != nil ||
