@@ -57,12 +57,15 @@ func (v *validator) cloudEvents(key string, d *DestinationConfig, cd *CompiledDe
 	}
 	c, err := cloudevents.Compile(d.Type, cloudevents.Settings{Mode: s.Mode, Source: s.Source, Type: s.Type})
 	if err != nil {
-		k, reason := ceKey, err.Error()
-		var ce *sinks.ConfigError
-		if errors.As(err, &ce) {
-			k, reason = key+"."+ce.Key, ce.Err.Error()
+		// Every problem of the block, each under its key.
+		for _, p := range cloudevents.Problems(err) {
+			k, reason := ceKey, p.Error()
+			var ce *sinks.ConfigError
+			if errors.As(p, &ce) {
+				k, reason = key+"."+ce.Key, ce.Err.Error()
+			}
+			v.add(k, "%s", reason)
 		}
-		v.add(k, "%s", reason)
 		return
 	}
 	cd.CloudEvents = &c

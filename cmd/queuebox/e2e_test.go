@@ -123,6 +123,41 @@ routes:
 	}
 }
 
+// config check reports every problem of a block in one run: each
+// problem of a cloudEvents block, and a rateLimit that is no mapping once.
+func TestConfigCheckReportsEveryProblemOfABlock(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, `database: { url: postgres://localhost/app }
+destinations:
+  a: { type: http, url: "http://x/", cloudEvents: { mode: structured, source: "/shop orders", type: "{{ nope }}" } }
+  b: { type: http, url: "http://x/", cloudEvents: { mode: batch, source: "/shop orders", type: "{{ nope }}" } }
+  c: { type: http, url: "http://x/", rateLimit: 50 }
+routes: [ { topicPattern: "#", destination: a } ]
+`)
+	_, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 2 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		`destinations.a.cloudEvents.source (line 3): "/shop orders" is not a URI reference`,
+		`destinations.a.cloudEvents.type (line 3): "{{ nope }}": unknown placeholder {{ nope }}`,
+		`destinations.b.cloudEvents.mode (line 4): "batch": use binary`,
+		`destinations.b.cloudEvents.source (line 4): "/shop orders" is not a URI reference`,
+		`destinations.b.cloudEvents.type (line 4): "{{ nope }}": unknown placeholder {{ nope }}`,
+		`destinations.c.rateLimit (line 5): expected a mapping of keys, got "50"`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("config check lacks %q:\n%s", want, stderr)
+		}
+	}
+	if n := strings.Count(stderr, "destinations.c."); n != 1 {
+		t.Errorf("rateLimit: 50 is reported %d times, want once:\n%s", n, stderr)
+	}
+	if !strings.Contains(stderr, "has 6 problems") {
+		t.Errorf("config check does not count 6 problems:\n%s", stderr)
+	}
+}
+
 // Mistyped commands and flag values are usage errors (exit 2) that say
 // what was meant, and a command that reads no configuration file refuses
 // --config instead of ignoring it.

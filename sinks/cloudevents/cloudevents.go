@@ -134,42 +134,58 @@ type Config struct {
 }
 
 // Compile checks the cloudEvents settings s of a destination of type
-// destinationType. A refusal is a *sinks.ConfigError whose Key is the
-// setting under the destination (cloudEvents.source).
+// destinationType. A refusal names every problem of the settings at once:
+// each is a *sinks.ConfigError whose Key is the setting under the
+// destination (cloudEvents.source), joined with errors.Join (Problems
+// splits them again).
 func Compile(destinationType string, s Settings) (Config, error) {
 	var c Config
 	var ok bool
 	if c.Binding, ok = BindingOf(destinationType); !ok {
 		return c, sinks.Configf("cloudEvents", "a %s destination sends no messages, so it has no CloudEvents binding; remove cloudEvents", destinationType)
 	}
+	var problems []error
 	switch Mode(s.Mode) {
 	case "", Binary:
 		c.Mode = Binary
 	case Structured:
 		c.Mode = Structured
 	default:
-		return c, sinks.Configf("cloudEvents.mode", "%q: use binary (the attributes in headers, the payload as the body) or structured (the whole event as the body)", s.Mode)
-	}
-	if strings.TrimSpace(s.Source) == "" {
-		return c, sinks.Configf("cloudEvents.source", "is required: the event's source, a URI reference that names who produced it, such as /shop/orders or https://shop.example.com/{{ aggregateType }}")
+		problems = append(problems, sinks.Configf("cloudEvents.mode", "%q: use binary (the attributes in headers, the payload as the body) or structured (the whole event as the body)", s.Mode))
 	}
 	var err error
-	if c.Source, err = routing.ParseTemplate(s.Source); err != nil {
-		return c, sinks.Configf("cloudEvents.source", "%v", err)
-	}
-	// Values are path-escaped (sourceValue), so only the literal text can
-	// make a source that is not a URI reference.
-	if err := checkURIReference(placeholders.ReplaceAllString(s.Source, "x")); err != nil {
-		return c, sinks.Configf("cloudEvents.source", "%q is not a URI reference: %v; write a path such as /shop/orders or a URL", s.Source, err)
+	switch {
+	case strings.TrimSpace(s.Source) == "":
+		problems = append(problems, sinks.Configf("cloudEvents.source", "is required: the event's source, a URI reference that names who produced it, such as /shop/orders or https://shop.example.com/{{ aggregateType }}"))
+	default:
+		if c.Source, err = routing.ParseTemplate(s.Source); err != nil {
+			problems = append(problems, sinks.Configf("cloudEvents.source", "%v", err))
+		} else if err := checkURIReference(placeholders.ReplaceAllString(s.Source, "x")); err != nil {
+			// Values are path-escaped (sourceValue), so only the literal
+			// text can make a source that is not a URI reference.
+			problems = append(problems, sinks.Configf("cloudEvents.source", "%q is not a URI reference: %v; write a path such as /shop/orders or a URL", s.Source, err))
+		}
 	}
 	typ := s.Type
 	if strings.TrimSpace(typ) == "" {
 		typ = DefaultType
 	}
 	if c.Type, err = routing.ParseTemplate(typ); err != nil {
-		return c, sinks.Configf("cloudEvents.type", "%v", err)
+		problems = append(problems, sinks.Configf("cloudEvents.type", "%v", err))
 	}
-	return c, nil
+	return c, errors.Join(problems...)
+}
+
+// Problems splits an error of Compile into its problems, in the order of
+// the settings.
+func Problems(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // placeholders matches the {{ name }} of a template.

@@ -207,6 +207,18 @@ func TestCompileRefuses(t *testing.T) {
 			t.Errorf("Compile(%s, %+v) = %v, want a ConfigError at %s saying %q", c.typ, c.s, err, c.key, c.says)
 		}
 	}
+	// Every problem at once, each under its key, in the order of the keys.
+	var keys []string
+	_, err := Compile("http", Settings{Mode: "batch", Source: "/shop orders", Type: "{{ nope }}"})
+	for _, p := range Problems(err) {
+		var ce *sinks.ConfigError
+		if errors.As(p, &ce) {
+			keys = append(keys, ce.Key)
+		}
+	}
+	if strings.Join(keys, " ") != "cloudEvents.mode cloudEvents.source cloudEvents.type" {
+		t.Errorf("the problems of a block with three: %v (%v)", keys, err)
+	}
 	c := compile(t, "http", Settings{Source: "/x/{{ key }}"})
 	if c.Mode != Binary || c.Type.String() != DefaultType {
 		t.Errorf("defaults: mode %q, type %q; want binary and %s", c.Mode, c.Type.String(), DefaultType)
