@@ -19,11 +19,11 @@ import (
 type CloudEventsConfig struct {
 	// Mode is binary (the attributes in headers; the default) or
 	// structured (the event as a JSON document in the body).
-	Mode string `yaml:"mode"`
+	Mode string `yaml:"mode" zero:"write binary or structured, or leave mode out for binary"`
 	// Source is the event's source, a template; required.
 	Source string `yaml:"source"`
 	// Type is the event's type, a template; {{ topic }} by default.
-	Type string `yaml:"type"`
+	Type string `yaml:"type" zero:"give a template, or leave type out for {{ topic }}"`
 }
 
 // applyCloudEventsDefaults fills mode and type, so that config check

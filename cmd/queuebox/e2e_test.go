@@ -158,6 +158,54 @@ routes: [ { topicPattern: "#", destination: a } ]
 	}
 }
 
+// A zero or a negative the user wrote is refused with its reason, never
+// replaced by a default: config check says so for each, and one message
+// covers perSecond's whole range below it.
+func TestConfigCheckRefusesZerosItWouldReplace(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, `database: { url: postgres://localhost/app }
+destinations:
+  a: { type: http, url: "http://x/", circuitBreaker: { window: 0s, probeInterval: 0s } }
+  b: { type: http, url: "http://x/", rateLimit: { perSecond: 5, burst: 0 } }
+  c: { type: http, url: "http://x/", rateLimit: { perSecond: -5 } }
+  d: { type: http, url: "http://x/", rateLimit: { perSecond: 0 } }
+  e: { type: http, url: "http://x/", timeoutMs: 0, maxConnections: 0 }
+routes: [ { topicPattern: "#", destination: a } ]
+`)
+	_, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 2 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"destinations.a.circuitBreaker.window (line 3): 0s is too short; use at least 100ms, or leave window out for 5s",
+		"destinations.a.circuitBreaker.probeInterval (line 3): 0s is too short; use at least 100ms, or leave probeInterval out for 5s",
+		"destinations.b.rateLimit.burst (line 4): 0 would let no row through;",
+		"destinations.c.rateLimit.perSecond (line 5): -5 is out of range; use a number above 0, up to 1000000",
+		"destinations.d.rateLimit.perSecond (line 6): 0 would let no row through;",
+		"destinations.e.timeoutMs (line 7): 0 would give a request no time at all;",
+		"destinations.e.maxConnections (line 7): 0 would leave no connection to send with;",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("config check lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "is required with rateLimit") || strings.Contains(stderr, "from 0 to 1000000") {
+		t.Errorf("perSecond is refused in two ways:\n%s", stderr)
+	}
+	// Left out, the same keys take their defaults, and config check shows them.
+	cfg = writeConfig(t, `database: { url: postgres://localhost/app }
+destinations:
+  a: { type: http, url: "http://x/", rateLimit: { perSecond: 5 } }
+routes: [ { topicPattern: "#", destination: a } ]
+`)
+	out, stderr, code := run(t, "config", "check", "--config", cfg)
+	for _, want := range []string{"burst: 5", "window: 5s", "probeInterval: 5s", "timeoutMs: 10000", "maxConnections: 64"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("config check without the keys lacks %q: exit %d\n%s%s", want, code, out, stderr)
+		}
+	}
+}
+
 // Mistyped commands and flag values are usage errors (exit 2) that say
 // what was meant, and a command that reads no configuration file refuses
 // --config instead of ignoring it.
