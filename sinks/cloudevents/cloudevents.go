@@ -22,16 +22,25 @@
 //
 //   - HTTP: binary puts each attribute in a ce-NAME header, datacontenttype
 //     in Content-Type; structured sends the event with Content-Type
-//     application/cloudevents+json. Header values are percent-encoded as the
-//     binding requires (space, '"', '%' and anything outside printable
-//     ASCII).
+//     application/cloudevents+json. Header values go as UTF-8 text, as they
+//     are: the binding asks senders to percent-encode space, '"', '%' and
+//     anything outside printable ASCII, but the official Go and Java SDKs
+//     read ce- headers without decoding them, so a consumer built on them
+//     would read subject "Zo%C3%AB%2042" in binary mode where structured
+//     mode gives "Zoë 42". HTTP carries such text in a header as it is;
+//     only a value it cannot carry (a control character, a space at
+//     either end, which receivers trim) is percent-encoded, whole, as the
+//     binding says (httpValue).
 //   - Kafka: binary puts each attribute in a ce_NAME record header (UTF-8,
 //     not encoded), datacontenttype in the content-type header; structured
 //     sends the event with content-type application/cloudevents+json. The
 //     record key stays the row's key, which is also partitionkey.
 //   - NATS: binary puts every attribute, datacontenttype too, in a
-//     ce-NAME message header (percent-encoded as for HTTP); structured sends
-//     the event with Content-Type application/cloudevents+json.
+//     ce-NAME message header, percent-encoded as the NATS binding says
+//     (space, '"', '%' and anything outside printable ASCII: no SDK reads
+//     NATS binary mode, so consumers decode it themselves, as the binding
+//     tells them); structured sends the event with Content-Type
+//     application/cloudevents+json.
 //   - RabbitMQ: the AMQP binding is written for AMQP 1.0, and RabbitMQ
 //     speaks AMQP 0-9-1. The binding's application-properties become the
 //     0-9-1 headers table, and its content-type property the 0-9-1
@@ -341,7 +350,10 @@ func (b Binding) prefix() string {
 func (b Binding) writeAttributes(e *event.Event, h map[string]string) {
 	p := b.prefix()
 	set := func(name, value string) {
-		if b == HTTP || b == NATS {
+		switch b {
+		case HTTP:
+			value = httpValue(value)
+		case NATS:
 			value = percentEncode(value)
 		}
 		h[p+name] = value
@@ -365,6 +377,18 @@ func (b Binding) writeAttributes(e *event.Event, h map[string]string) {
 			set(name, s)
 		}
 	}
+}
+
+// httpValue is an attribute's value as the HTTP binding sends it: as it
+// is, which the SDKs that do not decode header values read right, unless
+// HTTP cannot carry it so (a control character, or a space or tab at
+// either end, which every receiver trims); then percent-encoded, whole, so
+// that a receiver that decodes, as the binding says, reads it right.
+func httpValue(s string) string {
+	if s != strings.Trim(s, " \t") || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return percentEncode(s)
+	}
+	return s
 }
 
 // percentEncode encodes a header value as the HTTP and NATS bindings
