@@ -98,7 +98,7 @@ func NewMetrics(inboxSources []string) *Metrics {
 		"Rows in the outbox table per state, counted by the sampler on an interval (any state found, including values written by hand).",
 		"state")
 	m.oldest = f.gauge("queuebox_oldest_pending_age_seconds",
-		"How long the pending row due the longest has waited since it became due; 0 when none is due.")
+		"How long the oldest row the relay could claim now has waited since it became due (rows behind a held or running row of their key, as during a pause, wait for it and do not count); 0 when none is due.")
 	m.claimed = f.counter("queuebox_claimed_rows_total", "Rows this replica claimed.")
 	m.lost = f.counter("queuebox_lost_claims_total", "Claims this replica lost before writing their outcome (the lease passed); the rows are delivered again.")
 	m.retention = f.counterVec("queuebox_retention_deleted_total", "Rows the retention deleted, by state.", "state")

@@ -31,11 +31,11 @@ func (s Stats) WriteText(w io.Writer) error {
 	}
 	tw.Flush()
 	if s.OldestDue > 0 {
-		fmt.Fprintf(&b, "\noldest due pending: %s (waiting since it became due)\n", s.OldestDue.Round(time.Millisecond))
+		fmt.Fprintf(&b, "\noldest due pending: %s (the oldest row the relay could take now, waiting since it became due)\n", s.OldestDue.Round(time.Millisecond))
 	} else {
 		fmt.Fprintf(&b, "\noldest due pending: none is due\n")
 	}
-	fmt.Fprintf(&b, "scheduled later: %d (pending rows not due yet: retries and rows scheduled ahead)\n", s.ScheduledLater)
+	fmt.Fprintf(&b, "scheduled later: %d (pending rows not due yet: retries, rows of a paused destination or an open circuit, rows scheduled ahead)\n", s.ScheduledLater)
 	fmt.Fprintf(&b, "inbox: %d received, %d relayed", s.Inbox.Received, s.Inbox.Relayed)
 	if s.Inbox.Received > 0 {
 		fmt.Fprintf(&b, " (the oldest received row has waited %s for the inbox relay)", s.Inbox.OldestReceived.Round(time.Millisecond))
