@@ -103,6 +103,19 @@ function renderStats(s) {
   renderInbox(s);
   renderTopics(s);
   renderHeldBack(s);
+  renderHorizon(s);
+}
+
+// renderHorizon shows what holds the database's horizon back (as status,
+// /api/stats and queuebox_horizon_held_seconds do).
+function renderHorizon(s) {
+  const h = s.horizon;
+  const x = h && h.holder;
+  $("#horizon-holder").textContent = !h ? "–" : !x || x.openSeconds < 1 ? "nothing (that this database user may see)"
+    : "a " + x.kind + (x.pid ? " (pid " + x.pid + ")" : "") + ", open " + duration(x.openSeconds) +
+      (x.state ? ", " + x.state : "") + (x.application ? ", application " + JSON.stringify(x.application) : "") +
+      (x.query ? ": " + x.query.replace(/\s+/g, " ") : "");
+  $("#horizon-dead").textContent = !h ? "–" : h.deadRowVersions < 0 ? "not known to this database" : num(h.deadRowVersions);
 }
 
 const INBOX_STATES = ["received", "relayed"];

@@ -22,6 +22,7 @@ import (
 	"github.com/queuebox/queuebox/internal/testbin"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -390,6 +391,28 @@ inbox:
 	until("3 received inbox messages", `document.querySelector("#inbox-received").textContent === "3" && `+
 		`document.querySelector("#inbox-oldest").textContent !== "none waiting" && `+
 		`/web\s+3\s+1\s+0/.test(document.querySelector("#inbox-sources tbody").innerText)`)
+	// A transaction held open elsewhere holds the database's horizon back:
+	// the page names it, as status and /api/stats do.
+	holder, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	if _, err := holder.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil {
+		t.Fatal(err)
+	}
+	// Tests running beside this one share the server: the oldest holder
+	// may be one of theirs, but some holder it is.
+	until("the transaction that holds the horizon back", `document.querySelector("#horizon-holder").textContent.startsWith(`+
+		jsString(fmt.Sprintf("a transaction (pid %d), open ", holder.PgConn().PID()))+`) && `+
+		`document.querySelector("#horizon-holder").textContent.includes("idle in transaction") || `+
+		`/^a (transaction|standby|prepared transaction|replication slot).*, open \d/.test(document.querySelector("#horizon-holder").textContent)`)
+	if _, err := holder.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
 	until("two groups of dead rows", `document.querySelectorAll("#dead-groups tr.dead-group").length === 2`)
 	until("the blocked key", `document.querySelector("#blocked-keys").innerText.includes("acct-7") && document.querySelector("#blocked-keys").innerText.includes("ledger service unavailable")`)
 	// The table is drawn again at every refresh: read its rows' text in
