@@ -409,7 +409,7 @@ inbox:
 	until("the transaction that holds the horizon back", `document.querySelector("#horizon-holder").textContent.startsWith(`+
 		jsString(fmt.Sprintf("a transaction (pid %d), open ", holder.PgConn().PID()))+`) && `+
 		`document.querySelector("#horizon-holder").textContent.includes("idle in transaction") || `+
-		`/^a (transaction|standby|prepared transaction|replication slot).*, open \d/.test(document.querySelector("#horizon-holder").textContent)`)
+		`/^a (transaction|standby|prepared transaction|replication slot)\b.*, open \d/.test(document.querySelector("#horizon-holder").textContent)`)
 	if _, err := holder.Exec(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
