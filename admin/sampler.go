@@ -22,7 +22,8 @@ import (
 // database core (a million rows: a count about every 20 s). The cheap reads (the oldest due
 // pending row and the rows scheduled later, from the index the claim
 // reads; the oldest received inbox row, from the relay's index; the open
-// outbox transactions; what holds the horizon back) run every FastInterval
+// outbox transactions; what holds the horizon back; where the wake-up
+// slot stands) run every FastInterval
 // while someone has read in the last WatchedFor, and not at all otherwise:
 // an idle replica that nobody watches costs its database nothing here.
 // They are cheap unless many due rows wait behind held rows of their keys
@@ -66,6 +67,7 @@ type Snapshot struct {
 	Writers    []Writer
 	WritersErr string
 	Horizon    *HorizonView
+	WakeupSlot *WakeupSlotView
 
 	// Err is the last failed read, cleared by the next one that works.
 	Err   string
@@ -307,8 +309,11 @@ func (s *Sampler) cheap(ctx context.Context) time.Duration {
 		horizon = horizonView(h, time.Now())
 		s.m.setHorizon(horizon)
 	}
+	slot := wakeupSlot(ctx, s.d)
+	s.m.setWakeupSlot(slot)
 	s.mu.Lock()
 	s.snap.Horizon = horizon
+	s.snap.WakeupSlot = slot
 	s.snap.PendingAt, s.snap.Pending = s.wall(), p
 	s.snap.Writers, s.snap.WritersErr = writers, ""
 	if werr != nil {

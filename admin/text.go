@@ -68,6 +68,10 @@ func (s Stats) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "dead row versions in the outbox: %d\n", h.DeadRowVersions)
 		}
 	}
+	if w := s.WakeupSlot; w != nil {
+		fmt.Fprintf(&b, "wake-up slot %s: the server keeps %s of WAL for it; its confirmed position is %s behind the server's\n",
+			w.Slot, Bytes(w.RetainedBytes), Bytes(w.BehindBytes))
+	}
 	if topics := s.DeadTopics(); len(topics) > 0 {
 		fmt.Fprintln(&b, "\ndead rows per topic:")
 		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -148,4 +152,20 @@ func (gs DeadGroups) WriteText(w io.Writer, now time.Time) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// Bytes writes a size as PostgreSQL's pg_size_pretty does: bytes, kB, MB,
+// GB or TB, in steps of 1024.
+func Bytes(n int64) string {
+	if n < 10*1024 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	f := float64(n)
+	for _, unit := range []string{"kB", "MB", "GB"} {
+		f /= 1024
+		if f < 10*1024 {
+			return fmt.Sprintf("%.0f %s", f, unit)
+		}
+	}
+	return fmt.Sprintf("%.0f TB", f/1024)
 }

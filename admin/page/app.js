@@ -106,8 +106,20 @@ function renderStats(s) {
   renderHorizon(s);
 }
 
+// bytes writes a size as PostgreSQL's pg_size_pretty does (steps of 1024).
+function bytes(n) {
+  if (n < 10 * 1024) return num(n) + " bytes";
+  let f = n;
+  for (const unit of ["kB", "MB", "GB"]) {
+    f /= 1024;
+    if (f < 10 * 1024) return f.toFixed(0) + " " + unit;
+  }
+  return (f / 1024).toFixed(0) + " TB";
+}
+
 // renderHorizon shows what holds the database's horizon back (as status,
-// /api/stats and queuebox_horizon_held_seconds do).
+// /api/stats and queuebox_horizon_held_seconds do) and the WAL the server
+// keeps for the wake-up slot.
 function renderHorizon(s) {
   const h = s.horizon;
   const x = h && h.holder;
@@ -116,6 +128,9 @@ function renderHorizon(s) {
       (x.state ? ", " + x.state : "") + (x.application ? ", application " + JSON.stringify(x.application) : "") +
       (x.query ? ": " + x.query.replace(/\s+/g, " ") : "");
   $("#horizon-dead").textContent = !h ? "–" : h.deadRowVersions < 0 ? "not known to this database" : num(h.deadRowVersions);
+  const w = s.wakeupSlot;
+  $("#slot-retained").textContent = w ? bytes(w.retainedBytes) : "no slot (the relays probe)";
+  $("#slot-behind").textContent = w ? "slot " + w.slot + "; its confirmed position is " + bytes(w.behindBytes) + " behind the server's WAL" : "";
 }
 
 const INBOX_STATES = ["received", "relayed"];

@@ -392,7 +392,8 @@ inbox:
 		`document.querySelector("#inbox-oldest").textContent !== "none waiting" && `+
 		`/web\s+3\s+1\s+0/.test(document.querySelector("#inbox-sources tbody").innerText)`)
 	// A transaction held open elsewhere holds the database's horizon back:
-	// the page names it, as status and /api/stats do.
+	// the page names it, as status and /api/stats do; and it shows the WAL
+	// the server keeps for the wake-up slot.
 	holder, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -410,6 +411,8 @@ inbox:
 		jsString(fmt.Sprintf("a transaction (pid %d), open ", holder.PgConn().PID()))+`) && `+
 		`document.querySelector("#horizon-holder").textContent.includes("idle in transaction") || `+
 		`/^a (transaction|standby|prepared transaction|replication slot)\b.*, open \d/.test(document.querySelector("#horizon-holder").textContent)`)
+	until("the wake-up slot's WAL", `/^\d+ (bytes|kB|MB)$/.test(document.querySelector("#slot-retained").textContent) && `+
+		`/^slot queuebox_[0-9a-f]+_[0-9a-f]+; its confirmed position is \d+ (bytes|kB|MB) behind the server's WAL$/.test(document.querySelector("#slot-behind").textContent)`)
 	if _, err := holder.Exec(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
