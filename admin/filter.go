@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -175,11 +177,15 @@ func (t FilterText) Filter(src Source, p Purpose, now time.Time) (dialects.Filte
 	out.ErrorContains = t.ErrorContains
 	if p.needsSelection && len(out.IDs) == 0 && len(out.States) == 0 && out.TopicMatch == nil && out.Key == nil &&
 		out.Since == nil && out.Until == nil && out.ErrorContains == "" {
-		return out, &InputError{Reason: "say which rows",
+		return out, &InputError{Reason: sayWhichRows,
 			Fix: fmt.Sprintf("give %s, or at least one filter (%s replays every dead row)", src.name(inID), stateExample(src))}
 	}
 	return out, nil
 }
+
+// sayWhichRows is the refusal of a filter that names no rows where it
+// must: a destination, which the filter itself does not hold, names some.
+const sayWhichRows = "say which rows"
 
 func stateExample(src Source) string {
 	switch src {
@@ -232,14 +238,41 @@ func ParseLimit(src Source, s string, def int) (int, error) {
 	return n, CheckLimit(src, n)
 }
 
+// RoutedDestinations let a filter select rows by the destination their topic
+// routes to, as --destination does on the command line: the configured
+// destinations' names, and where each topic routes today.
+type RoutedDestinations struct {
+	Names   []string
+	RouteOf RouteOf
+}
+
+// routedTo narrows f to the rows whose topic the routes send to name, which
+// must be one of ds; input is how the request spells the parameter. An
+// empty name selects nothing more, as an empty topic does.
+func (ds *RoutedDestinations) routedTo(f dialects.Filter, input, name string) (dialects.Filter, error) {
+	if name == "" {
+		return f, nil
+	}
+	if !slices.Contains(ds.Names, name) {
+		names := slices.Sorted(slices.Values(ds.Names))
+		return f, &InputError{Input: input, Value: name, Reason: "is not a destination of the configuration",
+			Fix: "the destinations are " + strings.Join(names, ", ")}
+	}
+	return RoutedTo(f, name, ds.RouteOf), nil
+}
+
 // FilterFromQuery reads a filter from a URL query: id and state may repeat.
-// A parameter that is neither a filter's nor one of extra (the other
+// With ds, destination selects the rows routed to one destination. A
+// parameter that is neither a filter's nor one of extra (the other
 // parameters of the request, such as limit) is an error, so that a typo
 // does not silently widen the selection.
-func FilterFromQuery(q url.Values, p Purpose, now time.Time, extra ...string) (dialects.Filter, error) {
+func FilterFromQuery(q url.Values, p Purpose, now time.Time, ds *RoutedDestinations, extra ...string) (dialects.Filter, error) {
 	known := map[string]bool{}
 	for _, i := range []input{inID, inState, inTopic, inKey, inSince, inUntil, inErrorContains} {
 		known[Query.name(i)] = true
+	}
+	if ds != nil {
+		known["destination"] = true
 	}
 	for _, e := range extra {
 		known[e] = true
@@ -269,7 +302,17 @@ func FilterFromQuery(q url.Values, p Purpose, now time.Time, extra ...string) (d
 		}
 		*dst = v
 	}
-	return t.Filter(Query, p, now)
+	f, err := t.Filter(Query, p, now)
+	if ds == nil || err != nil {
+		return f, err
+	}
+	switch dest := q["destination"]; {
+	case len(dest) > 1:
+		return f, &InputError{Input: "destination", Reason: "is given more than once", Fix: "give it once"}
+	case len(dest) == 1:
+		return ds.routedTo(f, "destination", dest[0])
+	}
+	return f, nil
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -292,8 +335,10 @@ type ReplayRequest struct {
 //
 //	{"states": ["dead"], "topic": "order.#", "since": "24h", "dryRun": true}
 //
-// An unknown field is an error, so that a typo does not widen the selection.
-func ReplayFromJSON(r io.Reader, now time.Time) (ReplayRequest, error) {
+// With ds, "destination" selects the rows routed to one destination, as
+// --destination does. An unknown field is an error, so that a typo does not
+// widen the selection.
+func ReplayFromJSON(r io.Reader, now time.Time, ds *RoutedDestinations) (ReplayRequest, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxBody+1))
 	if err != nil {
 		return ReplayRequest{}, &InputError{Reason: "the body cannot be read: " + err.Error(), Fix: "send it again"}
@@ -308,15 +353,20 @@ func ReplayFromJSON(r io.Reader, now time.Time) (ReplayRequest, error) {
 	if err := json.Unmarshal(data, &fields); err != nil {
 		return ReplayRequest{}, &InputError{Reason: "the body is not a JSON object: " + err.Error(), Fix: replayExample}
 	}
+	known := maps.Clone(replayFields)
+	if ds != nil {
+		known["destination"] = true
+	}
 	for k := range fields {
-		if !replayFields[k] {
+		if !known[k] {
 			return ReplayRequest{}, &InputError{Input: k, Reason: "is not a field of a replay request",
-				Fix: "the fields are " + strings.Join(sortedKeys(replayFields), ", ")}
+				Fix: "the fields are " + strings.Join(sortedKeys(known), ", ")}
 		}
 	}
 	var body struct {
 		FilterText
-		DryRun bool `json:"dryRun"`
+		DryRun      bool   `json:"dryRun"`
+		Destination string `json:"destination"`
 	}
 	if err := json.Unmarshal(data, &body); err != nil {
 		var te *json.UnmarshalTypeError
@@ -335,6 +385,13 @@ func ReplayFromJSON(r io.Reader, now time.Time) (ReplayRequest, error) {
 		return ReplayRequest{}, &InputError{Reason: "the body cannot be read: " + err.Error(), Fix: replayExample}
 	}
 	f, err := body.Filter(JSON, ForReplay, now)
+	var ie *InputError
+	if body.Destination != "" && errors.As(err, &ie) && ie.Reason == sayWhichRows {
+		err = nil // the destination selects the rows
+	}
+	if err == nil && ds != nil {
+		f, err = ds.routedTo(f, "destination", body.Destination)
+	}
 	return ReplayRequest{Filter: f, DryRun: body.DryRun}, err
 }
 

@@ -69,13 +69,13 @@ func TestFilterFromEverySourceSelectsTheSameRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := url.ParseQuery("id=" + id.String() + "&state=dead&state=delivered&topic=order.%23&key=cust-1&since=24h&until=2025-03-01T11:00:00Z&errorContains=HTTP+410&limit=5")
-	query, err := FilterFromQuery(q, ForReplay, now, "limit")
+	query, err := FilterFromQuery(q, ForReplay, now, nil, "limit")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := `{"ids": ["` + id.String() + `"], "states": ["dead", "delivered"], "topic": "order.#", "key": "cust-1",
 		"since": "24h", "until": "2025-03-01T11:00:00Z", "errorContains": "HTTP 410", "dryRun": true}`
-	req, err := ReplayFromJSON(strings.NewReader(body), now)
+	req, err := ReplayFromJSON(strings.NewReader(body), now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +96,12 @@ func TestFilterFromEverySourceSelectsTheSameRows(t *testing.T) {
 
 func TestQueryAndJSONRefuseWhatTheyDoNotKnow(t *testing.T) {
 	q, _ := url.ParseQuery("stat=dead")
-	if _, err := FilterFromQuery(q, ForRows, now, "limit", "after"); err == nil ||
+	if _, err := FilterFromQuery(q, ForRows, now, nil, "limit", "after"); err == nil ||
 		!strings.Contains(err.Error(), "stat: is not a parameter of this request; the parameters are after, errorContains, id, key, limit, since, state, topic, until") {
 		t.Errorf("an unknown parameter: %v", err)
 	}
 	q, _ = url.ParseQuery("topic=a&topic=b")
-	if _, err := FilterFromQuery(q, ForRows, now); err == nil || !strings.Contains(err.Error(), "topic: is given more than once") {
+	if _, err := FilterFromQuery(q, ForRows, now, nil); err == nil || !strings.Contains(err.Error(), "topic: is given more than once") {
 		t.Errorf("a repeated topic: %v", err)
 	}
 	for body, want := range map[string]string{
@@ -112,7 +112,7 @@ func TestQueryAndJSONRefuseWhatTheyDoNotKnow(t *testing.T) {
 		``:                                      "the body is empty",
 		`{}`:                                    `say which rows; give ids, or at least one filter ("states": ["dead"] replays every dead row)`,
 	} {
-		_, err := ReplayFromJSON(strings.NewReader(body), now)
+		_, err := ReplayFromJSON(strings.NewReader(body), now, nil)
 		var ie *InputError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), want) {
 			t.Errorf("body %s: %v, want %q", body, err, want)

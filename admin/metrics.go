@@ -45,6 +45,8 @@ type Metrics struct {
 	// row versions (the sampler's cheap reads).
 	horizonAge   prometheus.Gauge
 	deadVersions prometheus.Gauge
+	// Where the wake-up slot stands, in bytes behind the server's WAL.
+	slotRetained, slotBehind prometheus.Gauge
 
 	// Per destination, for the page's throughput chart and deliveries per
 	// second: Prometheus counters cannot be read back cheaply.
@@ -91,6 +93,10 @@ func NewMetrics(inboxSources []string) *Metrics {
 		"How long the oldest open transaction (or standby, prepared transaction, replication slot) has held the database's horizon back: while it stays open, vacuum can remove no row version. 0 when none is seen.")
 	m.deadVersions = f.gauge("queuebox_outbox_dead_row_versions",
 		"Dead row versions in the outbox table, from the database's statistics (-1 where it does not say).")
+	m.slotRetained = f.gauge("queuebox_wakeups_slot_retained_bytes",
+		"WAL the server keeps for the wake-up slot: the slot's restart position behind the server's current WAL position, in bytes (the same slot on every replica: use max). 0 while no relay holds a slot.")
+	m.slotBehind = f.gauge("queuebox_wakeups_slot_behind_bytes",
+		"How far the wake-up slot's confirmed position is behind the server's current WAL position, in bytes: WAL written that its relay has not decoded yet (logical decoding reads all of it, whatever the table). 0 while no relay holds a slot.")
 	m.wakeups = f.gaugeVec("queuebox_wakeups",
 		"What wakes the relay when rows arrive: 1 for the kind in use (logical: nudges from logical replication; probe: the relay asks) and the wake-up source's state (listening, connecting, reconnecting, unavailable, off).",
 		"kind", "state")
@@ -98,7 +104,7 @@ func NewMetrics(inboxSources []string) *Metrics {
 		"Rows in the outbox table per state, counted by the sampler on an interval (any state found, including values written by hand).",
 		"state")
 	m.oldest = f.gauge("queuebox_oldest_pending_age_seconds",
-		"How long the pending row due the longest has waited since it became due; 0 when none is due.")
+		"How long the oldest row the relay could claim now has waited since it became due (rows behind a held or running row of their key, as during a pause, wait for it and do not count); 0 when none is due.")
 	m.claimed = f.counter("queuebox_claimed_rows_total", "Rows this replica claimed.")
 	m.lost = f.counter("queuebox_lost_claims_total", "Claims this replica lost before writing their outcome (the lease passed); the rows are delivered again.")
 	m.retention = f.counterVec("queuebox_retention_deleted_total", "Rows the retention deleted, by state.", "state")
@@ -224,6 +230,16 @@ func (m *Metrics) setHorizon(h *HorizonView) {
 	}
 	m.horizonAge.Set(age)
 	m.deadVersions.Set(float64(h.DeadRowVersions))
+}
+
+// setWakeupSlot records where the wake-up slot stands (nil: no slot).
+func (m *Metrics) setWakeupSlot(s *WakeupSlotView) {
+	var retained, behind float64
+	if s != nil {
+		retained, behind = float64(s.RetainedBytes), float64(s.BehindBytes)
+	}
+	m.slotRetained.Set(retained)
+	m.slotBehind.Set(behind)
 }
 
 // Wakeups is the last status SetWakeups recorded (false: none yet).

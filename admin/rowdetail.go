@@ -55,7 +55,14 @@ type RowDetailView struct {
 	// MoreAttempts: the row has more attempts than the MaxRowAttempts
 	// newest shown.
 	MoreAttempts bool `json:"moreAttempts"`
+	// MatchedNoRouteAt is when the row went dead because no route matched
+	// its topic, so that nothing was sent; absent otherwise.
+	MatchedNoRouteAt *time.Time `json:"matchedNoRouteAt,omitempty"`
 }
+
+// noRouteError is the last_error the relay writes on a row that no route
+// matches (actors, prepare): such a row goes dead without an attempt.
+func noRouteError(topic string) string { return fmt.Sprintf("no route matches topic %q", topic) }
 
 // ParseRowID reads a row's id as an operator gives it; input names where
 // it came from ("ID", "id").
@@ -77,6 +84,10 @@ func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf Ro
 	}
 	v := RowDetailView{RowView: rowView(r.ListedRow, routeOf), ScheduledAt: r.ScheduledAt.UTC(),
 		Payload: rawJSON(r.Payload), Headers: rawJSON(r.Headers), Attempts: make([]AttemptView, 0, len(r.Attempts)), MoreAttempts: r.MoreAttempts}
+	if r.State == dialects.Dead && r.LastError != nil && *r.LastError == noRouteError(r.Topic) {
+		at := r.UpdatedAt.UTC()
+		v.MatchedNoRouteAt = &at
+	}
 	for _, a := range r.Attempts {
 		v.Attempts = append(v.Attempts, AttemptView{Try: a.Try, At: a.At.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000,
 			Outcome: a.Outcome, Destination: a.Destination, Status: a.Status, Error: a.Error, Response: a.Response})
@@ -136,7 +147,12 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "topic\t%s\n", v.Topic)
 	fmt.Fprintf(tw, "key\t%s\n", opt(v.Key))
 	fmt.Fprintf(tw, "aggregate type\t%s\n", opt(v.AggregateType))
-	fmt.Fprintf(tw, "state\t%s, %s\n", v.State, Tries(v.Attempt, v.MaxAttempts))
+	if v.MatchedNoRouteAt != nil {
+		// No try was made: "dead, try 1 of 6" would say one was.
+		fmt.Fprintf(tw, "state\tdead: no route matched its topic at %s; nothing was sent\n", v.MatchedNoRouteAt.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(tw, "state\t%s, %s\n", v.State, Tries(v.Attempt, v.MaxAttempts))
+	}
 	fmt.Fprintf(tw, "destination\t%s\n", dest)
 	fmt.Fprintf(tw, "sequence\t%d\n", v.Sequence)
 	fmt.Fprintf(tw, "created at\t%s\n", v.CreatedAt.Format(time.RFC3339Nano))
@@ -157,6 +173,9 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %s\n", ind.String())
 	}
 	switch {
+	case len(v.Attempts) == 0 && v.MatchedNoRouteAt != nil:
+		fmt.Fprintf(&b, "\nattempts: none: no route matched the topic %q when the relay took the row (%s), so it went dead without one; add a route and replay it\n",
+			v.Topic, v.MatchedNoRouteAt.Format(time.RFC3339))
 	case len(v.Attempts) == 0:
 		fmt.Fprintln(&b, "\nattempts: none recorded (none made yet, the attempt history is off, or its retention deleted them)")
 	case v.MoreAttempts:

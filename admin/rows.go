@@ -35,6 +35,34 @@ type Stats struct {
 	// Horizon is what holds the database's horizon back, and the outbox's
 	// dead row versions.
 	Horizon *HorizonView `json:"horizon,omitempty"`
+	// WakeupSlot is where the wake-up slot stands; absent while no relay
+	// holds one.
+	WakeupSlot *WakeupSlotView `json:"wakeupSlot,omitempty"`
+}
+
+// WakeupSlotView is where the replication slot of logical wake-ups stands,
+// in bytes behind the server's current WAL position: its restart position
+// (the WAL the server keeps for it) and its confirmed position (what the
+// relay that holds it has acknowledged). Every replica reads the same slot.
+type WakeupSlotView struct {
+	Slot          string `json:"slot"`
+	RetainedBytes int64  `json:"retainedBytes"`
+	BehindBytes   int64  `json:"behindBytes"`
+}
+
+// wakeupSlot reads where the wake-up slot stands, where the dialect has
+// one (PostgreSQL); nil while no relay holds one, or when it cannot be
+// read.
+func wakeupSlot(ctx context.Context, d dialects.Operator) *WakeupSlotView {
+	r, ok := d.(dialects.WakeupSlotReader)
+	if !ok {
+		return nil
+	}
+	s, found, err := r.WakeupSlot(ctx)
+	if err != nil || !found {
+		return nil
+	}
+	return &WakeupSlotView{Slot: s.Name, RetainedBytes: s.RetainedBytes, BehindBytes: s.BehindBytes}
 }
 
 // HorizonView is what holds the database's horizon back: while any
@@ -153,6 +181,7 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	if h, err := d.OutboxHorizon(ctx); err == nil {
 		out.Horizon = horizonView(h, time.Now())
 	}
+	out.WakeupSlot = wakeupSlot(ctx, d)
 	in, err := d.InboxStats(ctx)
 	if err != nil {
 		return out, fmt.Errorf("counting the inbox: %w", err)

@@ -108,7 +108,7 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 	}
 
 	// A replay from a JSON body: the dry run counts and changes nothing.
-	req, err := ReplayFromJSON(strings.NewReader(`{"topic": "order.#", "errorContains": "410", "dryRun": true}`), time.Now())
+	req, err := ReplayFromJSON(strings.NewReader(`{"topic": "order.#", "errorContains": "410", "dryRun": true}`), time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,14 @@ import (
 // database core (a million rows: a count about every 20 s). The cheap reads (the oldest due
 // pending row and the rows scheduled later, from the index the claim
 // reads; the oldest received inbox row, from the relay's index; the open
-// outbox transactions; what holds the horizon back) run every FastInterval
+// outbox transactions; what holds the horizon back; where the wake-up
+// slot stands) run every FastInterval
 // while someone has read in the last WatchedFor, and not at all otherwise:
 // an idle replica that nobody watches costs its database nothing here.
+// They are cheap unless many due rows wait behind held rows of their keys
+// (a paused destination's backlog), which the look for the oldest row the
+// relay could claim reads past; so their interval follows their cost too,
+// CountCostFactor times it, at least FastInterval.
 const (
 	DefaultCountInterval = 5 * time.Second
 	MaxCountInterval     = 5 * time.Minute
@@ -62,6 +67,7 @@ type Snapshot struct {
 	Writers    []Writer
 	WritersErr string
 	Horizon    *HorizonView
+	WakeupSlot *WakeupSlotView
 
 	// Err is the last failed read, cleared by the next one that works.
 	Err   string
@@ -189,8 +195,8 @@ func (s *Sampler) Run(ctx context.Context) {
 		// least as new.
 		watched := s.demanded.Load() > 0 && s.since()-time.Duration(s.lastDemand.Load()) < WatchedFor
 		if count || watched && s.since() >= nextCheap {
-			s.cheap(ctx)
-			nextCheap = s.since() + s.fast
+			took := s.cheap(ctx)
+			nextCheap = s.since() + max(s.fast, CountCostFactor*took)
 		}
 		if count {
 			// The reads that arrive while it runs are served by it: they
@@ -287,12 +293,13 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 }
 
 // cheap reads the pending summary, the oldest received inbox row and the
-// open outbox transactions.
-func (s *Sampler) cheap(ctx context.Context) {
+// open outbox transactions, and returns how long it took.
+func (s *Sampler) cheap(ctx context.Context) time.Duration {
+	start := time.Now()
 	p, err := s.d.OutboxPending(ctx)
 	if err != nil {
 		s.failed(ctx, "reading the pending rows", err)
-		return
+		return time.Since(start)
 	}
 	s.m.setOldestDue(p.OldestDue)
 	age, ierr := s.d.InboxOldestReceived(ctx)
@@ -302,8 +309,11 @@ func (s *Sampler) cheap(ctx context.Context) {
 		horizon = horizonView(h, time.Now())
 		s.m.setHorizon(horizon)
 	}
+	slot := wakeupSlot(ctx, s.d)
+	s.m.setWakeupSlot(slot)
 	s.mu.Lock()
 	s.snap.Horizon = horizon
+	s.snap.WakeupSlot = slot
 	s.snap.PendingAt, s.snap.Pending = s.wall(), p
 	s.snap.Writers, s.snap.WritersErr = writers, ""
 	if werr != nil {
@@ -321,11 +331,12 @@ func (s *Sampler) cheap(ctx context.Context) {
 		// The outbox's figures above are published; the inbox's wait
 		// keeps its last value.
 		s.failed(ctx, "reading the oldest inbox row", ierr)
-		return
+		return time.Since(start)
 	default:
 		s.m.setInboxAge(age)
 	}
 	s.worked()
+	return time.Since(start)
 }
 
 func (s *Sampler) failed(ctx context.Context, what string, err error) {

@@ -349,8 +349,9 @@ type StatsView struct {
 	OtherStates       map[string]int64            `json:"otherStates"`
 	Topics            map[string]map[string]int64 `json:"topics"`
 	TopicsOmitted     int                         `json:"topicsOmitted"`
-	// OldestDuePendingSeconds: how long the pending row due the longest has
-	// waited since it became due. ScheduledLater: pending rows not due yet.
+	// OldestDuePendingSeconds: how long the oldest row the relay could
+	// claim now has waited since it became due. ScheduledLater: pending
+	// rows not due yet.
 	OldestDuePendingSeconds float64            `json:"oldestDuePendingSeconds"`
 	ScheduledLater          int64              `json:"scheduledLater"`
 	DeliveriesPerSecond     map[string]float64 `json:"deliveriesPerSecond"`
@@ -365,7 +366,10 @@ type StatsView struct {
 	// Horizon is what holds the database's horizon back (null before the
 	// first read).
 	Horizon *HorizonView `json:"horizon,omitempty"`
-	Error   string       `json:"error,omitempty"`
+	// WakeupSlot is where the wake-up slot stands (absent while no relay
+	// holds one).
+	WakeupSlot *WakeupSlotView `json:"wakeupSlot,omitempty"`
+	Error      string          `json:"error,omitempty"`
 }
 
 // WakeupsView is the wake-up part of GET /api/stats: the kind in use now
@@ -398,7 +402,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	v := StatsView{Version: s.o.Version, Rows: map[string]int64{}, OtherStates: map[string]int64{},
 		CountSeconds: snap.CountTook.Seconds(), CountEverySeconds: snap.CountInterval.Seconds(),
 		OldestDuePendingSeconds: snap.Pending.OldestDue.Seconds(), ScheduledLater: snap.Pending.ScheduledLater,
-		HeldBackBy: snap.Writers, HeldBackByError: snap.WritersErr, Horizon: snap.Horizon, Error: snap.Err}
+		HeldBackBy: snap.Writers, HeldBackByError: snap.WritersErr, Horizon: snap.Horizon, WakeupSlot: snap.WakeupSlot, Error: snap.Err}
 	if !snap.CountedAt.IsZero() {
 		at := snap.CountedAt.UTC()
 		v.CountedAt = &at
@@ -478,7 +482,7 @@ const DefaultRowsLimit = 100
 
 func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, err := FilterFromQuery(q, ForRows, time.Now(), "limit", "after")
+	f, err := FilterFromQuery(q, ForRows, time.Now(), s.destinationsOf(), "limit", "after")
 	if err != nil {
 		s.failInput(w, err)
 		return
@@ -518,6 +522,16 @@ func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 		out.Next = &c
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// destinationsOf is what the filters of GET /api/rows and POST /api/replay
+// check their destination against: the configured destinations.
+func (s *Server) destinationsOf() *RoutedDestinations {
+	ds := &RoutedDestinations{RouteOf: s.o.RouteOf}
+	for _, d := range s.o.Destinations {
+		ds.Names = append(ds.Names, d.Name)
+	}
+	return ds
 }
 
 // cursorText is the cursor's encoded form: opaque to clients.
@@ -565,7 +579,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req, err := ReplayFromJSON(r.Body, time.Now())
+	req, err := ReplayFromJSON(r.Body, time.Now(), s.destinationsOf())
 	if err != nil {
 		s.failInput(w, err)
 		return

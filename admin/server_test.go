@@ -307,7 +307,7 @@ func TestRowsListingPagesAndRefusesBadInput(t *testing.T) {
 
 	before := rowCounts(t, d)
 	for _, c := range []struct{ query, want string }{
-		{"stat=dead", "stat: is not a parameter of this request; the parameters are after, errorContains, id, key, limit, since, state, topic, until"},
+		{"stat=dead", "stat: is not a parameter of this request; the parameters are after, destination, errorContains, id, key, limit, since, state, topic, until"},
 		{"id=0b7e3f4e", `id "0b7e3f4e": is not a row id; give the id of a row, a UUID`},
 		{"since=yesterday", `since "yesterday": is neither an RFC 3339 time nor a duration; write a time such as 2025-01-31T12:00:00Z`},
 		{"state=gone", `state "gone": is not a state; use pending, processing, delivered or dead`},

@@ -31,11 +31,11 @@ func (s Stats) WriteText(w io.Writer) error {
 	}
 	tw.Flush()
 	if s.OldestDue > 0 {
-		fmt.Fprintf(&b, "\noldest due pending: %s (waiting since it became due)\n", s.OldestDue.Round(time.Millisecond))
+		fmt.Fprintf(&b, "\noldest due pending: %s (the oldest row the relay could take now, waiting since it became due)\n", s.OldestDue.Round(time.Millisecond))
 	} else {
 		fmt.Fprintf(&b, "\noldest due pending: none is due\n")
 	}
-	fmt.Fprintf(&b, "scheduled later: %d (pending rows not due yet: retries and rows scheduled ahead)\n", s.ScheduledLater)
+	fmt.Fprintf(&b, "scheduled later: %d (pending rows not due yet: retries, rows of a paused destination or an open circuit, rows scheduled ahead)\n", s.ScheduledLater)
 	fmt.Fprintf(&b, "inbox: %d received, %d relayed", s.Inbox.Received, s.Inbox.Relayed)
 	if s.Inbox.Received > 0 {
 		fmt.Fprintf(&b, " (the oldest received row has waited %s for the inbox relay)", s.Inbox.OldestReceived.Round(time.Millisecond))
@@ -67,6 +67,10 @@ func (s Stats) WriteText(w io.Writer) error {
 		if h.DeadRowVersions >= 0 {
 			fmt.Fprintf(&b, "dead row versions in the outbox: %d\n", h.DeadRowVersions)
 		}
+	}
+	if w := s.WakeupSlot; w != nil {
+		fmt.Fprintf(&b, "wake-up slot %s: the server keeps %s of WAL for it; its confirmed position is %s behind the server's\n",
+			w.Slot, Bytes(w.RetainedBytes), Bytes(w.BehindBytes))
 	}
 	if topics := s.DeadTopics(); len(topics) > 0 {
 		fmt.Fprintln(&b, "\ndead rows per topic:")
@@ -148,4 +152,20 @@ func (gs DeadGroups) WriteText(w io.Writer, now time.Time) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// Bytes writes a size as PostgreSQL's pg_size_pretty does: bytes, kB, MB,
+// GB or TB, in steps of 1024.
+func Bytes(n int64) string {
+	if n < 10*1024 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	f := float64(n)
+	for _, unit := range []string{"kB", "MB", "GB"} {
+		f /= 1024
+		if f < 10*1024 {
+			return fmt.Sprintf("%.0f %s", f, unit)
+		}
+	}
+	return fmt.Sprintf("%.0f TB", f/1024)
 }

@@ -30,7 +30,7 @@ func TestStatusText(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"STATE       ROWS\npending     4\nprocessing  0\ndelivered   0\ndead        3\npaused      2  (not a QueueBox state",
-		"oldest due pending: 1.5s (waiting since it became due)",
+		"oldest due pending: 1.5s (the oldest row the relay could take now, waiting since it became due)",
 		"scheduled later: 7 (",
 		"inbox: 2 received, 9 relayed (the oldest received row has waited 800ms for the inbox relay)",
 		"4242  12s   2025-03-01T12:00:00Z  idle in transaction  billing      INSERT INTO outbox VALUES (...)",

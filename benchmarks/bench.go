@@ -401,21 +401,58 @@ func ratios(rs []Result) {
 
 func ptr(f float64) *float64 { return &f }
 
+// printTable prints the results, with only the columns that some line of
+// the run fills: a run of drains has no latencies and no broker ceiling,
+// and a column of dashes would say nothing. scenario, rows/s and failed
+// are always there.
 func printTable(w io.Writer, rs []Result, conditions string) {
 	fmt.Fprintf(w, "\n%s\n\n", conditions)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\trows\tkeys\treplicas\tbatch\tmailbox\trows/s\tvs raw\tratio\tvs ceiling\tp50 ms\tp95 ms\tp99 ms\tpeak RSS MB\tdb CPU\tfailed\t")
 	opt := func(f *float64, format string) string {
 		if f == nil {
 			return "-"
 		}
 		return fmt.Sprintf(format, *f)
 	}
+	type column struct {
+		name   string
+		filled func(r Result) bool
+		cell   func(r Result) string
+	}
+	columns := []column{
+		{"scenario", nil, func(r Result) string { return r.Scenario }},
+		{"variant", func(r Result) bool { return r.Variant != "" }, func(r Result) string { return dash(r.Variant) }},
+		{"rows", func(r Result) bool { return r.Rows != 0 }, func(r Result) string { return fmt.Sprint(r.Rows) }},
+		{"keys", func(r Result) bool { return r.Keys != 0 }, func(r Result) string { return fmt.Sprint(r.Keys) }},
+		{"replicas", func(r Result) bool { return r.Replicas != 0 }, func(r Result) string { return fmt.Sprint(r.Replicas) }},
+		{"batch", func(r Result) bool { return r.BatchSize != 0 }, func(r Result) string { return fmt.Sprint(r.BatchSize) }},
+		{"mailbox", func(r Result) bool { return r.Mailbox != "" }, func(r Result) string { return dash(r.Mailbox) }},
+		{"rows/s", nil, func(r Result) string { return fmt.Sprintf("%.0f", r.RowsPerSec) }},
+		{"vs raw", func(r Result) bool { return r.RatioToRaw != nil }, func(r Result) string { return opt(r.RatioToRaw, "%.2f") }},
+		{"ratio", func(r Result) bool { return r.Ratio != nil }, func(r Result) string { return opt(r.Ratio, "%.2f") }},
+		{"vs ceiling", func(r Result) bool { return r.RatioToCeiling != nil }, func(r Result) string { return opt(r.RatioToCeiling, "%.2f") }},
+		{"p50 ms", func(r Result) bool { return r.P50 != nil }, func(r Result) string { return opt(r.P50, "%.1f") }},
+		{"p95 ms", func(r Result) bool { return r.P95 != nil }, func(r Result) string { return opt(r.P95, "%.1f") }},
+		{"p99 ms", func(r Result) bool { return r.P99 != nil }, func(r Result) string { return opt(r.P99, "%.1f") }},
+		{"peak RSS MB", func(r Result) bool { return r.PeakRSSMB != 0 }, func(r Result) string { return fmt.Sprintf("%.0f", r.PeakRSSMB) }},
+		{"db CPU", func(r Result) bool { return r.DBCPUShare != nil }, func(r Result) string { return percent(r.DBCPUShare) }},
+		{"failed", nil, func(r Result) string { return fmt.Sprint(r.Failed) }},
+	}
+	shown := columns[:0:0]
+	for _, c := range columns {
+		if c.filled == nil || slices.ContainsFunc(rs, c.filled) {
+			shown = append(shown, c)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	for _, c := range shown {
+		fmt.Fprint(tw, c.name+"\t")
+	}
+	fmt.Fprintln(tw)
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t\n",
-			r.Scenario, dash(r.Variant), r.Rows, r.Keys, r.Replicas, r.BatchSize, dash(r.Mailbox), r.RowsPerSec,
-			opt(r.RatioToRaw, "%.2f"), opt(r.Ratio, "%.2f"), opt(r.RatioToCeiling, "%.2f"), opt(r.P50, "%.1f"), opt(r.P95, "%.1f"), opt(r.P99, "%.1f"),
-			r.PeakRSSMB, percent(r.DBCPUShare), r.Failed)
+		for _, c := range shown {
+			fmt.Fprint(tw, c.cell(r)+"\t")
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 	for _, r := range rs {

@@ -130,6 +130,18 @@ func TestBenchAgainstAServer(t *testing.T) {
 	if !strings.Contains(table.String(), "hot-keys") || !strings.Contains(table.String(), "rows/s") {
 		t.Errorf("the table:\n%s", table.String())
 	}
+	// Only the columns that some line fills: drains and latency, without
+	// a scenario's own ratio, a broker's ceiling or a throwaway cluster's
+	// CPU.
+	header := ""
+	for _, line := range strings.Split(table.String(), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "scenario ") {
+			header = strings.Join(strings.Fields(line), " ")
+		}
+	}
+	if header != "scenario variant rows keys replicas batch mailbox rows/s vs raw p50 ms p95 ms p99 ms peak RSS MB failed" {
+		t.Errorf("the table's columns: %q\n%s", header, table.String())
+	}
 	conn, err := pgx.Connect(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)

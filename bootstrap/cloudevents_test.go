@@ -14,7 +14,9 @@ import (
 
 // What every destination type sends with cloudEvents set in the
 // configuration, read with the CloudEvents SDK, in both modes: the key
-// reaches the sinks through validation, compilation and SinkFactories.
+// reaches the sinks through validation, compilation and SinkFactories, and
+// the SDK reads the same subject and partitionkey in both modes, a key
+// with a non-ASCII letter, spaces and a percent sign included.
 func TestEveryDestinationSendsCloudEventsFromTheConfiguration(t *testing.T) {
 	for _, typ := range testdest.Types {
 		for _, mode := range []string{"binary", "structured"} {
@@ -48,7 +50,7 @@ func TestEveryDestinationSendsCloudEventsFromTheConfiguration(t *testing.T) {
 				}
 				t.Cleanup(func() { _ = s.Close() })
 				agg := "order"
-				m := sinks.Message{ID: "0190a6a4-0000-7000-8000-0000000000c1", Topic: "order.created", Key: "cust-42", AggregateType: &agg,
+				m := sinks.Message{ID: "0190a6a4-0000-7000-8000-0000000000c1", Topic: "order.created", Key: "Zoë 42, 100% sure", AggregateType: &agg,
 					CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC), Headers: map[string]string{"X-Custom": "yes"}, Body: []byte(`{"n":1}`)}
 				testdest.PublishThrough(t, s, m)
 				got := dest.Wait(t, 1)[0]
@@ -71,8 +73,11 @@ func TestEveryDestinationSendsCloudEventsFromTheConfiguration(t *testing.T) {
 					e.Subject() != m.Key || !e.Time().Equal(m.CreatedAt) || e.DataContentType() != "application/json" || string(e.Data()) != `{"n":1}` {
 					t.Errorf("event %s", e)
 				}
+				if e.Subject() != m.Key {
+					t.Errorf("subject %q, want the key %q", e.Subject(), m.Key)
+				}
 				if pk := e.Extensions()["partitionkey"]; pk != m.Key {
-					t.Errorf("partitionkey %v, want the key", pk)
+					t.Errorf("partitionkey %v, want the key %q", pk, m.Key)
 				}
 				if typ == "kafka" {
 					// The binding's header name, exactly: Kafka's names are

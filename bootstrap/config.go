@@ -109,7 +109,7 @@ type InboxSourceConfig struct {
 	SigningSecrets []string `yaml:"signingSecrets" kinds:"http" secret:"true"`
 	// SignatureTolerance bounds a Standard Webhooks timestamp's distance
 	// from the clock (default 5m); MaxBodyBytes the body (default 1 MiB).
-	SignatureTolerance Duration `yaml:"signatureTolerance" kinds:"http"`
+	SignatureTolerance Duration `yaml:"signatureTolerance" kinds:"http" zero:"would refuse every signed message; give how far a signature's timestamp may be from the clock, or leave signatureTolerance out for 5m"`
 	MaxBodyBytes       int      `yaml:"maxBodyBytes" kinds:"http" min:"1" max:"67108864"`
 	Topic              string   `yaml:"topic"`
 	AggregateType      string   `yaml:"aggregateType"`
@@ -159,11 +159,11 @@ type DestinationConfig struct {
 
 	// http
 	URL                string            `yaml:"url" kinds:"http,rabbitmq,nats"`
-	Method             string            `yaml:"method" kinds:"http"`
+	Method             string            `yaml:"method" kinds:"http" zero:"write POST, PUT or PATCH, or leave method out for POST"`
 	Headers            map[string]string `yaml:"headers" kinds:"http"`
-	TimeoutMs          int               `yaml:"timeoutMs" kinds:"http" min:"0" max:"3600000"`
+	TimeoutMs          int               `yaml:"timeoutMs" kinds:"http" min:"1" max:"3600000" zero:"would give a request no time at all; give the milliseconds a request may take (1 to 3600000), or leave timeoutMs out for http.timeoutMs"`
 	NonRetryableStatus []int             `yaml:"nonRetryableStatus" kinds:"http"`
-	MaxConnections     int               `yaml:"maxConnections" kinds:"http" min:"0" max:"100000"`
+	MaxConnections     int               `yaml:"maxConnections" kinds:"http" min:"1" max:"100000" zero:"would leave no connection to send with; give the size of the connection pool (1 to 100000), or leave maxConnections out for 64"`
 	SigningSecret      string            `yaml:"signingSecret" kinds:"http" secret:"true"`
 	// SigningSecrets sign every delivery with each secret, in this order
 	// (the new one first during a rotation). It replaces SigningSecret
@@ -174,16 +174,16 @@ type DestinationConfig struct {
 	// rabbitmq
 	Exchange        string `yaml:"exchange" kinds:"rabbitmq"`
 	ExchangeFrom    string `yaml:"exchangeFrom" kinds:"rabbitmq"`
-	RoutingKey      string `yaml:"routingKey" kinds:"rabbitmq"`
+	RoutingKey      string `yaml:"routingKey" kinds:"rabbitmq" zero:"give a template, or leave routingKey out for {{ topic }} (a fanout exchange ignores it)"`
 	Mandatory       *bool  `yaml:"mandatory" kinds:"rabbitmq"`
 	DeclareExchange bool   `yaml:"declareExchange" kinds:"rabbitmq"`
 
 	// kafka
 	Brokers     []string   `yaml:"brokers" kinds:"kafka"`
 	Topic       string     `yaml:"topic" kinds:"kafka"`
-	Acks        string     `yaml:"acks" kinds:"kafka"`
-	Compression string     `yaml:"compression" kinds:"kafka"`
-	Partitioner string     `yaml:"partitioner" kinds:"kafka"`
+	Acks        string     `yaml:"acks" kinds:"kafka" zero:"write all or one, or leave acks out for all"`
+	Compression string     `yaml:"compression" kinds:"kafka" zero:"write none, gzip, snappy, lz4 or zstd, or leave compression out for none"`
+	Partitioner string     `yaml:"partitioner" kinds:"kafka" zero:"write murmur2 or fnv1a, or leave partitioner out for murmur2"`
 	SASL        SASLConfig `yaml:"sasl" kinds:"kafka"`
 
 	// nats
@@ -201,10 +201,10 @@ type DestinationConfig struct {
 }
 
 // RateLimitConfig bounds the rows a replica sends a destination per second
-// (a token bucket of burst rows); perSecond 0 is no bound.
+// (a token bucket of burst rows). Without the key there is no bound.
 type RateLimitConfig struct {
-	PerSecond float64 `yaml:"perSecond" min:"0" max:"1000000"`
-	Burst     int     `yaml:"burst" min:"0" max:"1000000"`
+	PerSecond float64 `yaml:"perSecond" above:"0" max:"1000000" zero:"would let no row through; give the rows per second one replica may send (above 0, such as 50, or 0.5 for a row every 2 s), or remove rateLimit for no limit"`
+	Burst     int     `yaml:"burst" min:"1" max:"1000000" zero:"would let no row through; give the most rows sent at once after a quiet spell (1 to 1000000), or leave burst out for a second's worth (perSecond rounded up)"`
 }
 
 // CircuitBreakerConfig is a destination's circuit breaker: it opens when
@@ -212,9 +212,9 @@ type RateLimitConfig struct {
 // then sends one probe per probeInterval until one succeeds.
 type CircuitBreakerConfig struct {
 	Enabled       *bool    `yaml:"enabled"`
-	Window        Duration `yaml:"window"`
+	Window        Duration `yaml:"window" zero:"is too short; use at least 100ms, or leave window out for 5s (circuitBreaker: {enabled: false} turns the breaker off)"`
 	MinAttempts   int      `yaml:"minAttempts" min:"1" max:"1000000"`
-	ProbeInterval Duration `yaml:"probeInterval"`
+	ProbeInterval Duration `yaml:"probeInterval" zero:"is too short; use at least 100ms, or leave probeInterval out for 5s (circuitBreaker: {enabled: false} turns the breaker off)"`
 }
 
 // The circuit breaker's defaults: short enough that it opens before the
@@ -242,7 +242,7 @@ type SASLConfig struct {
 }
 
 type RouteConfig struct {
-	Name         string `yaml:"name"`
+	Name         string `yaml:"name" zero:"give the route a name, or leave name out to name it after its topicPattern"`
 	TopicPattern string `yaml:"topicPattern"`
 	Destination  string `yaml:"destination"`
 	Transform    string `yaml:"transform"`

@@ -301,6 +301,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			}
 			fv := v.Field(f.index)
 			d.decode(val, fv, key)
+			if d.zeroRefused(val, fv, f.field, key) {
+				continue
+			}
 			d.checkRange(val, fv, f.field, key)
 		}
 	case reflect.Map:
@@ -516,9 +519,43 @@ func scalarError(err error, v reflect.Value, got string) string {
 	return msg
 }
 
+// zeroRefused refuses a zero (or empty) value written out for a key whose
+// zero would otherwise be replaced by a default: the file says 0, and the
+// relay would run with something else. The key's zero tag says why 0 cannot
+// be honoured and what to write. A key left empty (`burst:`) keeps its
+// default, as everywhere. It reports whether it refused the value.
+func (d *decoder) zeroRefused(n *yaml.Node, v reflect.Value, f reflect.StructField, path string) bool {
+	reason, ok := f.Tag.Lookup("zero")
+	if !ok || d.bad[displayPath(path)] || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") || !v.IsZero() {
+		return false
+	}
+	if v.Kind() == reflect.String {
+		d.add(path, n.Line, "is empty; %s", reason)
+		return true
+	}
+	shown := n.Value
+	if strings.Contains(shown, "${") {
+		shown = fmt.Sprint(v.Interface())
+	}
+	d.add(path, n.Line, "%s %s", shown, reason)
+	return true
+}
+
 func (d *decoder) checkRange(n *yaml.Node, v reflect.Value, f reflect.StructField, path string) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an empty value keeps the default
+	}
 	minS, hasMin := f.Tag.Lookup("min")
 	maxS, hasMax := f.Tag.Lookup("max")
+	if above, ok := f.Tag.Lookup("above"); ok {
+		// A bound that the value must exceed: min would offer the bound
+		// itself, which the key cannot take.
+		lo, _ := strconv.ParseFloat(above, 64)
+		if x := v.Float(); x <= lo || (hasMax && x > mustFloat(maxS)) {
+			d.add(path, n.Line, "%v is out of range; use a number above %s, up to %s", fmtNum(x), above, maxS)
+		}
+		return
+	}
 	if !hasMin && !hasMax {
 		return
 	}
@@ -539,6 +576,11 @@ func (d *decoder) checkRange(n *yaml.Node, v reflect.Value, f reflect.StructFiel
 }
 
 func fmtNum(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+
+func mustFloat(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
 
 func describe(n *yaml.Node) string {
 	switch n.Kind {

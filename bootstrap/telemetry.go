@@ -19,11 +19,11 @@ import (
 type CloudEventsConfig struct {
 	// Mode is binary (the attributes in headers; the default) or
 	// structured (the event as a JSON document in the body).
-	Mode string `yaml:"mode"`
+	Mode string `yaml:"mode" zero:"write binary or structured, or leave mode out for binary"`
 	// Source is the event's source, a template; required.
 	Source string `yaml:"source"`
 	// Type is the event's type, a template; {{ topic }} by default.
-	Type string `yaml:"type"`
+	Type string `yaml:"type" zero:"give a template, or leave type out for {{ topic }}"`
 }
 
 // applyCloudEventsDefaults fills mode and type, so that config check
@@ -57,12 +57,15 @@ func (v *validator) cloudEvents(key string, d *DestinationConfig, cd *CompiledDe
 	}
 	c, err := cloudevents.Compile(d.Type, cloudevents.Settings{Mode: s.Mode, Source: s.Source, Type: s.Type})
 	if err != nil {
-		k, reason := ceKey, err.Error()
-		var ce *sinks.ConfigError
-		if errors.As(err, &ce) {
-			k, reason = key+"."+ce.Key, ce.Err.Error()
+		// Every problem of the block, each under its key.
+		for _, p := range cloudevents.Problems(err) {
+			k, reason := ceKey, p.Error()
+			var ce *sinks.ConfigError
+			if errors.As(p, &ce) {
+				k, reason = key+"."+ce.Key, ce.Err.Error()
+			}
+			v.add(k, "%s", reason)
 		}
-		v.add(k, "%s", reason)
 		return
 	}
 	cd.CloudEvents = &c

@@ -555,7 +555,9 @@ func (v *validator) flowControl(key, name string, d *DestinationConfig) {
 	if len(name) > dialects.MaxDestinationName {
 		v.add(key, "the name is %d characters long; destination names are at most %d (operators pause them by name)", len(name), dialects.MaxDestinationName)
 	}
-	if v.d.present[key+".rateLimit"] && d.RateLimit.PerSecond == 0 && !v.d.bad[key+".rateLimit.perSecond"] {
+	// A rateLimit that could not be read (rateLimit: 50) has its problem
+	// already: no second one about what it lacks.
+	if v.d.present[key+".rateLimit"] && d.RateLimit.PerSecond == 0 && !v.d.bad[key+".rateLimit"] && !v.d.bad[key+".rateLimit.perSecond"] {
 		v.add(key+".rateLimit.perSecond", "is required with rateLimit: the rows per second one replica may send this destination (for example 50); remove rateLimit for no limit")
 	}
 	cb := d.CircuitBreaker

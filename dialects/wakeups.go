@@ -1,6 +1,7 @@
 package dialects
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -90,6 +91,23 @@ func (s WakeupStatus) Kind() string {
 		return "logical"
 	}
 	return "probe"
+}
+
+// WakeupSlot is where the replication slot of logical wake-ups stands, in
+// bytes behind the server's current WAL position: RetainedBytes for its
+// restart position (the WAL the server keeps for it), BehindBytes for its
+// confirmed position (what the relay has acknowledged).
+type WakeupSlot struct {
+	Name          string
+	RetainedBytes int64
+	BehindBytes   int64
+}
+
+// WakeupSlotReader is a dialect whose relays may listen with a slot
+// (PostgreSQL): it reads where the slot stands; found is false while no
+// relay holds one.
+type WakeupSlotReader interface {
+	WakeupSlot(ctx context.Context) (s WakeupSlot, found bool, err error)
 }
 
 // Wakeups is a source of nudges for the engine.

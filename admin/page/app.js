@@ -103,6 +103,34 @@ function renderStats(s) {
   renderInbox(s);
   renderTopics(s);
   renderHeldBack(s);
+  renderHorizon(s);
+}
+
+// bytes writes a size as PostgreSQL's pg_size_pretty does (steps of 1024).
+function bytes(n) {
+  if (n < 10 * 1024) return num(n) + " bytes";
+  let f = n;
+  for (const unit of ["kB", "MB", "GB"]) {
+    f /= 1024;
+    if (f < 10 * 1024) return f.toFixed(0) + " " + unit;
+  }
+  return (f / 1024).toFixed(0) + " TB";
+}
+
+// renderHorizon shows what holds the database's horizon back (as status,
+// /api/stats and queuebox_horizon_held_seconds do) and the WAL the server
+// keeps for the wake-up slot.
+function renderHorizon(s) {
+  const h = s.horizon;
+  const x = h && h.holder;
+  $("#horizon-holder").textContent = !h ? "–" : !x || x.openSeconds < 1 ? "nothing (that this database user may see)"
+    : "a " + x.kind + (x.pid ? " (pid " + x.pid + ")" : "") + ", open " + duration(x.openSeconds) +
+      (x.state ? ", " + x.state : "") + (x.application ? ", application " + JSON.stringify(x.application) : "") +
+      (x.query ? ": " + x.query.replace(/\s+/g, " ") : "");
+  $("#horizon-dead").textContent = !h ? "–" : h.deadRowVersions < 0 ? "not known to this database" : num(h.deadRowVersions);
+  const w = s.wakeupSlot;
+  $("#slot-retained").textContent = w ? bytes(w.retainedBytes) : "no slot (the relays probe)";
+  $("#slot-behind").textContent = w ? "slot " + w.slot + "; its confirmed position is " + bytes(w.behindBytes) + " behind the server's WAL" : "";
 }
 
 const INBOX_STATES = ["received", "relayed"];
@@ -197,6 +225,7 @@ function drawChart(t) {
 function replayedText(n, warning) {
   const rows = n + (n === 1 ? " row" : " rows");
   if (warning) return rows + " back to pending. " + warning.outcome + ".";
+  if (n === 1) return rows + " back to pending: the relay tries it again from the first try; if it fails again, it goes dead again and shows up here.";
   return rows + " back to pending: the relay tries them again from the first try; any that fail again go dead again and show up here.";
 }
 
@@ -304,6 +333,10 @@ function pretty(v) {
 // how long, how it ended, what the destination answered, and its error
 // and response excerpt under it.
 function attemptsTable(r) {
+  if (!r.attempts.length && r.matchedNoRouteAt) {
+    return el("p", { class: "muted", id: "row-attempts" }, "None: no route matched the topic " + JSON.stringify(r.topic) +
+      " when the relay took the row (" + r.matchedNoRouteAt + "), so it went dead without one. Add a route and replay it.");
+  }
   if (!r.attempts.length) {
     return el("p", { class: "muted", id: "row-attempts" }, "No attempt recorded: none made yet, the attempt history is off (outbox.history), or its retention deleted them.");
   }
@@ -339,7 +372,8 @@ async function showRow(id) {
       throw e;
     }
     const fields = [["id", r.id], ["state", r.state], ["topic", r.topic], ["key", r.key ?? "(none)"],
-      ["destination", r.destination || "(no route)"], ["tries", tries(r)], ["sequence", r.sequence],
+      ["destination", r.destination || "(no route)"],
+      ["tries", r.matchedNoRouteAt ? "none: no route matched its topic at " + r.matchedNoRouteAt + "; nothing was sent" : tries(r)], ["sequence", r.sequence],
       ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["scheduled", r.scheduledAt],
       ["last error", r.lastError ?? "(none)"]];
     out.append(el("dl", { class: "row" }, ...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "last error" ? "err" : "" }, v)])));

@@ -22,6 +22,7 @@ import (
 	"github.com/queuebox/queuebox/internal/testbin"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/dialects/postgres"
@@ -390,6 +391,31 @@ inbox:
 	until("3 received inbox messages", `document.querySelector("#inbox-received").textContent === "3" && `+
 		`document.querySelector("#inbox-oldest").textContent !== "none waiting" && `+
 		`/web\s+3\s+1\s+0/.test(document.querySelector("#inbox-sources tbody").innerText)`)
+	// A transaction held open elsewhere holds the database's horizon back:
+	// the page names it, as status and /api/stats do; and it shows the WAL
+	// the server keeps for the wake-up slot.
+	holder, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	if _, err := holder.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil {
+		t.Fatal(err)
+	}
+	// Tests running beside this one share the server: the oldest holder
+	// may be one of theirs, but some holder it is.
+	until("the transaction that holds the horizon back", `document.querySelector("#horizon-holder").textContent.startsWith(`+
+		jsString(fmt.Sprintf("a transaction (pid %d), open ", holder.PgConn().PID()))+`) && `+
+		`document.querySelector("#horizon-holder").textContent.includes("idle in transaction") || `+
+		`/^a (transaction|standby|prepared transaction|replication slot)\b.*, open \d/.test(document.querySelector("#horizon-holder").textContent)`)
+	until("the wake-up slot's WAL", `/^\d+ (bytes|kB|MB)$/.test(document.querySelector("#slot-retained").textContent) && `+
+		`/^slot queuebox_[0-9a-f]+_[0-9a-f]+; its confirmed position is \d+ (bytes|kB|MB) behind the server's WAL$/.test(document.querySelector("#slot-behind").textContent)`)
+	if _, err := holder.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
 	until("two groups of dead rows", `document.querySelectorAll("#dead-groups tr.dead-group").length === 2`)
 	until("the blocked key", `document.querySelector("#blocked-keys").innerText.includes("acct-7") && document.querySelector("#blocked-keys").innerText.includes("ledger service unavailable")`)
 	// The table is drawn again at every refresh: read its rows' text in
@@ -448,6 +474,26 @@ inbox:
 		`document.querySelector("#row-attempts tr.attempt.delivered").innerText.includes("HTTP 204 No Content") && `+
 		`document.querySelector("#row-payload").innerText.includes('"order":')`)
 	until("the throughput chart's step", `document.querySelector("#chart-step").textContent.includes("step")`)
+	// The row view of a row that matched no route: no try was made, and
+	// it says when the row went dead instead.
+	unrouted, _, err := dialects.List(ctx, d, dialects.Filter{States: []dialects.State{dialects.Dead}, TopicMatch: func(t string) bool { return t == "shipment.sent" }}, nil, 1)
+	if err != nil || len(unrouted) != 1 {
+		t.Fatalf("a dead row without a route: %v %v", unrouted, err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.querySelector("#row-id").value = `+jsString(unrouted[0].ID.String())+
+		`; document.querySelector("#row-form button").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	at := jsString(unrouted[0].UpdatedAt.UTC().Format(time.RFC3339Nano))
+	until("the unrouted row's view", `document.querySelector("#row-detail").innerText.includes("none: no route matched its topic at " + `+at+` + "; nothing was sent") && `+
+		`document.querySelector("#row-attempts").innerText.startsWith('None: no route matched the topic "shipment.sent" when the relay took the row') && `+
+		`!document.querySelector("#row-detail").innerText.includes("try 1 of")`)
+	// What a replay of one row says (the row view's button) speaks of it,
+	// not of "them".
+	if one, err := chromedp.Run(tab, chromedp.Evaluate[string](`replayedText(1, null)`)); err != nil ||
+		one != "1 row back to pending: the relay tries it again from the first try; if it fails again, it goes dead again and shows up here." {
+		t.Errorf("the page's text after replaying one row: %q (%v)", one, err)
+	}
 	shot(t, tab, "admin-page.png")
 	r.stop(t)
 }

@@ -26,7 +26,21 @@ func benchCmd() *cobra.Command {
 			"raw, a broker scenario brings drain-keys). The broker scenarios (rabbitmq, nats, kafka) use\n" +
 			"--amqp-url, --nats-url and --kafka-brokers, else $QUEUEBOX_BENCH_AMQP_URL,\n" +
 			"$QUEUEBOX_BENCH_NATS_URL and $QUEUEBOX_BENCH_KAFKA_BROKERS, else the local RabbitMQ and NATS\n" +
-			"and kfake in this process.",
+			"and kfake in this process.\n\n" +
+			"The table has the columns that some scenario of the run fills:\n" +
+			"  rows/s      rows drained (producer: inserted) per second\n" +
+			"  vs raw      a drain's rows/s over the raw loop's in the same run: how much of the bare\n" +
+			"              claim and complete statements' pace the engine keeps (1.00: all of it)\n" +
+			"  ratio       the scenario's own comparison: backlog and drain-held against drain-keys;\n" +
+			"              rabbitmq, nats and kafka, the relay against drain-keys; replicas, three\n" +
+			"              processes against one; producer, inserts with what QueueBox installs against\n" +
+			"              without; history and tracing, on against the mean of off (all rows/s over\n" +
+			"              rows/s); long-transaction, the p99 of the hold's last 30 s against the 30 s\n" +
+			"              before the hold\n" +
+			"  vs ceiling  a broker's relay against a plain publisher of the same client library, same\n" +
+			"              broker and run: the share of what the broker takes that the relay reaches\n" +
+			"  p50/p95/p99 ms latencies; peak RSS MB the relay's memory; db CPU PostgreSQL's share of\n" +
+			"              the CPU time (a throwaway cluster only); failed rows not delivered",
 		Example: "  queuebox bench                                   # every scenario, on a throwaway cluster\n" +
 			"  queuebox bench --scenarios drain,latency --rows 20000\n" +
 			"  queuebox bench --database-url postgres://bench@db:5432/bench --json bench.json",

@@ -36,6 +36,12 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		// A group that only holds subcommands gets the flags of a command
+		// line whose command word it did not know (`queuebox statsu
+		// --config f.yaml`): the word, not the flag, is what went wrong.
+		if words := c.Flags().Args(); c.Annotations[onlySubcommands] != "" && len(words) > 0 {
+			return unknownCommand(c, words[0])
+		}
 		if why, ok := noConfig[topOf(c).Name()]; ok && strings.Contains(err.Error(), "unknown flag: --config") {
 			return &usageError{fmt.Errorf("--config: `%s` reads no configuration file: %s", c.CommandPath(), why)}
 		}
@@ -128,15 +134,21 @@ func groups(c *cobra.Command) {
 		if len(args) == 0 {
 			return c.Help()
 		}
-		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
-		if c.SuggestionsMinimumDistance <= 0 {
-			c.SuggestionsMinimumDistance = 2
-		}
-		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
-			msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
-		}
-		return &usageError{fmt.Errorf("%s; see `%s --help`", msg, c.CommandPath())}
+		return unknownCommand(c, args[0])
 	}
+}
+
+// unknownCommand refuses a word that is no subcommand of the group c, with
+// cobra's suggestions of the subcommands it is close to.
+func unknownCommand(c *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", word, c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2
+	}
+	if s := c.SuggestionsFor(word); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+	}
+	return &usageError{fmt.Errorf("%s; see `%s --help`", msg, c.CommandPath())}
 }
 
 // onlySubcommands marks (in Annotations) a group that groups made
@@ -478,6 +490,8 @@ func printReplayed(n int, dryRun bool) {
 	switch {
 	case dryRun:
 		fmt.Printf("%s would be replayed (dry run: nothing changed).\n", rowsText(n))
+	case n == 1:
+		fmt.Println("1 row replayed: back to pending with attempt 0. The relay tries it again; if it fails again, it goes dead again (`queuebox dead list`).")
 	case n > 0:
 		fmt.Printf("%s replayed: back to pending with attempt 0. The relay tries them again; any that fail again go dead again (`queuebox dead list`).\n", rowsText(n))
 	default:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -86,6 +87,58 @@ func TestRateLimitOfTheBinary(t *testing.T) {
 	if v := metric(t, page, `queuebox_destination_throttled_seconds_total{destination="hook"}`); v <= 0 {
 		t.Errorf("queuebox_destination_throttled_seconds_total is %v after a throttled drain", v)
 	}
+	r.stop(t)
+}
+
+// A pause holds rows back on purpose: the rows behind a paused key's head,
+// and the unkeyed rows put back again and again, are not what the relay
+// could claim, and do not age the oldest due row. Over 12 s of pause,
+// queuebox_oldest_pending_age_seconds, GET /api/stats and status stay below
+// 5 s; after the resume every row is delivered.
+func TestAPauseDoesNotAgeTheOldestDueRow(t *testing.T) {
+	t.Parallel()
+	recv, dbURL, cfg := destinationsSetup(t, "")
+	if _, stderr, code := run(t, "destinations", "pause", "hook", "--config", cfg); code != 0 {
+		t.Fatalf("pause: %s", stderr)
+	}
+	r := startRelay(t, "--config", cfg)
+	page := r.pageURL(t)
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	rows := testkit.Rows(60, "order.created", func(i int) []testkit.RowOption {
+		return []testkit.RowOption{testkit.Key(fmt.Sprintf("cust-%d", i%6))}
+	})
+	rows = append(rows, testkit.Rows(20, "order.viewed", nil)...)
+	if err := d.OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	oldest := 0.0
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		oldest = max(oldest, metric(t, page, "queuebox_oldest_pending_age_seconds"))
+	}
+	if oldest >= 5 {
+		t.Errorf("queuebox_oldest_pending_age_seconds reached %.1f s during a 12 s pause", oldest)
+	}
+	t.Logf("queuebox_oldest_pending_age_seconds during the pause: at most %.3f s", oldest)
+	var st struct {
+		Rows      map[string]int64 `json:"rows"`
+		OldestDue float64          `json:"oldestDuePendingSeconds"`
+	}
+	if code, body := httpGet(t, page+"api/stats", ""); code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.OldestDue >= 5 || st.Rows["pending"] != 80 {
+		t.Errorf("GET /api/stats after 12 s of pause: %d %s", code, body)
+	}
+	out, _, _ := run(t, "status", "--json", "--config", cfg)
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.OldestDue >= 5 {
+		t.Errorf("status --json after 12 s of pause: %v\n%s", err, out)
+	}
+	if n := len(recv.Requests()); n != 0 {
+		t.Fatalf("the paused destination got %d requests", n)
+	}
+	if _, stderr, code := run(t, "destinations", "resume", "hook", "--config", cfg); code != 0 {
+		t.Fatalf("resume: %s", stderr)
+	}
+	recv.WaitDelivered(t, len(rows), time.Minute)
+	recv.CheckOrder(t)
 	r.stop(t)
 }
 

@@ -123,6 +123,89 @@ routes:
 	}
 }
 
+// config check reports every problem of a block in one run: each
+// problem of a cloudEvents block, and a rateLimit that is no mapping once.
+func TestConfigCheckReportsEveryProblemOfABlock(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, `database: { url: postgres://localhost/app }
+destinations:
+  a: { type: http, url: "http://x/", cloudEvents: { mode: structured, source: "/shop orders", type: "{{ nope }}" } }
+  b: { type: http, url: "http://x/", cloudEvents: { mode: batch, source: "/shop orders", type: "{{ nope }}" } }
+  c: { type: http, url: "http://x/", rateLimit: 50 }
+routes: [ { topicPattern: "#", destination: a } ]
+`)
+	_, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 2 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		`destinations.a.cloudEvents.source (line 3): "/shop orders" is not a URI reference`,
+		`destinations.a.cloudEvents.type (line 3): "{{ nope }}": unknown placeholder {{ nope }}`,
+		`destinations.b.cloudEvents.mode (line 4): "batch": use binary`,
+		`destinations.b.cloudEvents.source (line 4): "/shop orders" is not a URI reference`,
+		`destinations.b.cloudEvents.type (line 4): "{{ nope }}": unknown placeholder {{ nope }}`,
+		`destinations.c.rateLimit (line 5): expected a mapping of keys, got "50"`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("config check lacks %q:\n%s", want, stderr)
+		}
+	}
+	if n := strings.Count(stderr, "destinations.c."); n != 1 {
+		t.Errorf("rateLimit: 50 is reported %d times, want once:\n%s", n, stderr)
+	}
+	if !strings.Contains(stderr, "has 6 problems") {
+		t.Errorf("config check does not count 6 problems:\n%s", stderr)
+	}
+}
+
+// A zero or a negative the user wrote is refused with its reason, never
+// replaced by a default: config check says so for each, and one message
+// covers perSecond's whole range below it.
+func TestConfigCheckRefusesZerosItWouldReplace(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, `database: { url: postgres://localhost/app }
+destinations:
+  a: { type: http, url: "http://x/", circuitBreaker: { window: 0s, probeInterval: 0s } }
+  b: { type: http, url: "http://x/", rateLimit: { perSecond: 5, burst: 0 } }
+  c: { type: http, url: "http://x/", rateLimit: { perSecond: -5 } }
+  d: { type: http, url: "http://x/", rateLimit: { perSecond: 0 } }
+  e: { type: http, url: "http://x/", timeoutMs: 0, maxConnections: 0 }
+routes: [ { topicPattern: "#", destination: a } ]
+`)
+	_, stderr, code := run(t, "config", "check", "--config", cfg)
+	if code != 2 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"destinations.a.circuitBreaker.window (line 3): 0s is too short; use at least 100ms, or leave window out for 5s",
+		"destinations.a.circuitBreaker.probeInterval (line 3): 0s is too short; use at least 100ms, or leave probeInterval out for 5s",
+		"destinations.b.rateLimit.burst (line 4): 0 would let no row through;",
+		"destinations.c.rateLimit.perSecond (line 5): -5 is out of range; use a number above 0, up to 1000000",
+		"destinations.d.rateLimit.perSecond (line 6): 0 would let no row through;",
+		"destinations.e.timeoutMs (line 7): 0 would give a request no time at all;",
+		"destinations.e.maxConnections (line 7): 0 would leave no connection to send with;",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("config check lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "is required with rateLimit") || strings.Contains(stderr, "from 0 to 1000000") {
+		t.Errorf("perSecond is refused in two ways:\n%s", stderr)
+	}
+	// Left out, the same keys take their defaults, and config check shows them.
+	cfg = writeConfig(t, `database: { url: postgres://localhost/app }
+destinations:
+  a: { type: http, url: "http://x/", rateLimit: { perSecond: 5 } }
+routes: [ { topicPattern: "#", destination: a } ]
+`)
+	out, stderr, code := run(t, "config", "check", "--config", cfg)
+	for _, want := range []string{"burst: 5", "window: 5s", "probeInterval: 5s", "timeoutMs: 10000", "maxConnections: 64"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("config check without the keys lacks %q: exit %d\n%s%s", want, code, out, stderr)
+		}
+	}
+}
+
 // Mistyped commands and flag values are usage errors (exit 2) that say
 // what was meant, and a command that reads no configuration file refuses
 // --config instead of ignoring it.
@@ -133,6 +216,10 @@ func TestUsageErrorsExitTwoAndSayWhatToDo(t *testing.T) {
 		want string
 	}{
 		{[]string{"statsu"}, `unknown command "statsu" for "queuebox" (did you mean status?)`},
+		// Nearly every real command line carries --config: the mistyped
+		// word is still what is reported, with the suggestion.
+		{[]string{"statsu", "--config", "f.yaml"}, `unknown command "statsu" for "queuebox" (did you mean status?)`},
+		{[]string{"dead", "lst", "--config=f.yaml", "--limit", "5"}, `unknown command "lst" for "queuebox dead" (did you mean list?)`},
 		{[]string{"config", "chek"}, `unknown command "chek" for "queuebox config" (did you mean check?)`},
 		{[]string{"dead", "lst"}, `unknown command "lst" for "queuebox dead" (did you mean list?)`},
 		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "queuebox completion"`},

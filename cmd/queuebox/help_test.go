@@ -63,3 +63,23 @@ func TestBenchSecondsLeavesEachScenarioItsDefault(t *testing.T) {
 		}
 	}
 }
+
+// bench --help says what the table's comparisons mean, where a user
+// reading the table looks for it.
+func TestBenchHelpSaysWhatTheRatiosMean(t *testing.T) {
+	t.Parallel()
+	out, stderr, code := run(t, "bench", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"vs raw      a drain's rows/s over the raw loop's in the same run",
+		"ratio       the scenario's own comparison: backlog and drain-held against drain-keys;",
+		"replicas, three\n              processes against one",
+		"vs ceiling  a broker's relay against a plain publisher of the same client library",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench --help lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
 // The commands that only read and replay rows run with the database
@@ -162,7 +165,8 @@ routes:
 	if out, stderr, code := run(t, "replay", "--group", id[""], "--yes", "--config", cfg); code != 0 || !strings.Contains(out, "2 rows replayed: back to pending") || dead() != 4 {
 		t.Errorf("replay --yes of the group without a route: exit %d\n%s%s", code, out, stderr)
 	}
-	if out, stderr, code := run(t, "replay", "--group", id["ledger"], "--config", cfg); code != 0 || !strings.Contains(out, "1 row replayed") || stderr != "" || dead() != 3 {
+	if out, stderr, code := run(t, "replay", "--group", id["ledger"], "--config", cfg); code != 0 || stderr != "" || dead() != 3 ||
+		!strings.Contains(out, "1 row replayed: back to pending with attempt 0. The relay tries it again; if it fails again, it goes dead again (`queuebox dead list`).") {
 		t.Errorf("replay of the ledger's group: exit %d\n%s%s", code, out, stderr)
 	}
 	for _, c := range []struct {
@@ -194,4 +198,96 @@ func TestYAMLSyntaxErrorOfTheBinary(t *testing.T) {
 		strings.Contains(stderr, "yaml:") {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
+}
+
+// GET /api/rows and POST /api/replay take destination, as dead list and
+// replay take --destination: the rows whose topic the routes send there. A
+// name that is no destination is refused with the list of those that are.
+func TestAPIRowsAndReplayByDestination(t *testing.T) {
+	t.Parallel()
+	recv := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) { return 410, "gone", nil })
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100 }
+destinations:
+  orders-webhook: { type: http, url: "%s/orders", nonRetryableStatus: [410] }
+  ledger: { type: http, url: "%s/ledger", nonRetryableStatus: [410] }
+routes:
+  - { topicPattern: "order.#", destination: orders-webhook }
+  - { topicPattern: "#", destination: ledger }
+admin: { listen: "127.0.0.1:0" }
+`, dbURL, recv.URL, recv.URL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	if err := d.OutboxInsert(ctx, append(testkit.Rows(2, "order.created", nil), testkit.Row("invoice.sent"))); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelay(t, "--config", cfg)
+	page := r.pageURL(t)
+	testkit.Eventually(t, "3 dead rows", 0, func() error {
+		if st, err := d.OutboxStats(ctx); err != nil || st.Rows[dialects.Dead] != 3 {
+			return fmt.Errorf("%+v %v", st.Rows, err)
+		}
+		return nil
+	})
+	var list struct {
+		Rows []struct {
+			Topic       string `json:"topic"`
+			Destination string `json:"destination"`
+		} `json:"rows"`
+	}
+	code, body := httpGet(t, page+"api/rows?destination=orders-webhook", "")
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Rows) != 2 ||
+		list.Rows[0].Destination != "orders-webhook" || list.Rows[1].Destination != "orders-webhook" {
+		t.Errorf("GET /api/rows?destination=orders-webhook: %d %s", code, body)
+	}
+	for q, want := range map[string]string{
+		"destination=crm":                       `destination \"crm\": is not a destination of the configuration; the destinations are ledger, orders-webhook`,
+		"destination=ledger&destination=ledger": "destination: is given more than once",
+	} {
+		if code, body := httpGet(t, page+"api/rows?"+q, ""); code != 400 || !strings.Contains(body, want) {
+			t.Errorf("GET /api/rows?%s: %d %s; want 400 and %s", q, code, body, want)
+		}
+	}
+	post := func(body string) (int, string) {
+		res, err := http.Post(page+"api/replay", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	// The destination alone names rows: a replay by it is no bare replay.
+	if code, body := post(`{"destination": "ledger", "dryRun": true}`); code != 200 || !strings.Contains(body, `"rows": 1,`) {
+		t.Errorf("POST /api/replay by destination, dry run: %d %s", code, body)
+	}
+	if code, body := post(`{"destination": "crm"}`); code != 400 || !strings.Contains(body, `destination \"crm\": is not a destination of the configuration`) {
+		t.Errorf("POST /api/replay to no destination: %d %s", code, body)
+	}
+	if code, body := post(`{"destination": "orders-webhook", "topic": "order.#"}`); code != 200 || !strings.Contains(body, `"rows": 2,`) {
+		t.Errorf("POST /api/replay by destination and topic: %d %s", code, body)
+	}
+	// The orders rows are tried again (and refused again); the ledger's
+	// row, which only the dry run selected, is not.
+	tries := func() (orders, others int) {
+		for _, q := range recv.Requests() {
+			if strings.HasPrefix(q.Topic, "order.") {
+				orders++
+			} else {
+				others++
+			}
+		}
+		return orders, others
+	}
+	testkit.Eventually(t, "the orders rows tried again", 0, func() error {
+		if o, x := tries(); o != 4 || x != 1 {
+			return fmt.Errorf("%d requests for orders, %d for the ledger", o, x)
+		}
+		return nil
+	})
+	r.stop(t)
 }

@@ -136,3 +136,53 @@ routes: [ { topicPattern: "#", destination: hook } ]
 		t.Errorf("rows show with an unset secret: exit %d\n%s%s", code, out, stderr)
 	}
 }
+
+// A row that no route matched went dead without an attempt: rows show says
+// so, and when, instead of "try 1 of 6" and "none made yet".
+func TestRowsShowOfARowThatMatchedNoRoute(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100 }
+destinations: { n: { type: "null" } }
+routes: [ { topicPattern: "order.#", destination: n } ]
+admin: { listen: "127.0.0.1:0" }
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("shipment.sent")}); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelay(t, "--config", cfg)
+	var row dialects.ListedRow
+	testkit.Eventually(t, "the row dead", 0, func() error {
+		listed, _, err := dialects.List(ctx, d, dialects.Filter{States: []dialects.State{dialects.Dead}}, nil, 1)
+		if err != nil || len(listed) != 1 {
+			return fmt.Errorf("%v %v", listed, err)
+		}
+		row = listed[0]
+		return nil
+	})
+	r.stop(t)
+	at := row.UpdatedAt.UTC().Format(time.RFC3339)
+	out, stderr, code := run(t, "rows", "show", row.ID.String(), "--config", cfg)
+	for _, want := range []string{
+		"state           dead: no route matched its topic at " + at + "; nothing was sent\n",
+		`attempts: none: no route matched the topic "shipment.sent" when the relay took the row (` + at + "), so it went dead without one; add a route and replay it\n",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("rows show lacks %q: exit %d\n%s%s", want, code, out, stderr)
+		}
+	}
+	if strings.Contains(out, "try 1 of") || strings.Contains(out, "none made yet") {
+		t.Errorf("rows show speaks of a try that was never made:\n%s", out)
+	}
+	jsonOut, _, _ := run(t, "rows", "show", row.ID.String(), "--json", "--config", cfg)
+	var v admin.RowDetailView
+	if err := json.Unmarshal([]byte(jsonOut), &v); err != nil || v.MatchedNoRouteAt == nil || !v.MatchedNoRouteAt.Equal(row.UpdatedAt) {
+		t.Errorf("rows show --json: matchedNoRouteAt %v (%v)\n%s", v.MatchedNoRouteAt, err, jsonOut)
+	}
+}

@@ -836,6 +836,39 @@ func testPendingDue(t *testing.T, h Harness) {
 	if err != nil || st.ScheduledLater != 2 || st.OldestDue < 89*time.Minute || st.Rows[dialects.Pending] != 4 {
 		t.Fatalf("stats: %+v, %v", st, err)
 	}
+	testPendingDueBehindHeldRows(t, h)
+}
+
+// A due row behind an earlier row of its key that is held (not due: a
+// retry, a pause, an open circuit) or being delivered waits for that row,
+// not for the relay: it does not count as due. Rows that the relay could
+// claim do.
+func testPendingDueBehindHeldRows(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	ago := func(d time.Duration) testkit.RowOption { return testkit.ScheduledAt(time.Now().Add(-d)) }
+	oldest := func(want, slack time.Duration, what string) {
+		t.Helper()
+		p, err := d.OutboxPending(ctx(t))
+		if err != nil || p.OldestDue < want || p.OldestDue > want+slack {
+			t.Fatalf("%s: oldest due %v (%v); want %v", what, p.OldestDue, err, want)
+		}
+	}
+	// A key whose head waits an hour ahead (as a paused destination's row
+	// does), with a row behind it due for an hour.
+	insert(t, d, testkit.Row("order.held", testkit.Key("k1"), testkit.ScheduledAt(time.Now().Add(time.Hour))),
+		testkit.Row("order.held", testkit.Key("k1"), ago(time.Hour)))
+	oldest(0, 0, "a due row behind a head scheduled later")
+	insert(t, d, testkit.Row("order.free", ago(10*time.Minute)), testkit.Row("order.free", testkit.Key("k2"), ago(30*time.Minute)))
+	oldest(30*time.Minute, time.Minute, "a head due 30 minutes ago, and an unkeyed row 10")
+	// Both are claimed: k2's head is being delivered, and a row of k2
+	// due long ago waits behind it.
+	if rows := h.claim(t, d, 10); len(rows) != 2 {
+		t.Fatalf("claimed %d rows, want the two due heads", len(rows))
+	}
+	insert(t, d, testkit.Row("order.free", testkit.Key("k2"), ago(50*time.Minute)))
+	oldest(0, 0, "a due row behind a head being delivered")
+	insert(t, d, testkit.Row("order.free", ago(20*time.Minute)))
+	oldest(20*time.Minute, time.Minute, "an unkeyed row due 20 minutes ago")
 }
 
 // Counts per topic and state include states that are none of the four:

@@ -657,12 +657,36 @@ SELECT {{c "state"}}, count(*) FROM {{t}} GROUP BY {{c "state"}}
 SELECT {{c "topic"}}, count(*) FROM {{t}} WHERE {{c "state"}} = 'dead' GROUP BY {{c "topic"}}
 
 -- name: OutboxPendingDue
--- How long the pending row due the longest has waited since it became due
--- (0 when none is due), and how many pending rows are scheduled later. Both
--- read the pending_scheduled index, as the claim does.
+-- How long the oldest row that the relay could claim now has waited since
+-- it became due (0 when none is due), and how many pending rows are
+-- scheduled later. A due row behind an earlier row of its key that is held
+-- (pending and not due: a retry, a pause, an open circuit, a rate limit,
+-- a row scheduled ahead) or being delivered cannot be claimed: it waits
+-- for that row, not for the relay, and does not count. held maps each such
+-- key to its first held row's sequence, from the pending_scheduled and
+-- processing_claimed indexes (at most 10,000 rows of each: beyond them, rows
+-- behind a held row count as due); a jsonb object, looked up per row by
+-- key, because a join with a set this small makes the planner walk the set
+-- again for every row. The walk reads the pending_scheduled index, as the
+-- claim does, from the oldest due row, and stops at the first one it could
+-- claim: it reads the rows waiting behind held rows that are older.
+WITH held AS (
+    SELECT COALESCE(jsonb_object_agg(h.k, h.seq), '{}') AS m
+      FROM (SELECT x.k, min(x.seq) AS seq
+              FROM ((SELECT {{c "key"}} AS k, {{c "sequence"}} AS seq FROM {{t}}
+                      WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now() AND {{c "key"}} <> ''
+                      ORDER BY {{c "scheduled_at"}} LIMIT 10000)
+                    UNION ALL
+                    (SELECT {{c "key"}}, {{c "sequence"}} FROM {{t}}
+                      WHERE {{c "state"}} = 'processing' AND {{c "key"}} <> '' LIMIT 10000)) AS x
+             GROUP BY x.k) AS h
+)
 SELECT COALESCE(EXTRACT(EPOCH FROM now() - (
-           SELECT min({{c "scheduled_at"}}) FROM {{t}}
-            WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} <= now())), 0)::float8,
+           SELECT o.{{c "scheduled_at"}} FROM {{t}} AS o
+            WHERE o.{{c "state"}} = 'pending' AND o.{{c "scheduled_at"}} <= now()
+              AND COALESCE(o.{{c "sequence"}} < ((SELECT m FROM held) ->> o.{{c "key"}})::bigint, true)
+            ORDER BY o.{{c "scheduled_at"}}
+            LIMIT 1)), 0)::float8,
        (SELECT count(*) FROM {{t}} WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now())
 
 -- name: OutboxCountByTopicState

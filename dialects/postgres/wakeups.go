@@ -65,7 +65,7 @@ var wakeupsFS embed.FS
 
 // wakeupStatements is the catalog of wakeups.sql.
 type wakeupStatements struct {
-	WakeupsServer string
+	WakeupsServer, WakeupSlot string
 }
 
 // WakeupOptions configure a Listener. Only Mode is required.

@@ -282,14 +282,36 @@ SELECT {{c "state"}}, COUNT_BIG(*) FROM {{t}} GROUP BY {{c "state"}};
 SELECT {{c "topic"}}, COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'dead' GROUP BY {{c "topic"}};
 
 -- name: OutboxPendingDue
--- How long the pending row due the longest has waited since it became due,
--- in ms (0 when none is due), and how many pending rows are scheduled later.
--- Both read the pending_scheduled index, as the claim does.
+-- How long the oldest row that the relay could claim now has waited since
+-- it became due, in ms (0 when none is due), and how many pending rows are
+-- scheduled later. A due row behind an earlier row of its key that is held
+-- (pending and not due: a retry, a pause, an open circuit, a rate limit,
+-- a row scheduled ahead) or being delivered cannot be claimed: it waits
+-- for that row, not for the relay, and does not count. @held holds each
+-- such key's first held row, from the pending_scheduled and
+-- processing_claimed indexes (at most 10,000 rows of each: beyond them,
+-- rows behind a held row count as due), keyed for the lookup of each row
+-- the walk reads. The walk reads the pending_scheduled index, as the claim
+-- does, from the oldest due row, and stops at the first one it could
+-- claim.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @held TABLE (k NVARCHAR(255) NOT NULL, seq BIGINT NOT NULL, INDEX held_k CLUSTERED (k));
+INSERT INTO @held (k, seq)
+SELECT x.k, MIN(x.seq)
+  FROM (SELECT p.k, p.seq
+          FROM (SELECT TOP (10000) {{c "key"}} AS k, {{c "sequence"}} AS seq FROM {{t}}
+                 WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now AND {{c "key"}} <> N''
+                 ORDER BY {{c "scheduled_at"}}) AS p
+        UNION ALL
+        SELECT TOP (10000) {{c "key"}}, {{c "sequence"}} FROM {{t}}
+         WHERE {{c "state"}} = N'processing' AND {{c "key"}} <> N'') AS x
+ GROUP BY x.k;
 SELECT COALESCE(DATEDIFF_BIG(millisecond, (
-           SELECT MIN({{c "scheduled_at"}}) FROM {{t}}
-            WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} <= @now), @now), 0),
+           SELECT TOP (1) o.{{c "scheduled_at"}} FROM {{t}} AS o
+            WHERE o.{{c "state"}} = N'pending' AND o.{{c "scheduled_at"}} <= @now
+              AND NOT EXISTS (SELECT 1 FROM @held AS h WHERE h.k = o.{{c "key"}} AND h.seq < o.{{c "sequence"}})
+            ORDER BY o.{{c "scheduled_at"}}), @now), 0),
        (SELECT COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now);
 
 -- name: OutboxHorizon

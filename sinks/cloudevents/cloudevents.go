@@ -22,16 +22,25 @@
 //
 //   - HTTP: binary puts each attribute in a ce-NAME header, datacontenttype
 //     in Content-Type; structured sends the event with Content-Type
-//     application/cloudevents+json. Header values are percent-encoded as the
-//     binding requires (space, '"', '%' and anything outside printable
-//     ASCII).
+//     application/cloudevents+json. Header values go as UTF-8 text, as they
+//     are: the binding asks senders to percent-encode space, '"', '%' and
+//     anything outside printable ASCII, but the official Go and Java SDKs
+//     read ce- headers without decoding them, so a consumer built on them
+//     would read subject "Zo%C3%AB%2042" in binary mode where structured
+//     mode gives "Zoë 42". HTTP carries such text in a header as it is;
+//     only a value it cannot carry (a control character, a space at
+//     either end, which receivers trim) is percent-encoded, whole, as the
+//     binding says (httpValue).
 //   - Kafka: binary puts each attribute in a ce_NAME record header (UTF-8,
 //     not encoded), datacontenttype in the content-type header; structured
 //     sends the event with content-type application/cloudevents+json. The
 //     record key stays the row's key, which is also partitionkey.
 //   - NATS: binary puts every attribute, datacontenttype too, in a
-//     ce-NAME message header (percent-encoded as for HTTP); structured sends
-//     the event with Content-Type application/cloudevents+json.
+//     ce-NAME message header, percent-encoded as the NATS binding says
+//     (space, '"', '%' and anything outside printable ASCII: no SDK reads
+//     NATS binary mode, so consumers decode it themselves, as the binding
+//     tells them); structured sends the event with Content-Type
+//     application/cloudevents+json.
 //   - RabbitMQ: the AMQP binding is written for AMQP 1.0, and RabbitMQ
 //     speaks AMQP 0-9-1. The binding's application-properties become the
 //     0-9-1 headers table, and its content-type property the 0-9-1
@@ -134,42 +143,58 @@ type Config struct {
 }
 
 // Compile checks the cloudEvents settings s of a destination of type
-// destinationType. A refusal is a *sinks.ConfigError whose Key is the
-// setting under the destination (cloudEvents.source).
+// destinationType. A refusal names every problem of the settings at once:
+// each is a *sinks.ConfigError whose Key is the setting under the
+// destination (cloudEvents.source), joined with errors.Join (Problems
+// splits them again).
 func Compile(destinationType string, s Settings) (Config, error) {
 	var c Config
 	var ok bool
 	if c.Binding, ok = BindingOf(destinationType); !ok {
 		return c, sinks.Configf("cloudEvents", "a %s destination sends no messages, so it has no CloudEvents binding; remove cloudEvents", destinationType)
 	}
+	var problems []error
 	switch Mode(s.Mode) {
 	case "", Binary:
 		c.Mode = Binary
 	case Structured:
 		c.Mode = Structured
 	default:
-		return c, sinks.Configf("cloudEvents.mode", "%q: use binary (the attributes in headers, the payload as the body) or structured (the whole event as the body)", s.Mode)
-	}
-	if strings.TrimSpace(s.Source) == "" {
-		return c, sinks.Configf("cloudEvents.source", "is required: the event's source, a URI reference that names who produced it, such as /shop/orders or https://shop.example.com/{{ aggregateType }}")
+		problems = append(problems, sinks.Configf("cloudEvents.mode", "%q: use binary (the attributes in headers, the payload as the body) or structured (the whole event as the body)", s.Mode))
 	}
 	var err error
-	if c.Source, err = routing.ParseTemplate(s.Source); err != nil {
-		return c, sinks.Configf("cloudEvents.source", "%v", err)
-	}
-	// Values are path-escaped (sourceValue), so only the literal text can
-	// make a source that is not a URI reference.
-	if err := checkURIReference(placeholders.ReplaceAllString(s.Source, "x")); err != nil {
-		return c, sinks.Configf("cloudEvents.source", "%q is not a URI reference: %v; write a path such as /shop/orders or a URL", s.Source, err)
+	switch {
+	case strings.TrimSpace(s.Source) == "":
+		problems = append(problems, sinks.Configf("cloudEvents.source", "is required: the event's source, a URI reference that names who produced it, such as /shop/orders or https://shop.example.com/{{ aggregateType }}"))
+	default:
+		if c.Source, err = routing.ParseTemplate(s.Source); err != nil {
+			problems = append(problems, sinks.Configf("cloudEvents.source", "%v", err))
+		} else if err := checkURIReference(placeholders.ReplaceAllString(s.Source, "x")); err != nil {
+			// Values are path-escaped (sourceValue), so only the literal
+			// text can make a source that is not a URI reference.
+			problems = append(problems, sinks.Configf("cloudEvents.source", "%q is not a URI reference: %v; write a path such as /shop/orders or a URL", s.Source, err))
+		}
 	}
 	typ := s.Type
 	if strings.TrimSpace(typ) == "" {
 		typ = DefaultType
 	}
 	if c.Type, err = routing.ParseTemplate(typ); err != nil {
-		return c, sinks.Configf("cloudEvents.type", "%v", err)
+		problems = append(problems, sinks.Configf("cloudEvents.type", "%v", err))
 	}
-	return c, nil
+	return c, errors.Join(problems...)
+}
+
+// Problems splits an error of Compile into its problems, in the order of
+// the settings.
+func Problems(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // placeholders matches the {{ name }} of a template.
@@ -325,7 +350,10 @@ func (b Binding) prefix() string {
 func (b Binding) writeAttributes(e *event.Event, h map[string]string) {
 	p := b.prefix()
 	set := func(name, value string) {
-		if b == HTTP || b == NATS {
+		switch b {
+		case HTTP:
+			value = httpValue(value)
+		case NATS:
 			value = percentEncode(value)
 		}
 		h[p+name] = value
@@ -349,6 +377,18 @@ func (b Binding) writeAttributes(e *event.Event, h map[string]string) {
 			set(name, s)
 		}
 	}
+}
+
+// httpValue is an attribute's value as the HTTP binding sends it: as it
+// is, which the SDKs that do not decode header values read right, unless
+// HTTP cannot carry it so (a control character, or a space or tab at
+// either end, which every receiver trims); then percent-encoded, whole, so
+// that a receiver that decodes, as the binding says, reads it right.
+func httpValue(s string) string {
+	if s != strings.Trim(s, " \t") || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return percentEncode(s)
+	}
+	return s
 }
 
 // percentEncode encodes a header value as the HTTP and NATS bindings

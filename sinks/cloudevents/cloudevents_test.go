@@ -154,8 +154,9 @@ func TestSignatureSignsTheEvent(t *testing.T) {
 	}
 }
 
-// Header values are percent-encoded where the binding says so (HTTP,
-// NATS), with the binding's own example, and left alone elsewhere.
+// Header values are percent-encoded for NATS, with the binding's own
+// example; for HTTP only when HTTP cannot carry them as they are (the SDKs
+// do not decode them), and then whole; left alone elsewhere.
 func TestPercentEncoding(t *testing.T) {
 	if got, want := percentEncode("Euro € 😀"), "Euro%20%E2%82%AC%20%F0%9F%98%80"; got != want {
 		t.Errorf("percentEncode = %q, want %q", got, want)
@@ -171,7 +172,7 @@ func TestPercentEncoding(t *testing.T) {
 	for _, b := range []struct {
 		typ, header, want string
 	}{
-		{"http", "ce-subject", "Zo%C3%AB%2042"},
+		{"http", "ce-subject", "Zoë 42"},
 		{"nats", "ce-partitionkey", "Zo%C3%AB%2042"},
 		{"kafka", "ce_subject", "Zoë 42"},
 		{"rabbitmq", "cloudEvents_subject", "Zoë 42"},
@@ -183,6 +184,20 @@ func TestPercentEncoding(t *testing.T) {
 		}
 		if got := out.Headers[b.header]; got != b.want {
 			t.Errorf("%s: %s = %q, want %q", b.typ, b.header, got, b.want)
+		}
+	}
+}
+
+func TestHTTPHeaderValues(t *testing.T) {
+	for in, want := range map[string]string{
+		"Zoë 42, 100% sure": "Zoë 42, 100% sure",
+		`say "hi"`:          `say "hi"`,
+		" padded":           "%20padded",
+		"line\nbreak 50%":   "line%0Abreak%2050%25",
+		"tab\t":             "tab%09",
+	} {
+		if got := httpValue(in); got != want {
+			t.Errorf("httpValue(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -206,6 +221,18 @@ func TestCompileRefuses(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Key != c.key || !strings.Contains(ce.Err.Error(), c.says) {
 			t.Errorf("Compile(%s, %+v) = %v, want a ConfigError at %s saying %q", c.typ, c.s, err, c.key, c.says)
 		}
+	}
+	// Every problem at once, each under its key, in the order of the keys.
+	var keys []string
+	_, err := Compile("http", Settings{Mode: "batch", Source: "/shop orders", Type: "{{ nope }}"})
+	for _, p := range Problems(err) {
+		var ce *sinks.ConfigError
+		if errors.As(p, &ce) {
+			keys = append(keys, ce.Key)
+		}
+	}
+	if strings.Join(keys, " ") != "cloudEvents.mode cloudEvents.source cloudEvents.type" {
+		t.Errorf("the problems of a block with three: %v (%v)", keys, err)
 	}
 	c := compile(t, "http", Settings{Source: "/x/{{ key }}"})
 	if c.Mode != Binary || c.Type.String() != DefaultType {
@@ -325,6 +352,7 @@ func TestFromHTTPReadsWhatSendersWrite(t *testing.T) {
 	for _, mode := range []string{"binary", "structured"} {
 		d := testdest.Open(t, "http", testdest.Options{})
 		m := rows()[0]
+		m.Key = "Zoë 42, 100% sure"
 		testdest.PublishThrough(t, Wrap(d.Sink, compile(t, "http", Settings{Mode: mode, Source: source})), m)
 		r := d.Wait(t, 1)[0]
 		h := http.Header{}

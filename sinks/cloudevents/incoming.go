@@ -107,7 +107,10 @@ func FromHTTP(h nethttp.Header, body []byte) (in Incoming, ok bool, err error) {
 
 // percentDecoded returns h with the values of its ce- headers decoded as
 // the HTTP binding requires of a receiver: one round of percent-decoding,
-// which must give UTF-8. (The SDK reads the values as they are.)
+// which must give UTF-8. A value that is no percent-encoding at all ("100%")
+// is read as it came: senders built on the Go or Java SDK, and QueueBox's
+// own HTTP destinations, send values as they are. (The SDK reads the
+// values as they are.)
 func percentDecoded(h nethttp.Header) (nethttp.Header, error) {
 	out := make(nethttp.Header, len(h))
 	for k, vs := range h {
@@ -118,7 +121,10 @@ func percentDecoded(h nethttp.Header) (nethttp.Header, error) {
 		dec := make([]string, len(vs))
 		for i, v := range vs {
 			d, err := url.PathUnescape(v)
-			if err != nil || !utf8.ValidString(d) {
+			if err != nil {
+				d = v // not encoded: sent as it is
+			}
+			if !utf8.ValidString(d) {
 				return nil, fmt.Errorf("the header %s: %q is not percent-encoded UTF-8 text, as the CloudEvents HTTP binding requires", k, v)
 			}
 			dec[i] = d
