@@ -108,7 +108,8 @@ func (r *wakeRelay) deliverOne(t *testing.T) {
 }
 
 // With logical replication, an idle relay is woken by a nudge when a row
-// commits: the nudge, not a probe, is what finds it.
+// commits. (For a moment after it begins to listen it also probes a
+// little, so a probe may find the row first; the nudge comes all the same.)
 func TestAnIdleRelayIsWokenByLogicalReplication(t *testing.T) {
 	t.Parallel()
 	r := startWakeRelay(t, "logical")
@@ -118,9 +119,8 @@ func TestAnIdleRelayIsWokenByLogicalReplication(t *testing.T) {
 	}
 	nudges := r.e.Stats.Nudges.Load()
 	r.deliverOne(t)
-	if r.e.Stats.Nudges.Load() == nudges {
-		t.Fatal("the row was delivered without a nudge")
-	}
+	testkit.Eventually(t, "a nudge for the row", 10*time.Second,
+		testkit.True(func() bool { return r.e.Stats.Nudges.Load() > nudges }))
 }
 
 // Without logical replication (probe), the relay says so and finds rows by
@@ -167,9 +167,11 @@ func TestARelayProbesWhileItsReplicationConnectionIsLost(t *testing.T) {
 	if err := r.d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, old.Slot).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("the lost connection's slot is still there (%d, %v)", left, err)
 	}
+	// A moment after it listens again, a relay still probes a little (a
+	// commit while it reconnected may have sent no nudge), and a probe may
+	// find the row first; the row's nudge comes all the same.
 	nudges := r.e.Stats.Nudges.Load()
 	r.deliverOne(t)
-	if r.e.Stats.Nudges.Load() == nudges {
-		t.Fatal("after reconnecting, a row was delivered without a nudge")
-	}
+	testkit.Eventually(t, "a nudge for the row after reconnecting", 10*time.Second,
+		testkit.True(func() bool { return r.e.Stats.Nudges.Load() > nudges }))
 }

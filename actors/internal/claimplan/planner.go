@@ -373,9 +373,11 @@ func (p *Planner) news(now time.Time) {
 }
 
 // dueIn arms the due timer for a row that comes due in d, unless it is
-// armed sooner already.
+// armed sooner already; a claim by key walks the keys by then, since the
+// row may be a key's head that no continuation leads to.
 func (p *Planner) dueIn(now time.Time, d time.Duration, a *Actions) {
 	at := now.Add(max(d, 0))
+	p.reach.walkBy(at)
 	if p.dueAt.IsZero() || at.Before(p.dueAt) {
 		p.dueAt = at
 		a.arm(TimerDue, at.Sub(now))
@@ -563,7 +565,6 @@ func (p *Planner) claimDone(now time.Time, e ClaimDone, a *Actions) {
 	if e.Probe != nil {
 		p.wm.Observe(*e.Probe, now)
 		p.reach.observe(*e.Probe)
-		p.probeSaw(now, *e.Probe, a)
 	}
 	if e.Err != nil {
 		p.reach.failed(m.plan)
@@ -574,6 +575,11 @@ func (p *Planner) claimDone(now time.Time, e ClaimDone, a *Actions) {
 		}
 		p.reach.claimed(now, m.Kind, m.plan, e.Report, e.Took, since)
 		p.reach.took(m.plan, n, full)
+	}
+	if e.Probe != nil {
+		// After the walk's own pacing: a row that comes due brings the
+		// next walk forward.
+		p.probeSaw(now, *e.Probe, a)
 	}
 	if e.Err != nil && e.Blind {
 		p.goBlind()
@@ -650,7 +656,6 @@ func (p *Planner) credit(now time.Time, e Credit, a *Actions) {
 	}
 	p.reach.continued(e.Continued)
 	if e.RetryIn > 0 {
-		p.reach.walkBy(now.Add(e.RetryIn))
 		p.dueIn(now, e.RetryIn, a)
 	}
 	p.waitCredit -= e.N

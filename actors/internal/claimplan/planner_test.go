@@ -480,3 +480,37 @@ func TestARowScheduledLaterComesDueOnItsTimer(t *testing.T) {
 		t.Fatalf("at the retry: %d claims, want 1", claims)
 	}
 }
+
+// A row that comes due (a probe said when) may be a key's head that no
+// continuation leads to: the claim at its due time walks the keys, even
+// when the last walk's cost would have spaced the next one further out.
+func TestARowComingDueMakesTheClaimWalkTheKeys(t *testing.T) {
+	s := newSim(t, Config{})
+	s.step(Start{Listening: true})
+	c := s.running[0]
+	s.running = nil
+	if c.Walk != dialects.WalkKeys {
+		t.Fatalf("the first claim walks %v, want the keys", c.Walk)
+	}
+	probe := dialects.Probe{Last: 5, Xmin: 10, Next: 10, Writer: dialects.NoWriters, Writers: []int64{}}
+	s.step(ClaimDone{Claim: c, Probe: &probe, Seen: 5, Settled: 5, Report: dialects.ClaimReport{Empty: true}, Took: time.Millisecond})
+	s.advance(50 * time.Millisecond)
+	// Rows arrived: a walk over the keys that has seen them took 100 ms, so
+	// the next is due 2 s later by its cost. Its probe says a row comes
+	// due in 300 ms.
+	s.step(Nudge{Listening: true})
+	c = s.running[0]
+	s.running = nil
+	if c.Walk != dialects.WalkKeys {
+		t.Fatalf("the claim after the wake-up walks %v, want the keys", c.Walk)
+	}
+	probe.NextDue, probe.Later = 300*time.Millisecond, true
+	s.step(ClaimDone{Claim: c, Probe: &probe, Seen: 5, Settled: 5, Report: dialects.ClaimReport{Empty: true}, Took: 100 * time.Millisecond})
+	s.mode(Quiet)
+	if claims, _ := s.advance(300 * time.Millisecond); claims != 1 {
+		t.Fatalf("when the row comes due: %d claims, want 1", claims)
+	}
+	if w := s.running[0].Walk; w != dialects.WalkKeys {
+		t.Fatalf("the claim at the due time walks %v, want the keys", w)
+	}
+}
