@@ -212,7 +212,8 @@ func RoutedTo(f dialects.Filter, destination string, routeOf RouteOf) dialects.F
 // Replay puts the rows f selects back to pending (attempt 0, due now) and
 // returns how many; with dryRun it only counts them. Rows being delivered
 // are never touched. f must come from a ForReplay filter, which refuses to
-// select everything by accident.
-func Replay(ctx context.Context, d dialects.Dialect, f dialects.Filter, dryRun bool) (int, error) {
-	return dialects.Replay(ctx, d, f, dryRun)
+// select everything by accident. by, who or what replays, is recorded in
+// each row's attempt history; "" records nothing (the history is off).
+func Replay(ctx context.Context, d dialects.Dialect, f dialects.Filter, dryRun bool, by string) (int, error) {
+	return dialects.Replay(ctx, d, f, dryRun, by)
 }
