@@ -19,14 +19,15 @@ type History struct {
 }
 
 // attemptOf is the attempt of the i-th row of a finished Publish, or nil
-// when the history is off. The rows of one Publish share its start and
-// duration (a sink that takes several rows at once answers them together);
-// the error is filled in by finish, worded like last_error.
-func (d *deliverer) attemptOf(p *prepared, m *deliveryDone, i int) *dialects.Attempt {
+// when the history is off; probe says the Publish was its destination's
+// circuit probe. The rows of one Publish share its start and duration (a
+// sink that takes several rows at once answers them together); the error,
+// worded like last_error, and whether it counted are filled in by finish.
+func (d *deliverer) attemptOf(p *prepared, m *deliveryDone, i int, probe bool) *dialects.Attempt {
 	if !d.history {
 		return nil
 	}
-	a := &dialects.Attempt{At: m.started, Duration: m.took, Try: p.row.Attempt + 1, Destination: p.dest.Name()}
+	a := &dialects.Attempt{At: m.started, Duration: m.took, Try: p.row.Attempt + 1, Destination: p.dest.Name(), Probe: probe}
 	if m.answers != nil {
 		ans := m.answers.Of(i)
 		a.Status = CutUTF8(ans.Status, 255)

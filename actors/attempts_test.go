@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,5 +183,71 @@ func TestABrokersAnswerIsRecorded(t *testing.T) {
 	}
 	if len(seqs) != 12 {
 		t.Errorf("12 rows stored under %d sequences: %v", len(seqs), seqs)
+	}
+}
+
+// With a circuit breaker and the history on, the tries the breaker does not
+// count are recorded as such: the row's last try that fails while the
+// destination is down, and the open circuit's probes, each marked as a
+// probe. A try not counted leaves the row's attempt as it was, so the next
+// try has the same number; the probe that succeeds is a probe, counted.
+func TestUncountedTriesAndProbesAreRecorded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	recv := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) {
+		if failing.Load() {
+			return 503, "down", nil
+		}
+		return 200, "", nil
+	})
+	h.routeAllTo(httpDest(t, recv.URL, nil))
+	h.opts.Policies = map[string]actors.DestinationPolicy{"dest": {CircuitBreaker: actors.CircuitBreaker{
+		Window: 300 * time.Millisecond, MinAttempts: 2, ProbeInterval: 200 * time.Millisecond}}}
+	h.opts.History = actors.History{Enabled: true}
+	e := h.start()
+	h.explain(e)
+	// Two tries: the second is the last, and fails while every request
+	// has failed.
+	h.insert(testkit.Row("audit.logged", testkit.MaxAttempts(1)))
+	testkit.Eventually(t, "two failed probes", time.Minute, testkit.True(func() bool {
+		return status(t, e, "dest").Probes >= 2 && len(recv.Requests()) >= 4
+	}))
+	failing.Store(false)
+	h.waitState(dialects.Delivered, 1, time.Minute)
+
+	listed, _, err := dialects.List(context.Background(), h.d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	row, _, err := h.d.OutboxRow(context.Background(), listed[0].ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted, uncounted, probes := 0, 0, 0
+	for i, a := range row.Attempts {
+		if a.Try != counted+1 {
+			t.Errorf("attempt %d is try %d, after %d tries counted: %+v", i, a.Try, counted, a)
+		}
+		switch {
+		case a.Outcome == "retry" && a.Uncounted:
+			uncounted++
+		case a.Outcome == "retry":
+			counted++
+		case a.Uncounted:
+			t.Errorf("attempt %d: %s, yet not counted", i, a.Outcome)
+		}
+		if a.Probe {
+			probes++
+		}
+	}
+	last := row.Attempts[len(row.Attempts)-1]
+	if counted != 1 || row.Attempt != 1 || uncounted < 3 || probes < 3 || last.Outcome != "delivered" || !last.Probe || last.Try != 2 {
+		t.Fatalf("the row (attempt %d) has %d tries counted, %d not counted, %d probes; want 1, at least 3 (the last try, two probes), at least 3 (two failed, the delivery); the last %+v",
+			row.Attempt, counted, uncounted, probes, last)
+	}
+	if first := row.Attempts[1]; !first.Uncounted || first.Probe {
+		t.Errorf("the last try, failed while the destination was down: %+v; want not counted, no probe", first)
 	}
 }

@@ -508,7 +508,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 			// An ordered batch stopped at an earlier row: a row that
 			// arrived all the same is delivered, the others go back.
 			if err == nil {
-				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i), destctl.BreakerView{})
+				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i, f.probe), destctl.BreakerView{})
 			} else {
 				q.d.release(out, p.row)
 			}
@@ -526,7 +526,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 				}
 				b = *breaker
 			}
-			if k := q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i), b); k == dialects.OutcomeRetry || k == dialects.OutcomeDefer {
+			if k := q.d.finish(out, p, err, m.took, q.d.attemptOf(p, m, i, f.probe), b); k == dialects.OutcomeRetry || k == dialects.OutcomeDefer {
 				stopped = q.ordered
 			}
 		}
@@ -694,13 +694,11 @@ func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
 func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.Duration, att *dialects.Attempt, b destctl.BreakerView) dialects.OutcomeKind {
 	o := d.policy.decide(p.row, err, b)
 	if att != nil {
-		att.Error = o.Error
-		// A failure the breaker does not count (OutcomeDefer) is not
-		// recorded yet: the history cannot mark an attempt as a probe or
-		// as not counted, and would show it as a try the row spent.
-		if o.Kind != dialects.OutcomeDefer {
-			o.Attempt = att
-		}
+		// A failure the breaker does not count (OutcomeDefer) is recorded
+		// as such: the row's attempt stays, and its next try has the same
+		// number.
+		att.Error, att.Uncounted = o.Error, o.Kind == dialects.OutcomeDefer
+		o.Attempt = att
 	}
 	d.record(out, p, o, publish)
 	return o.Kind

@@ -20,16 +20,21 @@ import (
 // replayed many times has more, and the view says so (MoreAttempts).
 const MaxRowAttempts = 100
 
-// AttemptView is one delivery attempt of a row, as GET /api/rows/{id} and
-// `queuebox rows show` show it.
+// AttemptView is one delivery attempt of a row, or a replay of it, as GET
+// /api/rows/{id} and `queuebox rows show` show it.
 type AttemptView struct {
-	// Try is the try it was (1 for the first; a replay starts again at 1).
-	Try int `json:"try"`
+	// Try is the try it was (1 for the first; a replay starts again at 1);
+	// Attempt the same number as the destination saw it (X-Attempt, the
+	// span's queuebox.attempt): the tries counted before it, Try - 1. Both
+	// are absent on a replay.
+	Try     int  `json:"try,omitempty"`
+	Attempt *int `json:"attempt,omitempty"`
 	// At is when it started, DurationMs how long the destination took (the
 	// relay's clock).
 	At         time.Time `json:"at"`
 	DurationMs float64   `json:"durationMs"`
-	// Outcome is delivered, retry (failed, tried again later) or dead.
+	// Outcome is delivered, retry (failed, tried again later), dead, or
+	// replayed.
 	Outcome     string `json:"outcome"`
 	Destination string `json:"destination"`
 	// Status is what the destination answered ("HTTP 503 Service
@@ -40,6 +45,33 @@ type AttemptView struct {
 	// excerpt of the answer's body, redacted and cut the same way.
 	Error    string `json:"error"`
 	Response string `json:"response"`
+	// Probe: the attempt was its destination's circuit probe. Uncounted:
+	// it failed and the circuit breaker did not count it, so the row's next
+	// try has the same number. Both absent when false.
+	Probe     bool `json:"probe,omitempty"`
+	Uncounted bool `json:"uncounted,omitempty"`
+	// ReplayedBy, on a replay (outcome replayed), is who or what replayed
+	// the row: the count of its tries starts again after it.
+	ReplayedBy string `json:"replayedBy,omitempty"`
+}
+
+// tryText is the try of an attempt with its marks: "3", "3 (probe)",
+// "3 (probe, not counted)"; "-" for a replay.
+func (a AttemptView) tryText() string {
+	if a.Outcome == dialects.OutcomeReplayed {
+		return "-"
+	}
+	var marks []string
+	if a.Probe {
+		marks = append(marks, "probe")
+	}
+	if a.Uncounted {
+		marks = append(marks, "not counted")
+	}
+	if len(marks) == 0 {
+		return fmt.Sprint(a.Try)
+	}
+	return fmt.Sprintf("%d (%s)", a.Try, strings.Join(marks, ", "))
 }
 
 // RowDetailView is the body of GET /api/rows/{id}: the row as GET
@@ -89,8 +121,16 @@ func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf Ro
 		v.MatchedNoRouteAt = &at
 	}
 	for _, a := range r.Attempts {
-		v.Attempts = append(v.Attempts, AttemptView{Try: a.Try, At: a.At.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000,
-			Outcome: a.Outcome, Destination: a.Destination, Status: a.Status, Error: a.Error, Response: a.Response})
+		av := AttemptView{Try: a.Try, At: a.At.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000,
+			Outcome: a.Outcome, Destination: a.Destination, Status: a.Status, Error: a.Error, Response: a.Response,
+			Probe: a.Probe, Uncounted: a.Uncounted, ReplayedBy: a.ReplayedBy}
+		if a.Outcome == dialects.OutcomeReplayed {
+			av.Try = 0
+		} else {
+			n := a.Try - 1
+			av.Attempt = &n
+		}
+		v.Attempts = append(v.Attempts, av)
 	}
 	return v, true, nil
 }
@@ -189,20 +229,28 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 		// followed by its error and answer.
 		var tb bytes.Buffer
 		tw = tabwriter.NewWriter(&tb, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TRY\tAT\tDURATION\tOUTCOME\tDESTINATION\tSTATUS")
+		fmt.Fprintln(tw, "  TRY\tATTEMPT\tAT\tDURATION\tOUTCOME\tDESTINATION\tSTATUS")
 		for _, a := range v.Attempts {
 			status := a.Status
 			if status == "" {
 				status = "-"
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Try, a.At.Format(time.RFC3339Nano),
-				time.Duration(a.DurationMs*float64(time.Millisecond)).Round(time.Microsecond), a.Outcome, a.Destination, status)
+			attempt, took, dest := "-", "-", "-"
+			if a.Attempt != nil {
+				attempt = fmt.Sprint(*a.Attempt)
+				took = time.Duration(a.DurationMs * float64(time.Millisecond)).Round(time.Microsecond).String()
+				dest = a.Destination
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.tryText(), attempt, a.At.Format(time.RFC3339Nano), took, a.Outcome, dest, status)
 		}
 		tw.Flush()
 		lines := strings.Split(strings.TrimSuffix(tb.String(), "\n"), "\n")
 		b.WriteString(lines[0] + "\n")
 		for i, a := range v.Attempts {
 			b.WriteString(lines[i+1] + "\n")
+			if a.Outcome == dialects.OutcomeReplayed {
+				fmt.Fprintf(&b, "       replayed by %s; the tries count from 1 again\n", a.ReplayedBy)
+			}
 			if a.Error != "" {
 				fmt.Fprintf(&b, "       error: %s\n", strings.ReplaceAll(a.Error, "\n", " "))
 			}

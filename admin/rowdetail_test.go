@@ -103,7 +103,7 @@ func TestRowDetailText(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"id              " + id.String(), "state           delivered, try 2 of 6", "destination     (no route)",
+		"id              " + id.String(), "state           delivered, try 2 of 6, attempt 1", "destination     (no route)",
 		"payload:\n  {\n    \"order\": 7,", "headers:\n  {\n    \"trace\": \"abc\"\n  }",
 		"attempts (2):", "retry      orders-webhook  HTTP 500 Internal Server Error\n       error: HTTP 500", "error: HTTP 500 Internal Server Error: boom\n       response: boom\n",
 		"delivered  orders-webhook  HTTP 200 OK",
@@ -114,5 +114,107 @@ func TestRowDetailText(t *testing.T) {
 	}
 	if strings.Index(out, "retry") > strings.Index(out, "delivered  orders") {
 		t.Errorf("attempts are not oldest first:\n%s", out)
+	}
+}
+
+// rowWithMarks inserts a row whose history holds a try counted, a probe
+// whose failure was not counted, the probe that delivered it, a replay,
+// and the try after the replay, and returns its id.
+func rowWithMarks(t *testing.T, d dialects.Dialect) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("order.created")}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Minute)
+	var id uuid.UUID
+	for i, o := range []dialects.Outcome{
+		{Kind: dialects.OutcomeRetry, Error: "HTTP 503: down", Attempt: &dialects.Attempt{At: at, Try: 1, Destination: "hook", Status: "HTTP 503 Service Unavailable", Error: "HTTP 503: down"}},
+		{Kind: dialects.OutcomeDefer, Error: "HTTP 503: still down", Attempt: &dialects.Attempt{At: at.Add(time.Second), Try: 2, Destination: "hook",
+			Status: "HTTP 503 Service Unavailable", Error: "HTTP 503: still down", Probe: true, Uncounted: true}},
+		{Kind: dialects.OutcomeDelivered, Attempt: &dialects.Attempt{At: at.Add(2 * time.Second), Try: 2, Destination: "hook", Status: "HTTP 200 OK", Probe: true}},
+		{Kind: dialects.OutcomeDelivered, Attempt: &dialects.Attempt{At: time.Now().Add(time.Second), Try: 1, Destination: "hook", Status: "HTTP 200 OK"}},
+	} {
+		c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Minute, Token: uuid.New()})
+		if err != nil || len(c.Rows) != 1 {
+			t.Fatalf("claim %d: %v %v", i, c.Rows, err)
+		}
+		o.Claim, id = c.Rows[0].Claim, c.Rows[0].ID
+		if _, err := d.OutboxComplete(ctx, []dialects.Outcome{o}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			if n, err := Replay(ctx, d, dialects.Filter{IDs: []uuid.UUID{id}}, false, "queuebox replay, user ops on h1"); n != 1 || err != nil {
+				t.Fatalf("replay: %d %v", n, err)
+			}
+		}
+	}
+	return id
+}
+
+// A row's view says both numbers of each try, the try and the attempt the
+// destination saw; marks the probes and the failures not counted; and
+// shows a replay, with who replayed, where the count starts again. The
+// JSON says the same.
+func TestRowDetailMarksProbesAndReplays(t *testing.T) {
+	t.Parallel()
+	d := testdb.Migrated(t, 0)
+	id := rowWithMarks(t, d)
+	v, found, err := RowDetail(context.Background(), d, id, nil)
+	if err != nil || !found {
+		t.Fatal(found, err)
+	}
+	var b bytes.Buffer
+	if err := v.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	_, table, _ := strings.Cut(out, "attempts (5):\n")
+	lines := strings.Split(table, "\n")
+	want := []struct{ prefix, has string }{
+		{"  TRY                     ATTEMPT  AT ", "DURATION  OUTCOME    DESTINATION  STATUS"},
+		{"  1                       0        ", "retry      hook         HTTP 503 Service Unavailable"},
+		{"       error: HTTP 503: down", ""},
+		{"  2 (probe, not counted)  1        ", "retry      hook         HTTP 503 Service Unavailable"},
+		{"       error: HTTP 503: still down", ""},
+		{"  2 (probe)               1        ", "delivered  hook         HTTP 200 OK"},
+		{"  -                       -        ", "  -         replayed   -            -"},
+		{"       replayed by queuebox replay, user ops on h1; the tries count from 1 again", ""},
+		{"  1                       0        ", "delivered  hook         HTTP 200 OK"},
+	}
+	if len(lines) < len(want) {
+		t.Fatalf("the attempts:\n%s", out)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w.prefix) || !strings.Contains(lines[i], w.has) {
+			t.Errorf("line %d of the attempts is %q; want it to start %q and hold %q", i, lines[i], w.prefix, w.has)
+		}
+	}
+	if !strings.Contains(out, "state           delivered, try 1 of 6, attempt 0\n") {
+		t.Errorf("the state line:\n%s", out)
+	}
+
+	_, hs := server(t, d, "")
+	a := call(t, hs, "GET", "/api/rows/"+id.String(), "")
+	expect(t, a, 200)
+	var raw struct {
+		Attempts []map[string]any `json:"attempts"`
+	}
+	a.json(t, &raw)
+	if len(raw.Attempts) != 5 {
+		t.Fatalf("attempts %v", raw.Attempts)
+	}
+	for i, w := range []map[string]any{
+		{"try": 1.0, "attempt": 0.0, "outcome": "retry", "probe": nil, "uncounted": nil},
+		{"try": 2.0, "attempt": 1.0, "outcome": "retry", "probe": true, "uncounted": true},
+		{"try": 2.0, "attempt": 1.0, "outcome": "delivered", "probe": true, "uncounted": nil},
+		{"try": nil, "attempt": nil, "outcome": "replayed", "replayedBy": "queuebox replay, user ops on h1"},
+		{"try": 1.0, "attempt": 0.0, "outcome": "delivered", "replayedBy": nil},
+	} {
+		for k, want := range w {
+			if got := raw.Attempts[i][k]; got != want {
+				t.Errorf("attempt %d: %s is %v, want %v (%v)", i, k, got, want, raw.Attempts[i])
+			}
+		}
 	}
 }

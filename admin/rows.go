@@ -191,14 +191,15 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 	return out, nil
 }
 
-// Tries words a row's attempt column for people: "try n of m". attempt
-// counts the failed tries so far, and a row goes dead at a failure once
-// attempt reaches max_attempts, so it is tried at most max_attempts + 1
-// times; n is attempt + 1: the try running (processing), the one it waits
-// for (pending), or the last one made (delivered, dead). The page, `dead
-// list` and the API (try, maxTries) all say it so.
+// Tries words a row's attempt column for people: "try n of m, attempt a".
+// attempt counts the failed tries so far, and a row goes dead at a failure
+// once attempt reaches max_attempts, so it is tried at most max_attempts +
+// 1 times; n is attempt + 1: the try running (processing), the one it waits
+// for (pending), or the last one made (delivered, dead). a is that try's
+// number as the destination sees it (X-Attempt, counted from 0). The page,
+// `dead list` and the API (try, maxTries, attempt) all say it so.
 func Tries(attempt, maxAttempts int) string {
-	return fmt.Sprintf("try %d of %d", attempt+1, maxAttempts+1)
+	return fmt.Sprintf("try %d of %d, attempt %d", attempt+1, maxAttempts+1, attempt)
 }
 
 // DeadList is what `queuebox dead list` shows: up to Limit dead rows, the
@@ -241,7 +242,8 @@ func RoutedTo(f dialects.Filter, destination string, routeOf RouteOf) dialects.F
 // Replay puts the rows f selects back to pending (attempt 0, due now) and
 // returns how many; with dryRun it only counts them. Rows being delivered
 // are never touched. f must come from a ForReplay filter, which refuses to
-// select everything by accident.
-func Replay(ctx context.Context, d dialects.Dialect, f dialects.Filter, dryRun bool) (int, error) {
-	return dialects.Replay(ctx, d, f, dryRun)
+// select everything by accident. by, who or what replays, is recorded in
+// each row's attempt history; "" records nothing (the history is off).
+func Replay(ctx context.Context, d dialects.Dialect, f dialects.Filter, dryRun bool, by string) (int, error) {
+	return dialects.Replay(ctx, d, f, dryRun, by)
 }

@@ -112,13 +112,13 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := Replay(ctx, d, req.Filter, req.DryRun); n != 2 || err != nil {
+	if n, err := Replay(ctx, d, req.Filter, req.DryRun, ""); n != 2 || err != nil {
 		t.Fatalf("dry run: %d %v", n, err)
 	}
 	if st, _ := Status(ctx, d); st.Rows[dialects.Dead] != 3 {
 		t.Fatalf("the dry run changed rows: %v", st.Rows)
 	}
-	if n, err := Replay(ctx, d, req.Filter, false); n != 2 || err != nil {
+	if n, err := Replay(ctx, d, req.Filter, false, ""); n != 2 || err != nil {
 		t.Fatalf("replay: %d %v", n, err)
 	}
 	if st, _ := Status(ctx, d); st.Rows[dialects.Dead] != 1 || st.Rows[dialects.Pending] != 3 {
@@ -126,7 +126,7 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 	}
 	// A delivered row comes back only when asked for by state.
 	f, _ = FilterText{States: []string{"delivered"}}.Filter(Flags, ForReplay, time.Now())
-	if n, err := Replay(ctx, d, f, false); n != 1 || err != nil {
+	if n, err := Replay(ctx, d, f, false, ""); n != 1 || err != nil {
 		t.Fatalf("replay delivered: %d %v", n, err)
 	}
 }

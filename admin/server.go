@@ -15,6 +15,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,9 @@ type Options struct {
 	// Destinations are the configured destinations, for GET
 	// /api/destinations and their pause and resume.
 	Destinations []DestinationInfo
+	// History: the attempt history is on, and records the replays made
+	// through POST /api/replay.
+	History bool
 }
 
 // Server is the admin listener's handler: health, readiness, metrics, the
@@ -584,7 +588,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.failInput(w, err)
 		return
 	}
-	n, err := Replay(r.Context(), s.o.Dialect, req.Filter, req.DryRun)
+	n, err := Replay(r.Context(), s.o.Dialect, req.Filter, req.DryRun, s.replayedBy(r))
 	if err != nil {
 		s.dbFailed(w, err)
 		return
@@ -596,6 +600,24 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, ReplayView{Rows: n, DryRun: req.DryRun})
+}
+
+// replayedBy is who replays through r, as the attempt history records it:
+// the admin page (a request from the page this listener serves, as its
+// Referer says) or the API, and the address the request came from (a
+// reverse proxy's, behind one). "" when the history is off.
+func (s *Server) replayedBy(r *http.Request) string {
+	if !s.o.History {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host && ref.Path == "/" {
+		return "the admin page, from " + host
+	}
+	return "POST /api/replay, from " + host
 }
 
 // jsonBody refuses a POST whose body is not sent as JSON. A JSON content

@@ -52,7 +52,7 @@ func TestStatusText(t *testing.T) {
 }
 
 // A dead row's error is printed on its line, whatever line breaks it
-// holds; its tries read "try n of m"; a list the limit cut says so.
+// holds; its tries read "try n of m, attempt a"; a list the limit cut says so.
 func TestDeadRowsText(t *testing.T) {
 	key, le := "cust-1", "HTTP 500\nupstream failed"
 	id := uuid.MustParse("0195a0c0-0000-7000-8000-000000000001")
@@ -66,8 +66,8 @@ func TestDeadRowsText(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID ") ||
-		!strings.HasSuffix(lines[1], "orders       try 6 of 6  2025-03-01T12:00:00Z  HTTP 500 upstream failed") ||
-		!strings.Contains(lines[2], "(no route)   try 1 of 6") ||
+		!strings.HasSuffix(lines[1], "orders       try 6 of 6, attempt 5  2025-03-01T12:00:00Z  HTTP 500 upstream failed") ||
+		!strings.Contains(lines[2], "(no route)   try 1 of 6, attempt 0") ||
 		lines[3] != "showing 2 of more than 2; raise --limit (up to 10000) or narrow the filter" {
 		t.Fatalf("dead rows:\n%s", b.String())
 	}
@@ -77,7 +77,7 @@ func TestTries(t *testing.T) {
 	for _, c := range []struct {
 		attempt, max int
 		want         string
-	}{{0, 5, "try 1 of 6"}, {5, 5, "try 6 of 6"}, {0, 0, "try 1 of 1"}, {2, 5, "try 3 of 6"}} {
+	}{{0, 5, "try 1 of 6, attempt 0"}, {5, 5, "try 6 of 6, attempt 5"}, {0, 0, "try 1 of 1, attempt 0"}, {2, 5, "try 3 of 6, attempt 2"}} {
 		if got := Tries(c.attempt, c.max); got != c.want {
 			t.Errorf("Tries(%d, %d) = %q, want %q", c.attempt, c.max, got, c.want)
 		}

@@ -51,7 +51,7 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 	srv := admin.NewServer(admin.Options{
 		Dialect: d, Token: l.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(l),
 		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
-		RouteOf: RouteOf(l), FinalStatus: FinalStatus(l),
+		RouteOf: RouteOf(l), FinalStatus: FinalStatus(l), History: l.Outbox.History.Enabled,
 	})
 	mux := http.NewServeMux()
 	mux.Handle(inbox.Prefix, inboxHTTP)

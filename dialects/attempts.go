@@ -20,6 +20,11 @@ type Attempt struct {
 	// Try is the row's attempt counter before this attempt, plus one: 1
 	// for the first try. A replay starts the counter again.
 	Try int
+	// Probe: the attempt was its destination's circuit probe (the one
+	// delivery an open circuit lets through). Uncounted: it failed and the
+	// circuit breaker did not count it (OutcomeDefer): the row's attempt
+	// stays, and its next try has the same number.
+	Probe, Uncounted bool
 	// Destination is the name of the destination it went to.
 	Destination string
 	// Status is what the destination answered ("HTTP 500 Internal Server
@@ -32,11 +37,29 @@ type Attempt struct {
 	Response string
 }
 
-// RecordedAttempt is an attempt read back from the history, with how it
-// ended: delivered, retry (failed, to be tried again) or dead.
+// RecordedAttempt is an entry read back from the history: an attempt with
+// how it ended (delivered, retry: failed, to be tried again, or dead), or
+// an operator's replay (OutcomeReplayed): the row went back to pending and
+// the count of its tries started again, ReplayedBy says who or what
+// replayed it, At when (the database's clock), and the rest is zero.
 type RecordedAttempt struct {
 	Attempt
-	Outcome string
+	Outcome    string
+	ReplayedBy string
+}
+
+// OutcomeReplayed is the outcome of a replay's entry in the history.
+const OutcomeReplayed = "replayed"
+
+// RecordedOutcome is the outcome an attempt is recorded with: a failure
+// that the circuit breaker did not count (OutcomeDefer) is recorded as a
+// retry, which it is to the row (it is tried again), with
+// Attempt.Uncounted set.
+func RecordedOutcome(k OutcomeKind) string {
+	if k == OutcomeDefer {
+		return OutcomeRetry.String()
+	}
+	return k.String()
 }
 
 // RowDetail is one outbox row as an operator inspects it: everything
@@ -71,7 +94,8 @@ type History interface {
 // attempts, sequence, created, updated and scheduled times, last error,
 // payload and headers (text); AttemptsOfRow takes the id and a limit and
 // returns the newest attempts, newest first: time, duration in
-// microseconds, try, outcome, destination, status, error, response;
+// microseconds, try, outcome, destination, status, error, response,
+// probe, counted, replayed by;
 // AttemptsPurge takes an age (see AttemptTables.Age) and a limit and
 // returns the count it deleted.
 type AttemptStatements struct {
@@ -110,12 +134,13 @@ func (t AttemptTables) OutboxRow(ctx context.Context, id uuid.UUID, attempts int
 	err = t.Conn.Query(ctx, t.Statements.AttemptsOfRow, []any{id.String(), attempts + 1}, func(s Scanner) error {
 		var a RecordedAttempt
 		var us int64
-		var dest, status, errText, resp *string
-		if err := s.Scan(&a.At, &us, &a.Try, &a.Outcome, &dest, &status, &errText, &resp); err != nil {
+		var dest, status, errText, resp, by *string
+		var counted bool
+		if err := s.Scan(&a.At, &us, &a.Try, &a.Outcome, &dest, &status, &errText, &resp, &a.Probe, &counted, &by); err != nil {
 			return err
 		}
-		a.Duration = time.Duration(us) * time.Microsecond
-		a.Destination, a.Status, a.Error, a.Response = deref(dest), deref(status), deref(errText), deref(resp)
+		a.Duration, a.Uncounted = time.Duration(us)*time.Microsecond, !counted
+		a.Destination, a.Status, a.Error, a.Response, a.ReplayedBy = deref(dest), deref(status), deref(errText), deref(resp), deref(by)
 		d.Attempts = append(d.Attempts, a)
 		return nil
 	})
@@ -129,7 +154,41 @@ func (t AttemptTables) OutboxRow(ctx context.Context, id uuid.UUID, attempts int
 	for i, j := 0, len(d.Attempts)-1; i < j; i, j = i+1, j-1 {
 		d.Attempts[i], d.Attempts[j] = d.Attempts[j], d.Attempts[i]
 	}
+	placeReplays(d.Attempts)
 	return d, true, nil
+}
+
+// placeReplays puts each replay right after the attempt that ended the row
+// before it, when the clocks ordered them otherwise. Attempts are stamped
+// with their relay's clock and replays with the database's, so a relay
+// whose clock is behind may stamp the first try after a replay earlier
+// than the replay. The order is known all the same: once an attempt is
+// written as delivered or dead, the row changes only by a replay, so the
+// attempts that follow the first such attempt since the previous replay
+// came after the next replay. (A replay is never stamped before the
+// attempt that ended the row: the statement stamps it after the row's
+// latest attempt.)
+func placeReplays(h []RecordedAttempt) {
+	from := 0 // the first entry after the previous replay
+	for i := range h {
+		if h[i].Outcome != OutcomeReplayed {
+			continue
+		}
+		end := -1 // the first attempt since from that ended the row
+		for j := from; j < i && end < 0; j++ {
+			if h[j].Outcome == OutcomeDelivered.String() || h[j].Outcome == OutcomeDead.String() {
+				end = j
+			}
+		}
+		if end >= 0 && end < i-1 {
+			r := h[i]
+			copy(h[end+2:i+1], h[end+1:i])
+			h[end+1] = r
+			from = end + 2
+		} else {
+			from = i + 1
+		}
+	}
 }
 
 func (t AttemptTables) AttemptsPurge(ctx context.Context, olderThan time.Duration, batch int) (int, error) {
@@ -138,6 +197,19 @@ func (t AttemptTables) AttemptsPurge(ctx context.Context, olderThan time.Duratio
 		return s.Scan(&n)
 	})
 	return n, err
+}
+
+// ReplayMark is the parameter of OutboxReplayIDs' record of the replay:
+// nil for "" (record nothing), else by cut to the 255 characters its
+// column holds.
+func ReplayMark(by string) *string {
+	if by == "" {
+		return nil
+	}
+	if r := []rune(by); len(r) > 255 {
+		by = string(r[:255])
+	}
+	return &by
 }
 
 func deref(s *string) string {

@@ -107,9 +107,10 @@ type Outcome struct {
 	// must already be redacted and cut.
 	Error string
 	// Attempt, when set, is recorded in the attempt history by the same
-	// statement that writes the outcome (OutcomeDelivered, OutcomeRetry and
-	// OutcomeDead only: the others made no attempt). Nil records nothing:
-	// the history is off, or no delivery was tried.
+	// statement that writes the outcome (OutcomeDelivered, OutcomeRetry,
+	// OutcomeDead, and OutcomeDefer for a failure the circuit breaker did
+	// not count: the others made no attempt). Nil records nothing: the
+	// history is off, or no delivery was tried.
 	Attempt *Attempt
 }
 
@@ -532,8 +533,12 @@ type Operator interface {
 	// TopicMatch), oldest first by sequence. Replay walks it.
 	OutboxSelect(ctx context.Context, p SelectParams) ([]Selected, error)
 	// OutboxReplayIDs puts the rows ids that are in one of states back to
-	// pending (attempt 0, no error, due now); never a processing row.
-	OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []State) (int, error)
+	// pending (attempt 0, no error, due now); never a processing row. With
+	// by set, it records the replay in the attempt history of each row it
+	// put back (OutcomeReplayed), in the same transaction: by says who or
+	// what replayed (cut to 255 characters); "" records nothing (the
+	// history is off).
+	OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []State, by string) (int, error)
 	// OutboxInsert inserts rows the way an application would, in one
 	// transaction.
 	OutboxInsert(ctx context.Context, rows []NewRow) error

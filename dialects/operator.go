@@ -13,12 +13,14 @@ const selectChunk = 5000
 // life-cycle table says, and returns how many it changed (with dryRun, how
 // many it would change). Without States, f selects dead rows, or for a
 // replay by id dead and delivered ones. It never touches a processing row.
+// With by set, each row's attempt history records the replay and by, who
+// or what replayed (see OutboxReplayIDs).
 //
 // It walks the selection in chunks in sequence order, applies the topic
 // pattern in Go (so that patterns mean the same everywhere), and replays
 // each chunk in one statement, so a replay of millions of rows holds no long
 // lock.
-func Replay(ctx context.Context, op Operator, f Filter, dryRun bool) (int, error) {
+func Replay(ctx context.Context, op Operator, f Filter, dryRun bool, by string) (int, error) {
 	if len(f.States) == 0 {
 		f.States = ReplayDefaultStates(f)
 	}
@@ -40,7 +42,7 @@ func Replay(ctx context.Context, op Operator, f Filter, dryRun bool) (int, error
 		case dryRun:
 			total += len(ids)
 		case len(ids) > 0:
-			n, err := op.OutboxReplayIDs(ctx, ids, f.States)
+			n, err := op.OutboxReplayIDs(ctx, ids, f.States, by)
 			if err != nil {
 				return total, err
 			}

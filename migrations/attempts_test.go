@@ -14,7 +14,8 @@ import (
 
 // The attempt history is a table of its own, named after the outbox table,
 // with an index for one row's attempts and one for retention; the outbox
-// table keeps the seed's shape (TestCatalogMatchesSeed).
+// table keeps the seed's shape (TestCatalogMatchesSeed). An attempt written
+// without its marks is no probe and counted, and marks no replay.
 func TestAttemptsTable(t *testing.T) {
 	t.Parallel()
 	for _, names := range []dialects.Names{
@@ -42,9 +43,20 @@ func TestAttemptsTable(t *testing.T) {
 				"row_id uuid not null", "attempted_at timestamp with time zone not null", "duration_us bigint not null",
 				"try integer not null", "outcome character varying(20) not null", "destination character varying(255)",
 				"status character varying(255)", "error text", "response text",
+				"probe boolean not null", "counted boolean not null", "replayed_by character varying(255)",
 			}
 			if !slices.Equal(cols, want) {
 				t.Errorf("columns of %s:\n got %v\nwant %v", table, cols, want)
+			}
+			qt := pgx.Identifier{schema, table}.Sanitize()
+			var probe, counted bool
+			var by *string
+			if err := d.Pool().QueryRow(ctx, `INSERT INTO `+qt+` (row_id, attempted_at, duration_us, try, outcome)
+				VALUES (gen_random_uuid(), now(), 1, 1, 'delivered') RETURNING probe, counted, replayed_by`).Scan(&probe, &counted, &by); err != nil {
+				t.Fatal(err)
+			}
+			if probe || !counted || by != nil {
+				t.Errorf("an attempt without its marks: probe %v, counted %v, replayed by %v", probe, counted, by)
 			}
 			rows, err = d.Pool().Query(ctx, `
 				SELECT i.relname || '(' || array_to_string(ARRAY(SELECT a.attname::text FROM unnest(ix.indkey) WITH ORDINALITY AS k(attnum, n)
@@ -90,6 +102,38 @@ func TestAttemptsSQLServerRenders(t *testing.T) {
 	for _, want := range []string{"CREATE TABLE [app].[events_out_attempts]", "[idx_events_out_attempts_row] ON [app].[events_out_attempts] (row_id, attempted_at)", "PRIMARY KEY CLUSTERED (n)"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("rendered migration lacks %q:\n%s", want, all)
+		}
+	}
+}
+
+// The SQL Server migration of the attempt marks renders for renamed tables:
+// its default constraints are named after the outbox table, and an attempt
+// written without the marks is no probe and counted.
+func TestAttemptMarksSQLServerRenders(t *testing.T) {
+	ms, err := migrations.Load("sqlserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ms, func(m migrations.Migration) bool { return m.Name == "attempt_marks" })
+	if i < 0 {
+		t.Fatal("no sqlserver attempt_marks migration")
+	}
+	q := dialects.Quoting{Ident: func(s string) string { return "[" + s + "]" }, Literal: func(s string) string { return "N'" + s + "'" }}
+	batches, err := migrations.Render("sqlserver", q, ms[i], dialects.Names{Schema: "app", Outbox: "events_out", Inbox: "events_in"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batches) != 1 {
+		t.Fatalf("want 1 batch, got %d", len(batches))
+	}
+	for _, want := range []string{
+		"ALTER TABLE [app].[events_out_attempts] ADD",
+		"probe BIT NOT NULL CONSTRAINT [events_out_df_attempts_probe] DEFAULT 0,",
+		"counted BIT NOT NULL CONSTRAINT [events_out_df_attempts_counted] DEFAULT 1,",
+		"replayed_by NVARCHAR(255) NULL;",
+	} {
+		if !strings.Contains(batches[0], want) {
+			t.Errorf("rendered migration lacks %q:\n%s", want, batches[0])
 		}
 	}
 }

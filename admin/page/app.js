@@ -313,13 +313,14 @@ function renderBlocked(b) {
 }
 
 // tries words a row's attempt as everywhere else (the CLI, the docs): the
-// try running, next or last (attempt + 1) of at most max_attempts + 1.
+// try running, next or last (attempt + 1) of at most max_attempts + 1, and
+// its attempt as the destination sees it (X-Attempt).
 function tries(r) {
-  const n = "try " + r.try + " of " + r.maxTries;
+  const n = "try " + r.try + " of " + r.maxTries + ", attempt " + r.attempt;
   switch (r.state) {
     case "pending": return n + " (the next one)";
     case "processing": return n + " (running)";
-    case "dead": return n + " (the last one; " + r.attempt + " failed before it)";
+    case "dead": return n + " (the last one)";
     default: return n;
   }
 }
@@ -329,9 +330,17 @@ function pretty(v) {
   return typeof v === "string" ? v : JSON.stringify(v, null, 2);
 }
 
+// tryText is an attempt's try with its marks, as `rows show` prints it:
+// "2 (probe, not counted)".
+function tryText(a) {
+  const marks = [a.probe ? "probe" : null, a.uncounted ? "not counted" : null].filter(Boolean);
+  return a.try + (marks.length ? " (" + marks.join(", ") + ")" : "");
+}
+
 // attemptsTable lists a row's attempts, oldest first: each with when,
 // how long, how it ended, what the destination answered, and its error
-// and response excerpt under it.
+// and response excerpt under it; and its replays, with who replayed,
+// where the count of its tries starts again.
 function attemptsTable(r) {
   if (!r.attempts.length && r.matchedNoRouteAt) {
     return el("p", { class: "muted", id: "row-attempts" }, "None: no route matched the topic " + JSON.stringify(r.topic) +
@@ -342,8 +351,17 @@ function attemptsTable(r) {
   }
   const body = el("tbody");
   for (const a of r.attempts) {
-    body.append(el("tr", { class: "attempt " + a.outcome },
-      el("td", { class: "num" }, a.try),
+    if (a.outcome === "replayed") {
+      body.append(el("tr", { class: "replay" },
+        el("td", {}, "–"), el("td", {}, "–"),
+        el("td", { title: a.at }, a.at.replace("T", " ").replace(/\.\d+Z$/, "Z") + " (" + ago(a.at) + ")"),
+        el("td", {}, "–"), el("td", {}, el("span", { class: "tag paused" }, "replayed")),
+        el("td", { colspan: 3 }, "by " + a.replayedBy + "; the tries count from 1 again")));
+      continue;
+    }
+    body.append(el("tr", { class: "attempt " + a.outcome + (a.probe ? " probe" : "") + (a.uncounted ? " uncounted" : "") },
+      el("td", { class: "num" }, tryText(a)),
+      el("td", { class: "num" }, a.attempt),
       el("td", { title: a.at }, a.at.replace("T", " ").replace(/\.\d+Z$/, "Z") + " (" + ago(a.at) + ")"),
       el("td", { class: "num" }, a.durationMs < 1000 ? a.durationMs.toFixed(1) + " ms" : (a.durationMs / 1000).toFixed(2) + " s"),
       el("td", {}, el("span", { class: "tag " + (a.outcome === "delivered" ? "ok" : a.outcome === "dead" ? "open" : "paused") }, a.outcome)),
@@ -352,7 +370,7 @@ function attemptsTable(r) {
       el("td", { class: "err" }, a.error ? el("div", {}, a.error) : "", a.response ? el("div", { class: "muted" }, "response: " + a.response) : "")));
   }
   return el("table", { id: "row-attempts" },
-    el("thead", {}, el("tr", {}, ...["try", "at", "took", "outcome", "destination", "status", "error / response"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ...["try", "attempt", "at", "took", "outcome", "destination", "status", "error / response"].map((h) => el("th", {}, h)))),
     body);
 }
 

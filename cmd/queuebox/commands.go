@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"regexp"
 	"runtime"
 	"sort"
@@ -463,7 +464,7 @@ func replayCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				n, err := admin.Replay(ctx, d, f, dryRun)
+				n, err := admin.Replay(ctx, d, f, dryRun, replayedBy(l, ""))
 				if err != nil {
 					return err
 				}
@@ -477,6 +478,28 @@ func replayCmd() *cobra.Command {
 	c.Flags().BoolVar(&yes, "yes", false, "with --group: replay even when the group's failure would recur at once")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count the rows without changing them")
 	return c
+}
+
+// replayedBy is who replays from this command line, as the attempt
+// history records it: the command (and the group it replays), the user and
+// the host. "" when the history is off.
+func replayedBy(l *bootstrap.Loaded, group string) string {
+	if !l.Outbox.History.Enabled {
+		return ""
+	}
+	by := "queuebox replay"
+	if group != "" {
+		by += " --group " + group
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		by += ", user " + u.Username
+	} else {
+		by += fmt.Sprintf(", uid %d", os.Getuid())
+	}
+	if h, err := os.Hostname(); err == nil {
+		by += " on " + h
+	}
+	return by
 }
 
 // isBareReplay is the filter's refusal of a replay that names no rows:
@@ -535,7 +558,7 @@ func replayGroup(cmd *cobra.Command, id string, dryRun, yes bool) error {
 				return fmt.Errorf("nothing replayed: the %s of group %s would fail again; fix the cause first, or replay anyway with --yes", rowsText(len(g.IDs)), id)
 			}
 		}
-		n, err := admin.Replay(ctx, d, dialects.Filter{IDs: g.IDs, States: []dialects.State{dialects.Dead}}, dryRun)
+		n, err := admin.Replay(ctx, d, dialects.Filter{IDs: g.IDs, States: []dialects.State{dialects.Dead}}, dryRun, replayedBy(l, id))
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,6 +139,154 @@ routes: [ { topicPattern: "#", destination: hook } ]
 	if code != 0 || !strings.Contains(out, "state           pending, try 1 of 6") || !strings.Contains(out, "attempts: none recorded") {
 		t.Errorf("rows show with an unset secret: exit %d\n%s%s", code, out, stderr)
 	}
+}
+
+// Through an outage with the circuit breaker, and two replays: `rows show`
+// gives each try both numbers, the try and the attempt the receiver got in
+// X-Attempt, the same for every request the receiver saw; marks the last
+// try that failed while the destination was down as not counted and the
+// open circuit's probes as probes (the failed ones not counted); and shows
+// each replay, by the command line and by the admin API, where the count
+// starts again.
+func TestRowsShowMarksProbesAndReplays(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	recv := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) {
+		if failing.Load() {
+			return 503, "down", nil
+		}
+		return 200, "", nil
+	})
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100, backoff: { initialMs: 50, maxMs: 200 } }
+destinations:
+  hook:
+    type: http
+    url: "%s/hook"
+    circuitBreaker: { window: 300ms, minAttempts: 2, probeInterval: 300ms }
+routes:
+  - { topicPattern: "#", destination: hook }
+admin: { listen: "127.0.0.1:0" }
+`, dbURL, recv.URL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	// Two tries: the second is the last, and fails while the destination
+	// is down.
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("order.created", testkit.MaxAttempts(1))}); err != nil {
+		t.Fatal(err)
+	}
+	listed, _, err := dialects.List(ctx, d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	id := listed[0].ID.String()
+	r := startRelay(t, "--config", cfg)
+	page := r.pageURL(t)
+	var before int
+	testkit.Eventually(t, "the circuit to open", time.Minute, func() error {
+		if metric(t, page, `queuebox_destination_circuit_open{destination="hook"}`) != 1 {
+			return fmt.Errorf("closed")
+		}
+		before = len(recv.Requests())
+		return nil
+	})
+	// Every request from now on is a probe.
+	testkit.Eventually(t, "a failed probe", time.Minute, testkit.True(func() bool { return len(recv.Requests()) > before }))
+	failing.Store(false)
+	show := func(what string, delivered int) string {
+		t.Helper()
+		var out string
+		testkit.Eventually(t, what, time.Minute, func() error {
+			o, stderr, code := run(t, "rows", "show", id, "--config", cfg)
+			if code != 0 {
+				return fmt.Errorf("exit %d: %s", code, stderr)
+			}
+			if n := strings.Count(o, " delivered  hook "); !strings.Contains(o, "state           delivered") || n != delivered {
+				return fmt.Errorf("%d deliveries:\n%s", n, o)
+			}
+			out = o
+			return nil
+		})
+		return out
+	}
+	out := show("the row delivered", 1)
+	for _, want := range []string{
+		"state           delivered, try 2 of 2, attempt 1\n",
+		"  TRY                     ATTEMPT  AT",
+		"\n  1                       0        ",
+		"\n  2 (not counted)         1        ",
+		"\n  2 (probe, not counted)  1        ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rows show lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`\n  2 \(probe\)  +1  +\S+  +\S+  +delivered  hook  +HTTP 200 OK\n$`).MatchString(out) {
+		t.Errorf("the delivery is not the last line, a probe:\n%s", out)
+	}
+
+	if o, stderr, code := run(t, "replay", "--id", id, "--config", cfg); code != 0 {
+		t.Fatalf("replay: exit %d %s %s", code, o, stderr)
+	}
+	out = show("the row delivered after the replay", 2)
+	if !regexp.MustCompile(`\n  -  +-  +\S+  +-  +replayed   -  +-\n       replayed by queuebox replay, user \S+ on \S+; the tries count from 1 again\n  1  +0  +\S+  +\S+  +delivered  hook  +HTTP 200 OK\n$`).MatchString(out) {
+		t.Errorf("the replay by the command line, then try 1:\n%s", out)
+	}
+
+	req, _ := http.NewRequest("POST", page+"api/replay", strings.NewReader(`{"ids": [`+strconv.Quote(id)+`]}`))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("POST /api/replay: %s", res.Status)
+	}
+	show("the row delivered after the second replay", 3)
+	code, body := httpGet(t, page+"api/rows/"+id, "")
+	if code != 200 {
+		t.Fatalf("GET /api/rows/%s: %d %s", id, code, body)
+	}
+	var v admin.RowDetailView
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	// The attempts' numbers are those the receiver got, request by
+	// request.
+	var got, sent []string
+	for _, a := range v.Attempts {
+		switch {
+		case a.Outcome == dialects.OutcomeReplayed:
+			got = append(got, "replayed by "+strings.SplitN(a.ReplayedBy, ",", 2)[0])
+			if a.Attempt != nil || a.Try != 0 {
+				t.Errorf("a replay with a try: %+v", a)
+			}
+		case a.Attempt == nil || *a.Attempt != a.Try-1:
+			t.Errorf("attempt %+v: its attempt is not its try - 1", a)
+		default:
+			got = append(got, strconv.Itoa(*a.Attempt))
+		}
+	}
+	replays := []string{"replayed by queuebox replay", "replayed by POST /api/replay"}
+	for _, q := range recv.Requests() {
+		if q.Attempt == 0 && len(sent) > 0 {
+			sent, replays = append(sent, replays[0]), replays[1:]
+		}
+		sent = append(sent, strconv.Itoa(q.Attempt))
+	}
+	if strings.Join(got, " ") != strings.Join(sent, " ") {
+		t.Errorf("the history's attempts and replays:\n  %s\nthe X-Attempt of each request the receiver got, and the replays:\n  %s", strings.Join(got, " "), strings.Join(sent, " "))
+	}
+	if last := v.Attempts[len(v.Attempts)-2]; last.ReplayedBy != "POST /api/replay, from 127.0.0.1" {
+		t.Errorf("the replay by the API: %+v", last)
+	}
+	r.stop(t)
 }
 
 // A row that no route matched went dead without an attempt: rows show says

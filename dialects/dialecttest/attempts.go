@@ -2,6 +2,7 @@ package dialecttest
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ func attemptTests() []subtest {
 		{"AttemptsRecordedWithOutcomes", testAttemptsRecorded},
 		{"AttemptsWithoutHistory", testAttemptsOff},
 		{"AttemptsPurge", testAttemptsPurge},
+		{"AttemptsMarkProbesAndUncounted", testAttemptsMarked},
+		{"ReplayRecordedInTheHistory", testReplayRecorded},
 	}
 }
 
@@ -131,4 +134,140 @@ func testAttemptsPurge(t *testing.T, h Harness) {
 			t.Errorf("row %d: %d attempts after the purge, want %d", i, len(got.Attempts), want)
 		}
 	}
+}
+
+// A failure the circuit breaker did not count (a deferred outcome with an
+// attempt) is recorded as a retry, marked as not counted, and as the probe
+// when it was one; the row keeps its attempt and last_error, so the next
+// try has the same number. A probe that succeeds is recorded as a probe,
+// counted.
+func testAttemptsMarked(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, testkit.Row(anyTopic))
+	r := h.claim(t, d, 1)[0]
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	retry := outcome(r, dialects.OutcomeRetry)
+	retry.Error = "HTTP 503: first"
+	complete(t, d, withAttempt(retry, dialects.Attempt{At: t0, Try: 1, Destination: "hook", Error: retry.Error}))
+	for i, a := range []dialects.Attempt{
+		{At: t0.Add(time.Second), Try: 2, Destination: "hook", Error: "HTTP 503: probe", Probe: true, Uncounted: true},
+		{At: t0.Add(2 * time.Second), Try: 2, Destination: "hook", Error: "HTTP 503: down", Uncounted: true},
+	} {
+		r = h.claim(t, d, 1)[0]
+		if r.Attempt != 1 {
+			t.Fatalf("claim %d: attempt %d, want 1", i, r.Attempt)
+		}
+		deferred := outcome(r, dialects.OutcomeDefer)
+		deferred.Error = a.Error
+		if lost := complete(t, d, withAttempt(deferred, a)); len(lost) != 0 {
+			t.Fatalf("lost %v", lost)
+		}
+		if got := rowDetail(t, d, r.ID, 0); got.State != dialects.Pending || got.Attempt != 1 || got.LastError == nil || *got.LastError != retry.Error {
+			t.Fatalf("after a failure not counted: state %s, attempt %d, last error %v; want pending, 1, %q", got.State, got.Attempt, deref(got.LastError), retry.Error)
+		}
+	}
+	r = h.claim(t, d, 1)[0]
+	complete(t, d, withAttempt(outcome(r, dialects.OutcomeDelivered), dialects.Attempt{At: t0.Add(3 * time.Second), Try: 2, Destination: "hook", Probe: true}))
+
+	got := rowDetail(t, d, r.ID, 10)
+	type mark struct {
+		try          int
+		outcome      string
+		probe, uncnt bool
+	}
+	var marks []mark
+	for _, a := range got.Attempts {
+		marks = append(marks, mark{a.Try, a.Outcome, a.Probe, a.Uncounted})
+	}
+	want := []mark{{1, "retry", false, false}, {2, "retry", true, true}, {2, "retry", false, true}, {2, "delivered", true, false}}
+	if len(marks) != len(want) {
+		t.Fatalf("attempts %+v, want %+v", marks, want)
+	}
+	for i := range want {
+		if marks[i] != want[i] {
+			t.Errorf("attempt %d: %+v, want %+v", i, marks[i], want[i])
+		}
+	}
+	if got.Attempts[1].Error != "HTTP 503: probe" || got.Attempts[2].Error != "HTTP 503: down" {
+		t.Errorf("the errors of the failures not counted: %q, %q", got.Attempts[1].Error, got.Attempts[2].Error)
+	}
+}
+
+// A replay with a name records itself in the history of every row it puts
+// back, after the row's attempts, even one stamped by a relay whose clock
+// is ahead of the database's; the try after it, stamped by a relay whose
+// clock is behind, is still shown after it. A replay without a name records
+// nothing, and a long name is cut.
+func testReplayRecorded(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, testkit.Rows(3, anyTopic, nil)...)
+	rows := h.claim(t, d, 3)
+	behind, ahead, none := rows[0], rows[1], rows[2]
+	var out []dialects.Outcome
+	for _, r := range rows {
+		o := outcome(r, dialects.OutcomeDead)
+		o.Error = "HTTP 410"
+		out = append(out, o)
+	}
+	out[0] = withAttempt(out[0], dialects.Attempt{At: time.Now().Add(-time.Minute), Try: 1, Destination: "hook", Error: "HTTP 410"})
+	aheadAt := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	out[1] = withAttempt(out[1], dialects.Attempt{At: aheadAt, Try: 1, Destination: "hook", Error: "HTTP 410"})
+	complete(t, d, out...)
+	before := time.Now()
+	n, err := dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{behind.ID, ahead.ID, none.ID}}, false, "queuebox replay, user ops")
+	if err != nil || n != 3 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	got := rowDetail(t, d, behind.ID, 10)
+	if len(got.Attempts) != 2 {
+		t.Fatalf("after the replay: %+v", got.Attempts)
+	}
+	rep := got.Attempts[1]
+	if rep.Outcome != dialects.OutcomeReplayed || rep.ReplayedBy != "queuebox replay, user ops" || rep.Try != 0 || rep.Destination != "" ||
+		rep.At.Before(before.Add(-time.Minute)) || rep.At.After(time.Now().Add(time.Minute)) {
+		t.Errorf("the replay's entry %+v; want it now", rep)
+	}
+	if got := rowDetail(t, d, ahead.ID, 10); len(got.Attempts) != 2 || got.Attempts[1].Outcome != dialects.OutcomeReplayed || !got.Attempts[1].At.After(aheadAt) {
+		t.Errorf("a row whose attempt was stamped ahead: %+v; want the replay after %v", got.Attempts, aheadAt)
+	}
+	if got := rowDetail(t, d, none.ID, 10); len(got.Attempts) != 1 || got.Attempts[0].Outcome != dialects.OutcomeReplayed {
+		t.Errorf("a row replayed without attempts: %+v", got.Attempts)
+	}
+	// The next try, stamped by a relay whose clock is behind the
+	// database's, comes after the replay all the same.
+	for _, r := range h.claim(t, d, 3) {
+		o := outcome(r, dialects.OutcomeDelivered)
+		if r.ID == behind.ID {
+			o = withAttempt(o, dialects.Attempt{At: rep.At.Add(-10 * time.Millisecond), Try: 1, Destination: "hook"})
+		}
+		complete(t, d, o)
+	}
+	got = rowDetail(t, d, behind.ID, 10)
+	var order []string
+	for _, a := range got.Attempts {
+		order = append(order, a.Outcome)
+	}
+	if strings.Join(order, " ") != "dead replayed delivered" {
+		t.Errorf("the history reads %v, want dead, replayed, delivered", order)
+	}
+	// Without a name, nothing is recorded; a long one is cut.
+	if n, err := dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{behind.ID}}, false, ""); err != nil || n != 1 {
+		t.Fatalf("replay without a name: %d, %v", n, err)
+	}
+	if got := rowDetail(t, d, behind.ID, 10); len(got.Attempts) != 3 {
+		t.Errorf("a replay without a name recorded %+v", got.Attempts[3:])
+	}
+	if n, err := dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{none.ID}}, false, strings.Repeat("é", 300)); err != nil || n != 1 {
+		t.Fatalf("replay with a long name: %d, %v", n, err)
+	}
+	if got := rowDetail(t, d, none.ID, 10); len(got.Attempts) != 2 || got.Attempts[1].ReplayedBy != strings.Repeat("é", 255) {
+		t.Errorf("a long name: %+v", got.Attempts)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

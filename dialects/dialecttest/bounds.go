@@ -139,7 +139,7 @@ func testBoundsAfterReplay(t *testing.T, h Harness) {
 	before := probe(t, d).Rewinds
 	floors := readFloors(t, d, dialects.Floors{})
 	insert(t, d, keyed("k", 1)...)
-	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{first[0].ID}, []dialects.State{dialects.Dead}); err != nil || n != 1 {
+	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{first[0].ID}, []dialects.State{dialects.Dead}, ""); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v", n, err)
 	}
 	at := []dialects.KeyPosition{{Key: "k", After: first[0].Sequence}}
@@ -340,7 +340,7 @@ func testFloorsFromEarlierFloors(t *testing.T, h Harness) {
 	}
 	// A replay puts one of the first rows back to pending, below every
 	// floor read since: a read from those floors must find it.
-	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{dead[0].ID}, []dialects.State{dialects.Dead}); err != nil || n != 1 {
+	if n, err := d.OutboxReplayIDs(ctx(t), []uuid.UUID{dead[0].ID}, []dialects.State{dialects.Dead}, ""); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v", n, err)
 	}
 	after := read(mid)

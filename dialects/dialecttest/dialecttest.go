@@ -601,19 +601,19 @@ func testReplay(t *testing.T, h Harness) {
 		out = append(out, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "boom " + r.Topic})
 	}
 	complete(t, d, out...)
-	n, err := dialects.Replay(ctx(t), d, dialects.Filter{TopicMatch: func(s string) bool { return len(s) > 6 && s[:6] == "order." }}, true)
+	n, err := dialects.Replay(ctx(t), d, dialects.Filter{TopicMatch: func(s string) bool { return len(s) > 6 && s[:6] == "order." }}, true, "")
 	if err != nil || n != 2 {
 		t.Fatalf("dry run counted %d, %v; want 2", n, err)
 	}
 	if st, _ := d.OutboxStats(ctx(t)); st.Rows[dialects.Dead] != 3 {
 		t.Fatalf("a dry run changed rows: %v", st.Rows)
 	}
-	n, err = dialects.Replay(ctx(t), d, dialects.Filter{ErrorContains: "order.paid"}, false)
+	n, err = dialects.Replay(ctx(t), d, dialects.Filter{ErrorContains: "order.paid"}, false, "")
 	if err != nil || n != 1 {
 		t.Fatalf("replay by error text: %d, %v", n, err)
 	}
 	// A processing row is never touched, even by id.
-	n, err = dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{held.ID}, States: dialects.States}, false)
+	n, err = dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{held.ID}, States: dialects.States}, false, "")
 	if err != nil || n != 0 {
 		t.Fatalf("replay touched a processing row: %d, %v", n, err)
 	}
@@ -623,7 +623,7 @@ func testReplay(t *testing.T, h Harness) {
 	}
 	complete(t, d, outcome(again[0], dialects.OutcomeDelivered))
 	// Delivered rows are replayed when asked for by id.
-	n, err = dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{again[0].ID}}, false)
+	n, err = dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{again[0].ID}}, false, "")
 	if err != nil || n != 1 {
 		t.Fatalf("replay of a delivered row by id: %d, %v", n, err)
 	}
@@ -1067,7 +1067,7 @@ func testErrors(t *testing.T, h Harness) {
 	if _, err := empty.OutboxStats(ctx(t)); !errors.Is(err, dialects.ErrNoTable) {
 		t.Errorf("stats without a table: %v, want ErrNoTable", err)
 	}
-	if _, err := dialects.Replay(ctx(t), empty, dialects.Filter{}, true); !errors.Is(err, dialects.ErrNoTable) {
+	if _, err := dialects.Replay(ctx(t), empty, dialects.Filter{}, true, ""); !errors.Is(err, dialects.ErrNoTable) {
 		t.Errorf("replay without a table: %v, want ErrNoTable", err)
 	}
 	gone := h.Unreachable(t)

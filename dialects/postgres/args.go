@@ -105,6 +105,10 @@ type attempts struct {
 	Statuses     []string    `param:"statuses"`
 	AttemptErrs  []string    `param:"attempt_errors"`
 	Responses    []string    `param:"responses"`
+	// The rows whose attempt was a probe, or a failure not counted: never
+	// nil (a NULL array would make every mark NULL).
+	ProbeIDs     [][16]byte `param:"probe_ids"`
+	UncountedIDs [][16]byte `param:"uncounted_ids"`
 }
 
 // filterArgs are the parameters of the fragment Filter, which every

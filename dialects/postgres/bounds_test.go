@@ -84,10 +84,10 @@ func TestTheRewindCounterMovesWithEveryRewind(t *testing.T) {
 	r := claimN(t, d, 1, nil)
 	completeAs(t, d, dialects.OutcomeDead, r...)
 	at := probe(t, d).Rewinds
-	if n, _ := d.OutboxReplayIDs(ctx, []uuid.UUID{uuid.New()}, []dialects.State{dialects.Dead}); n != 0 || probe(t, d).Rewinds != at {
+	if n, _ := d.OutboxReplayIDs(ctx, []uuid.UUID{uuid.New()}, []dialects.State{dialects.Dead}, ""); n != 0 || probe(t, d).Rewinds != at {
 		t.Fatalf("a replay of nothing moved the counter from %d", at)
 	}
-	if n, _ := d.OutboxReplayIDs(ctx, []uuid.UUID{r[0].ID}, []dialects.State{dialects.Dead}); n != 1 || probe(t, d).Rewinds <= at {
+	if n, _ := d.OutboxReplayIDs(ctx, []uuid.UUID{r[0].ID}, []dialects.State{dialects.Dead}, ""); n != 1 || probe(t, d).Rewinds <= at {
 		t.Fatalf("a replay of one row left the counter at %d", at)
 	}
 	rows, err := rowsOf(d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 1, Lease: time.Millisecond, Token: uuid.New()}))

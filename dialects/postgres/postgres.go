@@ -525,7 +525,7 @@ func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ 
 	})
 }
 
-func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []dialects.State) (_ int, err error) {
+func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []dialects.State, by string) (_ int, err error) {
 	defer func() { err = mapError(err) }()
 	ss := make([]string, len(states))
 	for i, s := range states {
@@ -533,7 +533,7 @@ func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states [
 	}
 	var n int
 	var counter *int64
-	err = d.pool.QueryRow(ctx, d.q.OutboxReplayIDs, ids, ss).Scan(&n, &counter)
+	err = d.pool.QueryRow(ctx, d.q.OutboxReplayIDs, ids, ss, dialects.ReplayMark(by)).Scan(&n, &counter)
 	return n, err
 }
 

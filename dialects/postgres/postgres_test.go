@@ -1144,7 +1144,7 @@ func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
 	}
 	replayed := make(chan error, 1)
 	go func() {
-		n, err := d.OutboxReplayIDs(ctx, []uuid.UUID{dead.ID}, []dialects.State{dialects.Dead})
+		n, err := d.OutboxReplayIDs(ctx, []uuid.UUID{dead.ID}, []dialects.State{dialects.Dead}, "")
 		if err == nil && n != 1 {
 			err = fmt.Errorf("replayed %d rows, want 1", n)
 		}

@@ -507,13 +507,16 @@ RETURNING o.{{c "id"}}
 -- element of each array per attempt: @attempt_ids (the row), @attempted_at
 -- (when it started), @durations_us, @tries, @outcomes, @destinations,
 -- @statuses, @attempt_errors, @responses (the response excerpt; "" for
--- none). An attempt is recorded only when its
+-- none); and the rows whose attempt was a circuit's probe (@probe_ids) or
+-- a failure not counted (@uncounted_ids), rare, so that the common attempt
+-- binds nothing more. An attempt is recorded only when its
 -- outcome was written: a lost claim records nothing, like its outcome.
 WITH done(id) AS (
 {{template "CompleteUpdate"}}
 ), recorded AS (
-    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response)
-    SELECT a.id, a.at, a.us, a.try, a.outcome, NULLIF(a.dest, ''), NULLIF(a.status, ''), NULLIF(a.err, ''), NULLIF(a.resp, '')
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted)
+    SELECT a.id, a.at, a.us, a.try, a.outcome, NULLIF(a.dest, ''), NULLIF(a.status, ''), NULLIF(a.err, ''), NULLIF(a.resp, ''),
+           a.id = ANY(@probe_ids::uuid[]), a.id <> ALL(@uncounted_ids::uuid[])
       FROM unnest(@attempt_ids::uuid[], @attempted_at::timestamptz[], @durations_us::bigint[], @tries::int[], @outcomes::text[], @destinations::text[], @statuses::text[], @attempt_errors::text[], @responses::text[])
            AS a(id, at, us, try, outcome, dest, status, err, resp)
      WHERE a.id IN (SELECT id FROM done)
@@ -612,7 +615,8 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
 -- $1 ids, $2 states that may be replayed. Never a processing row. Returns
 -- how many rows it put back, and moves the rewind counter in the same
 -- transaction: a claim whose snapshot sees a replayed row sees the counter
--- moved, and sets its bounds aside (see OutboxClaim).
+-- moved, and sets its bounds aside (see OutboxClaim). $3: who replayed,
+-- recorded in each row's history after its latest attempt (NULL: nothing).
 WITH r AS (
     UPDATE {{t}}
        SET {{c "state"}} = 'pending',
@@ -626,8 +630,16 @@ WITH r AS (
      WHERE {{c "id"}} = ANY($1::uuid[])
        AND {{c "state"}} = ANY($2::text[])
        AND {{c "state"}} <> 'processing'
-    RETURNING 1
-){{template "Rewound"}}
+    RETURNING {{c "id"}} AS id
+){{template "Rewound"}}, recorded AS (
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, replayed_by)
+    SELECT r.id,
+           GREATEST(now(), (SELECT max(a.attempted_at) + interval '1 microsecond'
+                              FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.id)),
+           0, 0, 'replayed', $3::text
+      FROM r
+     WHERE $3::text IS NOT NULL
+)
 SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved)
 
 -- name: OutboxPurge
@@ -1038,7 +1050,7 @@ SELECT {{c "id"}}::text, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c
 
 -- name: AttemptsOfRow
 -- The newest attempts of the row $1 (text), newest first, at most $2.
-SELECT attempted_at, duration_us, try, outcome, destination, status, error, response
+SELECT attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted, replayed_by
   FROM {{q (obj "attempts") | qualify}}
  WHERE row_id = $1::uuid
  ORDER BY attempted_at DESC

@@ -38,6 +38,64 @@ func TestCompleteArgWithAttempt(t *testing.T) {
 	if _, ok := got[1]["at"]; ok {
 		t.Errorf("an outcome without an attempt carries one: %v", got[1])
 	}
+	if _, ok := a["p"]; ok {
+		t.Errorf("an attempt that was no probe carries the mark: %v", a)
+	}
+}
+
+// A failure the breaker did not count is recorded as a retry, with its
+// marks; a delivered probe as a probe.
+func TestCompleteArgMarks(t *testing.T) {
+	tok := uuid.New()
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(sqlserver.CompleteArg([]dialects.Outcome{
+		{Claim: dialects.Claim{ID: uuid.New(), Token: tok}, Kind: dialects.OutcomeDefer, Error: "HTTP 503", Delay: time.Second,
+			Attempt: &dialects.Attempt{At: at, Try: 3, Error: "HTTP 503", Probe: true, Uncounted: true}},
+		{Claim: dialects.Claim{ID: uuid.New(), Token: tok}, Kind: dialects.OutcomeDelivered, Attempt: &dialects.Attempt{At: at, Try: 3, Probe: true}},
+	})), &got); err != nil {
+		t.Fatal(err)
+	}
+	if d := got[0]; d["k"] != "retry" || d["p"] != 1.0 || d["u"] != 1.0 || d["n"] != 3.0 || d["w"] != 0.0 || d["s"] != "pending" || d["a"] != 0.0 {
+		t.Errorf("a probe's failure not counted: %v", d)
+	}
+	if d := got[1]; d["k"] != "delivered" || d["p"] != 1.0 || d["u"] != nil {
+		t.Errorf("a delivered probe: %v", d)
+	}
+}
+
+// A replay records itself in the history of the rows it put back, when it
+// is given who replayed, after each row's latest attempt; the history is
+// read back with the marks.
+func TestReplayAndHistoryStatements(t *testing.T) {
+	q, err := sqlserver.Queries(renamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		sql  string
+		want []string
+	}{
+		"OutboxReplayIDs": {q.OutboxReplayIDs, []string{
+			"OUTPUT inserted.[id] INTO @replayed",
+			"INSERT INTO [app].[events_out_attempts] (row_id, attempted_at, duration_us, try, outcome, replayed_by)",
+			"CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p3",
+			"WHERE @p3 IS NOT NULL;",
+			"SELECT COUNT(*) FROM @replayed;",
+		}},
+		"OutboxCompleteAttempts": {q.OutboxCompleteAttempts, []string{
+			"destination, status, error, response, probe, counted)",
+			"COALESCE(v.p, 0), 1 - COALESCE(v.u, 0)",
+			"p INT '$.p', u INT '$.u'",
+		}},
+		"AttemptsOfRow": {q.AttemptsOfRow, []string{"response, probe, counted, replayed_by"}},
+	} {
+		for _, w := range c.want {
+			if !strings.Contains(c.sql, w) {
+				t.Errorf("%s lacks %q:\n%s", name, w, c.sql)
+			}
+		}
+	}
 }
 
 // The statement that records attempts writes the outcomes first and

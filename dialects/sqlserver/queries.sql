@@ -180,15 +180,19 @@ DECLARE @now DATETIME2 = SYSUTCDATETIME();
 -- of @p1 that carry an attempt have at (when it started, UTC, ISO 8601
 -- without a zone), us (duration in microseconds), n (try), k (outcome), and
 -- ds, st, er, rs (destination, status, error, response excerpt; "" for
--- none). An attempt is recorded only when its outcome was written.
+-- none); p is 1 for a circuit's probe and u 1 for a failure not counted,
+-- absent otherwise. An attempt is recorded only when its outcome was
+-- written.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 DECLARE @done TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
 {{template "CompleteUpdate" (printf "inserted.%s INTO @done" (c "id"))}}
-INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response)
-SELECT v.i, CONVERT(DATETIME2, v.at, 126), v.us, v.n, v.k, NULLIF(v.ds, N''), NULLIF(v.st, N''), NULLIF(v.er, N''), NULLIF(v.rs, N'')
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted)
+SELECT v.i, CONVERT(DATETIME2, v.at, 126), v.us, v.n, v.k, NULLIF(v.ds, N''), NULLIF(v.st, N''), NULLIF(v.er, N''), NULLIF(v.rs, N''),
+       COALESCE(v.p, 0), 1 - COALESCE(v.u, 0)
   FROM OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', at NVARCHAR(40) '$.at', us BIGINT '$.us', n INT '$.n', k NVARCHAR(20) '$.k',
-                           ds NVARCHAR(255) '$.ds', st NVARCHAR(255) '$.st', er NVARCHAR(MAX) '$.er', rs NVARCHAR(MAX) '$.rs') AS v
+                           ds NVARCHAR(255) '$.ds', st NVARCHAR(255) '$.st', er NVARCHAR(MAX) '$.er', rs NVARCHAR(MAX) '$.rs',
+                           p INT '$.p', u INT '$.u') AS v
  WHERE v.at IS NOT NULL
    AND v.i IN (SELECT id FROM @done);
 SELECT CAST(id AS NVARCHAR(36)) FROM @done;
@@ -242,9 +246,13 @@ SELECT TOP (@limit) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}
  ORDER BY {{c "updated_at"}} DESC, {{c "sequence"}} DESC;
 
 -- name: OutboxReplayIDs
--- @p1 JSON ids, @p2 JSON states that may be replayed.
+-- @p1 JSON ids, @p2 JSON states that may be replayed. @p3: who replayed,
+-- recorded in each row's history after its latest attempt (NULL: nothing),
+-- so that a relay whose clock is ahead of the database's cannot place the
+-- replay before the attempt that ended the row.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @replayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
 UPDATE {{t}}
    SET {{c "state"}} = N'pending',
        {{c "attempt"}} = 0,
@@ -254,10 +262,16 @@ UPDATE {{t}}
        {{c "claim_token"}} = NULL,
        {{c "lease_expires_at"}} = NULL,
        {{c "updated_at"}} = @now
+OUTPUT inserted.{{c "id"}} INTO @replayed
  WHERE {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1))
    AND {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p2))
    AND {{c "state"}} <> N'processing';
-SELECT @@ROWCOUNT;
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, replayed_by)
+SELECT r.id, CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p3
+  FROM @replayed AS r
+ OUTER APPLY (SELECT MAX(a.attempted_at) AS at FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.id) AS l
+ WHERE @p3 IS NOT NULL;
+SELECT COUNT(*) FROM @replayed;
 
 -- name: OutboxPurge
 -- @p1 state, @p2 age in seconds, @p3 batch.
@@ -673,7 +687,7 @@ SELECT CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggreg
 
 -- name: AttemptsOfRow
 -- The newest attempts of the row @p1 (text), newest first, at most @p2.
-SELECT TOP (@p2) attempted_at, duration_us, try, outcome, destination, status, error, response
+SELECT TOP (@p2) attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted, replayed_by
   FROM {{q (obj "attempts") | qualify}}
  WHERE row_id = CAST(@p1 AS UNIQUEIDENTIFIER)
  ORDER BY attempted_at DESC, n DESC;

@@ -327,6 +327,8 @@ type completeArg struct {
 	ST string  `json:"st,omitempty"`
 	ER string  `json:"er,omitempty"`
 	RS string  `json:"rs,omitempty"`
+	P  int     `json:"p,omitempty"`
+	U  int     `json:"u,omitempty"`
 }
 
 // HasAttempts reports whether any outcome carries an attempt for the
@@ -356,8 +358,14 @@ func CompleteArg(outcomes []dialects.Outcome) string {
 		}
 		if t := o.Attempt; t != nil {
 			at := t.At.UTC().Format("2006-01-02T15:04:05.9999999")
-			a.At, a.US, a.N, a.K = &at, t.Duration.Microseconds(), t.Try, o.Kind.String()
+			a.At, a.US, a.N, a.K = &at, t.Duration.Microseconds(), t.Try, dialects.RecordedOutcome(o.Kind)
 			a.DS, a.ST, a.ER, a.RS = t.Destination, t.Status, t.Error, t.Response
+			if t.Probe {
+				a.P = 1
+			}
+			if t.Uncounted {
+				a.U = 1
+			}
 		}
 		args[i] = a
 	}
@@ -470,9 +478,9 @@ func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ 
 	return out, rows.Err()
 }
 
-func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []dialects.State) (_ int, err error) {
+func (d *Dialect) OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []dialects.State, by string) (_ int, err error) {
 	defer func() { err = MapError(err) }()
-	return d.scalarInt(ctx, d.q.OutboxReplayIDs, jsonArg(ids), jsonArg(states))
+	return d.scalarInt(ctx, d.q.OutboxReplayIDs, jsonArg(ids), jsonArg(states), dialects.ReplayMark(by))
 }
 
 func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []dialects.ListedRow, err error) {
