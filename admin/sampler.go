@@ -15,7 +15,7 @@ import (
 
 // The sampler's rhythm. Counting rows per state and topic reads the whole
 // table: about 0.4 s for a million rows on PostgreSQL, and grouping the
-// newest dead rows 0.2 s more (docs/operations.md has the measurements). It
+// newest dead rows 0.2 s more. It
 // therefore runs on an interval that follows its own cost: CountCostFactor
 // times the last count's duration, at least the minimum interval and at
 // most MaxCountInterval, so that counting never takes more than 4% of one

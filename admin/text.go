@@ -123,7 +123,7 @@ func (gs DeadGroups) WriteText(w io.Writer, now time.Time) error {
 	case gs.Grouped >= int64(gs.Window):
 		fmt.Fprintf(&b, "%d groups of the newest %d dead rows (older ones show once these are replayed or deleted).\n", len(gs.Groups), gs.Window)
 	default:
-		fmt.Fprintf(&b, "%d groups of %d dead rows.\n", len(gs.Groups), gs.Grouped)
+		fmt.Fprintf(&b, "%s of %s.\n", plural(len(gs.Groups), "group", "groups"), plural(int(gs.Grouped), "dead row", "dead rows"))
 	}
 	for _, g := range gs.Groups {
 		dest := g.Destination
@@ -168,4 +168,12 @@ func Bytes(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%.0f TB", f/1024)
+}
+
+// plural is n with the singular or the plural noun.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -83,3 +83,15 @@ func TestTries(t *testing.T) {
 		}
 	}
 }
+
+// One group of one dead row is said in the singular.
+func TestDeadGroupsCountInTheSingular(t *testing.T) {
+	var b strings.Builder
+	gs := DeadGroups{Window: 1000, Grouped: 1, Groups: []DeadGroup{{ID: "g-1", Destination: "hook", Error: "HTTP 500", Rows: 1}}}
+	if err := gs.WriteText(&b, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(b.String(), "\n"); first != "1 group of 1 dead row." {
+		t.Fatalf("first line %q, want %q", first, "1 group of 1 dead row.")
+	}
+}

@@ -291,7 +291,7 @@ func (l *Listener) check(ctx context.Context, leading bool) (tables, error) {
 		return tbl, &unavailable{reason: fmt.Sprintf("the outbox table %s does not exist (run queuebox migrate up)", outbox)}
 	case !published:
 		return tbl, &unavailable{reason: fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
-			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", pub)}
+			"otherwise create it as the tables' owner (docs/configuration.md, \"Enabling logical replication\")", pub)}
 	case !outboxPublished:
 		return tbl, &unavailable{reason: fmt.Sprintf("the publication %s does not publish the inserts into %s.%s", pub, *outboxSchema, *outboxName)}
 	case inboxName != nil && !inboxPublished:
@@ -370,7 +370,7 @@ func (l *Listener) classify(err error) error {
 			"(ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)"}
 	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
 		return &unavailable{reason: fmt.Sprintf("the publication %s does not exist: migration V16 creates it when its role has CREATE on the database; "+
-			"otherwise create it as the tables' owner (docs/operations.md, \"Wake-ups\")", l.d.names.Publication())}
+			"otherwise create it as the tables' owner (docs/configuration.md, \"Enabling logical replication\")", l.d.names.Publication())}
 	case strings.HasPrefix(pgErr.Code, "28"):
 		return &unavailable{reason: fmt.Sprintf("the server refused the role %s a replication connection (%s): "+
 			"a pg_hba.conf line must allow it for this database", role, pgErr.Message)}
