@@ -324,9 +324,10 @@ type PendingSummary struct {
 	// OldestDue is how long the oldest row that the relay could claim now
 	// has waited since it became due (its scheduled_at, on the database
 	// clock); zero when none is due. A row scheduled ahead counts only once
-	// it is due; a due row behind an earlier row of its key that is held
-	// (pending and not due: a retry, a pause, an open circuit) or being
-	// delivered waits for that row, not for the relay, and does not count.
+	// it is due. Only a key's head and an unkeyed row can be claimed: a due
+	// row behind an earlier row of its key that is pending (due or held by
+	// a retry, a pause, an open circuit) or being delivered waits for that
+	// row, not for the relay, and does not count.
 	OldestDue time.Duration
 	// ScheduledLater counts the pending rows not due yet: waiting for a
 	// retry, or scheduled ahead by the application.

@@ -839,10 +839,10 @@ func testPendingDue(t *testing.T, h Harness) {
 	testPendingDueBehindHeldRows(t, h)
 }
 
-// A due row behind an earlier row of its key that is held (not due: a
-// retry, a pause, an open circuit) or being delivered waits for that row,
-// not for the relay: it does not count as due. Rows that the relay could
-// claim do.
+// A due row behind an earlier row of its key that is pending (held by a
+// retry, a pause or an open circuit, or due itself) or being delivered
+// waits for that row, not for the relay: it does not count as due. Rows
+// that the relay could claim (heads and unkeyed rows) do.
 func testPendingDueBehindHeldRows(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	ago := func(d time.Duration) testkit.RowOption { return testkit.ScheduledAt(time.Now().Add(-d)) }
@@ -869,6 +869,13 @@ func testPendingDueBehindHeldRows(t *testing.T, h Harness) {
 	oldest(0, 0, "a due row behind a head being delivered")
 	insert(t, d, testkit.Row("order.free", ago(20*time.Minute)))
 	oldest(20*time.Minute, time.Minute, "an unkeyed row due 20 minutes ago")
+	// A head that came due a minute ago (as a paused destination's row
+	// does, back from its deferral) and a row behind it due for two hours:
+	// the relay can claim the head only, and the head has waited a minute.
+	d = h.New(t, 0)
+	insert(t, d, testkit.Row("order.back", testkit.Key("k3"), ago(time.Minute)),
+		testkit.Row("order.back", testkit.Key("k3"), ago(2*time.Hour)))
+	oldest(time.Minute, time.Minute, "a head due a minute ago with a row behind it due for two hours")
 }
 
 // Counts per topic and state include states that are none of the four:

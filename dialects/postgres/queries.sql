@@ -671,33 +671,28 @@ SELECT {{c "topic"}}, count(*) FROM {{t}} WHERE {{c "state"}} = 'dead' GROUP BY 
 -- name: OutboxPendingDue
 -- How long the oldest row that the relay could claim now has waited since
 -- it became due (0 when none is due), and how many pending rows are
--- scheduled later. A due row behind an earlier row of its key that is held
--- (pending and not due: a retry, a pause, an open circuit, a rate limit,
--- a row scheduled ahead) or being delivered cannot be claimed: it waits
--- for that row, not for the relay, and does not count. held maps each such
--- key to its first held row's sequence, from the pending_scheduled and
--- processing_claimed indexes (at most 10,000 rows of each: beyond them, rows
--- behind a held row count as due); a jsonb object, looked up per row by
--- key, because a join with a set this small makes the planner walk the set
--- again for every row. The walk reads the pending_scheduled index, as the
--- claim does, from the oldest due row, and stops at the first one it could
--- claim: it reads the rows waiting behind held rows that are older.
-WITH held AS (
-    SELECT COALESCE(jsonb_object_agg(h.k, h.seq), '{}') AS m
-      FROM (SELECT x.k, min(x.seq) AS seq
-              FROM ((SELECT {{c "key"}} AS k, {{c "sequence"}} AS seq FROM {{t}}
-                      WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now() AND {{c "key"}} <> ''
-                      ORDER BY {{c "scheduled_at"}} LIMIT 10000)
-                    UNION ALL
-                    (SELECT {{c "key"}}, {{c "sequence"}} FROM {{t}}
-                      WHERE {{c "state"}} = 'processing' AND {{c "key"}} <> '' LIMIT 10000)) AS x
-             GROUP BY x.k) AS h
-)
+-- scheduled later. Only a key's head (no earlier row of its key pending or
+-- being delivered) and an unkeyed row can be claimed: a row behind its
+-- key's head waits for that row, not for the relay, and does not count,
+-- whether the head is due, held (a retry, a pause, an open circuit, a rate
+-- limit, a row scheduled ahead) or being delivered. The walk reads the
+-- pending_scheduled index, as the claim does, from the oldest due row, and
+-- stops at the first head or unkeyed row; each row costs one probe of the
+-- key_sequence index. It reads at most 10,000 due rows: when every one of
+-- them waits behind its head, the figure is 0 (the heads were handled by
+-- the relay just now, or they would be older than the rows behind them).
 SELECT COALESCE(EXTRACT(EPOCH FROM now() - (
-           SELECT o.{{c "scheduled_at"}} FROM {{t}} AS o
-            WHERE o.{{c "state"}} = 'pending' AND o.{{c "scheduled_at"}} <= now()
-              AND COALESCE(o.{{c "sequence"}} < ((SELECT m FROM held) ->> o.{{c "key"}})::bigint, true)
-            ORDER BY o.{{c "scheduled_at"}}
+           SELECT w.at
+             FROM (SELECT o.{{c "scheduled_at"}} AS at, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
+                     FROM {{t}} AS o
+                    WHERE o.{{c "state"}} = 'pending' AND o.{{c "scheduled_at"}} <= now()
+                    ORDER BY o.{{c "scheduled_at"}}
+                    LIMIT 10000) AS w
+            WHERE COALESCE(w.k, '') = ''
+               OR NOT EXISTS (SELECT 1 FROM {{t}} AS e
+                               WHERE e.{{c "key"}} = w.k AND e.{{c "sequence"}} < w.seq
+                                 AND e.{{c "state"}} IN ('pending', 'processing'))
+            ORDER BY w.at
             LIMIT 1)), 0)::float8,
        (SELECT count(*) FROM {{t}} WHERE {{c "state"}} = 'pending' AND {{c "scheduled_at"}} > now())
 

@@ -298,34 +298,29 @@ SELECT {{c "topic"}}, COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'dead' GROU
 -- name: OutboxPendingDue
 -- How long the oldest row that the relay could claim now has waited since
 -- it became due, in ms (0 when none is due), and how many pending rows are
--- scheduled later. A due row behind an earlier row of its key that is held
--- (pending and not due: a retry, a pause, an open circuit, a rate limit,
--- a row scheduled ahead) or being delivered cannot be claimed: it waits
--- for that row, not for the relay, and does not count. @held holds each
--- such key's first held row, from the pending_scheduled and
--- processing_claimed indexes (at most 10,000 rows of each: beyond them,
--- rows behind a held row count as due), keyed for the lookup of each row
--- the walk reads. The walk reads the pending_scheduled index, as the claim
--- does, from the oldest due row, and stops at the first one it could
--- claim.
+-- scheduled later. Only a key's head (no earlier row of its key pending or
+-- being delivered) and an unkeyed row can be claimed: a row behind its
+-- key's head waits for that row, not for the relay, and does not count,
+-- whether the head is due, held (a retry, a pause, an open circuit, a rate
+-- limit, a row scheduled ahead) or being delivered. The walk reads the
+-- pending_scheduled index, as the claim does, from the oldest due row, and
+-- stops at the first head or unkeyed row; each row costs one seek of the
+-- key_sequence index. It reads at most 10,000 due rows: when every one of
+-- them waits behind its head, the figure is 0 (the heads were handled by
+-- the relay just now, or they would be older than the rows behind them).
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
-DECLARE @held TABLE (k NVARCHAR(255) NOT NULL, seq BIGINT NOT NULL, INDEX held_k CLUSTERED (k));
-INSERT INTO @held (k, seq)
-SELECT x.k, MIN(x.seq)
-  FROM (SELECT p.k, p.seq
-          FROM (SELECT TOP (10000) {{c "key"}} AS k, {{c "sequence"}} AS seq FROM {{t}}
-                 WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now AND {{c "key"}} <> N''
-                 ORDER BY {{c "scheduled_at"}}) AS p
-        UNION ALL
-        SELECT TOP (10000) {{c "key"}}, {{c "sequence"}} FROM {{t}}
-         WHERE {{c "state"}} = N'processing' AND {{c "key"}} <> N'') AS x
- GROUP BY x.k;
 SELECT COALESCE(DATEDIFF_BIG(millisecond, (
-           SELECT TOP (1) o.{{c "scheduled_at"}} FROM {{t}} AS o
-            WHERE o.{{c "state"}} = N'pending' AND o.{{c "scheduled_at"}} <= @now
-              AND NOT EXISTS (SELECT 1 FROM @held AS h WHERE h.k = o.{{c "key"}} AND h.seq < o.{{c "sequence"}})
-            ORDER BY o.{{c "scheduled_at"}}), @now), 0),
+           SELECT TOP (1) w.at
+             FROM (SELECT TOP (10000) o.{{c "scheduled_at"}} AS at, o.{{c "key"}} AS k, o.{{c "sequence"}} AS seq
+                     FROM {{t}} AS o
+                    WHERE o.{{c "state"}} = N'pending' AND o.{{c "scheduled_at"}} <= @now
+                    ORDER BY o.{{c "scheduled_at"}}) AS w
+            WHERE COALESCE(w.k, N'') = N''
+               OR NOT EXISTS (SELECT 1 FROM {{t}} AS e
+                               WHERE e.{{c "key"}} = w.k AND e.{{c "sequence"}} < w.seq
+                                 AND e.{{c "state"}} IN (N'pending', N'processing'))
+            ORDER BY w.at), @now), 0),
        (SELECT COUNT_BIG(*) FROM {{t}} WHERE {{c "state"}} = N'pending' AND {{c "scheduled_at"}} > @now);
 
 -- name: OutboxHorizon
