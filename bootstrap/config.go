@@ -14,7 +14,11 @@ import (
 // file written for the full product validates now. docs/configuration.md
 // lists them for users.
 type Config struct {
-	Database     DatabaseConfig                `yaml:"database"`
+	Database DatabaseConfig `yaml:"database"`
+	// Outboxes are the outboxes of a relay that serves several, by name
+	// (outboxes.go); a file with a top-level database has none here and
+	// is one outbox, DefaultOutbox.
+	Outboxes     map[string]*OutboxEntryConfig `yaml:"outboxes,omitempty"`
 	Outbox       OutboxConfig                  `yaml:"outbox"`
 	Inbox        InboxConfig                   `yaml:"inbox"`
 	HTTP         HTTPConfig                    `yaml:"http"`
@@ -24,6 +28,16 @@ type Config struct {
 	Routes       []RouteConfig                 `yaml:"routes"`
 	Admin        AdminConfig                   `yaml:"admin"`
 	Log          LogConfig                     `yaml:"log"`
+}
+
+// OutboxEntryConfig is one outbox of outboxes: its own database block, and
+// optionally its own outbox settings and routes (nil: the top level's).
+// Its outbox block is read over the top level's, so it names only the keys
+// that differ.
+type OutboxEntryConfig struct {
+	Database DatabaseConfig `yaml:"database"`
+	Outbox   *OutboxConfig  `yaml:"outbox,omitempty"`
+	Routes   []RouteConfig  `yaml:"routes,omitempty"`
 }
 
 type DatabaseConfig struct {
@@ -87,6 +101,10 @@ type RetentionConfig struct {
 }
 
 type InboxConfig struct {
+	// Outbox names the outbox whose database holds the inbox table that
+	// the sources store into and whose engine runs the inbox relay; empty
+	// with one outbox: that one.
+	Outbox  string                        `yaml:"outbox,omitempty"`
 	Relay   InboxRelayConfig              `yaml:"relay"`
 	Sources map[string]*InboxSourceConfig `yaml:"sources"`
 }
@@ -134,6 +152,10 @@ type HTTPConfig struct {
 }
 
 type EngineConfig struct {
+	// MaxConnections caps the database connections of every outbox's pool
+	// together (0: no cap beyond each outbox's database.maxConnections);
+	// an outbox that does not set its own gets a share (outboxes.go).
+	MaxConnections       int           `yaml:"maxConnections" min:"0" max:"100000"`
 	Mailbox              MailboxConfig `yaml:"mailbox"`
 	KeyIdleMs            int           `yaml:"keyIdleMs" min:"1" max:"3600000"`
 	UnorderedConcurrency int           `yaml:"unorderedConcurrency" min:"1" max:"100000"`
@@ -377,12 +399,22 @@ func (c *Config) applyDestinationDefaults() {
 			}
 		}
 	}
-	for i := range c.Routes {
-		if c.Routes[i].Name == "" {
-			c.Routes[i].Name = c.Routes[i].TopicPattern
+	nameRoutes(c.Routes)
+	for _, o := range c.Outboxes {
+		if o != nil {
+			nameRoutes(o.Routes)
 		}
 	}
 	c.applyInboxDefaults()
+}
+
+// nameRoutes names each unnamed route after its pattern.
+func nameRoutes(routes []RouteConfig) {
+	for i := range routes {
+		if routes[i].Name == "" {
+			routes[i].Name = routes[i].TopicPattern
+		}
+	}
 }
 
 // applyFlowDefaults fills the defaults of the keys every destination has:

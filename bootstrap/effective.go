@@ -27,7 +27,18 @@ import (
 //     %5BREDACTED%5D, so that the URL is still a URL.
 func (l *Loaded) Effective() ([]byte, error) {
 	p := &printer{secrets: l.Secrets, raw: l.raw, fromEnv: l.fromEnv}
-	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{p.node(reflect.ValueOf(l.Config).Elem(), "", "", false)}}
+	top := p.node(reflect.ValueOf(l.Config).Elem(), "", "", false)
+	if l.ManyOutboxes() {
+		// Each outbox has its database block; the top level's would only
+		// show the defaults, and a file with both does not load.
+		for i := 0; i+1 < len(top.Content); i += 2 {
+			if top.Content[i].Value == "database" {
+				top.Content = append(top.Content[:i], top.Content[i+2:]...)
+				break
+			}
+		}
+	}
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{top}}
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

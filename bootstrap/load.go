@@ -78,6 +78,11 @@ type Loaded struct {
 	// fromEnv names the variable that replaced a key whole
 	// (QUEUEBOX_DATABASE_URL), by key path: Effective prints its ${NAME}.
 	fromEnv map[string]string
+	// OutboxName is the outbox this view is of (Loaded.ForOutbox); "" for
+	// the file as a whole.
+	OutboxName string
+	// present marks the keys the file gives (the pools' shares).
+	present map[string]bool
 	// Tracer makes the spans of deliveries and inbox receipts; nil is
 	// tracing off. Run sets it from the OTEL_* environment (telemetry.go).
 	Tracer *tracing.Tracer
@@ -149,8 +154,29 @@ func parse(name string, data []byte, env func(string) (string, bool), forTools b
 		d.fromEnv["database.url"] = "QUEUEBOX_DATABASE_URL"
 		d.secrets.AddFromEnv(override)
 	}
+	// An outbox of outboxes reads its outbox block over the top level's,
+	// and its database block over the defaults: outboxes is decoded last,
+	// whatever its place in the file, so that the top level is known.
+	d.fresh = func(t reflect.Type) (reflect.Value, bool) {
+		switch t {
+		case reflect.TypeFor[OutboxEntryConfig]():
+			return reflect.ValueOf(&OutboxEntryConfig{Database: Defaults().Database}), true
+		case reflect.TypeFor[OutboxConfig]():
+			o := cfg.Outbox
+			return reflect.ValueOf(&o), true
+		}
+		return reflect.Value{}, false
+	}
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		d.decode(root.Content[0], reflect.ValueOf(cfg).Elem(), "")
+		d.decode(outboxesLast(root.Content[0]), reflect.ValueOf(cfg).Elem(), "")
+	}
+	var warnings []Problem
+	if _, many := d.lines["outboxes"]; many && overridden {
+		// Each outbox has a URL of its own: the variable names none of them.
+		warnings = append(warnings, Problem{Key: "QUEUEBOX_DATABASE_URL",
+			Reason: "is set, but the file has outboxes, each with a database.url of its own, so it is not used; unset it, or write ${QUEUEBOX_DATABASE_URL} as one outbox's url"})
+		overridden = false
+		delete(d.fromEnv, "database.url")
 	}
 	if overridden {
 		cfg.Database.URL = override
@@ -170,13 +196,12 @@ func parse(name string, data []byte, env func(string) (string, bool), forTools b
 		return nil, &Error{File: name, Problems: problems}
 	}
 	collectSecrets(cfg, secrets)
-	var warnings []Problem
 	if cfg.Outbox.Notify != nil {
 		warnings = append(warnings, Problem{Key: "outbox.notify", Line: d.lines["outbox.notify"],
 			Reason: "is no longer used: QueueBox no longer installs a NOTIFY trigger (it serialised your application's commits) and wakes up by probing every outbox.probeIntervalMs instead; remove the key"})
 		cfg.Outbox.Notify = nil
 	}
-	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, Unset: d.unset, raw: d.raw, fromEnv: d.fromEnv}, nil
+	return &Loaded{Config: cfg, File: name, Secrets: secrets, Compiled: compiled, Warnings: warnings, Unset: d.unset, raw: d.raw, fromEnv: d.fromEnv, present: d.present}, nil
 }
 
 // FromConfig validates a configuration built in code (the dev mode).
@@ -218,6 +243,29 @@ type decoder struct {
 	// database.* (in unset) rather than reporting them (LoadForTools).
 	forTools bool
 	unset    []Problem
+	// fresh, when it knows the type, makes the value a pointer of that
+	// type starts from where the file gives one (an outbox of outboxes).
+	fresh func(reflect.Type) (reflect.Value, bool)
+}
+
+// outboxesLast returns the top-level mapping n with its outboxes key moved
+// to the end, so that it is decoded after the keys its outboxes inherit.
+func outboxesLast(n *yaml.Node) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return n
+	}
+	m := *n
+	m.Content = make([]*yaml.Node, 0, len(n.Content))
+	var last []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "outboxes" {
+			last = append(last, n.Content[i], n.Content[i+1])
+			continue
+		}
+		m.Content = append(m.Content, n.Content[i], n.Content[i+1])
+	}
+	m.Content = append(m.Content, last...)
+	return &m
 }
 
 func newDecoder(env func(string) (string, bool), secrets *Secrets) *decoder {
@@ -247,6 +295,13 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
+func (d *decoder) freshOf(t reflect.Type) (reflect.Value, bool) {
+	if d.fresh == nil {
+		return reflect.Value{}, false
+	}
+	return d.fresh(t)
+}
+
 var textUnmarshaler = reflect.TypeOf((*interface{ UnmarshalText([]byte) error })(nil)).Elem()
 
 // decode fills v from n, reporting every problem with its key path and line.
@@ -268,7 +323,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
-			v.Set(reflect.New(v.Type().Elem()))
+			if f, ok := d.freshOf(v.Type().Elem()); ok {
+				v.Set(f)
+			} else {
+				v.Set(reflect.New(v.Type().Elem()))
+			}
 		}
 		d.decode(n, v.Elem(), path)
 	case reflect.Struct:

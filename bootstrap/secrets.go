@@ -103,6 +103,11 @@ func (s *Secrets) Redact(text string) string {
 // collectSecrets registers the secret values of a validated configuration.
 func collectSecrets(c *Config, s *Secrets) {
 	s.AddURLPassword(c.Database.URL)
+	for _, o := range c.Outboxes {
+		if o != nil {
+			s.AddURLPassword(o.Database.URL)
+		}
+	}
 	s.Add(c.Admin.Token)
 	for _, d := range c.Destinations {
 		s.AddURLPassword(d.URL)

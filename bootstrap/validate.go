@@ -32,7 +32,10 @@ type validator struct {
 // it is, so that nothing is compiled twice and nothing that validated can
 // fail to compile later.
 type Compiled struct {
+	// Router is the top level's routes' (nil when a file of outboxes has
+	// none there); Routers those of each outbox with routes of its own.
 	Router       *routing.Router
+	Routers      map[string]*routing.Router
 	Destinations map[string]*CompiledDestination
 	Sources      map[string]*CompiledSource
 }
@@ -91,32 +94,29 @@ func oneOf(s string, allowed ...string) bool {
 	return false
 }
 
-// Names returns the table and column names of the configuration.
-func (c *Config) Names() dialects.Names {
+// Names returns the table and column names of the configuration's
+// database block (of one outbox's view: Loaded.Outbox).
+func (c *Config) Names() dialects.Names { return namesOf(&c.Database) }
+
+func namesOf(db *DatabaseConfig) dialects.Names {
 	return dialects.Names{
-		Schema:        c.Database.Schema,
-		Outbox:        c.Database.OutboxTableName,
-		Inbox:         c.Database.InboxTableName,
-		OutboxColumns: c.Database.ColumnMapping.Outbox,
-		InboxColumns:  c.Database.ColumnMapping.Inbox,
+		Schema:        db.Schema,
+		Outbox:        db.OutboxTableName,
+		Inbox:         db.InboxTableName,
+		OutboxColumns: db.ColumnMapping.Outbox,
+		InboxColumns:  db.ColumnMapping.Inbox,
 	}
 }
 
 // validate checks c and compiles what wiring needs. The Compiled result is
 // complete only when there are no problems.
 func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
-	v := &validator{d: d, out: &Compiled{Destinations: map[string]*CompiledDestination{}, Sources: map[string]*CompiledSource{}}}
-	if !oneOf(c.Database.Dialect, "postgresql", "sqlserver") {
-		v.add("database.dialect", "%q is not a dialect; use postgresql or sqlserver", c.Database.Dialect)
+	v := &validator{d: d, out: &Compiled{Destinations: map[string]*CompiledDestination{}, Sources: map[string]*CompiledSource{}, Routers: map[string]*routing.Router{}}}
+	_, many := d.lines["outboxes"]
+	if !many {
+		v.database("database", &c.Database)
 	}
-	v.databaseURL(c)
-	v.wakeups(c)
-	for _, p := range c.Names().Validate() {
-		v.add(p.Key, "%s", p.Reason)
-	}
-	if c.Outbox.Backoff.MaxMs < c.Outbox.Backoff.InitialMs {
-		v.add("outbox.backoff.maxMs", "%d is below outbox.backoff.initialMs (%d); the longest delay cannot be shorter than the first", c.Outbox.Backoff.MaxMs, c.Outbox.Backoff.InitialMs)
-	}
+	v.backoff("outbox", &c.Outbox)
 	if !oneOf(c.Log.Format, "json", "text") {
 		v.add("log.format", "%q is not a log format; use json or text", c.Log.Format)
 	}
@@ -125,15 +125,42 @@ func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
 	}
 	v.admin(c)
 	v.destinations(c)
-	v.routes(c)
+	if many {
+		v.outboxes(c)
+	} else {
+		v.out.Router = v.routes("routes", c.Routes, c)
+	}
 	v.inbox(c)
+	v.inboxOutbox(c)
 	return v.problems, v.out
+}
+
+// database checks a database block (key is its key path: database, or
+// outboxes.NAME.database).
+func (v *validator) database(key string, db *DatabaseConfig) {
+	if !oneOf(db.Dialect, "postgresql", "sqlserver") {
+		v.add(key+".dialect", "%q is not a dialect; use postgresql or sqlserver", db.Dialect)
+	}
+	v.databaseURL(key, db)
+	v.wakeups(key, db)
+	for _, p := range namesOf(db).Validate() {
+		v.add(key+strings.TrimPrefix(p.Key, "database"), "%s", p.Reason)
+	}
+}
+
+// backoff checks an outbox block's backoff (key: outbox, or
+// outboxes.NAME.outbox).
+func (v *validator) backoff(key string, o *OutboxConfig) {
+	if o.Backoff.MaxMs < o.Backoff.InitialMs {
+		v.add(key+".backoff.maxMs", "%d is below %s.backoff.initialMs (%d); the longest delay cannot be shorter than the first", o.Backoff.MaxMs, key, o.Backoff.InitialMs)
+	}
 }
 
 // databaseURL checks database.url. A value from QUEUEBOX_DATABASE_URL is
 // reported as the variable's (add names it), with what to do about it.
-func (v *validator) databaseURL(c *Config) {
-	const key, example = "database.url", "postgres://user:password@host:5432/app or sqlserver://user:password@host:1433?database=app"
+func (v *validator) databaseURL(block string, db *DatabaseConfig) {
+	const example = "postgres://user:password@host:5432/app or sqlserver://user:password@host:1433?database=app"
+	key := block + ".url"
 	name, fromEnv := v.d.fromEnv[key]
 	// What to do instead of fixing the variable: unset it, so that the
 	// file's value is used.
@@ -141,40 +168,44 @@ func (v *validator) databaseURL(c *Config) {
 	if line, ok := v.d.lines[key]; ok {
 		unset = fmt.Sprintf("unset it to use database.url from the file (line %d)", line)
 	}
-	u, err := url.Parse(c.Database.URL)
+	u, err := url.Parse(db.URL)
 	switch {
-	case strings.TrimSpace(c.Database.URL) == "" && fromEnv:
+	case strings.TrimSpace(db.URL) == "" && fromEnv:
 		v.add(key, "holds only blanks; set %s to the URL of the database, or %s", name, unset)
-	case strings.TrimSpace(c.Database.URL) == "":
-		v.add(key, "is required: the URL of the database that holds the outbox table (or set QUEUEBOX_DATABASE_URL)")
+	case strings.TrimSpace(db.URL) == "":
+		if block == "database" {
+			v.add(key, "is required: the URL of the database that holds the outbox table (or set QUEUEBOX_DATABASE_URL)")
+		} else {
+			v.add(key, "is required: the URL of the database that holds this outbox's table")
+		}
 	case (err != nil || u.Scheme == "") && fromEnv:
 		v.add(key, "is not a URL; set %s to one like %s, or %s", name, example, unset)
 	case err != nil || u.Scheme == "":
 		v.add(key, "is not a URL; write it like %s", example)
 	default:
-		want := map[string][]string{"postgresql": {"postgres", "postgresql"}, "sqlserver": {"sqlserver", "mssql"}}[c.Database.Dialect]
+		want := map[string][]string{"postgresql": {"postgres", "postgresql"}, "sqlserver": {"sqlserver", "mssql"}}[db.Dialect]
 		if want != nil && !oneOf(u.Scheme, want...) {
 			fix := ""
 			if fromEnv {
 				fix = fmt.Sprintf("; fix %s, or %s", name, unset)
 			}
-			v.add(key, "starts with %s://, which does not fit database.dialect %s (expected %s://)%s", u.Scheme, c.Database.Dialect, want[0], fix)
+			v.add(key, "starts with %s://, which does not fit %s.dialect %s (expected %s://)%s", u.Scheme, block, db.Dialect, want[0], fix)
 		}
 	}
 }
 
 // wakeups checks database.wakeups. Only PostgreSQL has logical
 // replication, so logical on SQL Server could never start.
-func (v *validator) wakeups(c *Config) {
-	const key = "database.wakeups"
+func (v *validator) wakeups(block string, db *DatabaseConfig) {
+	key := block + ".wakeups"
 	modes := make([]string, len(dialects.WakeupModes))
 	for i, m := range dialects.WakeupModes {
 		modes[i] = string(m)
 	}
 	switch {
-	case !oneOf(c.Database.Wakeups, modes...):
-		v.add(key, "%q is not a kind of wake-up; use auto, logical or probe", c.Database.Wakeups)
-	case c.Database.Wakeups == string(dialects.WakeupsLogical) && c.Database.Dialect == "sqlserver":
+	case !oneOf(db.Wakeups, modes...):
+		v.add(key, "%q is not a kind of wake-up; use auto, logical or probe", db.Wakeups)
+	case db.Wakeups == string(dialects.WakeupsLogical) && db.Dialect == "sqlserver":
 		v.add(key, "logical needs PostgreSQL's logical replication, which SQL Server does not have; use auto or probe")
 	}
 }
@@ -505,19 +536,21 @@ func DecodeSigningSecret(s string) ([]byte, error) {
 	return httpsink.DecodeSigningSecret(s)
 }
 
-func (v *validator) routes(c *Config) {
-	if len(c.Routes) == 0 {
-		v.add("routes", "no route is configured: every row would go dead with \"no route matches topic\". Add one, for example {topicPattern: \"#\", destination: NAME}")
-		return
+// routes checks and compiles a list of routes (key: routes, or
+// outboxes.NAME.routes); nil when there are none.
+func (v *validator) routes(key string, list []RouteConfig, c *Config) *routing.Router {
+	if len(list) == 0 {
+		v.add(key, "no route is configured: every row would go dead with \"no route matches topic\". Add one, for example {topicPattern: \"#\", destination: NAME}")
+		return nil
 	}
 	defined := make([]string, 0, len(c.Destinations))
 	for n := range c.Destinations {
 		defined = append(defined, n)
 	}
 	sort.Strings(defined)
-	routes := make([]routing.Route, 0, len(c.Routes))
-	for i, r := range c.Routes {
-		key := fmt.Sprintf("routes[%d]", i)
+	routes := make([]routing.Route, 0, len(list))
+	for i, r := range list {
+		key := fmt.Sprintf("%s[%d]", key, i)
 		route := routing.Route{Name: r.Name, Destination: r.Destination}
 		var err error
 		if r.TopicPattern == "" {
@@ -542,7 +575,7 @@ func (v *validator) routes(c *Config) {
 		}
 		routes = append(routes, route)
 	}
-	v.out.Router = routing.NewRouter(routes)
+	return routing.NewRouter(routes)
 }
 
 // minBreakerTime is the shortest circuit breaker window and probe interval.
