@@ -4,10 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"maps"
 	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/queuebox/queuebox/actors/internal/destctl"
+	"github.com/queuebox/queuebox/internal/clock"
 )
 
 // The destinations' policies and status are destination control's
@@ -51,3 +55,58 @@ func replicaName() string {
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
 }
+
+// SharedDestinations are destinations that several engines deliver to:
+// the engines of one relay's outboxes. Each destination has one sink (one
+// set of connections), one rate limit and concurrency limit, and one
+// circuit breaker, whichever outbox its rows come from. Its pause is read
+// by every engine from its own database, and holds the destination while
+// any of them says it is paused.
+type SharedDestinations struct {
+	handles   map[string]*destctl.Handle
+	factories map[string]SinkFactory
+	openOnce  sync.Once
+	openErr   error
+	closed    atomic.Bool
+}
+
+// NewSharedDestinations builds the destinations from their factories and
+// policies; maxInFlight bounds the rows a flow control lets wait (the
+// largest outbox.maxInFlight of the engines that share them). Nothing is
+// built until Open.
+func NewSharedDestinations(factories map[string]SinkFactory, policies map[string]DestinationPolicy, maxInFlight int, c clock.Clock) *SharedDestinations {
+	c = clock.Or(c)
+	s := &SharedDestinations{handles: map[string]*destctl.Handle{}, factories: factories}
+	for name := range factories {
+		s.handles[name] = destctl.NewHandle(name, policies[name], maxInFlight, c)
+	}
+	return s
+}
+
+// Open builds every sink, once; a destination that cannot be built is an
+// error, as at an engine's start. Engines that share the destinations
+// call it as they start.
+func (s *SharedDestinations) Open() error {
+	s.openOnce.Do(func() {
+		for name, f := range s.factories {
+			snk, err := f()
+			if err != nil {
+				destctl.CloseSinks(s.handles)
+				s.openErr = fmt.Errorf("destination %s: %w", name, err)
+				return
+			}
+			s.handles[name].Set(snk)
+		}
+	})
+	return s.openErr
+}
+
+// Close closes the sinks, once every engine that shares them has stopped.
+func (s *SharedDestinations) Close() {
+	if s.closed.CompareAndSwap(false, true) {
+		destctl.CloseSinks(s.handles)
+	}
+}
+
+// watchSources numbers the engines' destination watches (destctl.Watch.Source).
+var watchSources atomic.Int64

@@ -158,8 +158,12 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*destctl.Handle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
-	for name := range opts.Destinations {
-		e.sinks[name] = destctl.NewHandle(name, opts.Policies[name], opts.MaxInFlight, opts.Clock)
+	if sh := opts.Shared; sh != nil {
+		e.sinks, e.opts.Destinations = sh.handles, sh.factories
+	} else {
+		for name := range opts.Destinations {
+			e.sinks[name] = destctl.NewHandle(name, opts.Policies[name], opts.MaxInFlight, opts.Clock)
+		}
 	}
 	e.routes = newRouteObservers(opts.Router, opts.Observer)
 	return e, nil
@@ -169,13 +173,19 @@ func New(opts Options) (*Engine, error) {
 func (e *Engine) Start(ctx context.Context) error {
 	// The sinks first: a destination that cannot be built stops the start
 	// before anything runs.
-	for name, f := range e.opts.Destinations {
-		s, err := f()
-		if err != nil {
-			destctl.CloseSinks(e.sinks)
-			return fmt.Errorf("destination %s: %w", name, err)
+	if sh := e.opts.Shared; sh != nil {
+		if err := sh.Open(); err != nil {
+			return err
 		}
-		e.sinks[name].Set(s)
+	} else {
+		for name, f := range e.opts.Destinations {
+			s, err := f()
+			if err != nil {
+				destctl.CloseSinks(e.sinks)
+				return fmt.Errorf("destination %s: %w", name, err)
+			}
+			e.sinks[name].Set(s)
+		}
 	}
 	// protoactor logs every dead letter (a message to an actor that just
 	// stopped, which is normal here) at info: keep its warnings only.
@@ -231,8 +241,16 @@ func (e *Engine) abort() {
 	e.bg.stop()
 	e.cancelDelivery()
 	e.system.Shutdown()
-	destctl.CloseSinks(e.sinks)
+	e.closeSinks()
 	e.system = nil
+}
+
+// closeSinks closes the sinks the engine built (shared ones are closed by
+// their owner).
+func (e *Engine) closeSinks() {
+	if e.opts.Shared == nil {
+		destctl.CloseSinks(e.sinks)
+	}
 }
 
 // Ready reports whether the last claim reached the database.
@@ -298,7 +316,7 @@ func (e *Engine) stop(ctx context.Context) error {
 	e.cancelDelivery()
 	e.system.Root.Stop(e.root)
 	e.system.Shutdown()
-	destctl.CloseSinks(e.sinks)
+	e.closeSinks()
 	e.log.Info("stopped", "delivered", e.Stats.Delivered.Load(), "retried", e.Stats.Retried.Load(), "dead", e.Stats.Dead.Load())
 	return err
 }

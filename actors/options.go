@@ -35,6 +35,11 @@ type Options struct {
 	// Policies are the destinations' flow control and circuit breakers
 	// (destinations.go); a destination without one has neither.
 	Policies map[string]DestinationPolicy
+	// Shared, when set, are destinations this engine shares with others
+	// (the engines of a relay's outboxes): their sinks, flow control and
+	// circuits. Destinations and Policies are then ignored; the engine
+	// neither builds nor closes the sinks (SharedDestinations does).
+	Shared *SharedDestinations
 	// Replica names this replica in the circuits it reports; default: its
 	// host, process id and a random part.
 	Replica string

@@ -101,7 +101,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	// The paused destinations are read before the claimer starts (see
 	// destctl.Watch.First).
 	dests := &destctl.Watch{Dialect: o.Dialect, Handles: s.sinks, Replica: o.Replica, Describe: d.policy.lastError, Log: s.log, BG: s.bg.ctx, Clock: s.clock,
-		Wakeups: o.Wakeups}
+		Wakeups: o.Wakeups, Source: fmt.Sprint(watchSources.Add(1))}
 	dests.First()
 	poolPID := spawn("unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
 		return newPool(d, o.UnorderedConcurrency)

@@ -6,21 +6,22 @@ import (
 	"github.com/queuebox/queuebox/actors"
 )
 
-// destinationCollector reads the engine's destinations at each scrape: is
+// destinationCollector reads the destinations at each scrape (from an
+// engine that runs; a replica's outboxes share them): is
 // each paused (as this replica last read it), is its circuit open here,
 // how often it opened and probed, the rows deferred by reason, and what
 // waits for its flow control. Before the engine runs it has no series.
 type destinationCollector struct {
-	m                                      *Metrics
+	f                                      *families
 	paused, open, opened, probes, deferred *prometheus.Desc
 	waiting, throttled                     *prometheus.Desc
 }
 
-func newDestinationCollector(m *Metrics) *destinationCollector {
+func newDestinationCollector(f *families) *destinationCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append([]string{"destination"}, labels...), nil)
 	}
-	return &destinationCollector{m: m,
+	return &destinationCollector{f: f,
 		paused: d("queuebox_destination_paused", "1 while the destination is paused (as this replica last read it, about twice a second), else 0."),
 		open:   d("queuebox_destination_circuit_open", "1 while this replica holds the destination's circuit open (every delivery failed for the breaker's window), else 0."),
 		opened: d("queuebox_destination_circuit_opened_total", "How often this replica opened the destination's circuit."),
@@ -39,10 +40,13 @@ func (c *destinationCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *destinationCollector) Collect(ch chan<- prometheus.Metric) {
-	e := c.m.engine.Load()
-	if e == nil {
+	// The outboxes' engines share the destinations: any of them shows
+	// them.
+	_, engines := c.f.engines()
+	if len(engines) == 0 {
 		return
 	}
+	e := engines[0]
 	flag := func(b bool) float64 {
 		if b {
 			return 1

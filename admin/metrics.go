@@ -15,12 +15,15 @@ import (
 	"github.com/queuebox/queuebox/inbox"
 )
 
-// Metrics are the Prometheus metrics of one replica. They hear the engine
-// as its actors.Observer; the row counts come from the Sampler; retention
-// deletes are counted by wrapping the engine's dialect (CountPurges),
-// because the janitor reports them to no observer.
+// Metrics are the Prometheus metrics of one outbox of a replica, in the
+// registry of the replica (shared by its outboxes: ForOutbox). Every family
+// about rows or claims carries an outbox label. They hear the outbox's
+// engine as its actors.Observer; the row counts come from the outbox's
+// Sampler; retention deletes are counted by wrapping the engine's dialect
+// (CountPurges), because the janitor reports them to no observer.
 type Metrics struct {
-	reg *prometheus.Registry
+	*families
+	outbox string
 
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
@@ -30,15 +33,17 @@ type Metrics struct {
 	claimed    prometheus.Counter
 	lost       prometheus.Counter
 	retention  *prometheus.CounterVec
-	inbox      *prometheus.CounterVec
 	inboxRows  *prometheus.GaugeVec
 	inboxAge   prometheus.Gauge
 	countTook  prometheus.Gauge
 
 	engine atomic.Pointer[actors.Engine]
+	// up says whether the outbox runs (SetUp; nil: whether its engine is
+	// set).
+	up atomic.Pointer[func() bool]
 
-	// wakeups is what wakes the relay (kind and state), and status its
-	// last report.
+	// wakeups is what wakes the outbox's relay (kind and state), and
+	// status its last report.
 	wakeups       *prometheus.GaugeVec
 	wakeupsStatus atomic.Pointer[dialects.WakeupStatus]
 	// The oldest holder of the database's horizon, and the outbox's dead
@@ -52,12 +57,42 @@ type Metrics struct {
 	// second: Prometheus counters cannot be read back cheaply.
 	mu    sync.Mutex
 	dests map[string]*destinationCounts
-	// Per inbox source, what queuebox_inbox_received_total counts, for
-	// /api/stats and the page.
-	sources map[string]*sourceCounts
 
 	throughput *Throughput
-	buildOnce  sync.Once
+}
+
+// families are the metric families of a replica, in its registry: every
+// outbox's Metrics adds its series to them.
+type families struct {
+	reg *prometheus.Registry
+
+	deliveries *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	latency    *prometheus.HistogramVec
+	rows       *prometheus.GaugeVec
+	oldest     *prometheus.GaugeVec
+	claimed    *prometheus.CounterVec
+	lost       *prometheus.CounterVec
+	retention  *prometheus.CounterVec
+	inbox      *prometheus.CounterVec
+	inboxRows  *prometheus.GaugeVec
+	inboxAge   *prometheus.GaugeVec
+	countTook  *prometheus.GaugeVec
+	wakeups    *prometheus.GaugeVec
+
+	horizonAge, deadVersions, slotRetained, slotBehind *prometheus.GaugeVec
+
+	// outboxes are the Metrics of each outbox, for the gauges that read
+	// their engines.
+	omu      sync.Mutex
+	outboxes []*Metrics
+
+	// Per inbox source, what queuebox_inbox_received_total counts, for
+	// /api/stats and the page.
+	smu     sync.Mutex
+	sources map[string]*sourceCounts
+
+	buildOnce sync.Once
 }
 
 // sourceCounts are the messages one inbox source handled, per outcome (in
@@ -72,77 +107,96 @@ type destinationCounts struct {
 // InboxOutcomes are the outcomes of queuebox_inbox_received_total.
 var InboxOutcomes = []string{"stored", "duplicate", "rejected"}
 
+// DefaultOutbox labels the metrics of a replica of one outbox.
+const DefaultOutbox = "default"
+
 // NewMetrics registers every metric in a registry of its own, with the Go
-// runtime's and the process's. inboxSources are the configured inbox
-// sources: their series start at zero, so that rate() works from the
-// first scrape.
-func NewMetrics(inboxSources []string) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), dests: map[string]*destinationCounts{}, sources: map[string]*sourceCounts{}}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f := factory{m.reg}
-	m.deliveries = f.counterVec("queuebox_deliveries_total",
-		"Rows whose delivery ended, by route, destination and outcome (delivered, retry, dead). Rows that match no route are dead with empty route and destination.",
-		"route", "destination", "outcome")
-	m.duration = f.histogramVec("queuebox_delivery_duration_seconds",
+// runtime's and the process's, and returns the metrics of the outbox
+// DefaultOutbox (ForOutbox gives those of others). inboxSources are the
+// configured inbox sources: their series start at zero, so that rate()
+// works from the first scrape.
+func NewMetrics(inboxSources []string) *Metrics { return NewMetricsFor(inboxSources, DefaultOutbox) }
+
+// NewMetricsFor is NewMetrics with the outbox of the metrics it returns.
+func NewMetricsFor(inboxSources []string, outbox string) *Metrics {
+	f := &families{reg: prometheus.NewRegistry(), sources: map[string]*sourceCounts{}}
+	f.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r := factory{f.reg}
+	f.deliveries = r.counterVec("queuebox_deliveries_total",
+		"Rows whose delivery ended, by outbox, route, destination and outcome (delivered, retry, dead). Rows that match no route are dead with empty route and destination.",
+		"outbox", "route", "destination", "outcome")
+	f.duration = r.histogramVec("queuebox_delivery_duration_seconds",
 		"How long the destination took to accept or refuse a row (the publish call that carried it; rows of one batch share it).",
-		prometheus.ExponentialBuckets(0.001, 2.5, 12), "destination")
-	m.latency = f.histogramVec("queuebox_end_to_end_latency_seconds",
+		prometheus.ExponentialBuckets(0.001, 2.5, 12), "outbox", "destination")
+	f.latency = r.histogramVec("queuebox_end_to_end_latency_seconds",
 		"From a row's created_at to the moment its destination accepted it.",
-		prometheus.ExponentialBuckets(0.005, 2.5, 14), "destination")
-	m.horizonAge = f.gauge("queuebox_horizon_held_seconds",
-		"How long the oldest open transaction (or standby, prepared transaction, replication slot) has held the database's horizon back: while it stays open, vacuum can remove no row version. 0 when none is seen.")
-	m.deadVersions = f.gauge("queuebox_outbox_dead_row_versions",
-		"Dead row versions in the outbox table, from the database's statistics (-1 where it does not say).")
-	m.slotRetained = f.gauge("queuebox_wakeups_slot_retained_bytes",
-		"WAL the server keeps for the wake-up slot: the slot's restart position behind the server's current WAL position, in bytes (the same slot on every replica: use max). 0 while no relay holds a slot.")
-	m.slotBehind = f.gauge("queuebox_wakeups_slot_behind_bytes",
-		"How far the wake-up slot's confirmed position is behind the server's current WAL position, in bytes: WAL written that its relay has not decoded yet (logical decoding reads all of it, whatever the table). 0 while no relay holds a slot.")
-	m.wakeups = f.gaugeVec("queuebox_wakeups",
-		"What wakes the relay when rows arrive: 1 for the kind in use (logical: nudges from logical replication; probe: the relay asks) and the wake-up source's state (listening, connecting, reconnecting, unavailable, off).",
-		"kind", "state")
-	m.rows = f.gaugeVec("queuebox_rows",
+		prometheus.ExponentialBuckets(0.005, 2.5, 14), "outbox", "destination")
+	f.horizonAge = r.gaugeVec("queuebox_horizon_held_seconds",
+		"How long the oldest open transaction (or standby, prepared transaction, replication slot) has held the outbox database's horizon back: while it stays open, vacuum can remove no row version. 0 when none is seen.", "outbox")
+	f.deadVersions = r.gaugeVec("queuebox_outbox_dead_row_versions",
+		"Dead row versions in the outbox table, from the database's statistics (-1 where it does not say).", "outbox")
+	f.slotRetained = r.gaugeVec("queuebox_wakeups_slot_retained_bytes",
+		"WAL the server keeps for the outbox's wake-up slot: the slot's restart position behind the server's current WAL position, in bytes (the same slot on every replica: use max). 0 while no relay holds a slot.", "outbox")
+	f.slotBehind = r.gaugeVec("queuebox_wakeups_slot_behind_bytes",
+		"How far the outbox's wake-up slot's confirmed position is behind the server's current WAL position, in bytes: WAL written that its relay has not decoded yet (logical decoding reads all of it, whatever the table). 0 while no relay holds a slot.", "outbox")
+	f.wakeups = r.gaugeVec("queuebox_wakeups",
+		"What wakes the relay when rows arrive in the outbox: 1 for the kind in use (logical: nudges from logical replication; probe: the relay asks) and the wake-up source's state (listening, connecting, reconnecting, unavailable, off).",
+		"outbox", "kind", "state")
+	f.rows = r.gaugeVec("queuebox_rows",
 		"Rows in the outbox table per state, counted by the sampler on an interval (any state found, including values written by hand).",
-		"state")
-	m.oldest = f.gauge("queuebox_oldest_pending_age_seconds",
-		"How long the oldest row the relay could claim now has waited since it became due (rows behind a held or running row of their key, as during a pause, wait for it and do not count); 0 when none is due.")
-	m.claimed = f.counter("queuebox_claimed_rows_total", "Rows this replica claimed.")
-	m.lost = f.counter("queuebox_lost_claims_total", "Claims this replica lost before writing their outcome (the lease passed); the rows are delivered again.")
-	m.retention = f.counterVec("queuebox_retention_deleted_total", "Rows the retention deleted, by state.", "state")
-	m.inbox = f.counterVec("queuebox_inbox_received_total", "Messages the inbox received, by source and outcome (stored, duplicate, rejected).", "source", "outcome")
-	m.inboxRows = f.gaugeVec("queuebox_inbox_rows",
+		"outbox", "state")
+	f.oldest = r.gaugeVec("queuebox_oldest_pending_age_seconds",
+		"How long the oldest row the relay could claim now has waited since it became due (rows behind a held or running row of their key, as during a pause, wait for it and do not count); 0 when none is due.", "outbox")
+	f.claimed = r.counterVec("queuebox_claimed_rows_total", "Rows this replica claimed.", "outbox")
+	f.lost = r.counterVec("queuebox_lost_claims_total", "Claims this replica lost before writing their outcome (the lease passed); the rows are delivered again.", "outbox")
+	f.retention = r.counterVec("queuebox_retention_deleted_total", "Rows the retention deleted, by outbox and state.", "outbox", "state")
+	f.inbox = r.counterVec("queuebox_inbox_received_total", "Messages the inbox received, by source and outcome (stored, duplicate, rejected).", "source", "outcome")
+	f.inboxRows = r.gaugeVec("queuebox_inbox_rows",
 		"Rows in the inbox table per state (received: waiting for the inbox relay; relayed: turned into outbox rows), counted with queuebox_rows.",
-		"state")
-	m.inboxAge = f.gauge("queuebox_inbox_oldest_received_age_seconds",
-		"How long the oldest received inbox row (not yet relayed) had waited at the last count; 0 when none waits.")
-	m.countTook = f.gauge("queuebox_rows_count_seconds", "How long the last count of the outbox table took (it sets the sampling interval).")
-	f.gaugeFunc("queuebox_inflight_rows", "Rows this replica has claimed and not yet written an outcome for.", func() float64 {
-		if e := m.engine.Load(); e != nil {
-			return float64(e.Stats.InFlight.Load())
-		}
-		return 0
+		"outbox", "state")
+	f.inboxAge = r.gaugeVec("queuebox_inbox_oldest_received_age_seconds",
+		"How long the oldest received inbox row (not yet relayed) had waited at the last count; 0 when none waits.", "outbox")
+	f.countTook = r.gaugeVec("queuebox_rows_count_seconds", "How long the last count of the outbox table took (it sets the sampling interval).", "outbox")
+	f.reg.MustRegister(&engineCollector{f: f,
+		up:       prometheus.NewDesc("queuebox_outbox_up", "1 while the outbox's engine runs and its last claim reached its database, else 0 (waiting for its database, its schema not current, starting again after a failure).", []string{"outbox"}, nil),
+		inflight: prometheus.NewDesc("queuebox_inflight_rows", "Rows this replica has claimed and not yet written an outcome for.", []string{"outbox"}, nil),
+		others: prometheus.NewDesc("queuebox_other_relay_sessions", "Sessions that other relays held on the outbox's database server at the last look; while there are any, this replica runs one claim and one completion at a time instead of two.",
+			[]string{"outbox"}, nil),
+		mailbox: prometheus.NewDesc("queuebox_actor_mailbox_length", "Messages waiting in the mailboxes of the engine's actors, per outbox and kind of actor.", []string{"outbox", "actor"}, nil),
 	})
-	f.gaugeFunc("queuebox_other_relay_sessions", "Sessions that other relays held on the database server at the last look; while there are any, this replica runs one claim and one completion at a time instead of two.", func() float64 {
-		if e := m.engine.Load(); e != nil {
-			return float64(e.Stats.OtherRelays.Load())
+	for _, src := range inboxSources {
+		for _, o := range InboxOutcomes {
+			f.inbox.WithLabelValues(src, o)
 		}
-		return 0
-	})
-	for _, k := range actors.ActorKinds() {
-		f.gaugeFunc("queuebox_actor_mailbox_length", "Messages waiting in the mailboxes of the engine's actors, per kind of actor.", func() float64 {
-			if e := m.engine.Load(); e != nil {
-				return float64(e.MailboxLength(k))
-			}
-			return 0
-		}, prometheus.Labels{"actor": k.String()})
+		f.sources[src] = &sourceCounts{}
+	}
+	f.reg.MustRegister(newDestinationCollector(f))
+	return f.forOutbox(outbox)
+}
+
+// ForOutbox returns the metrics of another outbox of the replica, in the
+// same registry (the same outbox's twice: one Metrics).
+func (m *Metrics) ForOutbox(name string) *Metrics { return m.forOutbox(name) }
+
+func (f *families) forOutbox(name string) *Metrics {
+	f.omu.Lock()
+	defer f.omu.Unlock()
+	for _, m := range f.outboxes {
+		if m.outbox == name {
+			return m
+		}
+	}
+	l := prometheus.Labels{"outbox": name}
+	m := &Metrics{families: f, outbox: name, dests: map[string]*destinationCounts{},
+		deliveries: f.deliveries.MustCurryWith(l), duration: f.duration.MustCurryWith(l).(*prometheus.HistogramVec),
+		latency: f.latency.MustCurryWith(l).(*prometheus.HistogramVec), rows: f.rows.MustCurryWith(l),
+		oldest: f.oldest.With(l), claimed: f.claimed.With(l), lost: f.lost.With(l), retention: f.retention.MustCurryWith(l),
+		inboxRows: f.inboxRows.MustCurryWith(l), inboxAge: f.inboxAge.With(l), countTook: f.countTook.With(l),
+		wakeups: f.wakeups.MustCurryWith(l), horizonAge: f.horizonAge.With(l), deadVersions: f.deadVersions.With(l),
+		slotRetained: f.slotRetained.With(l), slotBehind: f.slotBehind.With(l),
 	}
 	for _, s := range []dialects.State{dialects.Delivered, dialects.Dead} {
 		m.retention.WithLabelValues(string(s))
-	}
-	for _, src := range inboxSources {
-		for _, o := range InboxOutcomes {
-			m.inbox.WithLabelValues(src, o)
-		}
-		m.sources[src] = &sourceCounts{}
 	}
 	for _, s := range inboxStates {
 		m.inboxRows.WithLabelValues(string(s))
@@ -150,9 +204,75 @@ func NewMetrics(inboxSources []string) *Metrics {
 	for _, s := range dialects.States {
 		m.rows.WithLabelValues(string(s))
 	}
-	m.reg.MustRegister(newDestinationCollector(m))
 	m.throughput = newThroughput(m)
+	f.outboxes = append(f.outboxes, m)
 	return m
+}
+
+// Outbox names the outbox these metrics are of.
+func (m *Metrics) Outbox() string { return m.outbox }
+
+// SetUp gives queuebox_outbox_up what says whether the outbox runs.
+func (m *Metrics) SetUp(f func() bool) { m.up.Store(&f) }
+
+// isUp is what queuebox_outbox_up shows.
+func (m *Metrics) isUp() bool {
+	if f := m.up.Load(); f != nil {
+		return (*f)()
+	}
+	return m.engine.Load() != nil
+}
+
+// all are the metrics of every outbox.
+func (f *families) all() []*Metrics {
+	f.omu.Lock()
+	defer f.omu.Unlock()
+	return append([]*Metrics(nil), f.outboxes...)
+}
+
+// engines are the engines of the outboxes that run, by outbox.
+func (f *families) engines() (names []string, engines []*actors.Engine) {
+	f.omu.Lock()
+	defer f.omu.Unlock()
+	for _, m := range f.outboxes {
+		if e := m.engine.Load(); e != nil {
+			names, engines = append(names, m.outbox), append(engines, e)
+		}
+	}
+	return names, engines
+}
+
+// engineCollector reads each outbox's engine at each scrape: its rows in
+// flight, the other relays' sessions and its mailboxes. An outbox whose
+// engine does not run has no series.
+type engineCollector struct {
+	f                             *families
+	inflight, others, mailbox, up *prometheus.Desc
+}
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.up
+	ch <- c.inflight
+	ch <- c.others
+	ch <- c.mailbox
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.f.all() {
+		v := 0.0
+		if m.isUp() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, v, m.outbox)
+	}
+	names, engines := c.f.engines()
+	for i, e := range engines {
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.Stats.InFlight.Load()), names[i])
+		ch <- prometheus.MustNewConstMetric(c.others, prometheus.GaugeValue, float64(e.Stats.OtherRelays.Load()), names[i])
+		for _, k := range actors.ActorKinds() {
+			ch <- prometheus.MustNewConstMetric(c.mailbox, prometheus.GaugeValue, float64(e.MailboxLength(k)), names[i], k.String())
+		}
+	}
 }
 
 // SetBuildInfo publishes queuebox_build_info: a gauge of value 1 whose
@@ -177,21 +297,21 @@ func (m *Metrics) InboxReceived(source string, outcome inbox.Outcome) {
 	if i < 0 || i >= len(sourceCounts{}) {
 		return
 	}
-	m.mu.Lock()
+	m.smu.Lock()
 	c := m.sources[source]
 	if c == nil {
 		c = &sourceCounts{}
 		m.sources[source] = c
 	}
-	m.mu.Unlock()
+	m.smu.Unlock()
 	c[i].Add(1)
 }
 
 // inboxTotals reads what each inbox source handled since the replica
 // started, per outcome.
 func (m *Metrics) inboxTotals() map[string]map[string]int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.smu.Lock()
+	defer m.smu.Unlock()
 	out := make(map[string]map[string]int64, len(m.sources))
 	for name, c := range m.sources {
 		byOutcome := make(map[string]int64, len(c))
@@ -210,7 +330,7 @@ var inboxStates = []dialects.InboxState{dialects.InboxReceived, dialects.InboxRe
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // SetEngine gives the gauges that read the engine (in-flight rows, mailbox
-// lengths) their engine once it runs.
+// lengths) their engine once it runs; nil once it stopped.
 func (m *Metrics) SetEngine(e *actors.Engine) { m.engine.Store(e) }
 
 // SetWakeups records what wakes the relay now: logical replication or
@@ -218,7 +338,7 @@ func (m *Metrics) SetEngine(e *actors.Engine) { m.engine.Store(e) }
 // calls it on every change.
 func (m *Metrics) SetWakeups(st dialects.WakeupStatus) {
 	m.wakeupsStatus.Store(&st)
-	m.wakeups.Reset()
+	m.families.wakeups.DeletePartialMatch(prometheus.Labels{"outbox": m.outbox})
 	m.wakeups.WithLabelValues(st.Kind(), string(st.State)).Set(1)
 }
 
@@ -355,7 +475,7 @@ func (r *routeMetrics) Finished(o actors.DeliveryOutcome, publish, latency time.
 // setRows publishes a count of the table: every state found, and zero for
 // the four that were not.
 func (m *Metrics) setRows(rows map[string]int64, took time.Duration) {
-	m.rows.Reset()
+	m.families.rows.DeletePartialMatch(prometheus.Labels{"outbox": m.outbox})
 	for _, s := range dialects.States {
 		m.rows.WithLabelValues(string(s)).Set(0)
 	}
@@ -370,7 +490,7 @@ func (m *Metrics) setOldestDue(d time.Duration) { m.oldest.Set(d.Seconds()) }
 // setInbox publishes a count of the inbox table: every state found, and
 // zero for the two that were not.
 func (m *Metrics) setInbox(st dialects.InboxStats) {
-	m.inboxRows.Reset()
+	m.families.inboxRows.DeletePartialMatch(prometheus.Labels{"outbox": m.outbox})
 	for _, s := range inboxStates {
 		m.inboxRows.WithLabelValues(string(s)).Set(0)
 	}

@@ -56,6 +56,18 @@ type Options struct {
 	// History: the attempt history is on, and records the replays made
 	// through POST /api/replay.
 	History bool
+	// Outbox names the outbox this handler serves (in /api/stats); State,
+	// when set, says whether its engine runs (a relay of several outboxes
+	// runs each on its own: bootstrap).
+	Outbox string
+	State  func() OutboxState
+}
+
+// OutboxState is where an outbox's engine stands: Running, or why not.
+type OutboxState struct {
+	Running bool   `json:"running"`
+	State   string `json:"state"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Server is the admin listener's handler: health, readiness, metrics, the
@@ -66,6 +78,8 @@ type Server struct {
 	mux      *http.ServeMux
 	draining atomic.Bool
 	cookie   string
+	// relay is the Relay that serves this handler with others (nil alone).
+	relay *Relay
 
 	// What Start began, for Stop to end and wait for.
 	startOnce sync.Once
@@ -311,34 +325,46 @@ func (s *Server) dbFailed(w http.ResponseWriter, err error) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	notReady := func(reason string) {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, "not ready: "+reason)
-	}
 	if s.draining.Load() {
-		notReady("the relay is stopping (draining)")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not ready: the relay is stopping (draining)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
+	if reason := s.NotReady(ctx); reason != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not ready: "+reason)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// NotReady says why the outbox is not ready ("" when it is): its database
+// does not answer, its schema is not current, or its engine does not run.
+func (s *Server) NotReady(ctx context.Context) string {
 	if err := s.o.Dialect.Ping(ctx); err != nil {
 		if errors.Is(err, dialects.ErrLoginRefused) {
-			notReady(err.Error() + "; check the user, the password and the database name in database.url")
-			return
+			return err.Error() + "; check the user, the password and the database name in database.url"
 		}
-		notReady("the database does not answer: " + err.Error())
-		return
+		return "the database does not answer: " + err.Error()
 	}
 	current, err := migrations.Current(ctx, s.o.Dialect)
 	switch {
 	case err != nil:
-		notReady("the migration history cannot be read: " + err.Error())
-		return
+		return "the migration history cannot be read: " + err.Error()
 	case !current:
-		notReady("the database schema is not current: run `queuebox migrate up`")
-		return
+		return "the database schema is not current: run `queuebox migrate up`"
 	}
-	fmt.Fprintln(w, "ready")
+	if s.o.State != nil {
+		if st := s.o.State(); !st.Running {
+			if st.Error != "" {
+				return st.State + ": " + st.Error
+			}
+			return st.State
+		}
+	}
+	return ""
 }
 
 // StatsView is the body of GET /api/stats.
@@ -367,6 +393,10 @@ type StatsView struct {
 	Inbox *InboxView `json:"inbox,omitempty"`
 	// Wakeups says what wakes this relay when rows arrive, and why.
 	Wakeups *WakeupsView `json:"wakeups,omitempty"`
+	// Outbox is the outbox these figures are of; Outboxes every outbox of
+	// the relay, each as its last count saw it (pick one with ?outbox=).
+	Outbox   string            `json:"outbox,omitempty"`
+	Outboxes []OutboxBriefView `json:"outboxes,omitempty"`
 	// Horizon is what holds the database's horizon back (null before the
 	// first read).
 	Horizon *HorizonView `json:"horizon,omitempty"`
@@ -434,6 +464,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	v.DeliveriesPerSecond = v.Throughput.DeliveriesPerSecond
 	if st, ok := s.o.Metrics.Wakeups(); ok {
 		v.Wakeups = &WakeupsView{Kind: st.Kind(), WakeupStatus: st}
+	}
+	v.Outbox = s.o.Outbox
+	if s.relay != nil {
+		v.Outboxes = s.relay.briefs()
 	}
 	writeJSON(w, http.StatusOK, v)
 }

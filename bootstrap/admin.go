@@ -19,7 +19,7 @@ import (
 
 // adminListener is the admin listener of a running replica.
 type adminListener struct {
-	server *admin.Server
+	server *admin.Relay
 	http   *http.Server
 	addr   net.Addr
 	done   chan struct{}
@@ -34,7 +34,7 @@ func (a *adminListener) URL() string { return "http://" + a.addr.String() + "/" 
 // relay still waits for the database; /readyz says what it waits for.
 // inboxHTTP serves the inbox's HTTP sources at /inbox/, outside the admin
 // token: each source checks credentials of its own.
-func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logger, ro RunOptions, inboxHTTP http.Handler) (*adminListener, error) {
+func startAdmin(l *Loaded, relay *admin.Relay, log *slog.Logger, inboxHTTP http.Handler) (*adminListener, error) {
 	ln, err := net.Listen("tcp", l.Admin.Listen)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -48,15 +48,10 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 		ln.Close()
 		return nil, &ExitError{Code: 2, Err: err}
 	}
-	srv := admin.NewServer(admin.Options{
-		Dialect: d, Token: l.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(l),
-		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
-		RouteOf: RouteOf(l), FinalStatus: FinalStatus(l), History: l.Outbox.History.Enabled,
-	})
 	mux := http.NewServeMux()
 	mux.Handle(inbox.Prefix, inboxHTTP)
-	mux.Handle("/", srv)
-	a := &adminListener{server: srv, addr: ln.Addr(), done: make(chan struct{}),
+	mux.Handle("/", relay)
+	a := &adminListener{server: relay, addr: ln.Addr(), done: make(chan struct{}),
 		http: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() {
 		defer close(a.done)
@@ -66,6 +61,16 @@ func startAdmin(l *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logge
 	}()
 	log.Info("admin listening", "address", a.addr.String(), "page", a.URL(), "token", l.Admin.Token != "")
 	return a, nil
+}
+
+// adminServer builds the admin handler of one outbox (v is its view).
+func adminServer(v *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logger, ro RunOptions, state func() admin.OutboxState) *admin.Server {
+	return admin.NewServer(admin.Options{
+		Dialect: d, Token: v.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(v),
+		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
+		RouteOf: RouteOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
+		Outbox: v.OutboxName, State: state,
+	})
 }
 
 // RouteOf names the route and the destination of a topic by the

@@ -273,6 +273,9 @@ type RouteConfig struct {
 type AdminConfig struct {
 	Listen string `yaml:"listen"`
 	Token  string `yaml:"token" secret:"true"`
+	// Ready is when /readyz answers 200 for a relay of several outboxes:
+	// any (one outbox ready is enough) or all.
+	Ready string `yaml:"ready"`
 }
 
 type LogConfig struct {
@@ -349,7 +352,7 @@ func Defaults() *Config {
 		HTTP:     HTTPConfig{MaxErrorBodyBytes: 2048, TimeoutMs: 10000},
 		Engine:   EngineConfig{Mailbox: MailboxConfig{Claimer: 256, Key: 64, Sink: 1024, Completer: 8192}, KeyIdleMs: 10000, UnorderedConcurrency: 256},
 		Shutdown: ShutdownConfig{DrainTimeoutMs: 15000},
-		Admin:    AdminConfig{Listen: "127.0.0.1:8080"},
+		Admin:    AdminConfig{Listen: "127.0.0.1:8080", Ready: "any"},
 		Log:      LogConfig{Format: "json", Level: "info"},
 	}
 }

@@ -134,10 +134,13 @@ func loopbackListen(listen string) bool {
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
-// InboxRelayOptions maps inbox.relay onto the engine: max_attempts of the
-// rows it creates is inbox.relay.maxAttempts, or else outbox.maxAttempts.
+// InboxRelayOptions maps inbox.relay onto the engine of an outbox: on for
+// the inbox's outbox only; max_attempts of the rows it creates is
+// inbox.relay.maxAttempts, or else outbox.maxAttempts.
 func InboxRelayOptions(l *Loaded) actors.InboxRelay {
-	r := actors.InboxRelay{Enabled: l.Inbox.Relay.Enabled, MaxAttempts: l.Outbox.MaxAttempts}
+	// The inbox relay runs on the inbox's outbox only (InboxOutbox).
+	on := l.OutboxName == "" || l.OutboxName == l.InboxOutbox()
+	r := actors.InboxRelay{Enabled: l.Inbox.Relay.Enabled && on, MaxAttempts: l.Outbox.MaxAttempts}
 	if l.Inbox.Relay.MaxAttempts > 0 {
 		r.MaxAttempts = l.Inbox.Relay.MaxAttempts
 	}

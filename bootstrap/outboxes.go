@@ -244,7 +244,7 @@ func (l *Loaded) OutboxViews() []*Loaded {
 // unknownOutbox is the error of --outbox NAME that names no outbox.
 func (l *Loaded) unknownOutbox(name string) error {
 	names := l.OutboxNames()
-	return &Error{File: l.File, Problems: []Problem{{Key: "--outbox", Reason: fmt.Sprintf("%q is not an outbox of this file; its outboxes are %s", name, strings.Join(names, ", "))}}}
+	return fmt.Errorf("--outbox: %q is not an outbox of %s; its outboxes are %s", name, l.File, strings.Join(names, ", "))
 }
 
 // SelectOutboxes resolves --outbox for a command: the named outbox, or
@@ -260,7 +260,7 @@ func (l *Loaded) SelectOutboxes(name string, one bool) ([]*Loaded, error) {
 	}
 	names := l.OutboxNames()
 	if one && len(names) > 1 {
-		return nil, &Error{File: l.File, Problems: []Problem{{Key: "--outbox", Reason: fmt.Sprintf("is required: this file has %d outboxes (%s) and the command acts on one; pass --outbox NAME", len(names), strings.Join(names, ", "))}}}
+		return nil, fmt.Errorf("--outbox: is required: %s has %d outboxes (%s) and this command acts on one; pass --outbox NAME", l.File, len(names), strings.Join(names, ", "))
 	}
 	return l.OutboxViews(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/queuebox/queuebox/actors"
@@ -41,25 +42,67 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// Run is `queuebox run`. It starts the admin listener, waits until the
-// database answers, applies the migrations (with Migrate) or checks that
-// the schema is current, then runs the engine and the inbox's consumers
-// until ctx ends (the first signal), drains them and returns nil (exit 0).
-// ctx ending while Run waits for the database returns nil at once: nothing
-// has started. ro.Abort ending during the drain (the second signal) cuts it
-// short: Run returns an ExitError of code 1 once everything has stopped,
-// and the rows still in flight go back to pending when their leases pass.
+// Run is `queuebox run` for a file of one outbox, on the dialect d the
+// caller opened (and closes): RunOutboxes with that dialect.
+func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
+	names := l.OutboxNames()
+	if len(names) != 1 {
+		return fmt.Errorf("Run serves a file of one outbox; this one has %d: use RunOutboxes", len(names))
+	}
+	return run(ctx, l, map[string]dialects.Dialect{names[0]: d}, log, ro)
+}
+
+// RunOutboxes is `queuebox run`: it opens the database of every outbox of
+// the file, runs them, and closes the pools once Run has returned.
+func RunOutboxes(ctx context.Context, l *Loaded, log *slog.Logger, ro RunOptions) error {
+	ds := map[string]dialects.Dialect{}
+	defer func() {
+		for _, d := range ds {
+			d.Close()
+		}
+	}()
+	for _, v := range l.OutboxViews() {
+		d, err := OpenDialect(context.WithoutCancel(ctx), v)
+		if err != nil {
+			if l.ManyOutboxes() {
+				return fmt.Errorf("outbox %s: %w", v.OutboxName, err)
+			}
+			return err
+		}
+		ds[v.OutboxName] = d
+	}
+	return run(ctx, l, ds, log, ro)
+}
+
+// run runs the outboxes of l on their dialects. It starts the admin
+// listener, then each outbox on its own (outboxRun): it waits until the
+// outbox's database answers, applies the migrations (with Migrate) or
+// checks that the schema is current, then runs its engine. The
+// destinations are shared by every outbox's engine. It runs until ctx ends
+// (the first signal), drains and returns nil (exit 0). ctx ending while an
+// outbox waits for its database stops that wait at once. ro.Abort ending
+// during the drain (the second signal) cuts it short: run returns an
+// ExitError of code 1 once everything has stopped, and the rows still in
+// flight go back to pending when their leases pass.
+//
+// A file of one outbox keeps the failures of a single relay: a schema that
+// is not current, a wake-up source that cannot start or an engine that
+// crashed ends run with an error. With several outboxes, such a failure is
+// its outbox's alone: the outbox is logged, reported on /readyz, the page
+// and the metrics, and started again after a back-off, while the others
+// run on (a database that goes away while its engine runs is the engine's
+// to retry, as always).
 //
 // Tracing is set up first, from the OTEL_* environment (off when none is
 // set): the sinks and the inbox sources take its tracer, and the spans
 // still buffered are flushed once everything has stopped.
 //
-// Run returns its errors, never exits the process, and leaves no goroutine
+// run returns its errors, never exits the process, and leaves no goroutine
 // of its own running when it returns (after a drain cut short, goroutines
-// of the engine's may still end for a moment: actors.Engine.Stop does not
-// wait for a claim or an outcome write in progress then). The dialect is
-// the caller's: Run does not close its pools.
-func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, ro RunOptions) error {
+// of the engines' may still end for a moment: actors.Engine.Stop does not
+// wait for a claim or an outcome write in progress then). The dialects are
+// the caller's: run does not close their pools.
+func run(ctx context.Context, l *Loaded, ds map[string]dialects.Dialect, log *slog.Logger, ro RunOptions) error {
 	for _, w := range l.Warnings {
 		log.Warn("configuration: "+w.String(), "file", l.File)
 	}
@@ -77,20 +120,45 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	}
 	defer stopTracing()
 	// The destinations' settings first: a file that a sink cannot read is
-	// the configuration's fault, and must not wait for the database.
-	opts, err := EngineOptions(l, d, log)
+	// the configuration's fault, and must not wait for a database.
+	shared, err := SharedDestinations(l)
 	if err != nil {
 		return err
 	}
-	metrics := admin.NewMetrics(inboxSources(l))
-	metrics.SetBuildInfo(Version, Commit)
-	opts.Observer = metrics
-	opts.Dialect = metrics.CountPurges(opts.Dialect)
-	consumers, err := InboxConsumers(l, d, metrics, log)
+	defer shared.Close()
+	alone := !l.ManyOutboxes()
+	root := admin.NewMetricsFor(inboxSources(l), l.OutboxNames()[0])
+	root.SetBuildInfo(Version, Commit)
+	var runs []*outboxRun
+	var servers []*admin.Server
+	for _, v := range l.OutboxViews() {
+		d := ds[v.OutboxName]
+		olog := log
+		if !alone {
+			olog = log.With("outbox", v.OutboxName)
+		}
+		m := root.ForOutbox(v.OutboxName)
+		o := &outboxRun{name: v.OutboxName, l: v, d: d, log: olog, metrics: m, alone: alone, migrate: ro.Migrate}
+		o.opts = engineOptions(v, m.CountPurges(d), olog)
+		o.opts.Shared, o.opts.Observer = shared, m
+		o.setState(admin.OutboxState{State: "starting"})
+		o.server = adminServer(v, d, m, olog, ro, o.State)
+		m.SetUp(func() bool { return o.State().Running })
+		runs = append(runs, o)
+		servers = append(servers, o.server)
+	}
+	// The inbox stores into the database of its outbox.
+	inboxRun := runs[0]
+	for _, o := range runs {
+		if o.name == l.InboxOutbox() {
+			inboxRun = o
+		}
+	}
+	consumers, err := InboxConsumers(l, inboxRun.d, root, log)
 	if err != nil {
 		return err
 	}
-	adm, err := startAdmin(l, d, metrics, log, ro, InboxHTTP(l, d, metrics, log))
+	adm, err := startAdmin(l, admin.NewRelay(servers, l.Admin.Ready == "all"), log, InboxHTTP(l, inboxRun.d, root, log))
 	if err != nil {
 		return err
 	}
@@ -98,35 +166,34 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 	if ro.AdminListening != nil {
 		ro.AdminListening(adm.URL())
 	}
-	if !waitForDatabase(ctx, d, log) {
+	// The inbox's consumers start once its outbox's engine runs; the drain
+	// stops those that started.
+	var consumersMu sync.Mutex
+	consumersOn, draining := false, false
+	inboxRun.firstStart = func(e *actors.Engine) error {
+		consumersMu.Lock()
+		defer consumersMu.Unlock()
+		if draining {
+			return nil
+		}
+		if err := startConsumers(consumers, log); err != nil {
+			return err
+		}
+		consumersOn = true
+		if ro.Started != nil {
+			ro.Started(e)
+		}
 		return nil
 	}
-	// A migration is not cut short by the first signal (the engine then
-	// starts and drains at once), only by the second.
-	if err := checkSchema(abort, d, log, ro.Migrate); err != nil {
-		return err
-	}
-	wakeups, stopWakeups, err := startWakeups(life, l, d, log, metrics.SetWakeups)
-	if err != nil {
-		return err
-	}
-	defer stopWakeups()
-	opts.Wakeups = wakeups
-	e, err := actors.New(opts)
-	if err != nil {
-		return err
-	}
-	if err := e.Start(life); err != nil {
-		return err
-	}
-	metrics.SetEngine(e)
-	adm.server.Start(life)
-	if err := startConsumers(consumers, log); err != nil {
-		_ = e.Stop(abort)
-		return err
-	}
-	if ro.Started != nil {
-		ro.Started(e)
+	stop := make(chan struct{})
+	failed := make(chan error, len(runs))
+	var wg sync.WaitGroup
+	for _, o := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.supervise(ctx, abort, life, stop, failed)
+		}()
 	}
 	var fatal error
 	select {
@@ -136,9 +203,32 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		} else {
 			log.Info("stopping; draining", "cause", context.Cause(ctx))
 		}
-	case fatal = <-e.Fatal():
+	case fatal = <-failed:
 	}
-	cut, stopErr := drain(abort, time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond, adm, consumers, e, log)
+	consumersMu.Lock()
+	draining = true
+	started := consumersOn
+	consumersMu.Unlock()
+	if !started {
+		consumers = nil
+	}
+	cut, stopErr := drain(abort, time.Duration(l.Shutdown.DrainTimeoutMs)*time.Millisecond, adm, consumers, func() error {
+		close(stop)
+		wg.Wait()
+		for _, o := range runs {
+			if err := o.stopErr; err != nil {
+				return err
+			}
+		}
+		return nil
+	}, log)
+	if fatal == nil && ctx.Err() == nil {
+		// An outbox failed alone, and said why; none is left to wait for.
+		select {
+		case fatal = <-failed:
+		default:
+		}
+	}
 	switch {
 	case cut:
 		why := fmt.Sprint(context.Cause(abort))
@@ -147,7 +237,7 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 		}
 		return &ExitError{Code: 1, Err: fmt.Errorf("the drain was cut short (%s): the rows still in flight go back to pending when their leases pass", why)}
 	case fatal != nil:
-		return &ExitError{Code: 1, Err: fatal}
+		return fatal
 	case stopErr != nil:
 		log.Warn("drain incomplete", "error", stopErr)
 	}
@@ -155,13 +245,13 @@ func Run(ctx context.Context, l *Loaded, d dialects.Dialect, log *slog.Logger, r
 }
 
 // drain stops a running replica in order: /readyz answers 503; the inbox's
-// consumers store and acknowledge what they hold while the engine still
-// runs; the engine stops claiming, releases the rows it has not started,
+// consumers store and acknowledge what they hold while the engines still
+// run; the engines (stopEngines) stop claiming, release the rows they have not started,
 // lets the deliveries in flight finish (up to drainTimeout), writes their
 // outcomes and shuts its actors down. abort ending cuts all of it short;
 // drain logs that at once, reports it (cut), and returns only once
 // everything has stopped.
-func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener, consumers []inbox.Consumer, e *actors.Engine, log *slog.Logger) (cut bool, err error) {
+func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener, consumers []inbox.Consumer, stopEngines func() error, log *slog.Logger) (cut bool, err error) {
 	adm.server.Draining()
 	drained := make(chan struct{})
 	watched := make(chan struct{})
@@ -183,7 +273,7 @@ func drain(abort context.Context, drainTimeout time.Duration, adm *adminListener
 	consumersCtx, cancel := context.WithTimeout(abort, drainTimeout)
 	stopConsumers(consumersCtx, consumers, log)
 	cancel()
-	err = e.Stop(abort)
+	err = stopEngines()
 	cut = abort.Err() != nil
 	close(drained)
 	<-watched

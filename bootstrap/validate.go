@@ -211,6 +211,9 @@ func (v *validator) wakeups(block string, db *DatabaseConfig) {
 }
 
 func (v *validator) admin(c *Config) {
+	if !oneOf(c.Admin.Ready, "any", "all") {
+		v.add("admin.ready", "%q: use any (/readyz answers 200 while at least one outbox is ready) or all (only while every outbox is)", c.Admin.Ready)
+	}
 	host, port, err := net.SplitHostPort(c.Admin.Listen)
 	if err != nil || port == "" {
 		v.add("admin.listen", "%q is not host:port (for example 127.0.0.1:8080)", c.Admin.Listen)

@@ -150,16 +150,39 @@ func destinationError(l *Loaded, name string, err error) error {
 	return &Error{File: l.File, Problems: []Problem{{Key: key, Reason: reason}}}
 }
 
-// EngineOptions maps the configuration onto the engine.
+// EngineOptions maps the configuration onto the engine (of one outbox:
+// l is its view, Loaded.ForOutbox), with sinks of its own.
 func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Options, error) {
 	factories, err := SinkFactories(l)
 	if err != nil {
 		return actors.Options{}, err
 	}
+	o := engineOptions(l, d, log)
+	o.Destinations, o.Policies = factories, DestinationPolicies(l)
+	return o, nil
+}
+
+// SharedDestinations builds the destinations that the engines of every
+// outbox share: one sink, rate limit and circuit each.
+func SharedDestinations(l *Loaded) (*actors.SharedDestinations, error) {
+	factories, err := SinkFactories(l)
+	if err != nil {
+		return nil, err
+	}
+	inFlight := 0
+	for _, v := range l.OutboxViews() {
+		inFlight = max(inFlight, v.Outbox.MaxInFlight)
+	}
+	return actors.NewSharedDestinations(factories, DestinationPolicies(l), inFlight, nil), nil
+}
+
+// engineOptions maps an outbox's view onto its engine, without its
+// destinations.
+func engineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) actors.Options {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	o := l.Outbox
 	return actors.Options{
-		Dialect: d, Router: l.Compiled.Router, Destinations: factories, Policies: DestinationPolicies(l),
+		Dialect: d, Router: l.Compiled.Router,
 		BatchSize: o.BatchSize, MaxInFlight: o.MaxInFlight, Lease: ms(o.ClaimTimeoutMs), PollInterval: ms(o.PollIntervalMs),
 		ProbeInterval: ms(o.ProbeIntervalMs), LongTransactionWarning: ms(l.Database.LongTransactionWarningMs),
 		Backoff: actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
@@ -171,7 +194,7 @@ func EngineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) (actors.Opti
 		DrainTimeout: ms(l.Shutdown.DrainTimeoutMs), MaxErrorBytes: l.HTTP.MaxErrorBodyBytes,
 		Redact: l.Secrets.Redact, Logger: log,
 		Inbox: InboxRelayOptions(l),
-	}, nil
+	}
 }
 
 // DestinationPolicies maps each destination's rateLimit, maxConcurrency and

@@ -2,6 +2,7 @@
 // counts), /api/dead-groups and /api/blocked-keys every two seconds (the
 // server samples the tables on its own interval, so any number of open
 // pages costs the database nothing), and replays through POST /api/replay.
+// With several outboxes it shows one (?outbox=NAME) and offers the others.
 // It reads /api/destinations too (two small tables), and pauses and
 // resumes destinations through POST /api/destinations/NAME/pause and
 // /resume. No library, no outside resource.
@@ -43,7 +44,34 @@ function ago(iso) {
   return duration((Date.now() - Date.parse(iso)) / 1000) + " ago";
 }
 
+// OUTBOX is the outbox this page shows (?outbox=NAME; the relay's first
+// without it): every API call names it.
+const OUTBOX = new URLSearchParams(location.search).get("outbox");
+
+function withOutbox(path) {
+  if (!OUTBOX) return path;
+  return path + (path.includes("?") ? "&" : "?") + "outbox=" + encodeURIComponent(OUTBOX);
+}
+
+// renderOutboxes offers the relay's outboxes to pick from, each with its
+// state and counts, when it has more than one.
+function renderOutboxes(s) {
+  const pick = $("#outbox");
+  const list = s.outboxes || [];
+  pick.hidden = list.length < 2;
+  if (pick.hidden) return;
+  const label = (o) => o.name + " — " + (o.running ? num((o.rows || {}).pending) + " pending, " + num((o.rows || {}).dead) + " dead" : o.state + (o.error ? ": " + o.error : ""));
+  if (pick.options.length !== list.length) {
+    pick.replaceChildren(...list.map((o) => el("option", { value: o.name }, label(o))));
+    pick.onchange = () => { location.search = "?outbox=" + encodeURIComponent(pick.value); };
+  } else {
+    list.forEach((o, i) => { pick.options[i].textContent = label(o); });
+  }
+  pick.value = s.outbox;
+}
+
 async function api(path, options) {
+  path = withOutbox(path);
   const res = await fetch(path, Object.assign({ headers: { "Accept": "application/json" }, cache: "no-store" }, options || {}));
   if (res.status === 401) {
     location.reload(); // the session ended: the server shows the token form
@@ -71,6 +99,7 @@ function fill(tbody, rows, columns, empty) {
 
 function renderStats(s) {
   lastStats = s;
+  renderOutboxes(s);
   $("#version").textContent = s.version ? "version " + s.version : "";
   $("#freshness").textContent = s.countedAt
     ? "counted " + ago(s.countedAt) + " (the count took " + duration(s.countSeconds) + "; every " + duration(s.countEverySeconds) + ")"

@@ -91,6 +91,24 @@ func configFlags(c *cobra.Command) {
 		return
 	}
 	c.Flags().StringVar(&configPath, "config", "queuebox.yaml", "the configuration file")
+	if _, ok := outboxCommands[topOf(c).Name()]; ok && c.Flags().Lookup("outbox") == nil {
+		c.Flags().StringVar(&outboxName, "outbox", "", outboxCommands[topOf(c).Name()])
+	}
+}
+
+// outboxName is --outbox: the outbox of a file of several that a command
+// reads or acts on.
+var outboxName string
+
+// outboxCommands are the commands that take --outbox, and what it means
+// for each when left out.
+var outboxCommands = map[string]string{
+	"status":       "the outbox to show (default: every outbox)",
+	"migrate":      "the outbox to migrate or show (default: every outbox)",
+	"destinations": "the outbox whose database to read or write (default: every outbox's)",
+	"dead":         "the outbox whose dead rows to read (required when the file has several)",
+	"replay":       "the outbox whose rows to replay (required when the file has several)",
+	"rows":         "the outbox that holds the row (required when the file has several)",
 }
 
 // builtInExamples gives cobra's own commands (help, completion and its
@@ -197,18 +215,72 @@ func wrapArgs(a cobra.PositionalArgs) cobra.PositionalArgs {
 }
 
 // withDB loads the configuration as the tools need it (the database
-// settings: bootstrap.LoadForTools), opens the database as a tool (see
-// bootstrap.OpenToolDialect) and runs f.
+// settings: bootstrap.LoadForTools), opens the database of one outbox as a
+// tool (see bootstrap.OpenToolDialect) and runs f with the outbox's view.
+// The outbox is --outbox, or the file's only one: a file of several needs
+// --outbox.
 func withDB(f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
 	return withDBAs(bootstrap.LoadForTools, bootstrap.OpenToolDialect, f)
 }
 
-// withDBAs is withDB with the way to load the file and open the database.
-func withDBAs(load func(string) (*bootstrap.Loaded, error), open func(context.Context, *bootstrap.Loaded) (dialects.Dialect, error), f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
-	l, err := load(configPath)
+// outboxSection is one outbox of a command that runs on several.
+type outboxSection struct {
+	// Name is the outbox's; Many says the command runs on more than one
+	// (its output then names each).
+	Name string
+	Many bool
+}
+
+// withEachDB runs f on --outbox, or on every outbox of the file, in name
+// order, each with its own database opened as a tool. An outbox whose f
+// fails does not stop the others; the error names the outboxes that
+// failed.
+func withEachDB(f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error) error {
+	l, err := bootstrap.LoadForTools(configPath)
 	if err != nil {
 		return err
 	}
+	views, err := l.SelectOutboxes(outboxName, false)
+	if err != nil {
+		return &usageError{err}
+	}
+	ctx := context.Background()
+	var failed []string
+	var last error
+	for _, v := range views {
+		err := func() error {
+			d, err := bootstrap.OpenToolDialect(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return f(ctx, v, d, outboxSection{Name: v.OutboxName, Many: len(views) > 1})
+		}()
+		if err != nil {
+			if len(views) == 1 {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "queuebox: outbox %s: %v\n", v.OutboxName, err)
+			failed, last = append(failed, v.OutboxName), err
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d outboxes failed (%s); the last: %w", len(failed), len(views), strings.Join(failed, ", "), last)
+	}
+	return nil
+}
+
+// withDBAs is withDB with the way to load the file and open the database.
+func withDBAs(load func(string) (*bootstrap.Loaded, error), open func(context.Context, *bootstrap.Loaded) (dialects.Dialect, error), f func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error) error {
+	file, err := load(configPath)
+	if err != nil {
+		return err
+	}
+	views, err := file.SelectOutboxes(outboxName, true)
+	if err != nil {
+		return &usageError{err}
+	}
+	l := views[0]
 	ctx := context.Background()
 	d, err := open(ctx, l)
 	if err != nil {
@@ -233,10 +305,12 @@ func runCmd() *cobra.Command {
 			// Caught before the configuration is read: see StopSignals.
 			sig := bootstrap.CatchStopSignals()
 			defer sig.Release()
-			return withDBAs(bootstrap.Load, bootstrap.OpenDialect, func(_ context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				log := bootstrap.NewLogger(l, bootstrap.Stderr)
-				return bootstrap.Run(sig.Stop, l, d, log, bootstrap.RunOptions{Migrate: migrate, Abort: sig.Abort})
-			})
+			l, err := bootstrap.Load(configPath)
+			if err != nil {
+				return err
+			}
+			log := bootstrap.NewLogger(l, bootstrap.Stderr)
+			return bootstrap.RunOutboxes(sig.Stop, l, log, bootstrap.RunOptions{Migrate: migrate, Abort: sig.Abort})
 		},
 	}
 	c.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before starting")
@@ -265,7 +339,10 @@ func devCmd() *cobra.Command {
 
 func migrateCmd() *cobra.Command {
 	up := func(*cobra.Command, []string) error {
-		return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+		return withEachDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error {
+			if sec.Many {
+				fmt.Printf("== outbox %s\n", sec.Name)
+			}
 			applied, err := migrations.Up(ctx, d)
 			if err != nil {
 				return err
@@ -294,7 +371,10 @@ func migrateCmd() *cobra.Command {
 		Short:   "List the bundled migrations and whether each is applied",
 		Example: "  queuebox migrate status --config queuebox.yaml",
 		RunE: func(*cobra.Command, []string) error {
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			return withEachDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error {
+				if sec.Many {
+					fmt.Printf("== outbox %s\n", sec.Name)
+				}
 				st, err := migrations.StatusOf(ctx, d)
 				if err != nil {
 					return err
@@ -373,16 +453,35 @@ func statusCmd() *cobra.Command {
 		Example: "  queuebox status --config queuebox.yaml\n" +
 			"  queuebox status --json | jq .rows.dead",
 		RunE: func(*cobra.Command, []string) error {
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			// With several outboxes, --json prints one object: each
+			// outbox's status by name.
+			many := map[string]any{}
+			err := withEachDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error {
 				st, err := admin.Status(ctx, d)
 				if err != nil {
+					if sec.Many && asJSON {
+						many[sec.Name] = map[string]string{"error": err.Error()}
+					}
 					return err
 				}
-				if asJSON {
+				switch {
+				case asJSON && sec.Many:
+					many[sec.Name] = st
+					return nil
+				case asJSON:
 					return json.NewEncoder(os.Stdout).Encode(st)
+				case sec.Many:
+					fmt.Printf("== outbox %s\n", sec.Name)
+					defer fmt.Println()
 				}
 				return st.WriteText(os.Stdout)
 			})
+			if len(many) > 0 {
+				if jerr := json.NewEncoder(os.Stdout).Encode(map[string]any{"outboxes": many}); jerr != nil {
+					return jerr
+				}
+			}
+			return err
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
@@ -533,7 +632,7 @@ var groupIDRE = regexp.MustCompile(`^g-[0-9a-f]{8}$`)
 func replayGroup(cmd *cobra.Command, id string, dryRun, yes bool) error {
 	var others []string
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if !oneOf(f.Name, "group", "yes", "dry-run", "config") {
+		if !oneOf(f.Name, "group", "yes", "dry-run", "config", "outbox") {
 			others = append(others, "--"+f.Name)
 		}
 	})

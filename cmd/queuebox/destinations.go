@@ -28,16 +28,32 @@ func destinationsCmd() *cobra.Command {
 			"  queuebox destinations list --json | jq '.destinations[] | select(.paused)'",
 		Short: "Each destination: delivering or paused, the replicas that hold its circuit open, its rate limit, concurrency and circuit breaker",
 		RunE: func(*cobra.Command, []string) error {
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			// With several outboxes, each database holds its own pauses and
+			// circuits: each is listed (--json: by outbox).
+			many := map[string]admin.DestinationsView{}
+			err := withEachDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error {
 				views, err := admin.Destinations(ctx, d, bootstrap.DestinationInfos(l))
 				if err != nil {
 					return err
 				}
-				if asJSON {
+				switch {
+				case asJSON && sec.Many:
+					many[sec.Name] = admin.DestinationsView{Destinations: views}
+					return nil
+				case asJSON:
 					return json.NewEncoder(os.Stdout).Encode(admin.DestinationsView{Destinations: views})
+				case sec.Many:
+					fmt.Printf("== outbox %s\n", sec.Name)
+					defer fmt.Println()
 				}
 				return admin.WriteDestinations(os.Stdout, views, time.Now())
 			})
+			if len(many) > 0 {
+				if jerr := json.NewEncoder(os.Stdout).Encode(map[string]any{"outboxes": many}); jerr != nil {
+					return jerr
+				}
+			}
+			return err
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
@@ -47,14 +63,19 @@ func destinationsCmd() *cobra.Command {
 		Short: "Pause a destination on every replica: its rows wait, with no attempt counted, until it is resumed",
 		Long: "Pause keeps a destination's rows pending on every replica that shares the database (each reads\n" +
 			"the pause within about a second): nothing is sent to it and no attempt is counted, while the other\n" +
-			"destinations go on. Deliveries already under way finish. `queuebox destinations resume NAME` ends it.",
+			"destinations go on. Deliveries already under way finish. `queuebox destinations resume NAME` ends it.\n" +
+			"With several outboxes the pause is written to every outbox's database (--outbox: one); a relay\n" +
+			"holds the destination while any of its outboxes' databases says it is paused.",
 		Example: "  queuebox destinations pause orders-webhook --reason \"503s since 09:10, ticket OPS-412\"",
 		Args:    nameArg("pause"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			return withEachDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error {
 				st, changed, err := admin.PauseDestination(ctx, d, bootstrap.DestinationInfos(l), args[0], reason, "NAME", "--reason")
 				if err != nil {
 					return usage(err)
+				}
+				if sec.Many {
+					fmt.Printf("outbox %s: ", sec.Name)
 				}
 				if !changed {
 					fmt.Printf("%s was paused already (since %s); its reason is now %q.\n", st.Name, st.Since.UTC().Format(time.RFC3339), st.Reason)
@@ -73,10 +94,13 @@ func destinationsCmd() *cobra.Command {
 		Example: "  queuebox destinations resume orders-webhook",
 		Args:    nameArg("resume"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
+			return withEachDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect, sec outboxSection) error {
 				st, changed, err := admin.ResumeDestination(ctx, d, bootstrap.DestinationInfos(l), args[0], "NAME")
 				if err != nil {
 					return usage(err)
+				}
+				if sec.Many {
+					fmt.Printf("outbox %s: ", sec.Name)
 				}
 				if !changed {
 					fmt.Printf("%s was not paused.\n", st.Name)

@@ -130,7 +130,7 @@ func TestHoldDelays(t *testing.T) {
 	if a := h.Admit(now, 1, 0); a.Held != NotHeld {
 		t.Fatalf("not paused: %+v", a)
 	}
-	h.hold.set(dialectsState("a", true), now)
+	h.hold.set("", dialectsState("a", true), now)
 	for _, c := range []struct{ after, lo, hi time.Duration }{
 		{0, 800 * time.Millisecond, 1200 * time.Millisecond},
 		{10 * time.Second, 8 * time.Second, 12 * time.Second},

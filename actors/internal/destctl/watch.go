@@ -22,6 +22,10 @@ type hold struct {
 	why    string
 	since  time.Time // when it was paused (database clock)
 	seen   time.Time // when this replica saw it paused (wall clock)
+	// by are the watches that read it paused: engines of several outboxes
+	// share a destination, each watching its own database, and the
+	// destination is held while any of them says so.
+	by map[string]bool
 }
 
 // reason says whether the destination is held by a pause.
@@ -55,19 +59,30 @@ func (h *hold) view() pauseView {
 
 // set records a state read from the database, and reports whether the
 // destination was paused or resumed by it.
-func (h *hold) set(st dialects.DestinationState, now time.Time) (changed bool) {
+func (h *hold) set(source string, st dialects.DestinationState, now time.Time) (changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	was := h.paused.Load()
-	h.why, h.since = st.Reason, st.Since
-	if st.Paused && !was {
+	if h.by == nil {
+		h.by = map[string]bool{}
+	}
+	if st.Paused {
+		h.by[source] = true
+	} else {
+		delete(h.by, source)
+	}
+	paused := len(h.by) > 0
+	if st.Paused || !paused {
+		h.why, h.since = st.Reason, st.Since
+	}
+	if paused && !was {
 		h.seen = now
 	}
-	if !st.Paused {
+	if !paused {
 		h.seen = time.Time{}
 	}
-	h.paused.Store(st.Paused)
-	return st.Paused != was
+	h.paused.Store(paused)
+	return paused != was
 }
 
 // Watch reads the destinations' pauses from the database and
@@ -93,6 +108,9 @@ type Watch struct {
 	// Wakeups, when set, may nudge on pauses (nil: none).
 	Wakeups dialects.Wakeups
 	Clock   clock.Clock
+	// Source tells this watch's reads from those of the other engines'
+	// watches over the same handles (each reads its own database).
+	Source string
 
 	// reported: the circuits reported open, and when last.
 	reported map[string]time.Time
@@ -196,7 +214,7 @@ func (w *Watch) readPauses(timeout time.Duration) {
 	for name, h := range w.Handles {
 		st := byName[name]
 		st.Name = name
-		if h.hold.set(st, now) {
+		if h.hold.set(w.Source, st, now) {
 			if st.Paused {
 				if h.flow != nil {
 					h.flow.Interrupt()

@@ -1,0 +1,192 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Relay serves the admin routes of a replica that relays one outbox or
+// several: one Server per outbox, each with its own sampler, and one
+// metrics registry (Metrics.ForOutbox).
+//
+//   - /healthz and /metrics are the replica's: /metrics carries every
+//     outbox's series, told apart by their outbox label.
+//   - /readyz reports every outbox, one line each; it answers 200 while at
+//     least one outbox is ready (ReadyAll: only while all are), so that an
+//     outbox whose database is away does not take the others' inbox and
+//     admin traffic with it. With one outbox it answers as that outbox's
+//     Server does.
+//   - Every other route is one outbox's: the one ?outbox=NAME names, or the
+//     first by name without it. GET /api/stats lists every outbox too, and
+//     the page offers them to pick from.
+type Relay struct {
+	names    []string
+	servers  map[string]*Server
+	readyAll bool
+}
+
+// NewRelay serves servers (in the order given: the first is the one a
+// request without ?outbox= sees). readyAll makes /readyz need every
+// outbox ready.
+func NewRelay(servers []*Server, readyAll bool) *Relay {
+	r := &Relay{servers: map[string]*Server{}, readyAll: readyAll}
+	for _, s := range servers {
+		r.names = append(r.names, s.o.Outbox)
+		r.servers[s.o.Outbox] = s
+		s.relay = r
+	}
+	return r
+}
+
+// Start starts every outbox's sampling (Server.Start); Stop ends it.
+func (r *Relay) Start(ctx context.Context) {
+	for _, n := range r.names {
+		r.servers[n].Start(ctx)
+	}
+}
+
+// Server is the handler of one outbox (nil when there is none of that name).
+func (r *Relay) Server(outbox string) *Server { return r.servers[outbox] }
+
+// Stop stops what Start started, and returns once it has stopped.
+func (r *Relay) Stop() {
+	for _, n := range r.names {
+		r.servers[n].Stop()
+	}
+}
+
+// Draining makes /readyz answer 503: the replica is stopping.
+func (r *Relay) Draining() {
+	for _, n := range r.names {
+		r.servers[n].Draining()
+	}
+}
+
+func (r *Relay) first() *Server { return r.servers[r.names[0]] }
+
+func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch req.URL.Path {
+	case "/healthz", "/login":
+		r.first().ServeHTTP(w, req)
+		return
+	case "/readyz":
+		if len(r.names) == 1 {
+			r.first().ServeHTTP(w, req)
+			return
+		}
+		r.first().auth(http.HandlerFunc(r.readyz)).ServeHTTP(w, req)
+		return
+	case "/metrics":
+		// Every outbox's counts are fresh enough for a scrape; the
+		// registry is one.
+		for _, n := range r.names[1:] {
+			r.servers[n].sampler.Demand(req.Context())
+		}
+		r.first().ServeHTTP(w, req)
+		return
+	}
+	q := req.URL.Query()
+	vals, given := q["outbox"]
+	s := r.first()
+	if given {
+		if len(vals) > 1 {
+			s.fail(w, http.StatusBadRequest, "outbox: is given more than once; give it once")
+			return
+		}
+		if s = r.servers[vals[0]]; s == nil {
+			r.first().fail(w, http.StatusBadRequest, fmt.Sprintf("outbox: %q is not an outbox of this relay; its outboxes are %s", vals[0], strings.Join(r.names, ", ")))
+			return
+		}
+		q.Del("outbox")
+		u := *req.URL
+		u.RawQuery = q.Encode()
+		req = req.Clone(req.Context())
+		req.URL = &u
+	}
+	s.ServeHTTP(w, req)
+}
+
+// readyz reports each outbox's readiness, read at once.
+func (r *Relay) readyz(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if r.first().draining.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not ready: the relay is stopping (draining)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+	defer cancel()
+	reasons := make([]string, len(r.names))
+	var wg sync.WaitGroup
+	for i, n := range r.names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reasons[i] = r.servers[n].NotReady(ctx)
+		}()
+	}
+	wg.Wait()
+	ready := 0
+	var b strings.Builder
+	for i, n := range r.names {
+		if reasons[i] == "" {
+			ready++
+			fmt.Fprintf(&b, "outbox %s: ready\n", n)
+		} else {
+			fmt.Fprintf(&b, "outbox %s: not ready: %s\n", n, reasons[i])
+		}
+	}
+	ok := ready > 0 && (!r.readyAll || ready == len(r.names))
+	head := fmt.Sprintf("ready: %d of %d outboxes", ready, len(r.names))
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		head = "not " + head
+		if r.readyAll {
+			head += " (admin.ready: all needs every one)"
+		}
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprint(w, b.String())
+}
+
+// OutboxBriefView is one outbox in GET /api/stats's outboxes: its engine's
+// state and its last count.
+type OutboxBriefView struct {
+	Name  string `json:"name"`
+	Query string `json:"query"`
+	OutboxState
+	CountedAt               *time.Time       `json:"countedAt"`
+	Rows                    map[string]int64 `json:"rows"`
+	OldestDuePendingSeconds float64          `json:"oldestDuePendingSeconds"`
+	CountError              string           `json:"countError,omitempty"`
+}
+
+// briefs describes every outbox from its last count (no database read).
+func (r *Relay) briefs() []OutboxBriefView {
+	out := make([]OutboxBriefView, 0, len(r.names))
+	for _, n := range r.names {
+		s := r.servers[n]
+		snap := s.sampler.Snapshot()
+		b := OutboxBriefView{Name: n, Query: "outbox=" + url.QueryEscape(n), Rows: map[string]int64{},
+			OldestDuePendingSeconds: snap.Pending.OldestDue.Seconds(), CountError: snap.Err}
+		b.Running, b.State = true, "running"
+		if s.o.State != nil {
+			b.OutboxState = s.o.State()
+		}
+		if !snap.CountedAt.IsZero() {
+			at := snap.CountedAt.UTC()
+			b.CountedAt = &at
+		}
+		for st, c := range snap.Rows {
+			b.Rows[st] = c
+		}
+		out = append(out, b)
+	}
+	return out
+}
