@@ -104,8 +104,8 @@ func TestStatsAndMetricsFollowTheInbox(t *testing.T) {
 		t.Errorf("the sources read %s, want web at zero", got)
 	}
 	scraped(t, hs, map[string]func(float64) bool{
-		`queuebox_inbox_rows{state="received"}`: is(0), `queuebox_inbox_rows{state="relayed"}`: is(0),
-		`queuebox_inbox_oldest_received_age_seconds`: is(0),
+		`queuebox_inbox_rows{outbox="default",state="received"}`: is(0), `queuebox_inbox_rows{outbox="default",state="relayed"}`: is(0),
+		`queuebox_inbox_oldest_received_age_seconds{outbox="default"}`: is(0),
 	})
 
 	// Three messages stored through the source's storer, one of them twice.
@@ -127,8 +127,8 @@ func TestStatsAndMetricsFollowTheInbox(t *testing.T) {
 		t.Errorf("the source web reads %v, want 3 stored and 1 duplicate", s)
 	}
 	scraped(t, hs, map[string]func(float64) bool{
-		`queuebox_inbox_rows{state="received"}`: is(3), `queuebox_inbox_rows{state="relayed"}`: is(0),
-		`queuebox_inbox_oldest_received_age_seconds`: positive,
+		`queuebox_inbox_rows{outbox="default",state="received"}`: is(3), `queuebox_inbox_rows{outbox="default",state="relayed"}`: is(0),
+		`queuebox_inbox_oldest_received_age_seconds{outbox="default"}`: positive,
 	})
 
 	// Two relayed, then the last: the oldest received row's wait ends.
@@ -139,7 +139,7 @@ func TestStatsAndMetricsFollowTheInbox(t *testing.T) {
 		return v.Inbox != nil && v.Inbox.Rows["received"] == 1 && v.Inbox.Rows["relayed"] == 2 && v.Inbox.OldestReceivedSeconds > 0
 	})
 	scraped(t, hs, map[string]func(float64) bool{
-		`queuebox_inbox_rows{state="received"}`: is(1), `queuebox_inbox_rows{state="relayed"}`: is(2),
+		`queuebox_inbox_rows{outbox="default",state="received"}`: is(1), `queuebox_inbox_rows{outbox="default",state="relayed"}`: is(2),
 	})
 	if _, err := d.InboxRelay(ctx, dialects.InboxRelayParams{Limit: 10, MaxAttempts: 5}); err != nil {
 		t.Fatal(err)
@@ -151,8 +151,8 @@ func TestStatsAndMetricsFollowTheInbox(t *testing.T) {
 		t.Errorf("the oldest received row waited %v s with none received", v.Inbox.OldestReceivedSeconds)
 	}
 	scraped(t, hs, map[string]func(float64) bool{
-		`queuebox_inbox_rows{state="received"}`: is(0), `queuebox_inbox_rows{state="relayed"}`: is(3),
-		`queuebox_inbox_oldest_received_age_seconds`: is(0),
+		`queuebox_inbox_rows{outbox="default",state="received"}`: is(0), `queuebox_inbox_rows{outbox="default",state="relayed"}`: is(3),
+		`queuebox_inbox_oldest_received_age_seconds{outbox="default"}`: is(0),
 	})
 	// The relayed rows are outbox rows: the outbox's counts are unchanged
 	// otherwise (three dead, one delivered, one pending before).

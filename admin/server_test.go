@@ -570,7 +570,7 @@ func TestTheTableIsCountedOnlyWhileSomeoneReads(t *testing.T) {
 		t.Fatalf("%d counts with nobody reading", n)
 	}
 	a := call(t, hs, "GET", "/metrics", "")
-	expect(t, a, 200, `queuebox_rows{state="dead"} 3`, `queuebox_rows{state="pending"} 1`)
+	expect(t, a, 200, `queuebox_rows{outbox="default",state="dead"} 3`, `queuebox_rows{outbox="default",state="pending"} 1`)
 	// The interval is at least 50 ms, longer when a count takes long (on a
 	// loaded machine): scrape until three counts.
 	testkit.Eventually(t, "three counts while /metrics is scraped", 0, func() error {

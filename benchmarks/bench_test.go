@@ -72,7 +72,7 @@ func fakeReplica() {
 	go func() {
 		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/metrics" {
-				fmt.Fprintln(w, "queuebox_other_relay_sessions 0") // alone, as in the first round
+				fmt.Fprintln(w, `queuebox_other_relay_sessions{outbox="default"} 0`) // alone, as in the first round
 			}
 		}))
 	}()

@@ -281,7 +281,7 @@ func otherRelaySessions(client *http.Client, admin string) (float64, bool) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "queuebox_other_relay_sessions "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), `queuebox_other_relay_sessions{outbox="default"} `); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			return n, err == nil
 		}

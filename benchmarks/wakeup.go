@@ -260,7 +260,7 @@ func (e *env) waitListening(ctx context.Context, d *postgres.Dialect, procs []*r
 		}
 		listening := 0
 		for _, p := range procs {
-			if admin := p.admin.get(); admin != "" && metricIs(client, admin, `queuebox_wakeups{kind="logical",state="listening"} `, 1) {
+			if admin := p.admin.get(); admin != "" && metricIs(client, admin, `queuebox_wakeups{kind="logical",outbox="default",state="listening"} `, 1) {
 				listening++
 			}
 		}

@@ -14,6 +14,13 @@
 // registered in Secrets, which redacts them from logs, last_error and the
 // configuration that `config check` prints (Loaded.Effective).
 //
+// A file is one outbox (a top-level database block: the outbox named
+// DefaultOutbox) or several (outboxes), each with its own database block
+// and, where they differ, its own outbox settings and routes
+// (outboxes.go). Loaded.ForOutbox is the configuration as one outbox sees
+// it: the code that runs or reads an outbox takes that view, so one outbox
+// and many go through the same code.
+//
 // LoadForTools loads the file for the commands that only read and replay
 // rows: a ${NAME} that is not set outside database.* leaves its key empty
 // (Loaded.Unset) instead of failing, since an operator's shell seldom
@@ -44,7 +51,13 @@
 //
 // # The start
 //
-// Run is `queuebox run`, in this order: the configuration's warnings are
+// RunOutboxes is `queuebox run` (Run, on a dialect the caller opened, for
+// a file of one outbox). Each outbox runs on its own (outboxrun.go): it
+// waits for its database, checks or migrates its schema, and starts its
+// wake-ups and its engine, under a supervision of its own that starts it
+// again after a failure when the file has several outboxes; their engines
+// share the destinations (actors.SharedDestinations). For one outbox, in
+// this order: the configuration's warnings are
 // logged; the sinks' and the inbox sources' settings are checked; the admin
 // listener starts (so that /healthz answers at once and /readyz says what
 // the relay waits for; a port in use, or an address beyond loopback without

@@ -194,7 +194,7 @@ func TestFaults(t *testing.T) {
 			// The continued replica finds its claims lost as its writes
 			// come back matching nothing; give it a moment.
 			_ = testkit.Poll(5*time.Second, func() error { // what it found is reported, not asserted here
-				rec.LostClaims, rec.LostClaimsKnown = w.replica(rec.Stopped).metric("queuebox_lost_claims_total")
+				rec.LostClaims, rec.LostClaimsKnown = w.replica(rec.Stopped).metric(`queuebox_lost_claims_total{outbox="default"}`)
 				if rec.LostClaims == 0 {
 					return errors.New("no lost claim yet")
 				}

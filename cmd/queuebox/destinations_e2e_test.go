@@ -114,7 +114,7 @@ func TestAPauseDoesNotAgeTheOldestDueRow(t *testing.T) {
 	}
 	oldest := 0.0
 	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		oldest = max(oldest, metric(t, page, "queuebox_oldest_pending_age_seconds"))
+		oldest = max(oldest, metric(t, page, `queuebox_oldest_pending_age_seconds{outbox="default"}`))
 	}
 	if oldest >= 5 {
 		t.Errorf("queuebox_oldest_pending_age_seconds reached %.1f s during a 12 s pause", oldest)

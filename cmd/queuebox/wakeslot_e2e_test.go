@@ -60,12 +60,12 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	const least = 20 << 20
 	testkit.Eventually(t, "/metrics to report the WAL kept for the slot", time.Minute, func() error {
-		if v := metric(t, page, "queuebox_wakeups_slot_retained_bytes"); v < least {
+		if v := metric(t, page, `queuebox_wakeups_slot_retained_bytes{outbox="default"}`); v < least {
 			return fmt.Errorf("queuebox_wakeups_slot_retained_bytes %.0f", v)
 		}
 		return nil
 	})
-	if code, body := httpGet(t, page+"metrics", ""); code != 200 || !regexp.MustCompile(`(?m)^queuebox_wakeups_slot_behind_bytes \d`).MatchString(body) {
+	if code, body := httpGet(t, page+"metrics", ""); code != 200 || !regexp.MustCompile(`(?m)^queuebox_wakeups_slot_behind_bytes\{outbox="default"\} \d`).MatchString(body) {
 		t.Errorf("/metrics has no queuebox_wakeups_slot_behind_bytes")
 	}
 	if code, body := httpGet(t, page+"api/stats", ""); code != 200 || !regexp.MustCompile(`"wakeupSlot": \{\s*"slot": "queuebox_[0-9a-f]+_[0-9a-f]+",\s*"retainedBytes": \d{8,}`).MatchString(body) {
