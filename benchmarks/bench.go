@@ -141,6 +141,7 @@ func Scenarios() []Scenario {
 		{"latency", "steady single-row inserts; commit to delivery", runLatency},
 		{"wake-after-idle", "what an idle relay costs its database, and its first row after a quiet spell, with logical wake-ups and with probes (the binary; --seconds sets the quiet spell, default 8)", runWakeAfterIdle},
 		{"trickle", "what a relay costs its database at 1, 10, 50 and 200 single-row transactions a second over 100 keys (the binary, logical wake-ups; --seconds per rate, default 30): transactions per delivered row against 3 a row and 2 a second", runTrickle},
+		{"outboxes", "one relay (the binary) for 50 outboxes, the schemas of one database: idle transactions per second per outbox, the first row after a quiet spell on any of them (--seconds, default 8), memory; and a drain of --rows spread over the 50 against one outbox", runOutboxes},
 		{"long-transaction", "steady single-row inserts while a reader, then a writer, holds a transaction open (--seconds, default 90); p50/p99 per 30 s window", runLongTransaction},
 		{"producer", "insert throughput with and without what QueueBox installs (pgbench, 8 clients)", runProducer},
 		{"replicas", "one relay process against three", runReplicas},

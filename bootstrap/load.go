@@ -171,10 +171,12 @@ func parse(name string, data []byte, env func(string) (string, bool), forTools b
 		d.decode(outboxesLast(root.Content[0]), reflect.ValueOf(cfg).Elem(), "")
 	}
 	var warnings []Problem
-	if _, many := d.lines["outboxes"]; many && overridden {
+	if _, many := d.lines["outboxes"]; many && overridden && !usesVariable(d.raw, "QUEUEBOX_DATABASE_URL") {
 		// Each outbox has a URL of its own: the variable names none of them.
 		warnings = append(warnings, Problem{Key: "QUEUEBOX_DATABASE_URL",
 			Reason: "is set, but the file has outboxes, each with a database.url of its own, so it is not used; unset it, or write ${QUEUEBOX_DATABASE_URL} as one outbox's url"})
+	}
+	if _, many := d.lines["outboxes"]; many && overridden {
 		overridden = false
 		delete(d.fromEnv, "database.url")
 	}
@@ -246,6 +248,16 @@ type decoder struct {
 	// fresh, when it knows the type, makes the value a pointer of that
 	// type starts from where the file gives one (an outbox of outboxes).
 	fresh func(reflect.Type) (reflect.Value, bool)
+}
+
+// usesVariable says whether a value of the file uses ${name}.
+func usesVariable(raw map[string]string, name string) bool {
+	for _, v := range raw {
+		if strings.Contains(v, "${"+name+"}") || strings.Contains(v, "${"+name+":-") {
+			return true
+		}
+	}
+	return false
 }
 
 // outboxesLast returns the top-level mapping n with its outboxes key moved
