@@ -250,6 +250,20 @@ type decoder struct {
 	fresh func(reflect.Type) (reflect.Value, bool)
 }
 
+// databaseKey says whether a key path is in a database block: the top
+// level's, or an outbox's.
+func databaseKey(path string) bool {
+	if strings.HasPrefix(path, "database.") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(path, "outboxes.")
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, ".")
+	return ok && strings.HasPrefix(rest, "database.")
+}
+
 // usesVariable says whether a value of the file uses ${name}.
 func usesVariable(raw map[string]string, name string) bool {
 	for _, v := range raw {
@@ -447,7 +461,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 			}
 			failed = true
 			reason := fmt.Sprintf("the environment variable %s is not set; set it, or give a default as ${%s:-value}", sub[1], sub[1])
-			if d.forTools && !strings.HasPrefix(path, "database.") {
+			if d.forTools && !databaseKey(path) {
 				// The key stays empty; marking it bad keeps validation
 				// from reporting it empty as well.
 				d.bad[displayPath(path)] = true

@@ -209,3 +209,18 @@ func TestDatabaseURLVariableWithOutboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The tools leave a variable that is not set empty outside the database
+// blocks; an outbox's database block needs its variables as the top
+// level's does.
+func TestToolsNeedEveryOutboxsDatabaseVariables(t *testing.T) {
+	cfg := strings.Replace(threeOutboxes, `"postgres://relay@db2:5432/ledger"`, `"postgres://relay:${LEDGER_PW}@db2:5432/ledger"`, 1)
+	_, err := ParseForTools("q.yaml", []byte(cfg), env(nil))
+	var ce *Error
+	if !errors.As(err, &ce) || !hasProblem(ce.Problems, "outboxes.ledger.database.url", "LEDGER_PW is not set", 0) {
+		t.Errorf("an unset variable of an outbox's url: %v", err)
+	}
+	if !databaseKey("outboxes.a.database.url") || databaseKey("outboxes.a.outbox.batchSize") || !databaseKey("database.url") || databaseKey("destinations.database.url") {
+		t.Error("databaseKey")
+	}
+}
