@@ -35,6 +35,13 @@
 // /inbox/, outside this handler and its token: each source checks
 // credentials of its own.
 //
+// A relay of several outboxes has one Server per outbox, each with its own
+// sampler, behind one Relay (relay.go): /readyz lists every outbox,
+// /metrics is one registry whose series carry an outbox label
+// (Metrics.ForOutbox), and every other route is the outbox that ?outbox=
+// names (the first without it). A relay of one outbox goes through a Relay
+// too, and answers as its Server.
+//
 // # The token and loopback
 //
 // The API shows rows' errors and replays rows, so who may reach it matters:
