@@ -224,3 +224,38 @@ func TestToolsNeedEveryOutboxsDatabaseVariables(t *testing.T) {
 		t.Error("databaseKey")
 	}
 }
+
+// An outbox on SQL Server is checked as a top-level SQL Server database is.
+func TestSQLServerOutbox(t *testing.T) {
+	ps := problems(t, `
+outboxes:
+  pg:
+    database: {url: "postgres://db1/app"}
+  ms:
+    database: {dialect: sqlserver, url: "sqlserver://relay@db2:1433?database=app", wakeups: logical}
+  ms2:
+    database: {dialect: sqlserver, url: "postgres://db2/app", schema: other}
+destinations:
+  hook: {type: http, url: "http://localhost:9/x"}
+routes: [{topicPattern: "#", destination: hook}]
+`)
+	if !hasProblem(ps, "outboxes.ms.database.wakeups", "SQL Server does not have", 0) || !hasProblem(ps, "outboxes.ms2.database.url", "does not fit outboxes.ms2.database.dialect sqlserver", 0) || len(ps) != 2 {
+		t.Errorf("SQL Server outboxes: %v", ps)
+	}
+	l, err := Parse("q.yaml", []byte(`
+outboxes:
+  pg:
+    database: {url: "postgres://db1/app"}
+  ms:
+    database: {dialect: sqlserver, url: "sqlserver://relay@db2:1433?database=app", schema: dbo}
+destinations:
+  hook: {type: http, url: "http://localhost:9/x"}
+routes: [{topicPattern: "#", destination: hook}]
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := l.ForOutbox("ms"); v.Database.Dialect != "sqlserver" || v.Names().Schema != "dbo" {
+		t.Errorf("ms: %+v", v.Database)
+	}
+}

@@ -108,6 +108,16 @@ func TestExplicitZerosAreHonouredOrRefused(t *testing.T) {
 			}
 		}
 	}
+	// An outbox of outboxes: its database block and its outbox block.
+	many := func() map[string]any {
+		doc := base(destinations["http"], nil)
+		delete(doc, "database")
+		doc["outboxes"] = map[string]any{"a": map[string]any{"database": map[string]any{"url": "postgres://localhost/app"}, "outbox": map[string]any{}}}
+		return doc
+	}
+	for _, leaf := range leaves(reflect.TypeOf(OutboxEntryConfig{}), []string{"outboxes", "a"}, "") {
+		check(t, many(), leaf.path, leaf.typ)
+	}
 	if tried < 140 {
 		t.Fatalf("only %d keys written as zeros: the walk missed some", tried)
 	}
