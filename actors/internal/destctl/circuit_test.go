@@ -192,3 +192,24 @@ func TestBreakerViewOfAFailure(t *testing.T) {
 		t.Fatalf("two failures with minAttempts 1: %+v, want down", b)
 	}
 }
+
+// A destination that engines share is held while any of their watches read
+// it paused, and a watch whose engine stopped holds it no longer.
+func TestHoldOfSharedHandles(t *testing.T) {
+	var h hold
+	now := time.Now()
+	if !h.set("a", dialectsState("d", true), now) || h.reason() != HeldPaused {
+		t.Fatal("a pause read by a does not hold")
+	}
+	if h.set("b", dialectsState("d", false), now) || h.reason() != HeldPaused {
+		t.Error("b reading no pause released a's")
+	}
+	h.set("b", dialectsState("d", true), now)
+	if h.set("a", dialectsState("d", false), now) || h.reason() != HeldPaused {
+		t.Error("a's resume released the pause b still reads")
+	}
+	h.forget("b")
+	if h.reason() != NotHeld {
+		t.Error("a stopped watch still holds the destination")
+	}
+}

@@ -44,6 +44,20 @@ func (h *hold) delay(now time.Time) time.Duration {
 	return holdDelay(now.Sub(seen))
 }
 
+// forget drops what source read: its engine stopped.
+func (h *hold) forget(source string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.by[source] {
+		return
+	}
+	delete(h.by, source)
+	if len(h.by) == 0 {
+		h.paused.Store(false)
+		h.seen, h.why, h.since = time.Time{}, "", time.Time{}
+	}
+}
+
 // pauseView is the pause as this replica knows it.
 type pauseView struct {
 	paused      bool
@@ -157,10 +171,15 @@ func (w *Watch) Loop() {
 		nudged := false
 		select {
 		case <-w.BG.Done():
-			// The engine stops: its circuits are no one's any more.
+			// The engine stops: its circuits are no one's any more, and
+			// its reading of the pauses no longer holds the handles that
+			// other engines share.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			w.reportCircuits(ctx, true)
 			cancel()
+			for _, h := range w.Handles {
+				h.hold.forget(w.Source)
+			}
 			return
 		case <-t.C():
 			t.Reset(watchEvery)
