@@ -1,10 +1,13 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +26,9 @@ import (
 //     Server does.
 //   - Every other route is one outbox's: the one ?outbox=NAME names, or the
 //     first by name without it. GET /api/stats lists every outbox too, and
-//     the page offers them to pick from.
+//     the page offers them to pick from. A destination's pause or resume
+//     without ?outbox= is written to every outbox's database, as the
+//     command line's.
 type Relay struct {
 	names    []string
 	servers  map[string]*Server
@@ -92,6 +97,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	q := req.URL.Query()
 	vals, given := q["outbox"]
+	if !given && len(r.names) > 1 && req.Method == http.MethodPost && destinationAction.MatchString(req.URL.Path) {
+		r.everyOutbox(w, req)
+		return
+	}
 	s := r.first()
 	if given {
 		if len(vals) > 1 {
@@ -110,6 +119,49 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	s.ServeHTTP(w, req)
 }
+
+// destinationAction is the path of a destination's pause or resume.
+var destinationAction = regexp.MustCompile(`^/api/destinations/[^/]+/(pause|resume)$`)
+
+// everyOutbox pauses or resumes a destination in every outbox's database,
+// as `queuebox destinations pause` does without --outbox: a relay holds a
+// destination while any of its outboxes' databases says it is paused, so
+// a pause in one database alone would hold it, and a resume in one alone
+// would not release it. It answers with the first outbox's answer, or with
+// the first that failed.
+func (r *Relay) everyOutbox(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, 1<<20))
+	if err != nil {
+		r.first().fail(w, http.StatusBadRequest, "the body could not be read: "+err.Error())
+		return
+	}
+	var answer *bufferedAnswer
+	for _, n := range r.names {
+		one := req.Clone(req.Context())
+		one.Body = io.NopCloser(bytes.NewReader(body))
+		a := &bufferedAnswer{header: http.Header{}, code: http.StatusOK}
+		r.servers[n].ServeHTTP(a, one)
+		if answer == nil || (answer.code < 300 && a.code >= 300) {
+			answer = a
+		}
+	}
+	for k, v := range answer.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(answer.code)
+	_, _ = w.Write(answer.body.Bytes())
+}
+
+// bufferedAnswer keeps an answer for everyOutbox to choose from.
+type bufferedAnswer struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (a *bufferedAnswer) Header() http.Header         { return a.header }
+func (a *bufferedAnswer) Write(b []byte) (int, error) { return a.body.Write(b) }
+func (a *bufferedAnswer) WriteHeader(code int)        { a.code = code }
 
 // readyz reports each outbox's readiness, read at once.
 func (r *Relay) readyz(w http.ResponseWriter, req *http.Request) {
