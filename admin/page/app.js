@@ -49,7 +49,8 @@ function ago(iso) {
 const OUTBOX = new URLSearchParams(location.search).get("outbox");
 
 function withOutbox(path) {
-  if (!OUTBOX) return path;
+  // A pause or resume is the relay's: it goes to every outbox's database.
+  if (!OUTBOX || /^\/api\/destinations\/[^/]+\/(pause|resume)$/.test(path)) return path;
   return path + (path.includes("?") ? "&" : "?") + "outbox=" + encodeURIComponent(OUTBOX);
 }
 
