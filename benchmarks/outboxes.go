@@ -159,6 +159,7 @@ func (e *env) drainOutboxes(ctx context.Context, bin, url string, n, rows int) (
 		}
 	}
 	took := time.Since(began)
+	e.progress.add(rows)
 	res := Result{Scenario: "outboxes", Variant: fmt.Sprintf("drain, %d outbox(es)", n), Rows: total, Keys: max(1, 1000/n) * n, Replicas: 1,
 		RowsPerSec: float64(total) / took.Seconds(), Seconds: took.Seconds(), PeakRSSMB: peakRSSMB(r.proc.cmd.Process.Pid)}
 	m.stop(&res)

@@ -106,6 +106,9 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 	case "wake-after-idle":
 		// One row after each quiet spell, to each kind of wake-up.
 		return 2 * wakeRows
+	case "outboxes":
+		// One row after each quiet spell, then two drains of --rows.
+		return outboxRows + 2*o.Rows
 	case "long-transaction":
 		return len(holders) * o.Rate * int((2*holdWindow+hold)/time.Second)
 	case "trickle":
