@@ -373,36 +373,16 @@ func (m *Metrics) Wakeups() (dialects.WakeupStatus, bool) {
 // factory registers metrics in one registry.
 type factory struct{ reg prometheus.Registerer }
 
-func (f factory) counter(name, help string) prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-	f.reg.MustRegister(c)
-	return c
-}
-
 func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	f.reg.MustRegister(c)
 	return c
 }
 
-func (f factory) gauge(name, help string) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
-	f.reg.MustRegister(g)
-	return g
-}
-
 func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	f.reg.MustRegister(g)
 	return g
-}
-
-func (f factory) gaugeFunc(name, help string, fn func() float64, labels ...prometheus.Labels) {
-	opts := prometheus.GaugeOpts{Name: name, Help: help}
-	if len(labels) > 0 {
-		opts.ConstLabels = labels[0]
-	}
-	f.reg.MustRegister(prometheus.NewGaugeFunc(opts, fn))
 }
 
 func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
