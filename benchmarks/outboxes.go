@@ -227,12 +227,18 @@ func (e *env) outboxesRelay(ctx context.Context, url string, n int) (*outboxesRe
 			r.stop()
 			return nil, err
 		}
+		// The bench's own sessions of the migration go: fifty idle pools
+		// would take the server's connections from the relay.
+		d.Pool().Reset()
+		d.ClaimPool().Reset()
 		r.ds = append(r.ds, d)
 		outboxes[fmt.Sprintf("ob%02d", i)] = map[string]any{"database": map[string]any{"url": "${QUEUEBOX_DATABASE_URL}", "schema": d.Names().Schema}}
 	}
 	text, err := yaml.Marshal(map[string]any{
-		"outboxes":     outboxes,
-		"engine":       map[string]any{"maxConnections": 3 * n},
+		"outboxes": outboxes,
+		// Two connections an outbox (and, with logical wake-ups, one
+		// replication connection each), within the server's 200.
+		"engine":       map[string]any{"maxConnections": 2 * n},
 		"destinations": map[string]any{"bench": map[string]any{"type": "http", "url": "http://" + l.Addr().String() + "/"}},
 		"routes":       []any{map[string]any{"topicPattern": "#", "destination": "bench"}},
 		"admin":        map[string]any{"listen": "127.0.0.1:0"},
