@@ -4,11 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/queuebox/queuebox/actors/internal/destctl"
 	"github.com/queuebox/queuebox/internal/clock"
@@ -68,6 +71,17 @@ type SharedDestinations struct {
 	openOnce  sync.Once
 	openErr   error
 	closed    atomic.Bool
+	// system is the actor system of the engines that share the
+	// destinations (made by the first to start).
+	systemOnce sync.Once
+	system     *actor.ActorSystem
+}
+
+// actorSystem is the engines' shared actor system; log is the first
+// engine's.
+func (s *SharedDestinations) actorSystem(log *slog.Logger) *actor.ActorSystem {
+	s.systemOnce.Do(func() { s.system = newActorSystem(log) })
+	return s.system
 }
 
 // NewSharedDestinations builds the destinations from their factories and
@@ -101,10 +115,15 @@ func (s *SharedDestinations) Open() error {
 	return s.openErr
 }
 
-// Close closes the sinks, once every engine that shares them has stopped.
+// Close closes the sinks and shuts the engines' actor system down, once
+// every engine that shares them has stopped.
 func (s *SharedDestinations) Close() {
 	if s.closed.CompareAndSwap(false, true) {
 		destctl.CloseSinks(s.handles)
+		s.systemOnce.Do(func() {})
+		if s.system != nil {
+			s.system.Shutdown()
+		}
 	}
 }
 

@@ -187,11 +187,15 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.sinks[name].Set(s)
 		}
 	}
-	// protoactor logs every dead letter (a message to an actor that just
-	// stopped, which is normal here) at info: keep its warnings only.
-	e.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(minLevel{e.log.Handler(), slog.LevelWarn}).With("component", "actor-system")
-	}))
+	rootName := "engine"
+	if sh := e.opts.Shared; sh != nil {
+		// The engines that share destinations share an actor system too:
+		// each system keeps a registry of its own, which fifty outboxes
+		// would pay fifty times.
+		e.system, rootName = sh.actorSystem(e.log), fmt.Sprintf("engine-%d", watchSources.Add(1))
+	} else {
+		e.system = newActorSystem(e.log)
+	}
 	e.deliveryCtx, e.cancelDelivery = context.WithCancel(context.WithoutCancel(ctx))
 	e.bg = newBackground(ctx, e.opts.Clock)
 	p := parts{
@@ -200,7 +204,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
 		actor.WithSupervisor(&engineStrategy{crash: e.crash}))
-	pid, err := e.system.Root.SpawnNamed(props, "engine")
+	pid, err := e.system.Root.SpawnNamed(props, rootName)
 	if err != nil {
 		e.abort()
 		return err
@@ -240,9 +244,30 @@ func (e *Engine) awaitChildren() error {
 func (e *Engine) abort() {
 	e.bg.stop()
 	e.cancelDelivery()
-	e.system.Shutdown()
+	e.shutdownSystem()
 	e.closeSinks()
 	e.system = nil
+}
+
+// newActorSystem builds an actor system whose own log keeps warnings only:
+// protoactor logs every dead letter (a message to an actor that just
+// stopped, which is normal here) at info.
+func newActorSystem(log *slog.Logger) *actor.ActorSystem {
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(minLevel{log.Handler(), slog.LevelWarn}).With("component", "actor-system")
+	}))
+}
+
+// shutdownSystem ends the engine's actors: the whole system when it is the
+// engine's own, else its supervisor and everything under it.
+func (e *Engine) shutdownSystem() {
+	if e.opts.Shared != nil {
+		if e.root != nil {
+			e.system.Root.Stop(e.root)
+		}
+		return
+	}
+	e.system.Shutdown()
 }
 
 // closeSinks closes the sinks the engine built (shared ones are closed by
@@ -315,7 +340,7 @@ func (e *Engine) stop(ctx context.Context) error {
 	e.bg.stop()
 	e.cancelDelivery()
 	e.system.Root.Stop(e.root)
-	e.system.Shutdown()
+	e.shutdownSystem()
 	e.closeSinks()
 	e.log.Info("stopped", "delivered", e.Stats.Delivered.Load(), "retried", e.Stats.Retried.Load(), "dead", e.Stats.Dead.Load())
 	return err
