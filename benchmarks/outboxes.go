@@ -145,7 +145,8 @@ func (e *env) drainOutboxes(ctx context.Context, bin, url string, n, rows int) (
 	per, keys := rows/n, max(1, 1000/n)
 	total := per * n
 	_, _ = r.ds[0].Pool().Exec(ctx, "CHECKPOINT")
-	m := e.meter()
+	pid := r.proc.cmd.Process.Pid
+	relayCPU, dbCPU := procCPU(pid), e.dbCPU()
 	began := time.Now()
 	for i, d := range r.ds {
 		if err := seedCommitted(ctx, d, hs[i], string(e.payload), per, keys); err != nil {
@@ -166,8 +167,17 @@ func (e *env) drainOutboxes(ctx context.Context, bin, url string, n, rows int) (
 	took := time.Since(began)
 	e.progress.add(rows)
 	res := Result{Scenario: "outboxes", Variant: fmt.Sprintf("drain, %d outbox(es)", n), Rows: total, Keys: keys * n, Replicas: 1,
-		RowsPerSec: float64(total) / took.Seconds(), Seconds: took.Seconds(), PeakRSSMB: peakRSSMB(r.proc.cmd.Process.Pid)}
-	m.stop(&res)
+		RowsPerSec: float64(total) / took.Seconds(), Seconds: took.Seconds(), PeakRSSMB: peakRSSMB(pid)}
+	// The relay's CPU is the binary's, not this process's.
+	relay := procCPU(pid) - relayCPU
+	res.RelayCPU = relay.Seconds()
+	if e.cluster != nil {
+		db := e.dbCPU() - dbCPU
+		res.DBCPU = db.Seconds()
+		if db+relay > 0 {
+			res.DBCPUShare = ptr(float64(db) / float64(db+relay))
+		}
+	}
 	res.Note = fmt.Sprintf("%d rows over %d outbox(es) of one database, committed one transaction an outbox while one relay of them ran, drained to an HTTP destination; from the first commit to the last arrival", total, n)
 	if n > 1 {
 		res.Note += "; ratio: against the same rows in one outbox"
