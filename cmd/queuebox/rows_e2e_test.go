@@ -96,7 +96,7 @@ admin: { listen: "127.0.0.1:0" }
 			v.Attempts[1].Status != "HTTP 200 OK" || v.Attempts[1].Outcome != "delivered" || v.Attempts[1].Try != 2 || v.State != "delivered" {
 			t.Errorf("%s: %+v", src, v)
 		}
-		if v.Attempts[0].DurationMs <= 0 || !v.Attempts[1].At.After(v.Attempts[0].At) {
+		if v.Attempts[0].DurationMs == nil || *v.Attempts[0].DurationMs <= 0 || !v.Attempts[1].At.After(v.Attempts[0].At) {
 			t.Errorf("%s: times %+v", src, v.Attempts)
 		}
 	}
