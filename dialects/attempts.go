@@ -225,11 +225,11 @@ func deliveredSince(h []RecordedAttempt, from int) bool {
 // the entries that follow the attempt that ended the row came after the
 // next replay. (A replay is never stamped before the attempt that ended the
 // row: the statement stamps it after the row's latest attempt.) A replay of
-// a delivered row also says when the delivery was written (RowDelivered,
-// the database's clock): the entries stamped after the middle of the time
-// between the delivery and the replay came after the replay, and when none
-// stamped before it is a delivery, the relay recorded none (a first try
-// that succeeded) and the row's delivery goes right before the replay.
+// a delivered row says when the delivery was written (RowDelivered, the
+// database's clock): when no entry since the previous replay is a
+// delivery, the relay recorded none (a first try that succeeded), the
+// row's delivery goes there, and the entries stamped after it came after
+// the replay.
 func placeReplays(h []RecordedAttempt) []RecordedAttempt {
 	out := make([]RecordedAttempt, 0, len(h))
 	from := 0 // in out, the first entry after the previous replay
@@ -239,23 +239,23 @@ func placeReplays(h []RecordedAttempt) []RecordedAttempt {
 			continue
 		}
 		seg := out[from:]
+		d := a.RowDelivered
+		end := slices.IndexFunc(seg, func(e RecordedAttempt) bool {
+			return e.Outcome == OutcomeDelivered.String() || (d == nil && e.Outcome == OutcomeDead.String())
+		})
 		at := len(seg) // where in seg the replay goes
-		if d := a.RowDelivered; d != nil {
-			mid := d.At.Add(a.At.Sub(d.At) / 2)
-			if i := slices.IndexFunc(seg, func(e RecordedAttempt) bool { return e.At.After(mid) }); i >= 0 {
+		switch {
+		case end >= 0:
+			at = end + 1
+		case d != nil:
+			if i := slices.IndexFunc(seg, func(e RecordedAttempt) bool { return e.At.After(d.At) }); i >= 0 {
 				at = i
 			}
 		}
-		end := slices.IndexFunc(seg[:at], func(e RecordedAttempt) bool {
-			return e.Outcome == OutcomeDelivered.String() || (a.RowDelivered == nil && e.Outcome == OutcomeDead.String())
-		})
-		if end >= 0 {
-			at = end + 1
-		}
 		after := slices.Clone(seg[at:])
 		out = out[:from+at]
-		if end < 0 && a.RowDelivered != nil {
-			out = append(out, told(*a.RowDelivered))
+		if end < 0 && d != nil {
+			out = append(out, told(*d))
 		}
 		out = append(out, a)
 		from = len(out)
