@@ -16,8 +16,8 @@ import (
 // AllDeliveries, so that the happy path writes nothing but the outcome.
 // Everything else is recorded: failed tries, tries the breaker did not
 // count, probes, and a delivery at any later try. Readers compose the
-// row's own delivery with what was recorded (dialects.RowDetail), and a
-// replay keeps what the row told before it sets it back.
+// row's own delivery with what was recorded (dialects.History.OutboxRow),
+// and a replay keeps what the row told before it sets it back.
 type History struct {
 	Enabled bool
 	// AllDeliveries records every delivery, a first try that succeeded
