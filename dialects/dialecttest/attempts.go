@@ -339,15 +339,15 @@ func testDeliveryToldByTheRow(t *testing.T, h Harness) {
 	complete(t, d, withAttempt(outcome(zero, dialects.OutcomeDelivered), dialects.Attempt{At: t0.Add(time.Second), Try: 2, Destination: "hook", Status: "HTTP 200 OK"}))
 
 	history := func(id uuid.UUID) string {
-		var h []string
+		var entries []string
 		for _, a := range rowDetail(t, d, id, 10).Attempts {
 			o := a.Outcome
 			if a.FromRow {
 				o = "told"
 			}
-			h = append(h, fmt.Sprintf("%s %d", o, a.Try))
+			entries = append(entries, fmt.Sprintf("%s %d", o, a.Try))
 		}
-		return strings.Join(h, ", ")
+		return strings.Join(entries, ", ")
 	}
 	if got, want := history(ids[0]), "told 1, replayed 0, retry 1, delivered 2"; got != want {
 		t.Errorf("a row delivered at its second try after the replay: %s; want %s", got, want)
