@@ -329,8 +329,11 @@ admin: { listen: "127.0.0.1:0" }
 	attempts := func() int {
 		t.Helper()
 		var n int
-		table := pgx.Identifier{d.Names().Schema, d.Names().Object("attempts")}.Sanitize()
-		if err := d.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		table := pgx.Identifier{d.Names().Object("attempts")}
+		if schema := d.Names().Schema; schema != "" {
+			table = pgx.Identifier{schema, d.Names().Object("attempts")}
+		}
+		if err := d.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table.Sanitize()).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
