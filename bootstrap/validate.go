@@ -117,6 +117,9 @@ func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
 	if c.Outbox.Backoff.MaxMs < c.Outbox.Backoff.InitialMs {
 		v.add("outbox.backoff.maxMs", "%d is below outbox.backoff.initialMs (%d); the longest delay cannot be shorter than the first", c.Outbox.Backoff.MaxMs, c.Outbox.Backoff.InitialMs)
 	}
+	if c.Outbox.History.AllDeliveries && !c.Outbox.History.Enabled {
+		v.add("outbox.history.allDeliveries", "is true while outbox.history.enabled is false, which records nothing at all; set enabled: true to record every delivery, or remove allDeliveries")
+	}
 	if !oneOf(c.Log.Format, "json", "text") {
 		v.add("log.format", "%q is not a log format; use json or text", c.Log.Format)
 	}
