@@ -224,7 +224,7 @@ var errNoneReady = errors.New("no outbox of this database can listen")
 // server or every outbox was unavailable.
 func (h *hub) run(ctx context.Context) {
 	defer close(h.done)
-	_, _, retry := h.timing()
+	var retry *backoff.Capped // the first member's, once there is one
 	var wait time.Duration
 	for {
 		if wait > 0 {
@@ -248,7 +248,11 @@ func (h *hub) run(ctx context.Context) {
 				continue
 			}
 		}
-		err := h.round(ctx, &retry)
+		if retry == nil {
+			_, _, r := h.timing()
+			retry = &r
+		}
+		err := h.round(ctx, retry)
 		if ctx.Err() != nil {
 			return
 		}
