@@ -77,10 +77,11 @@
 //   - The hubs of a database, in all processes, take turns on one advisory
 //     lock named for the database's wake-ups. The holder streams from one
 //     temporary slot the publications of its outboxes and of those that the
-//     others announce, so relays with different outboxes share it; it
-//     restarts the stream on the same slot when an outbox comes, and tells
-//     the others what it covers with a shared advisory lock per
-//     publication. The others hear it through NOTIFY, per outbox.
+//     others announce, so relays with different outboxes share it; when
+//     an outbox comes or goes it moves the stream to a new slot, made
+//     before the old one is dropped, and it tells the others what it
+//     covers with a shared advisory lock per publication. The others hear
+//     it through NOTIFY, per outbox.
 //   - Each outbox's status is its own: listening only while the stream
 //     covers it; probing, with the reason, while its publication is
 //     missing, the server has no room for the slot, or the holder does

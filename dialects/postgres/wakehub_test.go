@@ -75,6 +75,27 @@ func oneStream(t *testing.T, d *postgres.Dialect, prefix string) {
 	})
 }
 
+// sameSlot waits until every listener listens on one slot, returns it, and
+// takes the nudges that the changes of state sent.
+func sameSlot(t *testing.T, ls ...*listening) string {
+	t.Helper()
+	var slot string
+	testkit.Eventually(t, "the outboxes listen on one slot", 0, func() error {
+		slot = ls[0].l.Status().Slot
+		for _, lt := range ls {
+			if st := lt.l.Status(); !st.Listening() || st.Slot == "" || st.Slot != slot {
+				return fmt.Errorf("%+v, and the first %s", st, slot)
+			}
+		}
+		return nil
+	})
+	time.Sleep(100 * time.Millisecond)
+	for _, lt := range ls {
+		lt.drain()
+	}
+	return slot
+}
+
 // drain takes the nudges that wait on lt's channels.
 func (lt *listening) drain() {
 	for _, ch := range []<-chan struct{}{lt.l.Outbox(), lt.l.Inbox(), lt.l.Pauses()} {
@@ -108,9 +129,9 @@ func TestWakeupsOutboxesOfADatabaseShareOneStream(t *testing.T) {
 		d := outboxIn(t, reg, 0)
 		ds, ls = append(ds, d), append(ls, listen(t, d, hubOpts))
 	}
-	slot := ls[0].l.Status().Slot
+	slot := sameSlot(t, ls...)
 	for i, lt := range ls {
-		if st := lt.l.Status(); !st.Listening() || st.Slot != slot || st.Channel != "" || !st.Pauses {
+		if st := lt.l.Status(); st.Channel != "" || !st.Pauses {
 			t.Fatalf("outbox %d: %+v, want listening on the slot %s, with pauses", i, st, slot)
 		}
 	}
@@ -133,19 +154,14 @@ func TestWakeupsOutboxesOfADatabaseShareOneStream(t *testing.T) {
 		lt.allQuiet(t)
 	}
 
-	// A fourth outbox comes: the stream restarts on its slot with one more
-	// publication.
+	// A fourth outbox comes: the stream moves to a new slot with one more
+	// publication, the old one going once the new one streams.
 	d4 := outboxIn(t, reg, 0)
 	l4 := listen(t, d4, hubOpts)
-	if st := l4.l.Status(); st.Slot != slot {
-		t.Fatalf("the outbox that came listens with %+v, want the slot %s", st, slot)
+	if now := sameSlot(t, append(ls, l4)...); now == slot {
+		t.Fatalf("the stream grew on its slot %s", slot)
 	}
-	for i, lt := range ls {
-		lt.allQuiet(t)
-		if st := lt.l.Status(); !st.Listening() || st.Slot != slot {
-			t.Fatalf("outbox %d after the fourth came: %+v", i, st)
-		}
-	}
+	noSlot(t, ds[0], slot)
 	exec(t, d4, outboxInsert)
 	l4.nudged(t, l4.l.Outbox(), "outbox")
 	exec(t, ds[0], outboxInsert)
@@ -156,19 +172,18 @@ func TestWakeupsOutboxesOfADatabaseShareOneStream(t *testing.T) {
 	oneStream(t, ds[0], reg.SlotPrefix())
 
 	// One goes away (and, a moment later, leaves the stream): the others
-	// keep listening on the slot.
+	// keep listening, through one slot.
 	ls[1].stop()
 	time.Sleep(1500 * time.Millisecond)
+	rest := []*listening{ls[0], ls[2], l4}
+	sameSlot(t, rest...)
 	exec(t, ds[1], outboxInsert)
 	exec(t, ds[2], inboxInsert)
 	ls[2].nudged(t, ls[2].l.Inbox(), "inbox")
 	exec(t, ds[0], outboxInsert)
 	ls[0].nudged(t, ls[0].l.Outbox(), "outbox")
-	for _, lt := range []*listening{ls[0], ls[2], l4} {
+	for _, lt := range rest {
 		lt.allQuiet(t)
-		if st := lt.l.Status(); !st.Listening() || st.Slot != slot {
-			t.Fatalf("after an outbox went away: %+v, want listening on %s", st, slot)
-		}
 	}
 	oneStream(t, ds[0], reg.SlotPrefix())
 }
@@ -189,7 +204,6 @@ func TestWakeupsRelaysWithDifferentOutboxesShareOneSlot(t *testing.T) {
 	d3 := outboxIn(t, rb, 0)
 
 	a1, a2 := listen(t, d1, hubOpts), listen(t, d2a, hubOpts)
-	slot := a1.l.Status().Slot
 	b2, b3 := listen(t, d2b, hubOpts), listen(t, d3, hubOpts)
 	for _, f := range []struct {
 		lt *listening
@@ -199,9 +213,7 @@ func TestWakeupsRelaysWithDifferentOutboxesShareOneSlot(t *testing.T) {
 			t.Fatalf("the second relay's outbox %s: %+v, want listening through the channel %s", f.d.Names().Schema, st, f.d.WakeupChannel())
 		}
 	}
-	if st := a2.l.Status(); st.Slot != slot {
-		t.Fatalf("the first relay's outboxes listen on two slots: %s and %+v", slot, st)
-	}
+	slot := sameSlot(t, a1, a2)
 	oneStream(t, d1, ra.SlotPrefix())
 	// What the holder heard alone reaches each follower at its first
 	// announcement: let it come, then start from empty channels.
@@ -272,8 +284,7 @@ func TestWakeupsAnOutboxWithoutItsPublicationProbesAlone(t *testing.T) {
 	if st := lo.l.Status(); st.State != dialects.WakeupsUnavailable || st.Kind() != "probe" {
 		t.Fatalf("the outbox before V16, after rechecks: %+v", st)
 	}
-	slot := lg.l.Status().Slot
-	if st := lg.l.Status(); !st.Listening() || st.Slot != slot {
+	if st := lg.l.Status(); !st.Listening() || st.Slot == "" {
 		t.Fatalf("the outbox beside it: %+v", st)
 	}
 	lg.drain()
@@ -283,11 +294,9 @@ func TestWakeupsAnOutboxWithoutItsPublicationProbesAlone(t *testing.T) {
 	if _, err := migrations.Up(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	st := lo.await(t, dialects.WakeupsListening)
-	if st.Slot != slot {
-		t.Fatalf("the migrated outbox listens with %+v, want the slot %s", st, slot)
-	}
-	lg.drain()
+	lo.await(t, dialects.WakeupsListening)
+	sameSlot(t, lg, lo)
+	oneStream(t, good, reg.SlotPrefix())
 	exec(t, old, outboxInsert)
 	lo.nudged(t, lo.l.Outbox(), "outbox")
 	lg.allQuiet(t)
@@ -343,15 +352,5 @@ func TestWakeupsOutboxesProbeWhereTheServerHasNoRoom(t *testing.T) {
 	if _, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot('taken')`); err != nil {
 		t.Fatal(err)
 	}
-	var slots []string
-	for _, lt := range ls {
-		st := lt.await(t, dialects.WakeupsListening)
-		for st.Slot == "" {
-			st = lt.await(t, dialects.WakeupsListening)
-		}
-		slots = append(slots, st.Slot)
-	}
-	if slots[0] != slots[1] {
-		t.Fatalf("two slots: %v", slots)
-	}
+	sameSlot(t, ls...)
 }

@@ -26,15 +26,19 @@ package postgres
 //     outboxes they serve, every heartbeat: their publications and tables
 //     (outboxWake). The holder covers the union of its own members' and the
 //     recent announcements, so relays with different sets of outboxes
-//     share the slot all the same. A new outbox, local or announced, makes
-//     the holder restart its stream on the same slot with the longer list
-//     (stream.restart): it waits for the server to confirm what it has
-//     sent, ends the stream and starts it again from there, so nothing is
-//     missed for the outboxes it covered already. Outboxes that go away
-//     leave the list a second later (settleAtMost), by a restart too.
-//     (A publication dropped while the stream covers it ends the stream:
-//     the server says so at the next change it decodes, and the hub
-//     starts again with a new slot, as after a lost connection.)
+//     share the slot all the same. A new outbox, local or announced,
+//     moves the stream to a new slot with the longer list (stream.run):
+//     the holder opens it beside the old one, and drops the old one once
+//     the new one streams (a server with no room for both gets the old
+//     one dropped first, and the outboxes probe meanwhile); every outbox
+//     looks once, for what committed between the two. (A stream cannot
+//     start again on its slot: the WAL sender ends a second logical
+//     stream of a session at once, as it keeps the first one's end.)
+//     Outboxes that go away leave the list a second
+//     later (settleAtMost), the same way. A publication dropped while the
+//     stream covers it ends the stream at the next change the server
+//     decodes, and the hub starts again with a new slot, as after a lost
+//     connection.
 //   - The holder says which publications its stream covers with a shared
 //     advisory lock per publication on its token (coverKey); a follower
 //     reports listening for an outbox only while that lock is held, so
@@ -53,10 +57,11 @@ package postgres
 // relays on it, and one token per relay and database; a follower's check,
 // one statement per heartbeat, which announces its outboxes; the holder's
 // forwards, a small transaction (synchronous_commit off on the token) at
-// most once per forwardEvery while rows arrive; and a restart of the
-// stream when an outbox comes. A lost or late nudge costs what it always
-// costs: the relay's safety-net probe. Nudges are hints: no row waits on
-// one, whatever a holder covers or misses.
+// most once per forwardEvery while rows arrive; and a new slot when an
+// outbox comes or goes (creating one waits for the transactions running
+// at that moment; the old slot streams meanwhile). A lost or late nudge
+// costs what it always costs: the relay's safety-net probe. Nudges are
+// hints: no row waits on one, whatever a holder covers or misses.
 //
 // Where a shared stream cannot be had (no room for the slot, a role that
 // may not replicate, an outbox whose publication is missing), each outbox

@@ -26,7 +26,7 @@ import (
 
 // A stream grows to a new outbox once the outboxes stop coming for
 // settle, or after settleAtMost however they keep coming: a relay that
-// starts with fifty outboxes restarts its stream a few times, not fifty.
+// starts with fifty outboxes moves its stream a few times, not fifty.
 const (
 	settle       = 100 * time.Millisecond
 	settleAtMost = time.Second
@@ -41,6 +41,8 @@ type target struct {
 
 // streamSet is what one run of the stream covers.
 type streamSet struct {
+	// slot is the slot that streams it, once one does.
+	slot    string
 	wakes   map[string]outboxWake // by publication
 	pubs    []string              // publication_names: every wake's publications
 	targets map[relation][]target
@@ -78,23 +80,20 @@ func (s *streamSet) publicationNames() string {
 	return "publication_names " + Quoting.Literal(strings.Join(ids, ","))
 }
 
-// stream is the holder's replication connection. The control asks for a
-// set (ask); the stream takes it at its next message, restarting if it
-// runs, and says when it runs with it (live).
+// stream is the holder's replication stream. The control asks for a set
+// (ask); the stream switches to it (run) and says when it streams it
+// (current).
 type stream struct {
 	h    *hub
-	conn *pgconn.PgConn
-	slot string
 	lead *Listener
 	beat time.Duration
 
 	mu   sync.Mutex
 	want *streamSet
 	live *streamSet
-	// recv ends when a set is asked for: the stream's wait for the next
-	// message ends with it.
-	recv       context.Context
-	recvCancel context.CancelFunc
+	// wake ends the stream's wait for its next message: a set was asked
+	// for, or the next stream is ready.
+	wake context.CancelFunc
 	// locals are the hub's members that the stream nudges itself, by
 	// publication.
 	locals map[string][]*Listener
@@ -106,8 +105,34 @@ func (s *stream) ask(set *streamSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.want = set
-	if s.recvCancel != nil {
-		s.recvCancel()
+	if s.wake != nil {
+		s.wake()
+	}
+}
+
+func (s *stream) takeWant() *streamSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := s.want
+	s.want = nil
+	return set
+}
+
+// waitCtx is a new context for the wait for the next message, which ask
+// (and a next stream that is ready) cancel.
+func (s *stream) waitCtx(ctx context.Context) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	s.wake = cancel
+	return wctx
+}
+
+func (s *stream) interrupt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wake != nil {
+		s.wake()
 	}
 }
 
@@ -115,6 +140,13 @@ func (s *stream) current() *streamSet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.live
+}
+
+func (s *stream) setLive(set *streamSet) {
+	s.mu.Lock()
+	s.live = set
+	s.mu.Unlock()
+	nudge(s.h.poke)
 }
 
 func (s *stream) setLocals(ls []*Listener) {
@@ -167,47 +199,90 @@ func (s *stream) takeNews(followed func(string) bool, take bool) (news map[strin
 	return news, false
 }
 
-// start starts streaming set from lsn (0: where the slot stands).
-func (s *stream) start(ctx context.Context, set *streamSet, lsn pglogrepl.LSN) error {
-	args := []string{"proto_version '1'", set.publicationNames()}
-	if err := pglogrepl.StartReplication(ctx, s.conn, s.slot, lsn, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
-		return fmt.Errorf("start replication: %w", s.classify(err))
-	}
+// lookOnce has the followers of every outbox of set look once, at their
+// next announcement: rows may have committed while no stream covered
+// them, or while one stream gave way to the next. (The members here look
+// once as their status changes to the new slot.)
+func (s *stream) lookOnce(set *streamSet) {
 	s.mu.Lock()
-	s.live = set
-	s.recv, s.recvCancel = context.WithCancel(ctx)
-	if s.want != nil {
-		s.recvCancel()
+	for pub := range set.wakes {
+		s.news[pub] |= fwdAll
 	}
 	s.mu.Unlock()
 	nudge(s.h.poke)
-	return nil
 }
 
-// next is the set asked for, if one is (taken), and the context of the
-// wait for the next message.
-func (s *stream) next() (*streamSet, context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	set := s.want
-	s.want = nil
-	return set, s.recv
+// opened is a replication connection that streams a set from its slot.
+type opened struct {
+	conn *pgconn.PgConn
+	set  *streamSet
+	err  error
 }
 
-// run reads the stream until it fails or ctx ends, restarting it when
-// the control asks for another set.
-func (s *stream) run(ctx context.Context) error {
-	defer func() {
-		s.mu.Lock()
-		if s.recvCancel != nil {
-			s.recvCancel()
+// open creates a temporary slot on conn (a new replication connection
+// when nil) and starts streaming set from it. Creating the slot waits for
+// the transactions running now to end.
+func (s *stream) open(ctx context.Context, conn *pgconn.PgConn, set *streamSet) opened {
+	if conn == nil {
+		c, err := s.lead.dial(ctx)
+		if err != nil {
+			return opened{err: err}
 		}
-		s.mu.Unlock()
-	}()
-	set, _ := s.next()
-	if err := s.start(ctx, set, 0); err != nil {
-		return err
+		conn = c
+		s.h.addPID(conn.PID())
 	}
+	fail := func(err error) opened {
+		s.close(conn)
+		return opened{err: err}
+	}
+	slot, err := s.h.share.slotName()
+	if err != nil {
+		return fail(err)
+	}
+	s.lead.log.Debug("wake-ups: creating the replication slot; it waits for the transactions running now to end", "slot", slot)
+	// NOEXPORT_SNAPSHOT: no snapshot to hand out, the slot is for now on.
+	// The old spelling works on every supported server.
+	if _, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
+		Temporary: true, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication,
+	}); err != nil {
+		return fail(fmt.Errorf("create the replication slot: %w", s.classify(err)))
+	}
+	args := []string{"proto_version '1'", set.publicationNames()}
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+		return fail(fmt.Errorf("start replication: %w", s.classify(err)))
+	}
+	set.slot = slot
+	return opened{conn: conn, set: set}
+}
+
+// close closes a replication connection: the server drops its slot.
+func (s *stream) close(conn *pgconn.PgConn) {
+	pid := conn.PID()
+	s.lead.close(conn)
+	s.h.removePID(pid)
+}
+
+// run streams until the stream fails or ctx ends. A set asked for takes
+// a new slot on a new connection, opened while the old one streams on
+// (make before break): once it streams, the old one closes, and every
+// outbox looks once, for what committed between the two. A server with
+// no room for a second slot gets break before make: the old one closes
+// first, and the outboxes probe until the new one streams. It closes
+// the connections it opened, and conn.
+func (s *stream) run(ctx context.Context, conn *pgconn.PgConn) error {
+	o := s.open(ctx, conn, s.takeWant())
+	if o.err != nil {
+		return o.err
+	}
+	conn, set := o.conn, o.set
+	defer func() {
+		if conn != nil {
+			s.close(conn)
+		}
+	}()
+	s.setLive(set)
+	s.lookOnce(set)
+
 	var acked pglogrepl.LSN
 	relations := map[uint32][]target{}
 	// changed says which outboxes' tables the transaction being read
@@ -215,31 +290,32 @@ func (s *stream) run(ctx context.Context) error {
 	changed := map[string]uint32{}
 	silence := max(3*s.beat, 30*time.Second)
 	next, heard := time.Now().Add(s.beat), time.Now()
+	// switching brings the next stream, while one is being opened.
+	var switching chan opened
 
-	// handle reads one CopyData message; keepalive says it was one.
-	handle := func(data []byte) (keepalive bool, err error) {
+	// handle reads one CopyData message.
+	handle := func(data []byte) error {
 		if len(data) == 0 {
-			return false, nil
+			return nil
 		}
 		switch data[0] {
 		case pglogrepl.PrimaryKeepaliveMessageByteID:
 			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
 			if err != nil {
-				return false, err
+				return err
 			}
 			acked = max(acked, k.ServerWALEnd)
 			if k.ReplyRequested {
 				next = time.Time{}
 			}
-			return true, nil
 		case pglogrepl.XLogDataByteID:
 			x, err := pglogrepl.ParseXLogData(data[1:])
 			if err != nil {
-				return false, err
+				return err
 			}
 			m, err := pglogrepl.Parse(x.WALData)
 			if err != nil {
-				return false, fmt.Errorf("decode a message of the replication stream: %w", err)
+				return fmt.Errorf("decode a message of the replication stream: %w", err)
 			}
 			switch m := m.(type) {
 			case *pglogrepl.RelationMessage:
@@ -262,71 +338,19 @@ func (s *stream) run(ctx context.Context) error {
 				acked = max(acked, m.TransactionEndLSN)
 			}
 		}
-		return false, nil
+		return nil
 	}
-	// receive waits for the next CopyData until deadline (nil data: none
-	// came, or another message).
-	receive := func(rctx context.Context) ([]byte, error) {
-		msg, err := s.conn.ReceiveMessage(rctx)
-		if err != nil {
-			return nil, err
+	// swap makes o the stream, closing the one before.
+	swap := func(o opened) {
+		if conn != nil {
+			s.close(conn)
 		}
-		heard = time.Now()
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			return m.Data, nil
-		case *pgproto3.ErrorResponse:
-			return nil, s.classify(pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyDone:
-			return nil, errors.New("the server ended the replication stream")
-		}
-		return nil, nil
-	}
-	// restart ends the stream once the server has said how far it has
-	// sent, and starts it again from there with the new set: the outboxes
-	// covered before miss nothing.
-	restart := func(newSet *streamSet) error {
-		if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked, ReplyRequested: true}); err != nil {
-			return fmt.Errorf("send a status update: %w", err)
-		}
-		until := time.Now().Add(silence)
-		for got := false; !got; {
-			rctx, cancel := context.WithDeadline(ctx, until)
-			data, err := receive(rctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			if got, err = handle(data); err != nil {
-				return err
-			}
-		}
-		s.conn.Frontend().Send(&pgproto3.CopyDone{})
-		if err := s.conn.Frontend().Flush(); err != nil {
-			return fmt.Errorf("end the replication stream: %w", err)
-		}
-		for done := false; !done; {
-			rctx, cancel := context.WithDeadline(ctx, until)
-			msg, err := s.conn.ReceiveMessage(rctx)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("end the replication stream: %w", err)
-			}
-			switch m := msg.(type) {
-			case *pgproto3.CopyData:
-				if _, err := handle(m.Data); err != nil {
-					return err
-				}
-			case *pgproto3.ErrorResponse:
-				return s.classify(pgconn.ErrorResponseToPgError(m))
-			case *pgproto3.ReadyForQuery:
-				done = true
-			}
-		}
+		conn, set, acked = o.conn, o.set, 0
 		clear(relations)
 		clear(changed)
-		set = newSet
-		return s.start(ctx, set, acked)
+		next, heard = time.Now().Add(s.beat), time.Now()
+		s.setLive(set)
+		s.lookOnce(set)
 	}
 	for {
 		if !time.Now().Before(next) {
@@ -336,31 +360,80 @@ func (s *stream) run(ctx context.Context) error {
 			// The position is acknowledged as written, flushed and applied:
 			// the server may recycle WAL up to it. ReplyRequested asks for
 			// a keepalive, so that a dead server is noticed.
-			if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked, ReplyRequested: true}); err != nil {
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked, ReplyRequested: true}); err != nil {
 				return fmt.Errorf("send a status update: %w", err)
 			}
 			next = time.Now().Add(s.beat)
 		}
-		newSet, recv := s.next()
-		if newSet != nil {
-			if err := restart(newSet); err != nil {
-				return err
+		wctx := s.waitCtx(ctx)
+		if switching != nil {
+			select {
+			case o := <-switching:
+				switching = nil
+				var u *unavailable
+				switch {
+				case o.err == nil:
+					s.lead.log.Debug("wake-ups: the stream moves to a new slot", "slot", o.set.slot, "publications", len(o.set.pubs))
+					swap(o)
+				case errors.As(o.err, &u) && u.room:
+					// No room for two: break before make.
+					s.lead.log.Debug("wake-ups: no room for a second slot; the stream closes before the next opens")
+					s.close(conn)
+					conn = nil
+					s.setLive(nil)
+					if o = s.open(ctx, nil, o.set); o.err != nil {
+						return o.err
+					}
+					swap(o)
+				case ctx.Err() != nil:
+					return ctx.Err()
+				default:
+					return o.err
+				}
+				continue
+			default:
 			}
-			continue
+		} else if want := s.takeWant(); want != nil {
+			switching = make(chan opened, 1)
+			go func(ch chan opened) {
+				o := s.open(ctx, nil, want)
+				if o.err != nil && o.conn != nil {
+					s.close(o.conn)
+				}
+				if ctx.Err() != nil && o.err == nil {
+					s.close(o.conn)
+					o = opened{err: ctx.Err()}
+				}
+				ch <- o
+				s.interrupt()
+			}(switching)
 		}
-		rctx, cancel := context.WithDeadline(recv, next)
-		data, err := receive(rctx)
+		rctx, cancel := context.WithDeadline(wctx, next)
+		msg, err := conn.ReceiveMessage(rctx)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
+			if switching != nil {
+				if o := <-switching; o.err == nil {
+					s.close(o.conn)
+				}
+			}
 			return ctx.Err()
-		case err != nil && (pgconn.Timeout(err) || errors.Is(err, context.Canceled) && recv.Err() != nil):
+		case err != nil && (pgconn.Timeout(err) || errors.Is(err, context.Canceled) && wctx.Err() != nil):
 			continue
 		case err != nil:
 			return err
 		}
-		if _, err := handle(data); err != nil {
-			return err
+		heard = time.Now()
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := handle(m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return s.classify(pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the replication stream")
 		}
 	}
 }
@@ -368,8 +441,7 @@ func (s *stream) run(ctx context.Context) error {
 // classify names the missing setting or grant, as Listener.classify does,
 // except for a missing publication: the stream covers many, each member's
 // check says which is missing, and the others' stream must come back
-// after the backoff rather than after the recheck. (The server also says
-// so of a publication created after the position it decodes.)
+// after the backoff rather than after the recheck.
 func (s *stream) classify(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42704" {
@@ -386,32 +458,21 @@ func pausesChanged(changed map[string]uint32, ts []target) {
 	}
 }
 
-// hold creates the slot and streams, with the control on the token, until
-// either fails or ctx ends. It closes conn.
+// hold streams, with the control on the token, until either fails or ctx
+// ends. It closes conn.
 func (h *hub) hold(ctx context.Context, tok *pgconn.PgConn, heard chan *pgconn.Notification, conn *pgconn.PgConn, lead *Listener, retry *backoff.Capped) error {
-	pid := conn.PID()
 	// The walsender carries the relay's application_name: it is not
 	// another relay (OtherRelays).
-	h.addPID(pid)
-	defer h.removePID(pid)
-	defer lead.close(conn)
-	slot, err := h.share.slotName()
-	if err != nil {
-		return err
-	}
-	lead.log.Debug("wake-ups: creating the replication slot; it waits for the transactions running now to end", "slot", slot)
-	// NOEXPORT_SNAPSHOT: no snapshot to hand out, the slot is for now on.
-	// The old spelling works on every supported server.
-	if _, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
-		Temporary: true, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication,
-	}); err != nil {
-		return fmt.Errorf("create the replication slot: %w", lead.classify(err))
-	}
+	h.addPID(conn.PID())
 	if _, err := tok.Exec(ctx, "LISTEN "+Quoting.Ident(h.share.channel)).ReadAll(); err != nil {
+		lead.close(conn)
+		h.removePID(conn.PID())
 		return mapError(err)
 	}
 	ready := h.ready()
 	if len(ready) == 0 {
+		lead.close(conn)
+		h.removePID(conn.PID())
 		return errNoneReady
 	}
 	first := map[string]outboxWake{}
@@ -419,11 +480,11 @@ func (h *hub) hold(ctx context.Context, tok *pgconn.PgConn, heard chan *pgconn.N
 		first[l.pub] = l.wake()
 	}
 	beat, _, _ := h.timing()
-	s := &stream{h: h, conn: conn, slot: slot, lead: lead, beat: beat, news: map[string]uint32{}}
+	s := &stream{h: h, lead: lead, beat: beat, news: map[string]uint32{}}
 	s.setLocals(ready)
 	s.ask(newStreamSet(first))
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.run(gctx) })
+	g.Go(func() error { return s.run(gctx, conn) })
 	g.Go(func() error { return h.control(gctx, tok, heard, s, retry, first) })
 	return g.Wait()
 }
@@ -474,21 +535,16 @@ func (h *hub) control(ctx context.Context, tok *pgconn.PgConn, heard chan *pgcon
 			if err := h.cover(ctx, tok, live, held); err != nil {
 				return err
 			}
-			news := map[string]uint32{}
-			for pub, w := range live.wakes {
-				if covering == nil || covering.wakes[pub] != w {
-					news[pub] = fwdAll
-				}
-			}
-			s.dispatchNews(news)
 			covering = live
-			retry.Reset()
+			if live != nil {
+				retry.Reset()
+			}
 		}
 		for _, l := range ready {
 			switch {
 			case covering != nil && covering.wakes[l.pub] == l.wake():
 				l.pauses = l.tbl.pauses != (relation{})
-				l.set(dialects.WakeupsListening, "", s.slot, "")
+				l.set(dialects.WakeupsListening, "", covering.slot, "")
 			case covering == nil:
 				l.set(dialects.WakeupsConnecting, reasonTakingOver, "", "")
 			default:
@@ -579,17 +635,8 @@ func (h *hub) control(ctx context.Context, tok *pgconn.PgConn, heard chan *pgcon
 	}
 }
 
-// dispatchNews keeps news for the followers, without nudging the members.
-func (s *stream) dispatchNews(news map[string]uint32) {
-	s.mu.Lock()
-	for pub, bits := range news {
-		s.news[pub] |= bits
-	}
-	s.mu.Unlock()
-}
-
 // grows says whether desired has an outbox that asked lacks (or has
-// differently): outboxes that went away wait for the next restart.
+// differently). Outboxes that went away leave it later (control).
 func grows(asked, desired map[string]outboxWake) bool {
 	for pub, w := range desired {
 		if a, ok := asked[pub]; !ok || a != w {
@@ -646,7 +693,11 @@ func (h *hub) published(ctx context.Context, tok *pgconn.PgConn, wakes map[strin
 func (h *hub) cover(ctx context.Context, tok *pgconn.PgConn, live *streamSet, held map[string]bool) error {
 	var calls []string
 	want := map[string]bool{}
-	for _, p := range live.pubs {
+	var pubs []string
+	if live != nil {
+		pubs = live.pubs
+	}
+	for _, p := range pubs {
 		want[p] = true
 		if !held[p] {
 			calls = append(calls, fmt.Sprintf("pg_advisory_lock_shared(%d)", coverKey(h.group, p)))

@@ -388,8 +388,17 @@ func (l *Listener) set(state dialects.WakeupState, reason, slot, channel string)
 	}
 	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Channel: channel, Since: time.Now(),
 		Pauses: state == dialects.WakeupsListening && l.pauses}
+	moved := false
+	if old := l.status.Load(); old != nil && old.State == state && state == dialects.WakeupsListening && old.Channel == channel {
+		// Only the slot changed: the stream moved to a new one as an
+		// outbox came or went.
+		moved = true
+		st.Since = old.Since
+	}
 	l.status.Store(&st)
 	switch {
+	case moved:
+		l.log.Debug("wake-ups: listening on a new slot", "slot", slot, "publication", l.d.names.Publication())
 	case state == dialects.WakeupsListening && channel != "":
 		l.log.Info("wake-ups: listening through the replica that holds this database's slot", "channel", channel, "publication", l.d.names.Publication())
 	case state == dialects.WakeupsListening:
