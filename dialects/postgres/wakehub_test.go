@@ -352,5 +352,26 @@ func TestWakeupsOutboxesProbeWhereTheServerHasNoRoom(t *testing.T) {
 	if _, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot('taken')`); err != nil {
 		t.Fatal(err)
 	}
-	sameSlot(t, ls...)
+	slot := sameSlot(t, ls...)
+
+	// A third outbox comes: the server has no room for the new slot beside
+	// the old one, so the old one goes first, and all three listen on the
+	// new one.
+	if _, err := admin.Exec(ctx, `CREATE SCHEMA tenant_c`); err != nil {
+		t.Fatal(err)
+	}
+	d := openAt(t, testdb.WithParam(c.URL(), "search_path", "pg_catalog"), "tenant_c")
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	d.UseWakeupRegistry(reg)
+	l3 := listen(t, d, hubOpts)
+	if now := sameSlot(t, append(ls, l3)...); now == slot {
+		t.Fatalf("the third outbox listens on the old slot %s", slot)
+	}
+	exec(t, d, outboxInsert)
+	l3.nudged(t, l3.l.Outbox(), "outbox")
+	for _, lt := range ls {
+		lt.allQuiet(t)
+	}
 }

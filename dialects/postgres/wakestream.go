@@ -212,7 +212,8 @@ func (s *stream) lookOnce(set *streamSet) {
 	nudge(s.h.poke)
 }
 
-// opened is a replication connection that streams a set from its slot.
+// opened is a replication connection that streams a set from its slot,
+// or the error that kept it from it.
 type opened struct {
 	conn *pgconn.PgConn
 	set  *streamSet
@@ -226,14 +227,14 @@ func (s *stream) open(ctx context.Context, conn *pgconn.PgConn, set *streamSet) 
 	if conn == nil {
 		c, err := s.lead.dial(ctx)
 		if err != nil {
-			return opened{err: err}
+			return opened{set: set, err: err}
 		}
 		conn = c
 		s.h.addPID(conn.PID())
 	}
 	fail := func(err error) opened {
 		s.close(conn)
-		return opened{err: err}
+		return opened{set: set, err: err}
 	}
 	slot, err := s.h.share.slotName()
 	if err != nil {
@@ -253,6 +254,25 @@ func (s *stream) open(ctx context.Context, conn *pgconn.PgConn, set *streamSet) 
 	}
 	set.slot = slot
 	return opened{conn: conn, set: set}
+}
+
+// reopen opens set's stream once the old one is closed: the server frees
+// the old one's slot and WAL sender as its session ends, a moment later.
+func (s *stream) reopen(ctx context.Context, set *streamSet) opened {
+	for tries := 0; ; tries++ {
+		o := s.open(ctx, nil, set)
+		var u *unavailable
+		if o.err == nil || !errors.As(o.err, &u) || !u.room || tries == 50 {
+			return o
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return opened{set: set, err: ctx.Err()}
+		case <-t.C:
+		}
+	}
 }
 
 // close closes a replication connection: the server drops its slot.
@@ -381,7 +401,7 @@ func (s *stream) run(ctx context.Context, conn *pgconn.PgConn) error {
 					s.close(conn)
 					conn = nil
 					s.setLive(nil)
-					if o = s.open(ctx, nil, o.set); o.err != nil {
+					if o = s.reopen(ctx, o.set); o.err != nil {
 						return o.err
 					}
 					swap(o)
@@ -402,7 +422,7 @@ func (s *stream) run(ctx context.Context, conn *pgconn.PgConn) error {
 				}
 				if ctx.Err() != nil && o.err == nil {
 					s.close(o.conn)
-					o = opened{err: ctx.Err()}
+					o = opened{set: want, err: ctx.Err()}
 				}
 				ch <- o
 				s.interrupt()
