@@ -96,6 +96,19 @@ func sameSlot(t *testing.T, ls ...*listening) string {
 	return slot
 }
 
+// movedFrom waits until every listener listens on one slot other than
+// old, as sameSlot does.
+func movedFrom(t *testing.T, old string, ls ...*listening) string {
+	t.Helper()
+	testkit.Eventually(t, "the stream moves from "+old, 0, func() error {
+		if st := ls[0].l.Status(); st.Slot == old {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	return sameSlot(t, ls...)
+}
+
 // drain takes the nudges that wait on lt's channels.
 func (lt *listening) drain() {
 	for _, ch := range []<-chan struct{}{lt.l.Outbox(), lt.l.Inbox(), lt.l.Pauses()} {
@@ -158,10 +171,9 @@ func TestWakeupsOutboxesOfADatabaseShareOneStream(t *testing.T) {
 	// publication, the old one going once the new one streams.
 	d4 := outboxIn(t, reg, 0)
 	l4 := listen(t, d4, hubOpts)
-	if now := sameSlot(t, append(ls, l4)...); now == slot {
-		t.Fatalf("the stream grew on its slot %s", slot)
-	}
-	noSlot(t, ds[0], slot)
+	before := slot
+	slot = movedFrom(t, before, append(ls, l4)...)
+	noSlot(t, ds[0], before)
 	exec(t, d4, outboxInsert)
 	l4.nudged(t, l4.l.Outbox(), "outbox")
 	exec(t, ds[0], outboxInsert)
@@ -174,9 +186,8 @@ func TestWakeupsOutboxesOfADatabaseShareOneStream(t *testing.T) {
 	// One goes away (and, a moment later, leaves the stream): the others
 	// keep listening, through one slot.
 	ls[1].stop()
-	time.Sleep(1500 * time.Millisecond)
 	rest := []*listening{ls[0], ls[2], l4}
-	sameSlot(t, rest...)
+	movedFrom(t, slot, rest...)
 	exec(t, ds[1], outboxInsert)
 	exec(t, ds[2], inboxInsert)
 	ls[2].nudged(t, ls[2].l.Inbox(), "inbox")
@@ -366,11 +377,50 @@ func TestWakeupsOutboxesProbeWhereTheServerHasNoRoom(t *testing.T) {
 	}
 	d.UseWakeupRegistry(reg)
 	l3 := listen(t, d, hubOpts)
-	if now := sameSlot(t, append(ls, l3)...); now == slot {
-		t.Fatalf("the third outbox listens on the old slot %s", slot)
-	}
+	movedFrom(t, slot, append(ls, l3)...)
 	exec(t, d, outboxInsert)
 	l3.nudged(t, l3.l.Outbox(), "outbox")
+	for _, lt := range ls {
+		lt.allQuiet(t)
+	}
+}
+
+// Fifty outboxes in schemas of one database, in one process, as the scale
+// of issue 49 asks: one slot, one WAL sender and one lock connection for
+// all of them, and each nudged by its own inserts only.
+func TestWakeupsFiftyOutboxesListenThroughOneSlot(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("migrates fifty schemas")
+	}
+	reg := postgres.NewWakeupRegistry(hubGroup())
+	app := "wake-fifty-" + uuid.NewString()[:8]
+	var ds []*postgres.Dialect
+	var ls []*listening
+	for range 50 {
+		schema, u := testdb.Schema(t)
+		d := openAt(t, testdb.WithParam(u, "application_name", app), schema)
+		if _, err := migrations.Up(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		d.UseWakeupRegistry(reg)
+		ds = append(ds, d)
+		ls = append(ls, startListening(t, d, hubOpts))
+	}
+	sameSlot(t, ls...)
+	oneStream(t, ds[0], reg.SlotPrefix())
+	var tokens, senders int
+	if err := ds[0].Pool().QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE backend_type = 'client backend' AND query LIKE '%advisory%'),
+		count(*) FILTER (WHERE backend_type = 'walsender') FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`, app).Scan(&tokens, &senders); err != nil {
+		t.Fatal(err)
+	}
+	if tokens != 1 || senders != 1 {
+		t.Fatalf("%d lock connections and %d WAL senders for fifty outboxes, want one of each", tokens, senders)
+	}
+	for _, i := range []int{0, 17, 49} {
+		exec(t, ds[i], outboxInsert)
+		ls[i].nudged(t, ls[i].l.Outbox(), "outbox")
+	}
 	for _, lt := range ls {
 		lt.allQuiet(t)
 	}

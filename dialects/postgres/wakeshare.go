@@ -34,8 +34,8 @@ package postgres
 //     looks once, for what committed between the two. (A stream cannot
 //     start again on its slot: the WAL sender ends a second logical
 //     stream of a session at once, as it keeps the first one's end.)
-//     Outboxes that go away leave the list a second
-//     later (settleAtMost), the same way. A publication dropped while the
+//     Outboxes that go away leave the list a few seconds later
+//     (settleAtMost), the same way. A publication dropped while the
 //     stream covers it ends the stream at the next change the server
 //     decodes, and the hub starts again with a new slot, as after a lost
 //     connection.

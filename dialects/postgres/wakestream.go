@@ -26,10 +26,12 @@ import (
 
 // A stream grows to a new outbox once the outboxes stop coming for
 // settle, or after settleAtMost however they keep coming: a relay that
-// starts with fifty outboxes moves its stream a few times, not fifty.
+// starts with fifty outboxes moves its stream a few times, not fifty (its
+// new outboxes probe meanwhile). Outboxes that go leave it after
+// settleAtMost.
 const (
-	settle       = 100 * time.Millisecond
-	settleAtMost = time.Second
+	settle       = 500 * time.Millisecond
+	settleAtMost = 2 * time.Second
 )
 
 // target is where a change to a table goes: the outbox of a publication,
