@@ -203,7 +203,8 @@ func TestWakeupsOutboxesOfADatabaseShareOneStream(t *testing.T) {
 // of outboxes on one database: the first serves outboxes 1 and 2, the
 // second 2 and 3. One slot and one WAL sender serve all three: the holder
 // covers the outbox that only the other relay serves, which listens
-// through it. When the holder stops, the other takes the slot over.
+// through it; a third relay's outbox is covered while that relay runs,
+// and left after. When the holder stops, the other takes the slot over.
 func TestWakeupsRelaysWithDifferentOutboxesShareOneSlot(t *testing.T) {
 	t.Parallel()
 	group := hubGroup()
@@ -245,6 +246,22 @@ func TestWakeupsRelaysWithDifferentOutboxesShareOneSlot(t *testing.T) {
 	for _, lt := range []*listening{a1, a2, b2, b3} {
 		lt.allQuiet(t)
 	}
+
+	// A third relay with an outbox of its own comes and goes: the holder's
+	// stream covers it while it announces itself, and leaves it once it
+	// no longer does.
+	d4 := outboxIn(t, postgres.NewWakeupRegistry(group), 0)
+	c4 := listen(t, d4, hubOpts)
+	if st := c4.l.Status(); st.Channel != d4.WakeupChannel() {
+		t.Fatalf("the third relay's outbox: %+v, want listening through the holder", st)
+	}
+	slot = movedFrom(t, slot, a1, a2)
+	c4.stop()
+	slot = movedFrom(t, slot, a1, a2)
+	oneStream(t, d1, ra.SlotPrefix())
+	time.Sleep(200 * time.Millisecond)
+	b2.drain()
+	b3.drain()
 
 	// The first relay stops: the second takes the slot over, for both of
 	// its outboxes, and the first relay's slot goes.
