@@ -93,8 +93,9 @@ type stream struct {
 	mu   sync.Mutex
 	want *streamSet
 	live *streamSet
-	// wake ends the stream's wait for its next message: a set was asked
-	// for, or the next stream is ready.
+	// wait is the context of the stream's wait for its next message, and
+	// wake ends it: a set was asked for, or the next stream is ready.
+	wait context.Context
 	wake context.CancelFunc
 	// locals are the hub's members that the stream nudges itself, by
 	// publication.
@@ -120,14 +121,15 @@ func (s *stream) takeWant() *streamSet {
 	return set
 }
 
-// waitCtx is a new context for the wait for the next message, which ask
-// (and a next stream that is ready) cancel.
+// waitCtx is the context for the wait for the next message, which ask
+// (and a next stream that is ready) cancel: a new one once one was.
 func (s *stream) waitCtx(ctx context.Context) context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	wctx, cancel := context.WithCancel(ctx)
-	s.wake = cancel
-	return wctx
+	if s.wait == nil || s.wait.Err() != nil {
+		s.wait, s.wake = context.WithCancel(ctx)
+	}
+	return s.wait
 }
 
 func (s *stream) interrupt() {
