@@ -68,14 +68,17 @@ type wakeupStatements struct {
 	WakeupsServer, WakeupSlot string
 }
 
-// WakeupOptions configure a Listener. Only Mode is required.
+// WakeupOptions configure a Listener. Only Mode is required. The listeners
+// of one database share a hub (wakeshare.go), which takes the shortest
+// Heartbeat and Recheck among them and the first one's Retry.
 type WakeupOptions struct {
 	Mode dialects.WakeupMode
 	// Logger receives the decision at start and every change of state;
 	// nil discards them.
 	Logger *slog.Logger
-	// OnStatus, when set, is called with every new status, on the
-	// listener's goroutine: it must not block (a metric, a log line).
+	// OnStatus, when set, is called with every new status, on the hub's
+	// goroutine, which serves every outbox of the database: it must not
+	// block (a metric, a log line).
 	OnStatus func(dialects.WakeupStatus)
 	// Retry paces reconnection after a failure; zero: from 100 ms, doubling
 	// up to 30 s. It starts over once the listener listens again.
@@ -90,8 +93,9 @@ type WakeupOptions struct {
 	Heartbeat time.Duration
 }
 
-// Listener is the logical wake-up source of one relay (see the top of this
-// file). It implements dialects.Wakeups; Run does the work.
+// Listener is the logical wake-up source of one outbox of a relay (see
+// the top of this file). It implements dialects.Wakeups; Run joins the
+// hub of its database, which does the work.
 type Listener struct {
 	d       *Dialect
 	q       wakeupStatements
