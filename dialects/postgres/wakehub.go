@@ -279,21 +279,24 @@ func (h *hub) run(ctx context.Context) {
 	}
 }
 
-// checkMembers checks the members that are new, or unavailable and due
-// for another look (all: every member). A member the server cannot serve
-// says why and is left out until its recheck; an error that is not about
-// one outbox (the server cannot be reached) ends the round.
+// checkMembers checks the members that are new, unavailable and due for
+// another look, or checked longer than a recheck ago (all: every member):
+// an outbox whose publication went (its schema dropped) says so and
+// leaves the stream, and one whose pauses publication came joins with it.
+// A member the server cannot serve says why and is left out until its
+// recheck; an error that is not about one outbox (the server cannot be
+// reached) ends the round.
 func (h *hub) checkMembers(ctx context.Context, all bool) error {
 	_, recheck, _ := h.timing()
 	for _, l := range h.list() {
-		if !all && (l.ready || time.Now().Before(l.recheckAt)) {
+		if !all && (l.ready && time.Since(l.checkedAt) < recheck || !l.ready && time.Now().Before(l.recheckAt)) {
 			continue
 		}
 		tbl, err := l.check(ctx, false)
 		var u *unavailable
 		switch {
 		case err == nil:
-			l.tbl, l.ready = tbl, true
+			l.tbl, l.ready, l.checkedAt = tbl, true, time.Now()
 		case errors.As(err, &u):
 			l.ready = false
 			l.recheckAt = time.Now().Add(recheck)

@@ -442,3 +442,31 @@ func TestWakeupsFiftyOutboxesListenThroughOneSlot(t *testing.T) {
 		lt.allQuiet(t)
 	}
 }
+
+// An outbox's schema dropped while the stream covers it (its publication
+// goes with it): at its next check the outbox says what is missing and
+// leaves the stream, and the other outbox listens on.
+func TestWakeupsAnOutboxWhoseSchemaIsDroppedLeavesTheStream(t *testing.T) {
+	t.Parallel()
+	reg := postgres.NewWakeupRegistry(hubGroup())
+	keep := outboxIn(t, reg, 0)
+	gone, _, schema := outboxAt(t, reg, 0)
+	lk := listen(t, keep, hubOpts)
+	opts := hubOpts
+	opts.Mode = dialects.WakeupsAuto
+	lg := listen(t, gone, opts)
+	slot := sameSlot(t, lk, lg)
+	if _, err := keep.Pool().Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, keep, outboxInsert)
+	lk.nudged(t, lk.l.Outbox(), "outbox")
+	st := lg.await(t, dialects.WakeupsUnavailable)
+	if !strings.Contains(st.Reason, "does not exist") {
+		t.Fatalf("the dropped outbox: %+v, want unavailable, saying what is missing", st)
+	}
+	movedFrom(t, slot, lk)
+	exec(t, keep, outboxInsert)
+	lk.nudged(t, lk.l.Outbox(), "outbox")
+	lk.allQuiet(t)
+}

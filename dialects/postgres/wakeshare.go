@@ -35,10 +35,11 @@ package postgres
 //     start again on its slot: the WAL sender ends a second logical
 //     stream of a session at once, as it keeps the first one's end.)
 //     Outboxes that go away leave the list a few seconds later
-//     (settleAtMost), the same way. A publication dropped while the
-//     stream covers it ends the stream at the next change the server
-//     decodes, and the hub starts again with a new slot, as after a lost
-//     connection.
+//     (settleAtMost), the same way, and so does an outbox whose
+//     publication went (its schema dropped): its next check, every
+//     Recheck, says so. Were the server to end the stream over a missing
+//     publication, the hub would start again with a new slot, as after a
+//     lost connection.
 //   - The holder says which publications its stream covers with a shared
 //     advisory lock per publication on its token (coverKey); a follower
 //     reports listening for an outbox only while that lock is held, so

@@ -606,9 +606,7 @@ func (h *hub) control(ctx context.Context, tok *pgconn.PgConn, heard chan *pgcon
 			}
 		case len(desired) > 0 && len(desired) < len(asked):
 			// Outboxes went away: once that settles, the stream leaves
-			// them, so that dropping one's publication (its schema) does
-			// not end the stream of the others, as a missing publication
-			// does.
+			// them, and the server decodes for them no more.
 			pendingSince = time.Time{}
 			if now.Sub(changedAt) >= settleAtMost {
 				valid, err := h.published(ctx, tok, desired)

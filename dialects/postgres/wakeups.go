@@ -115,9 +115,10 @@ type Listener struct {
 	// pub is the outbox's publication, which names it to the hub.
 	pub string
 	// The hub's goroutine alone reads and writes these (wakehub.go):
-	// ready says that the last check passed, tbl what it found;
-	// recheckAt is when an unavailable listener is checked again.
+	// ready says that the last check passed, checkedAt when, tbl what it
+	// found; recheckAt is when an unavailable listener is checked again.
 	ready     bool
+	checkedAt time.Time
 	recheckAt time.Time
 	tbl       tables
 }
