@@ -50,6 +50,10 @@ func openAt(t testing.TB, url, schema string) *postgres.Dialect {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
+	// Wake-ups: a registry of its own, as a process of its own has, in a
+	// group of the schema's: the dialects of other tests never share its
+	// stream, and those of this schema do as separate relays would.
+	d.UseWakeupRegistry(postgres.NewWakeupRegistry(schema))
 	return d
 }
 
