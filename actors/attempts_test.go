@@ -96,6 +96,70 @@ func TestAttemptsAreRecordedWithTheirOutcomes(t *testing.T) {
 	}
 }
 
+// A first try that succeeds writes no attempt: the row tells it, and
+// OutboxRow shows it from the row. A row that failed first has every try
+// recorded, its failures and the delivery after them. With allDeliveries
+// every delivery is recorded, a first try too, with what it answered.
+func TestAFirstTryThatSucceedsIsToldByTheRow(t *testing.T) {
+	t.Parallel()
+	for _, all := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allDeliveries=%v", all), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			recv := testrecv.New(t, failPolicy)
+			h.routeAllTo(httpDest(t, recv.URL+"/x", nil))
+			h.opts.History = actors.History{Enabled: true, AllDeliveries: all}
+			// Keyed and unkeyed rows, half of them failing twice first.
+			h.insert(rows(2, 2, 4, func(i int) int { return 2 * (i % 2) })...)
+			h.start()
+			h.waitState(dialects.Delivered, 8, time.Minute)
+
+			want := 4 * 3 // the rows that failed twice: two failures and the delivery each
+			if all {
+				want += 4 // and the first tries that succeeded
+			}
+			if n := h.countAttempts(); n != want {
+				t.Errorf("the history holds %d attempts, want %d", n, want)
+			}
+			listed, _, err := dialects.List(context.Background(), h.d, dialects.Filter{States: dialects.States}, nil, 10)
+			if err != nil || len(listed) != 8 {
+				t.Fatalf("list: %d rows, %v", len(listed), err)
+			}
+			for _, l := range listed {
+				row, _, err := h.d.OutboxRow(context.Background(), l.ID, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, a := range row.Attempts {
+					switch {
+					case a.FromRow:
+						got = append(got, fmt.Sprintf("told %d", a.Try))
+						if !a.At.Equal(row.UpdatedAt) || a.Status != "" || a.Duration != 0 {
+							t.Errorf("row %s: the delivery told by the row %+v; want it at %v, its answer unknown", l.ID, a, row.UpdatedAt)
+						}
+					default:
+						got = append(got, fmt.Sprintf("%s %d", a.Outcome, a.Try))
+						if a.Status == "" || a.Destination != "dest" || a.Duration <= 0 {
+							t.Errorf("row %s: attempt %+v without its answer", l.ID, a)
+						}
+					}
+				}
+				want := "retry 1, retry 2, delivered 3"
+				if row.Attempt == 0 {
+					want = "told 1"
+					if all {
+						want = "delivered 1"
+					}
+				}
+				if strings.Join(got, ", ") != want {
+					t.Errorf("row %s (attempt %d): %s; want %s", l.ID, row.Attempt, strings.Join(got, ", "), want)
+				}
+			}
+		})
+	}
+}
+
 // With the history off, nothing is written to its table.
 func TestHistoryOffRecordsNothing(t *testing.T) {
 	t.Parallel()
@@ -115,7 +179,7 @@ func TestHistoryOffRecordsNothing(t *testing.T) {
 }
 
 // The janitor deletes the attempts older than the history's retention,
-// and only those.
+// and only those. (The row it delivers at its first try records none.)
 func TestJanitorDeletesOldAttempts(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -135,8 +199,8 @@ func TestJanitorDeletesOldAttempts(t *testing.T) {
 	h.start()
 	h.waitState(dialects.Delivered, 1, time.Minute)
 	testkit.Eventually(t, "the old attempts deleted", 30*time.Second, func() error {
-		if n := h.countAttempts(); n != 2 {
-			return fmt.Errorf("%d attempts left, want the recent one and the delivery's", n)
+		if n := h.countAttempts(); n != 1 {
+			return fmt.Errorf("%d attempts left, want the recent one", n)
 		}
 		return nil
 	})
@@ -147,7 +211,8 @@ func TestJanitorDeletesOldAttempts(t *testing.T) {
 
 // A broker's answer reaches the history too: NATS JetStream's ack names the
 // stream and the sequence that stored each row, keyed rows published in
-// one batch included.
+// one batch included (first tries that succeeded: recorded with
+// allDeliveries).
 func TestABrokersAnswerIsRecorded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -161,7 +226,7 @@ func TestABrokersAnswerIsRecorded(t *testing.T) {
 	h.routeAllTo(func() (sinks.Sink, error) {
 		return natssink.New(natssink.Config{URL: srv.URL, Subject: subject, JetStream: true})
 	})
-	h.opts.History = actors.History{Enabled: true}
+	h.opts.History = actors.History{Enabled: true, AllDeliveries: true}
 	h.insert(rows(2, 5, 2, func(int) int { return 0 })...)
 	h.start()
 	h.waitState(dialects.Delivered, 12, time.Minute)

@@ -67,9 +67,11 @@ type deliverer struct {
 	stats  *Stats
 	obs    Observer
 	routes routeObservers
-	// history: the outcomes carry their attempts (attempts.go).
-	history bool
-	clock   clock.Clock
+	// history: the outcomes carry their attempts (attempts.go);
+	// allDeliveries: a first try that succeeded too.
+	history       bool
+	allDeliveries bool
+	clock         clock.Clock
 }
 
 // deliveryQueue is the rows one actor holds: waiting (queue), being

@@ -95,7 +95,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
-		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes, history: o.History.Enabled, clock: s.clock,
+		log: s.log, stats: s.stats, obs: o.Observer, routes: s.routes, history: o.History.Enabled, allDeliveries: o.History.AllDeliveries, clock: s.clock,
 		policy: outcomePolicy{backoff: o.Backoff, maxErrorBytes: o.MaxErrorBytes, redact: o.Redact},
 	}
 	// The paused destinations are read before the claimer starts (see

@@ -21,7 +21,11 @@ import (
 const MaxRowAttempts = 100
 
 // AttemptView is one delivery attempt of a row, or a replay of it, as GET
-// /api/rows/{id} and `queuebox rows show` show it.
+// /api/rows/{id} and `queuebox rows show` show it. A delivery the row tells
+// and the history does not record (FromRow: a first try that succeeded,
+// which the relay records only with outbox.history.allDeliveries) has its
+// try and time from the row, and its duration, destination, status and
+// response unknown.
 type AttemptView struct {
 	// Try is the try it was (1 for the first; a replay starts again at 1);
 	// Attempt the same number as the destination saw it (X-Attempt, the
@@ -30,9 +34,11 @@ type AttemptView struct {
 	Try     int  `json:"try,omitempty"`
 	Attempt *int `json:"attempt,omitempty"`
 	// At is when it started, DurationMs how long the destination took (the
-	// relay's clock).
+	// relay's clock); null on a replay, and when unknown (FromRow), where
+	// At is when the delivery was written (the row's updated_at, the
+	// database's clock).
 	At         time.Time `json:"at"`
-	DurationMs float64   `json:"durationMs"`
+	DurationMs *float64  `json:"durationMs"`
 	// Outcome is delivered, retry (failed, tried again later), dead, or
 	// replayed.
 	Outcome     string `json:"outcome"`
@@ -50,13 +56,16 @@ type AttemptView struct {
 	// try has the same number. Both absent when false.
 	Probe     bool `json:"probe,omitempty"`
 	Uncounted bool `json:"uncounted,omitempty"`
+	// FromRow: no recorded attempt, but the delivery the row tells (see
+	// above). Absent when false.
+	FromRow bool `json:"fromRow,omitempty"`
 	// ReplayedBy, on a replay (outcome replayed), is who or what replayed
 	// the row: the count of its tries starts again after it.
 	ReplayedBy string `json:"replayedBy,omitempty"`
 }
 
 // tryText is the try of an attempt with its marks: "3", "3 (probe)",
-// "3 (probe, not counted)"; "-" for a replay.
+// "3 (probe, not counted)", "1 (from the row)"; "-" for a replay.
 func (a AttemptView) tryText() string {
 	if a.Outcome == dialects.OutcomeReplayed {
 		return "-"
@@ -67,6 +76,9 @@ func (a AttemptView) tryText() string {
 	}
 	if a.Uncounted {
 		marks = append(marks, "not counted")
+	}
+	if a.FromRow {
+		marks = append(marks, "from the row")
 	}
 	if len(marks) == 0 {
 		return fmt.Sprint(a.Try)
@@ -121,14 +133,17 @@ func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf Ro
 		v.MatchedNoRouteAt = &at
 	}
 	for _, a := range r.Attempts {
-		av := AttemptView{Try: a.Try, At: a.At.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000,
-			Outcome: a.Outcome, Destination: a.Destination, Status: a.Status, Error: a.Error, Response: a.Response,
-			Probe: a.Probe, Uncounted: a.Uncounted, ReplayedBy: a.ReplayedBy}
+		av := AttemptView{Try: a.Try, At: a.At.UTC(), Outcome: a.Outcome, Destination: a.Destination, Status: a.Status,
+			Error: a.Error, Response: a.Response, Probe: a.Probe, Uncounted: a.Uncounted, FromRow: a.FromRow, ReplayedBy: a.ReplayedBy}
 		if a.Outcome == dialects.OutcomeReplayed {
 			av.Try = 0
 		} else {
 			n := a.Try - 1
 			av.Attempt = &n
+		}
+		if a.Outcome != dialects.OutcomeReplayed && !a.FromRow {
+			ms := float64(a.Duration.Microseconds()) / 1000
+			av.DurationMs = &ms
 		}
 		v.Attempts = append(v.Attempts, av)
 	}
@@ -238,8 +253,13 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 			attempt, took, dest := "-", "-", "-"
 			if a.Attempt != nil {
 				attempt = fmt.Sprint(*a.Attempt)
-				took = time.Duration(a.DurationMs * float64(time.Millisecond)).Round(time.Microsecond).String()
 				dest = a.Destination
+			}
+			if a.DurationMs != nil {
+				took = time.Duration(*a.DurationMs * float64(time.Millisecond)).Round(time.Microsecond).String()
+			}
+			if a.FromRow {
+				took, dest, status = "unknown", "unknown", "unknown"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.tryText(), attempt, a.At.Format(time.RFC3339Nano), took, a.Outcome, dest, status)
 		}
@@ -250,6 +270,9 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 			b.WriteString(lines[i+1] + "\n")
 			if a.Outcome == dialects.OutcomeReplayed {
 				fmt.Fprintf(&b, "       replayed by %s; the tries count from 1 again\n", a.ReplayedBy)
+			}
+			if a.FromRow {
+				fmt.Fprintln(&b, "       told by the row, not recorded: AT is when the delivery was written")
 			}
 			if a.Error != "" {
 				fmt.Fprintf(&b, "       error: %s\n", strings.ReplaceAll(a.Error, "\n", " "))

@@ -149,7 +149,7 @@ func Scenarios() []Scenario {
 		{"batch", "drain over 1,000 keys with claims of 100, 500 and 2,000 rows", runBatch},
 		{"in-flight", "drain over 1,000 keys with 1,000, 10,000 and 50,000 rows in flight at most", runInFlight},
 		{"http", "drain to the built-in HTTP receiver, unkeyed and over 1,000 keys", runHTTP},
-		{"history", "drain over 1,000 keys with the attempt history off, on, on and off; ratio: on against the mean of off", runHistory},
+		{"history", "drain over 1,000 keys with the attempt history off, on, recording every delivery, and back; ratio: on against the mean of off", runHistory},
 		{"inbox-http", "messages accepted per second by an HTTP inbox source, 8 clients", runInboxHTTP},
 		{"tracing", "drain over 1,000 keys with tracing off and on (a span per delivery, OTLP/HTTP to a receiver in this process, always_on)", runTracing},
 	}

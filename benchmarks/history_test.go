@@ -10,9 +10,11 @@ import (
 	"github.com/queuebox/queuebox/internal/testdb"
 )
 
-// The history scenario drains with the attempt history off, on, on and
-// off: the drains with it on record one attempt per row and carry their
-// ratio to those with it off; those with it off record none.
+// The history scenario drains with the attempt history off, on, recording
+// every delivery, and back: with it on, the null destination's first tries
+// record nothing (the rows tell them); recording every delivery records one
+// attempt per row; both carry their ratio to the drains with it off, which
+// record none.
 func TestHistoryScenario(t *testing.T) {
 	var table, progress bytes.Buffer
 	const rows = 1500
@@ -22,20 +24,25 @@ func TestHistoryScenario(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	if len(results) != 4 {
+	want := []struct{ variant, note string }{
+		{"history off (1)", "0 attempts recorded"},
+		{"history on (1)", "0 attempts recorded"},
+		{"history, every delivery (1)", "1500 attempts recorded"},
+		{"history, every delivery (2)", "1500 attempts recorded"},
+		{"history on (2)", "0 attempts recorded"},
+		{"history off (2)", "0 attempts recorded"},
+	}
+	if len(results) != len(want) {
 		t.Fatalf("results %+v", results)
 	}
-	for i, on := range []bool{false, true, true, false} {
+	for i, w := range want {
 		r := results[i]
 		if r.Scenario != "history" || r.Failed != 0 || r.RowsPerSec <= 0 || r.Keys != 1000 {
 			t.Errorf("result %d: %+v", i, r)
 		}
-		wantNote, wantVariant := "0 attempts recorded", "history off"
-		if on {
-			wantNote, wantVariant = "1500 attempts recorded", "history on"
-		}
-		if !strings.HasPrefix(r.Note, wantNote) || !strings.HasPrefix(r.Variant, wantVariant) || (r.Ratio != nil) != on {
-			t.Errorf("result %d: variant %q, note %q, ratio %v", i, r.Variant, r.Note, r.Ratio)
+		on := !strings.HasPrefix(w.variant, "history off")
+		if r.Variant != w.variant || !strings.HasPrefix(r.Note, w.note) || (r.Ratio != nil) != on {
+			t.Errorf("result %d: variant %q, note %q, ratio %v; want %q, %q", i, r.Variant, r.Note, r.Ratio, w.variant, w.note)
 		}
 	}
 	t.Logf("\n%s", table.String())

@@ -93,7 +93,9 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 	case "http":
 		// Two drains: unkeyed and keyed.
 		return 2 * o.Rows
-	case "history", "tracing":
+	case "history":
+		return len(historyRuns) * o.Rows
+	case "tracing":
 		return len(offOnRuns) * o.Rows
 	case "replicas":
 		return 6 * o.Rows

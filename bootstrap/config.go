@@ -79,11 +79,13 @@ type OutboxConfig struct {
 	History HistoryConfig `yaml:"history"`
 }
 
-// HistoryConfig switches the attempt history on or off, and says how long
-// its attempts are kept (0: for ever).
+// HistoryConfig switches the attempt history on or off, says whether it
+// records every delivery (a first try that succeeds is otherwise told by
+// the row alone), and how long its attempts are kept (0: for ever).
 type HistoryConfig struct {
-	Enabled   bool     `yaml:"enabled"`
-	Retention Duration `yaml:"retention"`
+	Enabled       bool     `yaml:"enabled"`
+	AllDeliveries bool     `yaml:"allDeliveries"`
+	Retention     Duration `yaml:"retention"`
 }
 
 type BackoffConfig struct {

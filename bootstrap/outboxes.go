@@ -73,7 +73,7 @@ func (v *validator) outboxes(c *Config) {
 		}
 		v.database(key+".database", &o.Database)
 		if o.Outbox != nil {
-			v.backoff(key+".outbox", o.Outbox)
+			v.outboxBlock(key+".outbox", o.Outbox)
 		}
 		if t := tableOf(&o.Database); t != "" {
 			if other, ok := tables[t]; ok {

@@ -116,7 +116,7 @@ func validate(c *Config, d *decoder) ([]Problem, *Compiled) {
 	if !many {
 		v.database("database", &c.Database)
 	}
-	v.backoff("outbox", &c.Outbox)
+	v.outboxBlock("outbox", &c.Outbox)
 	if !oneOf(c.Log.Format, "json", "text") {
 		v.add("log.format", "%q is not a log format; use json or text", c.Log.Format)
 	}
@@ -148,11 +148,14 @@ func (v *validator) database(key string, db *DatabaseConfig) {
 	}
 }
 
-// backoff checks an outbox block's backoff (key: outbox, or
+// outboxBlock checks an outbox block (key: outbox, or
 // outboxes.NAME.outbox).
-func (v *validator) backoff(key string, o *OutboxConfig) {
+func (v *validator) outboxBlock(key string, o *OutboxConfig) {
 	if o.Backoff.MaxMs < o.Backoff.InitialMs {
 		v.add(key+".backoff.maxMs", "%d is below %s.backoff.initialMs (%d); the longest delay cannot be shorter than the first", o.Backoff.MaxMs, key, o.Backoff.InitialMs)
+	}
+	if o.History.AllDeliveries && !o.History.Enabled {
+		v.add(key+".history.allDeliveries", "is true while %s.history.enabled is false, which records nothing at all; set enabled: true to record every delivery, or remove allDeliveries", key)
 	}
 }
 

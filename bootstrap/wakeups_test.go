@@ -18,8 +18,8 @@ import (
 	"github.com/queuebox/queuebox/internal/testrecv"
 )
 
-// wakeRelay is a relay run with a given database.wakeups, on a schema of
-// its own, delivering to a test receiver.
+// wakeRelay is a relay run with a given database.wakeups, on a database
+// of its own, delivering to a test receiver.
 type wakeRelay struct {
 	e     *actors.Engine
 	d     *postgres.Dialect
@@ -30,10 +30,12 @@ type wakeRelay struct {
 
 func startWakeRelay(t *testing.T, wakeups string) *wakeRelay {
 	t.Helper()
-	schema, dbURL := testdb.Schema(t)
+	// A database of its own: the relays of a database share one wake-up
+	// slot, whichever process holds it, and these tests look at the slot.
+	dbURL := testdb.Database(t)
 	recv := testrecv.New(t, nil)
 	cfg := Defaults()
-	cfg.Database.URL, cfg.Database.Schema, cfg.Database.Wakeups = dbURL, schema, wakeups
+	cfg.Database.URL, cfg.Database.Wakeups = dbURL, wakeups
 	cfg.Shutdown.DrainTimeoutMs = 5000
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Destinations = map[string]*DestinationConfig{"hook": {Type: "http", URL: recv.URL + "/events/{{ topic }}"}}

@@ -188,7 +188,7 @@ func engineOptions(l *Loaded, d dialects.Dialect, log *slog.Logger) actors.Optio
 		Backoff: actors.Backoff{Initial: ms(o.Backoff.InitialMs), Multiplier: o.Backoff.Multiplier, Max: ms(o.Backoff.MaxMs), Jitter: o.Backoff.Jitter},
 		Retention: actors.Retention{Delivered: time.Duration(o.Retention.Delivered), Dead: time.Duration(o.Retention.Dead),
 			Interval: ms(o.Retention.IntervalMs), BatchSize: o.Retention.BatchSize},
-		History:   actors.History{Enabled: o.History.Enabled, Retention: time.Duration(o.History.Retention)},
+		History:   actors.History{Enabled: o.History.Enabled, AllDeliveries: o.History.AllDeliveries, Retention: time.Duration(o.History.Retention)},
 		Mailboxes: actors.Mailboxes{Claimer: l.Engine.Mailbox.Claimer, Key: l.Engine.Mailbox.Key, Sink: l.Engine.Mailbox.Sink, Completer: l.Engine.Mailbox.Completer},
 		KeyIdle:   ms(l.Engine.KeyIdleMs), UnorderedConcurrency: l.Engine.UnorderedConcurrency,
 		DrainTimeout: ms(l.Shutdown.DrainTimeoutMs), MaxErrorBytes: l.HTTP.MaxErrorBodyBytes,

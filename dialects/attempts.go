@@ -3,6 +3,7 @@ package dialects
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,11 +42,29 @@ type Attempt struct {
 // how it ended (delivered, retry: failed, to be tried again, or dead), or
 // an operator's replay (OutcomeReplayed): the row went back to pending and
 // the count of its tries started again, ReplayedBy says who or what
-// replayed it, At when (the database's clock), and the rest is zero.
+// replayed it, At when (the database's clock), RowDelivered what the row
+// told of its delivery when it was delivered, and the rest is zero.
+//
+// An entry with FromRow is no recorded attempt but a delivery the row
+// tells: the relay records a first try that succeeds in no entry of its
+// own (see OutboxRow). Its Try and At (when the delivery was written, the
+// database's clock) come from the row; its duration, destination, status
+// and response are unknown, and zero.
 type RecordedAttempt struct {
 	Attempt
-	Outcome    string
-	ReplayedBy string
+	Outcome      string
+	ReplayedBy   string
+	RowDelivered *RowDelivery
+	FromRow      bool
+}
+
+// RowDelivery is what a row tells of its delivery: the try it was
+// delivered at (attempt + 1) and when the delivery was written
+// (updated_at). A replay of a delivered row keeps it in its entry, since
+// it sets those columns back.
+type RowDelivery struct {
+	Try int
+	At  time.Time
 }
 
 // OutcomeReplayed is the outcome of a replay's entry in the history.
@@ -64,7 +83,7 @@ func RecordedOutcome(k OutcomeKind) string {
 
 // RowDetail is one outbox row as an operator inspects it: everything
 // ListedRow shows, its payload and headers as stored, when it is due, and
-// its attempts, oldest first.
+// its attempts, oldest first, with the deliveries the row told (FromRow).
 type RowDetail struct {
 	ListedRow
 	Payload     string
@@ -80,8 +99,12 @@ type RowDetail struct {
 // relay writes attempts with the outcomes (OutboxComplete).
 type History interface {
 	// OutboxRow reads the row id with up to attempts of its newest
-	// attempts; found is false when no row has that id (the attempts of
-	// a row that retention deleted are not shown).
+	// entries; found is false when no row has that id (the attempts of a
+	// row that retention deleted are not shown). The entries compose the
+	// history with what the row tells: a delivery that no entry records
+	// (a first try that succeeded) is shown from the row, marked FromRow,
+	// where it happened: last for a delivered row, before the replay that
+	// set a delivered row back (RecordedAttempt.RowDelivered).
 	OutboxRow(ctx context.Context, id uuid.UUID, attempts int) (d RowDetail, found bool, err error)
 	// AttemptsPurge deletes up to batch attempts made more than olderThan
 	// ago (on the database clock), oldest first.
@@ -95,7 +118,8 @@ type History interface {
 // payload and headers (text); AttemptsOfRow takes the id and a limit and
 // returns the newest attempts, newest first: time, duration in
 // microseconds, try, outcome, destination, status, error, response,
-// probe, counted, replayed by;
+// probe, counted, replayed by, and on a replay of a delivered row the
+// try it was delivered at and when (NULL otherwise);
 // AttemptsPurge takes an age (see AttemptTables.Age) and a limit and
 // returns the count it deleted.
 type AttemptStatements struct {
@@ -136,11 +160,17 @@ func (t AttemptTables) OutboxRow(ctx context.Context, id uuid.UUID, attempts int
 		var us int64
 		var dest, status, errText, resp, by *string
 		var counted bool
-		if err := s.Scan(&a.At, &us, &a.Try, &a.Outcome, &dest, &status, &errText, &resp, &a.Probe, &counted, &by); err != nil {
+		var deliveredTry *int
+		var deliveredAt *time.Time
+		if err := s.Scan(&a.At, &us, &a.Try, &a.Outcome, &dest, &status, &errText, &resp, &a.Probe, &counted, &by,
+			&deliveredTry, &deliveredAt); err != nil {
 			return err
 		}
 		a.Duration, a.Uncounted = time.Duration(us)*time.Microsecond, !counted
 		a.Destination, a.Status, a.Error, a.Response, a.ReplayedBy = deref(dest), deref(status), deref(errText), deref(resp), deref(by)
+		if deliveredTry != nil && deliveredAt != nil {
+			a.RowDelivered = &RowDelivery{Try: *deliveredTry, At: *deliveredAt}
+		}
 		d.Attempts = append(d.Attempts, a)
 		return nil
 	})
@@ -151,44 +181,87 @@ func (t AttemptTables) OutboxRow(ctx context.Context, id uuid.UUID, attempts int
 		d.Attempts, d.MoreAttempts = d.Attempts[:attempts], true
 	}
 	// Newest first from the database, oldest first for people.
-	for i, j := 0, len(d.Attempts)-1; i < j; i, j = i+1, j-1 {
-		d.Attempts[i], d.Attempts[j] = d.Attempts[j], d.Attempts[i]
+	slices.Reverse(d.Attempts)
+	d.Attempts = placeReplays(d.Attempts)
+	if d.State == Delivered && !deliveredSince(d.Attempts, lastReplay(d.Attempts)+1) {
+		// Delivered, and no entry since the last replay says so: the
+		// relay recorded no first try that succeeded, which the row tells.
+		d.Attempts = append(d.Attempts, told(RowDelivery{Try: d.Attempt + 1, At: d.UpdatedAt}))
 	}
-	placeReplays(d.Attempts)
+	if over := len(d.Attempts) - attempts; over > 0 {
+		d.Attempts, d.MoreAttempts = d.Attempts[over:], true
+	}
 	return d, true, nil
 }
 
-// placeReplays puts each replay right after the attempt that ended the row
-// before it, when the clocks ordered them otherwise. Attempts are stamped
-// with their relay's clock and replays with the database's, so a relay
-// whose clock is behind may stamp the first try after a replay earlier
-// than the replay. The order is known all the same: once an attempt is
-// written as delivered or dead, the row changes only by a replay, so the
-// attempts that follow the first such attempt since the previous replay
-// came after the next replay. (A replay is never stamped before the
-// attempt that ended the row: the statement stamps it after the row's
-// latest attempt.)
-func placeReplays(h []RecordedAttempt) {
-	from := 0 // the first entry after the previous replay
-	for i := range h {
-		if h[i].Outcome != OutcomeReplayed {
-			continue
-		}
-		end := -1 // the first attempt since from that ended the row
-		for j := from; j < i && end < 0; j++ {
-			if h[j].Outcome == OutcomeDelivered.String() || h[j].Outcome == OutcomeDead.String() {
-				end = j
-			}
-		}
-		if end >= 0 && end < i-1 {
-			r := h[i]
-			copy(h[end+2:i+1], h[end+1:i])
-			h[end+1] = r
-			from = end + 2
-		} else {
-			from = i + 1
+// told is the entry of a delivery the row tells and no entry records.
+func told(r RowDelivery) RecordedAttempt {
+	return RecordedAttempt{Attempt: Attempt{At: r.At, Try: r.Try}, Outcome: OutcomeDelivered.String(), FromRow: true}
+}
+
+// lastReplay is the index of the last replay in h, -1 when there is none.
+func lastReplay(h []RecordedAttempt) int {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Outcome == OutcomeReplayed {
+			return i
 		}
 	}
+	return -1
+}
+
+// deliveredSince reports whether an entry of h from from on is a delivery.
+func deliveredSince(h []RecordedAttempt, from int) bool {
+	return slices.ContainsFunc(h[from:], func(a RecordedAttempt) bool { return a.Outcome == OutcomeDelivered.String() })
+}
+
+// placeReplays returns h, oldest first, with each replay where it
+// happened, and before a replay of a delivered row that delivery, shown
+// from the row, when no entry records it.
+//
+// Attempts are stamped with their relay's clock and replays with the
+// database's, so a relay whose clock is behind may stamp the first try
+// after a replay earlier than the replay. The order is known all the
+// same: once a row is delivered or dead it changes only by a replay, so
+// the entries that follow the attempt that ended the row came after the
+// next replay. (A replay is never stamped before the attempt that ended the
+// row: the statement stamps it after the row's latest attempt.) A replay of
+// a delivered row says when the delivery was written (RowDelivered, the
+// database's clock): when no entry since the previous replay is a
+// delivery, the relay recorded none (a first try that succeeded), the
+// row's delivery goes there, and the entries stamped after it came after
+// the replay.
+func placeReplays(h []RecordedAttempt) []RecordedAttempt {
+	out := make([]RecordedAttempt, 0, len(h))
+	from := 0 // in out, the first entry after the previous replay
+	for _, a := range h {
+		if a.Outcome != OutcomeReplayed {
+			out = append(out, a)
+			continue
+		}
+		seg := out[from:]
+		d := a.RowDelivered
+		end := slices.IndexFunc(seg, func(e RecordedAttempt) bool {
+			return e.Outcome == OutcomeDelivered.String() || (d == nil && e.Outcome == OutcomeDead.String())
+		})
+		at := len(seg) // where in seg the replay goes
+		switch {
+		case end >= 0:
+			at = end + 1
+		case d != nil:
+			if i := slices.IndexFunc(seg, func(e RecordedAttempt) bool { return e.At.After(d.At) }); i >= 0 {
+				at = i
+			}
+		}
+		after := slices.Clone(seg[at:])
+		out = out[:from+at]
+		if end < 0 && d != nil {
+			out = append(out, told(*d))
+		}
+		out = append(out, a)
+		from = len(out)
+		out = append(out, after...)
+	}
+	return out
 }
 
 func (t AttemptTables) AttemptsPurge(ctx context.Context, olderThan time.Duration, batch int) (int, error) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,7 +16,8 @@ import (
 // The attempt history is a table of its own, named after the outbox table,
 // with an index for one row's attempts and one for retention; the outbox
 // table keeps the seed's shape (TestCatalogMatchesSeed). An attempt written
-// without its marks is no probe and counted, and marks no replay.
+// without its marks is no probe and counted, and marks no replay and no
+// delivery a replay set back.
 func TestAttemptsTable(t *testing.T) {
 	t.Parallel()
 	for _, names := range []dialects.Names{
@@ -44,6 +46,7 @@ func TestAttemptsTable(t *testing.T) {
 				"try integer not null", "outcome character varying(20) not null", "destination character varying(255)",
 				"status character varying(255)", "error text", "response text",
 				"probe boolean not null", "counted boolean not null", "replayed_by character varying(255)",
+				"row_delivered_try integer", "row_delivered_at timestamp with time zone",
 			}
 			if !slices.Equal(cols, want) {
 				t.Errorf("columns of %s:\n got %v\nwant %v", table, cols, want)
@@ -51,12 +54,15 @@ func TestAttemptsTable(t *testing.T) {
 			qt := pgx.Identifier{schema, table}.Sanitize()
 			var probe, counted bool
 			var by *string
+			var deliveredTry *int
+			var deliveredAt *time.Time
 			if err := d.Pool().QueryRow(ctx, `INSERT INTO `+qt+` (row_id, attempted_at, duration_us, try, outcome)
-				VALUES (gen_random_uuid(), now(), 1, 1, 'delivered') RETURNING probe, counted, replayed_by`).Scan(&probe, &counted, &by); err != nil {
+				VALUES (gen_random_uuid(), now(), 1, 1, 'delivered') RETURNING probe, counted, replayed_by, row_delivered_try, row_delivered_at`).
+				Scan(&probe, &counted, &by, &deliveredTry, &deliveredAt); err != nil {
 				t.Fatal(err)
 			}
-			if probe || !counted || by != nil {
-				t.Errorf("an attempt without its marks: probe %v, counted %v, replayed by %v", probe, counted, by)
+			if probe || !counted || by != nil || deliveredTry != nil || deliveredAt != nil {
+				t.Errorf("an attempt without its marks: probe %v, counted %v, replayed by %v, delivered at try %v at %v", probe, counted, by, deliveredTry, deliveredAt)
 			}
 			rows, err = d.Pool().Query(ctx, `
 				SELECT i.relname || '(' || array_to_string(ARRAY(SELECT a.attname::text FROM unnest(ix.indkey) WITH ORDINALITY AS k(attnum, n)
@@ -131,6 +137,36 @@ func TestAttemptMarksSQLServerRenders(t *testing.T) {
 		"probe BIT NOT NULL CONSTRAINT [events_out_df_attempts_probe] DEFAULT 0,",
 		"counted BIT NOT NULL CONSTRAINT [events_out_df_attempts_counted] DEFAULT 1,",
 		"replayed_by NVARCHAR(255) NULL;",
+	} {
+		if !strings.Contains(batches[0], want) {
+			t.Errorf("rendered migration lacks %q:\n%s", want, batches[0])
+		}
+	}
+}
+
+// The SQL Server migration that lets a replay keep a row's delivery
+// renders for renamed tables: two nullable columns, no default.
+func TestReplayedDeliverySQLServerRenders(t *testing.T) {
+	ms, err := migrations.Load("sqlserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ms, func(m migrations.Migration) bool { return m.Name == "replayed_delivery" })
+	if i < 0 {
+		t.Fatal("no sqlserver replayed_delivery migration")
+	}
+	q := dialects.Quoting{Ident: func(s string) string { return "[" + s + "]" }, Literal: func(s string) string { return "N'" + s + "'" }}
+	batches, err := migrations.Render("sqlserver", q, ms[i], dialects.Names{Schema: "app", Outbox: "events_out", Inbox: "events_in"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batches) != 1 {
+		t.Fatalf("want 1 batch, got %d", len(batches))
+	}
+	for _, want := range []string{
+		"ALTER TABLE [app].[events_out_attempts] ADD",
+		"row_delivered_try INT NULL,",
+		"row_delivered_at DATETIME2 NULL;",
 	} {
 		if !strings.Contains(batches[0], want) {
 			t.Errorf("rendered migration lacks %q:\n%s", want, batches[0])

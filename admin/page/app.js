@@ -361,16 +361,18 @@ function pretty(v) {
 }
 
 // tryText is an attempt's try with its marks, as `rows show` prints it:
-// "2 (probe, not counted)".
+// "2 (probe, not counted)", "1 (from the row)".
 function tryText(a) {
-  const marks = [a.probe ? "probe" : null, a.uncounted ? "not counted" : null].filter(Boolean);
+  const marks = [a.probe ? "probe" : null, a.uncounted ? "not counted" : null, a.fromRow ? "from the row" : null].filter(Boolean);
   return a.try + (marks.length ? " (" + marks.join(", ") + ")" : "");
 }
 
 // attemptsTable lists a row's attempts, oldest first: each with when,
 // how long, how it ended, what the destination answered, and its error
 // and response excerpt under it; and its replays, with who replayed,
-// where the count of its tries starts again.
+// where the count of its tries starts again. A delivery the row tells and
+// the history does not record (fromRow: a first try that succeeded) shows
+// what it cannot know as unknown.
 function attemptsTable(r) {
   if (!r.attempts.length && r.matchedNoRouteAt) {
     return el("p", { class: "muted", id: "row-attempts" }, "None: no route matched the topic " + JSON.stringify(r.topic) +
@@ -387,6 +389,18 @@ function attemptsTable(r) {
         el("td", { title: a.at }, a.at.replace("T", " ").replace(/\.\d+Z$/, "Z") + " (" + ago(a.at) + ")"),
         el("td", {}, "–"), el("td", {}, el("span", { class: "tag paused" }, "replayed")),
         el("td", { colspan: 3 }, "by " + a.replayedBy + "; the tries count from 1 again")));
+      continue;
+    }
+    if (a.fromRow) {
+      body.append(el("tr", { class: "attempt " + a.outcome + " from-row" },
+        el("td", { class: "num" }, tryText(a)),
+        el("td", { class: "num" }, a.attempt),
+        el("td", { title: a.at }, a.at.replace("T", " ").replace(/\.\d+Z$/, "Z") + " (" + ago(a.at) + ")"),
+        el("td", { class: "muted" }, "unknown"),
+        el("td", {}, el("span", { class: "tag ok" }, a.outcome)),
+        el("td", { class: "muted" }, "unknown"),
+        el("td", { class: "muted" }, "unknown"),
+        el("td", { class: "muted" }, "told by the row, not recorded: the time is when the delivery was written")));
       continue;
     }
     body.append(el("tr", { class: "attempt " + a.outcome + (a.probe ? " probe" : "") + (a.uncounted ? " uncounted" : "") },

@@ -459,10 +459,11 @@ inbox:
 	if recv.Delivered() != 4 {
 		t.Fatalf("the receiver accepted %d rows, want the 4 replayed", recv.Delivered())
 	}
-	// The row view of a replayed row: its payload, both attempts (the 410
-	// that sent it dead, and the delivery after the replay), each with its
-	// try and its attempt as the receiver saw it, and between them the
-	// replay, made on the page.
+	// The row view of a replayed row: its payload, the 410 that sent it
+	// dead, and the delivery after the replay (a first try that succeeded,
+	// told by the row: what it cannot know is unknown), each with its try
+	// and its attempt as the receiver saw it, and between them the replay,
+	// made on the page.
 	delivered, _, err := dialects.List(ctx, d, dialects.Filter{States: []dialects.State{dialects.Delivered}}, nil, 1)
 	if err != nil || len(delivered) != 1 {
 		t.Fatalf("a delivered row: %v %v", delivered, err)
@@ -473,12 +474,13 @@ inbox:
 	}
 	until("the row's payload and attempts", `document.querySelectorAll("#row-attempts tr.attempt").length === 2 && `+
 		`document.querySelector("#row-attempts tr.attempt.dead").innerText.includes("HTTP 410 Gone") && `+
-		`document.querySelector("#row-attempts tr.attempt.delivered").innerText.includes("HTTP 204 No Content") && `+
+		`document.querySelector("#row-attempts tr.attempt.delivered.from-row").innerText.includes("told by the row, not recorded") && `+
+		`!document.querySelector("#row-attempts tr.attempt.delivered").innerText.includes("HTTP 204") && `+
 		`document.querySelector("#row-payload").innerText.includes('"order":')`)
 	until("the replay between the attempts, and the tries' numbers",
-		`Array.from(document.querySelectorAll("#row-attempts tbody tr")).map((tr) => tr.className).join(",") === "attempt dead,replay,attempt delivered" && `+
+		`Array.from(document.querySelectorAll("#row-attempts tbody tr")).map((tr) => tr.className).join(",") === "attempt dead,replay,attempt delivered from-row" && `+
 			`document.querySelector("#row-attempts tr.replay").innerText.includes("by the admin page, from 127.0.0.1; the tries count from 1 again") && `+
-			`/^1\s+0\s/.test(document.querySelector("#row-attempts tr.attempt.delivered").innerText) && `+
+			`/^1 \(from the row\)\s+0\s.*\sunknown\s+delivered\s+unknown\s+unknown\s/.test(document.querySelector("#row-attempts tr.attempt.delivered").innerText) && `+
 			`document.querySelector("#row-detail dl").innerText.includes("try 1 of 6, attempt 0")`)
 	until("the throughput chart's step", `document.querySelector("#chart-step").textContent.includes("step")`)
 	// The row view of a row that matched no route: no try was made, and

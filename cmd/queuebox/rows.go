@@ -26,7 +26,10 @@ func rowsCmd() *cobra.Command {
 		Long: "show prints one outbox row: its columns, where its topic routes today, its headers and payload,\n" +
 			"and its delivery attempts, oldest first (the newest " + fmt.Sprint(admin.MaxRowAttempts) + "): when each started, how long it took, how it\n" +
 			"ended, the HTTP status or broker answer, the error, and an excerpt of the response body.\n" +
-			"Attempts are recorded while outbox.history is on, and kept for outbox.history.retention.",
+			"Attempts are recorded while outbox.history is on, and kept for outbox.history.retention.\n" +
+			"A first try that succeeded is not recorded (unless outbox.history.allDeliveries): the row\n" +
+			"tells it, shown as \"1 (from the row)\" at its updated_at, with its duration, destination\n" +
+			"and answer unknown.",
 		Example: "  queuebox rows show 0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b\n" +
 			"  queuebox dead list --json | jq -r '.rows[0].id' | xargs queuebox rows show\n" +
 			"  queuebox rows show 0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b --json | jq '.attempts[] | [.try, .status] | @tsv'",

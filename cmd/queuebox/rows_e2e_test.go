@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testdb"
@@ -96,7 +98,7 @@ admin: { listen: "127.0.0.1:0" }
 			v.Attempts[1].Status != "HTTP 200 OK" || v.Attempts[1].Outcome != "delivered" || v.Attempts[1].Try != 2 || v.State != "delivered" {
 			t.Errorf("%s: %+v", src, v)
 		}
-		if v.Attempts[0].DurationMs <= 0 || !v.Attempts[1].At.After(v.Attempts[0].At) {
+		if v.Attempts[0].DurationMs == nil || *v.Attempts[0].DurationMs <= 0 || !v.Attempts[1].At.After(v.Attempts[0].At) {
 			t.Errorf("%s: times %+v", src, v.Attempts)
 		}
 	}
@@ -206,7 +208,10 @@ admin: { listen: "127.0.0.1:0" }
 			if code != 0 {
 				return fmt.Errorf("exit %d: %s", code, stderr)
 			}
-			if n := strings.Count(o, " delivered  hook "); !strings.Contains(o, "state           delivered") || n != delivered {
+			// A recorded delivery names its destination; one told by the
+			// row (a first try that succeeded) does not know it.
+			n := strings.Count(o, " delivered  hook ") + strings.Count(o, " delivered  unknown ")
+			if !strings.Contains(o, "state           delivered") || n != delivered {
 				return fmt.Errorf("%d deliveries:\n%s", n, o)
 			}
 			out = o
@@ -234,7 +239,9 @@ admin: { listen: "127.0.0.1:0" }
 		t.Fatalf("replay: exit %d %s %s", code, o, stderr)
 	}
 	out = show("the row delivered after the replay", 2)
-	if !regexp.MustCompile(`\n  -  +-  +\S+  +-  +replayed   -  +-\n       replayed by queuebox replay, user \S+ on \S+; the tries count from 1 again\n  1  +0  +\S+  +\S+  +delivered  hook  +HTTP 200 OK\n$`).MatchString(out) {
+	// Try 1 succeeded: the history did not record it, the row tells it.
+	if !regexp.MustCompile(`\n  -  +-  +\S+  +-  +replayed   -  +-\n       replayed by queuebox replay, user \S+ on \S+; the tries count from 1 again\n` +
+		`  1 \(from the row\)  +0  +\S+  +unknown  +delivered  unknown  +unknown\n       told by the row, not recorded: AT is when the delivery was written\n$`).MatchString(out) {
 		t.Errorf("the replay by the command line, then try 1:\n%s", out)
 	}
 
@@ -283,8 +290,112 @@ admin: { listen: "127.0.0.1:0" }
 	if strings.Join(got, " ") != strings.Join(sent, " ") {
 		t.Errorf("the history's attempts and replays:\n  %s\nthe X-Attempt of each request the receiver got, and the replays:\n  %s", strings.Join(got, " "), strings.Join(sent, " "))
 	}
-	if last := v.Attempts[len(v.Attempts)-2]; last.ReplayedBy != "POST /api/replay, from 127.0.0.1" {
-		t.Errorf("the replay by the API: %+v", last)
+	// The second replay set back a delivery the history did not record:
+	// it is shown before the replay, from the row, as is the last one.
+	if n := len(v.Attempts); n < 4 || v.Attempts[n-2].ReplayedBy != "POST /api/replay, from 127.0.0.1" ||
+		!v.Attempts[n-3].FromRow || !v.Attempts[n-1].FromRow || v.Attempts[n-1].DurationMs != nil {
+		t.Errorf("the replay by the API between two deliveries told by the row: %+v", v.Attempts)
+	}
+	r.stop(t)
+}
+
+// A row delivered at its first try writes nothing to the attempt history:
+// `rows show` tells the delivery from the row, marked so, with what the
+// row cannot know (duration, destination, answer) as unknown, in text and
+// JSON. A replay keeps it, so that after the next delivery the row shows
+// both deliveries and the replay between them.
+func TestRowsShowTellsAFirstTryFromTheRow(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100 }
+destinations: { sink: { type: "null" } }
+routes: [ { topicPattern: "#", destination: sink } ]
+admin: { listen: "127.0.0.1:0" }
+`, dbURL))
+	if _, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("order.created")}); err != nil {
+		t.Fatal(err)
+	}
+	listed, _, err := dialects.List(ctx, d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v %v", listed, err)
+	}
+	id := listed[0].ID.String()
+	attempts := func() int {
+		t.Helper()
+		var n int
+		table := pgx.Identifier{d.Names().Object("attempts")}
+		if schema := d.Names().Schema; schema != "" {
+			table = pgx.Identifier{schema, d.Names().Object("attempts")}
+		}
+		if err := d.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	r := startRelay(t, "--config", cfg)
+	delivered := func(what string, n int) string {
+		t.Helper()
+		var out string
+		testkit.Eventually(t, what, time.Minute, func() error {
+			o, stderr, code := run(t, "rows", "show", id, "--config", cfg)
+			if code != 0 {
+				return fmt.Errorf("exit %d: %s", code, stderr)
+			}
+			if !strings.Contains(o, "state           delivered") || strings.Count(o, " delivered  ") != n {
+				return fmt.Errorf("not delivered %d times:\n%s", n, o)
+			}
+			out = o
+			return nil
+		})
+		return out
+	}
+	out := delivered("the row delivered", 1)
+	if n := attempts(); n != 0 {
+		t.Errorf("a first try that succeeded wrote %d attempts", n)
+	}
+	row, _, err := dialects.List(ctx, d, dialects.Filter{States: dialects.States}, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := row[0].UpdatedAt.UTC().Format(time.RFC3339Nano)
+	if !regexp.MustCompile(`\nattempts \(1\):\n  TRY +ATTEMPT +AT +DURATION +OUTCOME +DESTINATION +STATUS\n` +
+		`  1 \(from the row\)  0 +` + regexp.QuoteMeta(at) + ` +unknown +delivered  unknown +unknown\n` +
+		`       told by the row, not recorded: AT is when the delivery was written\n$`).MatchString(out) {
+		t.Errorf("rows show of a first try that succeeded, at %s:\n%s", at, out)
+	}
+	jsonOut, stderr, code := run(t, "rows", "show", id, "--json", "--config", cfg)
+	var v admin.RowDetailView
+	if err := json.Unmarshal([]byte(jsonOut), &v); code != 0 || err != nil {
+		t.Fatalf("rows show --json: exit %d, %v\n%s%s", code, err, jsonOut, stderr)
+	}
+	if len(v.Attempts) != 1 || !v.Attempts[0].FromRow || v.Attempts[0].Try != 1 || v.Attempts[0].DurationMs != nil ||
+		v.Attempts[0].Status != "" || v.Attempts[0].Destination != "" || !v.Attempts[0].At.Equal(row[0].UpdatedAt) {
+		t.Errorf("rows show --json: %+v", v.Attempts)
+	}
+	if !strings.Contains(jsonOut, `"durationMs":null`) || !strings.Contains(jsonOut, `"fromRow":true`) {
+		t.Errorf("rows show --json does not say the duration is unknown and the delivery told by the row:\n%s", jsonOut)
+	}
+
+	if o, stderr, code := run(t, "replay", "--id", id, "--config", cfg); code != 0 {
+		t.Fatalf("replay: exit %d %s %s", code, o, stderr)
+	}
+	out = delivered("the row delivered again after the replay", 2)
+	if n := attempts(); n != 1 {
+		t.Errorf("the history holds %d entries after a replay of a row delivered twice at its first try; want the replay's", n)
+	}
+	if !regexp.MustCompile(`\nattempts \(3\):\n  TRY +ATTEMPT +AT +DURATION +OUTCOME +DESTINATION +STATUS\n` +
+		`  1 \(from the row\)  0 +` + regexp.QuoteMeta(at) + ` +unknown +delivered  unknown +unknown\n` +
+		`       told by the row, not recorded: AT is when the delivery was written\n` +
+		`  - +- +\S+ +- +replayed +- +-\n       replayed by queuebox replay, user \S+ on \S+; the tries count from 1 again\n` +
+		`  1 \(from the row\)  0 +\S+ +unknown +delivered  unknown +unknown\n` +
+		`       told by the row, not recorded: AT is when the delivery was written\n$`).MatchString(out) {
+		t.Errorf("rows show after the replay: the first delivery (at %s), the replay, the second delivery:\n%s", at, out)
 	}
 	r.stop(t)
 }

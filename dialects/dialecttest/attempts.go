@@ -2,6 +2,7 @@ package dialecttest
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +21,25 @@ func attemptTests() []subtest {
 		{"AttemptsPurge", testAttemptsPurge},
 		{"AttemptsMarkProbesAndUncounted", testAttemptsMarked},
 		{"ReplayRecordedInTheHistory", testReplayRecorded},
+		{"DeliveryToldByTheRow", testDeliveryToldByTheRow},
 	}
 }
 
 func withAttempt(o dialects.Outcome, a dialects.Attempt) dialects.Outcome {
 	o.Attempt = &a
 	return o
+}
+
+// recorded is the entries of h that the history recorded: not those told
+// by the row.
+func recorded(h []dialects.RecordedAttempt) []dialects.RecordedAttempt {
+	var out []dialects.RecordedAttempt
+	for _, a := range h {
+		if !a.FromRow {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func rowDetail(t *testing.T, d dialects.Dialect, id uuid.UUID, attempts int) dialects.RowDetail {
@@ -93,7 +107,8 @@ func testAttemptsRecorded(t *testing.T, h Harness) {
 	}
 }
 
-// Outcomes without attempts (the history is off) record nothing.
+// Outcomes without attempts (the history is off) record nothing; the
+// delivered row's delivery is still shown, told by the row.
 func testAttemptsOff(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	insert(t, d, testkit.Rows(2, anyTopic, nil)...)
@@ -102,12 +117,15 @@ func testAttemptsOff(t *testing.T, h Harness) {
 	dead.Error = "no"
 	complete(t, d, outcome(rows[0], dialects.OutcomeDelivered), dead)
 	for _, r := range rows {
-		if got := rowDetail(t, d, r.ID, 10); len(got.Attempts) != 0 {
+		if got := rowDetail(t, d, r.ID, 10); len(recorded(got.Attempts)) != 0 {
 			t.Errorf("row %s has attempts %+v", r.ID, got.Attempts)
 		}
 	}
-	if got := rowDetail(t, d, rows[1].ID, 10); got.State != dialects.Dead || got.LastError == nil || *got.LastError != "no" {
-		t.Errorf("dead row %+v", got.ListedRow)
+	if got := rowDetail(t, d, rows[1].ID, 10); got.State != dialects.Dead || got.LastError == nil || *got.LastError != "no" || len(got.Attempts) != 0 {
+		t.Errorf("dead row %+v, attempts %+v", got.ListedRow, got.Attempts)
+	}
+	if got := rowDetail(t, d, rows[0].ID, 10); len(got.Attempts) != 1 || !got.Attempts[0].FromRow {
+		t.Errorf("delivered row: attempts %+v, want its delivery told by the row", got.Attempts)
 	}
 }
 
@@ -130,7 +148,7 @@ func testAttemptsPurge(t *testing.T, h Harness) {
 		t.Fatalf("purge: %d, %v", n, err)
 	}
 	for i, want := range []int{0, 0, 1} {
-		if got := rowDetail(t, d, rows[i].ID, 10); len(got.Attempts) != want {
+		if got := rowDetail(t, d, rows[i].ID, 10); len(recorded(got.Attempts)) != want {
 			t.Errorf("row %d: %d attempts after the purge, want %d", i, len(got.Attempts), want)
 		}
 	}
@@ -257,11 +275,93 @@ func testReplayRecorded(t *testing.T, h Harness) {
 	if got := rowDetail(t, d, behind.ID, 10); len(got.Attempts) != 3 {
 		t.Errorf("a replay without a name recorded %+v", got.Attempts[3:])
 	}
+	// (none was delivered at its first try, not recorded: the replay
+	// keeps the delivery, shown before it.)
 	if n, err := dialects.Replay(ctx(t), d, dialects.Filter{IDs: []uuid.UUID{none.ID}}, false, strings.Repeat("é", 300)); err != nil || n != 1 {
 		t.Fatalf("replay with a long name: %d, %v", n, err)
 	}
-	if got := rowDetail(t, d, none.ID, 10); len(got.Attempts) != 2 || got.Attempts[1].ReplayedBy != strings.Repeat("é", 255) {
+	if got := rowDetail(t, d, none.ID, 10); len(got.Attempts) != 3 || !got.Attempts[1].FromRow || got.Attempts[2].ReplayedBy != strings.Repeat("é", 255) {
 		t.Errorf("a long name: %+v", got.Attempts)
+	}
+}
+
+// A delivery the relay did not record (a first try that succeeded) is
+// shown from the row: its try, and when it was written; and a replay,
+// which sets the row back, keeps it in its entry, so that the delivery is
+// still shown before the replay. A delivery the history recorded is not
+// shown twice, before a replay or at the end.
+func testDeliveryToldByTheRow(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	insert(t, d, testkit.Rows(2, anyTopic, nil)...)
+	rows := h.claim(t, d, 2)
+	complete(t, d, outcome(rows[0], dialects.OutcomeDelivered), outcome(rows[1], dialects.OutcomeDelivered))
+	first := rowDetail(t, d, rows[0].ID, 10)
+	if len(first.Attempts) != 1 {
+		t.Fatalf("a first try that succeeded: %+v", first.Attempts)
+	}
+	if a := first.Attempts[0]; !a.FromRow || a.Outcome != "delivered" || a.Try != 1 || !a.At.Equal(first.UpdatedAt) ||
+		a.Duration != 0 || a.Destination != "" || a.Status != "" || a.Probe || a.Uncounted {
+		t.Errorf("the delivery told by the row: %+v; want try 1 at %v, nothing else", a, first.UpdatedAt)
+	}
+
+	ids := []uuid.UUID{rows[0].ID, rows[1].ID}
+	if n, err := dialects.Replay(ctx(t), d, dialects.Filter{IDs: ids}, false, "ops"); err != nil || n != 2 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	got := rowDetail(t, d, rows[0].ID, 10)
+	if len(got.Attempts) != 2 || len(recorded(got.Attempts)) != 1 {
+		t.Fatalf("after the replay: %+v", got.Attempts)
+	}
+	if a, r := got.Attempts[0], got.Attempts[1]; !a.FromRow || a.Try != 1 || !a.At.Equal(first.UpdatedAt) ||
+		r.Outcome != dialects.OutcomeReplayed || r.ReplayedBy != "ops" || r.RowDelivered == nil || r.RowDelivered.Try != 1 {
+		t.Errorf("the delivery the replay set back, then the replay: %+v, %+v; want the delivery at %v", a, r, first.UpdatedAt)
+	}
+
+	// After the replay: rows[0] fails once and is delivered at its second
+	// try, both recorded; rows[1] is delivered at its first, not recorded.
+	rows = h.claim(t, d, 2)
+	var zero, one dialects.Row
+	for _, r := range rows {
+		if r.ID == ids[0] {
+			zero = r
+		} else {
+			one = r
+		}
+	}
+	if zero.ID != ids[0] || one.ID != ids[1] {
+		t.Fatalf("the replayed rows were not claimed: %+v", rows)
+	}
+	retry := outcome(zero, dialects.OutcomeRetry)
+	retry.Error, retry.Delay = "HTTP 500", time.Hour
+	t0 := time.Now().Truncate(time.Millisecond)
+	complete(t, d, withAttempt(retry, dialects.Attempt{At: t0, Try: 1, Destination: "hook", Error: "HTTP 500"}), outcome(one, dialects.OutcomeDelivered))
+	zero = claimAgainDue(t, h, d, zero)
+	complete(t, d, withAttempt(outcome(zero, dialects.OutcomeDelivered), dialects.Attempt{At: t0.Add(time.Second), Try: 2, Destination: "hook", Status: "HTTP 200 OK"}))
+
+	history := func(id uuid.UUID) string {
+		var entries []string
+		for _, a := range rowDetail(t, d, id, 10).Attempts {
+			o := a.Outcome
+			if a.FromRow {
+				o = "told"
+			}
+			entries = append(entries, fmt.Sprintf("%s %d", o, a.Try))
+		}
+		return strings.Join(entries, ", ")
+	}
+	if got, want := history(ids[0]), "told 1, replayed 0, retry 1, delivered 2"; got != want {
+		t.Errorf("a row delivered at its second try after the replay: %s; want %s", got, want)
+	}
+	if got, want := history(ids[1]), "told 1, replayed 0, told 1"; got != want {
+		t.Errorf("a row delivered at its first try after the replay: %s; want %s", got, want)
+	}
+	// Replayed again: the delivery at the second try was recorded, and is
+	// not shown twice.
+	if n, err := dialects.Replay(ctx(t), d, dialects.Filter{IDs: ids[:1]}, false, "ops"); err != nil || n != 1 {
+		t.Fatalf("second replay: %d, %v", n, err)
+	}
+	if got, want := history(ids[0]), "told 1, replayed 0, retry 1, delivered 2, replayed 0"; got != want {
+		t.Errorf("replayed again: %s; want %s", got, want)
 	}
 }
 

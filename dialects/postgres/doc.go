@@ -64,9 +64,38 @@
 // and commit synchronously. A synchronous_commit in the database URL wins
 // here too; one set with ALTER ROLE or ALTER DATABASE does not.
 //
+// # Wake-ups: one stream per database
+//
+// Wakeups returns a Listener per outbox (dialects.Wakeups), but the
+// listeners do not stream alone: a WAL sender decodes all the WAL of its
+// database whatever it publishes, so one stream serves every outbox of a
+// database, in every relay on it (wakeshare.go has the design, wakehub.go
+// the hubs, wakestream.go the stream):
+//
+//   - In a process, the listeners of one server, database and role join
+//     one hub, from a process-wide registry; the last to leave stops it.
+//   - The hubs of a database, in all processes, take turns on one advisory
+//     lock named for the database's wake-ups. The holder streams from one
+//     temporary slot the publications of its outboxes and of those that the
+//     others announce, so relays with different outboxes share it; when
+//     an outbox comes or goes it moves the stream to a new slot, made
+//     before the old one is dropped, and it tells the others what it
+//     covers with a shared advisory lock per publication. The others hear
+//     it through NOTIFY, per outbox.
+//   - Each outbox's status is its own: listening only while the stream
+//     covers it; probing, with the reason, while its publication is
+//     missing, the server has no room for the slot, or the holder does
+//     not cover it yet. A nudge is a hint: one missed costs the relay's
+//     safety-net probe, never a row.
+//
+// So relays need one replication slot and one WAL sender per database,
+// whatever the number of outboxes and replicas; WakeupSlot reports that
+// slot for every outbox of the database.
+//
 // # Sessions
 //
 // Both pools name their sessions with the relay's application name; the
 // dialect keeps the process ids of its own sessions (and of its wake-up
-// listener's walsender), so that OtherRelays counts only other relays.
+// hub's lock connection and walsender), so that OtherRelays counts only
+// other relays.
 package postgres

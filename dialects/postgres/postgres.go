@@ -43,6 +43,9 @@ type Dialect struct {
 	// own are the process ids of this dialect's sessions, which OtherRelays
 	// does not count.
 	own ownSessions
+	// wake is the registry of the wake-up hubs (wakehub.go); nil: the
+	// process's.
+	wake *wakeRegistry
 	// boundsText is the text form of the claims' floors and positions,
 	// kept for the next claim that carries the same slices (see
 	// dialects.Bounds): the one thing a claim leaves behind in the dialect.

@@ -50,6 +50,10 @@ func openAt(t testing.TB, url, schema string) *postgres.Dialect {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
+	// Wake-ups: a registry of its own, as a process of its own has, in a
+	// group of the schema's: the dialects of other tests never share its
+	// stream, and those of this schema do as separate relays would.
+	d.UseWakeupRegistry(postgres.NewWakeupRegistry(schema))
 	return d
 }
 
@@ -1150,10 +1154,14 @@ func TestFloorsReadDuringAReplayAreSetAsideAfterIt(t *testing.T) {
 		}
 		replayed <- err
 	}()
+	// The holder locks the counter's row and nothing else: a session it
+	// blocks is the replay, waiting for that row. (pg_blocking_pids rather
+	// than the statement's text: pg_stat_activity cuts the text at
+	// track_activity_query_size.)
 	testkit.Eventually(t, "the replay waits for the counter's row, its row updated", 0, func() error {
 		var waiting bool
 		err := d.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%counter = counter + 1%')`).Scan(&waiting)
+			WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%may be replayed%')`, holder.Session()).Scan(&waiting)
 		if err == nil && !waiting {
 			err = fmt.Errorf("not waiting yet")
 		}

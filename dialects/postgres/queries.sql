@@ -616,9 +616,20 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
 -- how many rows it put back, and moves the rewind counter in the same
 -- transaction: a claim whose snapshot sees a replayed row sees the counter
 -- moved, and sets its bounds aside (see OutboxClaim). $3: who replayed,
--- recorded in each row's history after its latest attempt (NULL: nothing).
-WITH r AS (
-    UPDATE {{t}}
+-- recorded in each row's history after its latest attempt (NULL: nothing),
+-- with, for a row that was delivered, its try and when its delivery was
+-- written: the history records no first try that succeeds, which only the
+-- row tells until the replay sets it back. was locks the rows and reads
+-- them as they stand before the update.
+WITH was AS (
+    SELECT {{c "id"}} AS id, {{c "state"}} AS state, {{c "attempt"}} AS attempt, {{c "updated_at"}} AS updated_at
+      FROM {{t}}
+     WHERE {{c "id"}} = ANY($1::uuid[])
+       AND {{c "state"}} = ANY($2::text[])
+       AND {{c "state"}} <> 'processing'
+       FOR UPDATE
+), r AS (
+    UPDATE {{t}} AS o
        SET {{c "state"}} = 'pending',
            {{c "attempt"}} = 0,
            {{c "last_error"}} = NULL,
@@ -627,16 +638,18 @@ WITH r AS (
            {{c "claim_token"}} = NULL,
            {{c "lease_expires_at"}} = NULL,
            {{c "updated_at"}} = now()
-     WHERE {{c "id"}} = ANY($1::uuid[])
-       AND {{c "state"}} = ANY($2::text[])
-       AND {{c "state"}} <> 'processing'
-    RETURNING {{c "id"}} AS id
+      FROM was
+     WHERE o.{{c "id"}} = was.id
+       AND o.{{c "state"}} <> 'processing'
+    RETURNING o.{{c "id"}} AS id, was.state AS was_state, was.attempt AS was_attempt, was.updated_at AS was_at
 ){{template "Rewound"}}, recorded AS (
-    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, replayed_by)
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, replayed_by, row_delivered_try, row_delivered_at)
     SELECT r.id,
            GREATEST(now(), (SELECT max(a.attempted_at) + interval '1 microsecond'
                               FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.id)),
-           0, 0, 'replayed', $3::text
+           0, 0, 'replayed', $3::text,
+           CASE WHEN r.was_state = 'delivered' THEN r.was_attempt + 1 END,
+           CASE WHEN r.was_state = 'delivered' THEN r.was_at END
       FROM r
      WHERE $3::text IS NOT NULL
 )
@@ -1045,7 +1058,8 @@ SELECT {{c "id"}}::text, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c
 
 -- name: AttemptsOfRow
 -- The newest attempts of the row $1 (text), newest first, at most $2.
-SELECT attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted, replayed_by
+SELECT attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted, replayed_by,
+       row_delivered_try, row_delivered_at
   FROM {{q (obj "attempts") | qualify}}
  WHERE row_id = $1::uuid
  ORDER BY attempted_at DESC

@@ -1,44 +1,83 @@
 package postgres
 
-// One slot per database: the relays that share an outbox share one
-// listener.
+// Many outboxes, one stream: the relays of a database share one slot.
 //
 // A WAL sender decodes every transaction of the database, whatever it
-// touched, before pgoutput keeps the inserts of the publication. With a
-// slot per relay, each relay's sender decoded the whole drain again: three
-// relays draining 100,000 rows made the server decode it three times, and
-// drained at 0.6 of one relay where relays that probed drained at 0.8.
+// touched, before pgoutput keeps the inserts of its publications. A slot
+// per relay made the server decode a drain once per relay, and a slot per
+// outbox would make a relay with fifty outboxes (schemas of one database)
+// need fifty slots and fifty WAL senders (the server's default allows ten)
+// and the server decode all its WAL fifty times. So one stream per
+// database serves every outbox of every relay:
 //
-// So the relays of one publication take turns. Each listener keeps one
-// plain connection (the token) on which it asks for a session advisory
-// lock named after the publication. The relay that gets it opens the
-// replication connection and the slot, and forwards what it hears with
-// pg_notify on a channel named after the publication too: a letter per
-// table that changed, at most once per forwardEvery. The others LISTEN on
-// that channel and nudge their own channels from it; they ask for the lock
-// again every heartbeat, so that one of them takes over when the holder's
-// session ends (a crash, kill -9, a lost network: the server releases a
-// session's locks when it ends), and they see, in the same statement,
-// whether the holder's slot listens yet.
+//   - In a process, the Listeners of one server, database and role share a
+//     hub (wakehub.go): Dialect.Wakeups still returns a Listener per outbox,
+//     and Run joins the hub of its database; the last to leave stops it.
+//   - The hubs of a database, in every process, take turns. Each keeps one
+//     plain connection (the token) on which it asks for a session advisory
+//     lock named for the database's wake-ups (hubShare), whatever outboxes
+//     it serves. The hub that gets it, the holder, opens the replication
+//     connection and one temporary slot, and subscribes to the
+//     publications of every outbox it covers (each outbox's migration V16
+//     and V20 publications; publication_names takes a list). A Relation
+//     message names its table, and the holder knows which outbox, and
+//     which of its channels, each table is.
+//   - The others, the followers, announce on the database's channel the
+//     outboxes they serve, every heartbeat: their publications and tables
+//     (outboxWake). The holder covers the union of its own members' and the
+//     recent announcements, so relays with different sets of outboxes
+//     share the slot all the same. A new outbox, local or announced,
+//     moves the stream to a new slot with the longer list (stream.run):
+//     the holder opens it beside the old one, and drops the old one once
+//     the new one streams (a server with no room for both gets the old
+//     one dropped first, and the outboxes probe meanwhile); every outbox
+//     looks once, for what committed between the two. (A stream cannot
+//     start again on its slot: the WAL sender ends a second logical
+//     stream of a session at once, as it keeps the first one's end.)
+//     Outboxes that go away leave the list a few seconds later
+//     (settleAtMost), the same way, and so does an outbox whose
+//     publication went (its schema dropped): its next check, every
+//     Recheck, says so. Were the server to end the stream over a missing
+//     publication, the hub would start again with a new slot, as after a
+//     lost connection.
+//   - The holder says which publications its stream covers with a shared
+//     advisory lock per publication on its token (coverKey); a follower
+//     reports listening for an outbox only while that lock is held, so
+//     its status is truthful: an outbox the holder does not cover (yet)
+//     probes, and says so. The locks go with the holder's session.
+//   - The holder forwards what it hears with pg_notify on each outbox's
+//     channel (shareOf(publication).channel): a letter per table that
+//     changed, at most once per forwardEvery, and only for outboxes that
+//     a follower announced lately: a relay alone on its database forwards
+//     nothing. The followers LISTEN on their outboxes' channels, and ask
+//     for the lock again every heartbeat, so that one of them takes over
+//     when the holder's session ends (a crash, kill -9, a lost network:
+//     the server releases a session's locks when it ends).
 //
-// What it costs: the followers' check, one statement per heartbeat each,
-// which also says hello to the holder; the holder's pg_notify, a small
-// transaction (with synchronous_commit off on the token, so it waits for
-// no flush) at most once per forwardEvery while rows arrive, never while
-// none do, and never while no follower said hello lately: a relay alone on
-// its outbox forwards nothing. A lost or late forward costs
-// what a lost nudge costs: the relay's safety-net probe. The holder's own
-// nudges are unchanged.
+// What it costs: one slot and one WAL sender per database for all the
+// relays on it, and one token per relay and database; a follower's check,
+// one statement per heartbeat, which announces its outboxes; the holder's
+// forwards, a small transaction (synchronous_commit off on the token) at
+// most once per forwardEvery while rows arrive; and a new slot when an
+// outbox comes or goes (creating one waits for the transactions running
+// at that moment; the old slot streams meanwhile). A lost or late nudge
+// costs what it always costs: the relay's safety-net probe. Nudges are
+// hints: no row waits on one, whatever a holder covers or misses.
+//
+// Where a shared stream cannot be had (no room for the slot, a role that
+// may not replicate, an outbox whose publication is missing), each outbox
+// concerned probes exactly as without wake-ups, and its status says why.
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -53,25 +92,40 @@ import (
 // and the holder is woken for every commit.
 const forwardEvery = 20 * time.Millisecond
 
-// share names what the listeners of one publication share: the advisory
-// lock that says which of them holds the slot, the channel on which it
-// forwards, and the prefix of its slot's name.
+// share names what the listeners of a database share: the advisory lock
+// that says which of them holds the slot, the channel of the followers'
+// announcements, and the prefix of the slot's name.
 type share struct {
 	key     int64
 	channel string
 	prefix  string
 }
 
-func shareOf(publication string) share {
+func shareOf(name string) share {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("queuebox wake-ups " + publication))
+	_, _ = h.Write([]byte("queuebox wake-ups " + name))
 	sum := h.Sum64()
 	id := fmt.Sprintf("%016x", sum)
 	return share{key: int64(sum), channel: "queuebox_wake_" + id, prefix: "queuebox_" + id + "_"}
 }
 
+// hubShare is the share of a database's hubs. Advisory locks and channels
+// belong to a database, and slots are filtered by their database, so one
+// name serves every database.
+func hubShare(group string) share { return shareOf("\x00database " + group) }
+
+// forwardChannel is the channel on which the holder forwards what it
+// heard for the outbox of a publication.
+func forwardChannel(publication string) string { return shareOf(publication).channel }
+
+// coverKey is the shared advisory lock that the holder keeps while its
+// stream covers a publication.
+func coverKey(group, publication string) int64 {
+	return shareOf("\x00covers " + group + "\x00" + publication).key
+}
+
 // slotName is a new name for the holder's temporary slot: the prefix,
-// which the followers look for, and a random part, so that a slot still
+// which WakeupSlot looks for, and a random part, so that a slot still
 // being dropped never clashes with the next.
 func (s share) slotName() (string, error) {
 	b := make([]byte, 4)
@@ -86,160 +140,85 @@ const (
 	fwdOutbox uint32 = 1 << iota
 	fwdInbox
 	fwdPauses
+	fwdAll = fwdOutbox | fwdInbox | fwdPauses
 )
 
-// forwarder sends the holder's news to the followers on the token
-// connection, coalesced: add never waits.
-type forwarder struct {
-	conn    *pgconn.PgConn
-	sql     string // SELECT pg_notify('channel', '
-	pending atomic.Uint32
-	wake    chan struct{}
-	// heard brings the token's notifications: the followers' hellos.
-	// Forwards go out only
-	// while a hello came within followed: a relay alone on its outbox
-	// spends no transaction on them.
-	heard     <-chan string
-	followed  time.Duration
-	lastHello time.Time
-}
-
-func newForwarder(conn *pgconn.PgConn, channel string, heard <-chan string, beat time.Duration) *forwarder {
-	return &forwarder{conn: conn, sql: "SELECT pg_notify(" + Quoting.Literal(channel) + ", '", wake: make(chan struct{}, 1),
-		heard: heard, followed: 3 * beat}
-}
-
-func (f *forwarder) add(bits uint32) {
-	if bits == 0 {
-		return
-	}
-	f.pending.Or(bits)
-	nudge(f.wake)
-}
-
-// run forwards until ctx ends or the token connection fails: then the lock
-// may be gone, and the session must end (Listener.session).
-func (f *forwarder) run(ctx context.Context) error {
-	for {
-		if err := f.await(ctx); err != nil {
-			return fmt.Errorf("the connection that holds the wake-ups lock failed: %w", err)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		for drained := false; !drained; {
-			select {
-			case p := <-f.heard:
-				if strings.ContainsRune(p, 'h') {
-					f.lastHello = time.Now()
-				}
-			default:
-				drained = true
-			}
-		}
-		// Without a follower the news waits: a relay that starts
-		// following gets it with its first hello, and looks once.
-		if f.pending.Load() == 0 || time.Since(f.lastHello) > f.followed {
-			continue
-		}
-		bits := f.pending.Swap(0)
-		var b strings.Builder
-		for i, c := range "oip" {
-			if bits&(1<<i) != 0 {
-				b.WriteRune(c)
-			}
-		}
-		if _, err := f.conn.Exec(ctx, f.sql+b.String()+"')").ReadAll(); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("forward to the other relays (the connection that holds the wake-ups lock): %w", err)
-		}
-		t := time.NewTimer(forwardEvery)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
+func letters(bits uint32) string {
+	var b strings.Builder
+	for i, c := range "oip" {
+		if bits&(1<<i) != 0 {
+			b.WriteRune(c)
 		}
 	}
+	return b.String()
 }
 
-// await waits for news to forward while reading the token connection, so
-// that a session the server ended (and with it the lock) is seen at once
-// rather than at the next forward, which may not come for a long time.
-func (f *forwarder) await(ctx context.Context) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-f.wake:
-			cancel()
-		case <-done:
+func bitsOf(letters string) uint32 {
+	var bits uint32
+	for i, c := range "oip" {
+		if strings.ContainsRune(letters, c) {
+			bits |= 1 << i
 		}
-	}()
-	err := f.conn.WaitForNotification(wctx)
-	close(done)
-	if err != nil && wctx.Err() == nil {
-		return err
 	}
-	return nil
+	return bits
+}
+
+// outboxWake is what a stream needs of one outbox: its publications and
+// its tables as the stream names them. Followers announce theirs in this
+// form (JSON, on the database's channel).
+type outboxWake struct {
+	Pub string `json:"p"`
+	// Pauses is the publication of the destinations table's changes,
+	// empty while it does not exist (then Table is empty too).
+	Pauses string    `json:"q,omitempty"`
+	Outbox [2]string `json:"o"`
+	Inbox  [2]string `json:"i"`
+	Table  [2]string `json:"d"`
+}
+
+// wake is the outboxWake of a member that passed its check.
+func (l *Listener) wake() outboxWake {
+	w := outboxWake{Pub: l.pub, Outbox: [2]string{l.tbl.outbox.schema, l.tbl.outbox.name}, Inbox: [2]string{l.tbl.inbox.schema, l.tbl.inbox.name}}
+	if l.tbl.pauses != (relation{}) {
+		w.Pauses = l.d.names.PausesPublication()
+		w.Table = [2]string{l.tbl.pauses.schema, l.tbl.pauses.name}
+	}
+	return w
+}
+
+func parseWake(payload string) (outboxWake, bool) {
+	var w outboxWake
+	if err := json.Unmarshal([]byte(payload), &w); err != nil || w.Pub == "" || w.Outbox[1] == "" || (w.Pauses == "") != (w.Table[1] == "") {
+		return w, false
+	}
+	return w, true
 }
 
 // The reasons a listener gives while it sets up its wake-ups as designed:
-// it probes until the slot streams, which is no fault, so the change is
-// logged at info (set); a connecting listener with any other reason met an
-// error, and that is a warning.
+// it probes until the stream covers its outbox, which is no fault, so the
+// change is logged at info (set); a connecting listener with any other
+// reason met an error, and that is a warning.
 const (
 	reasonTakingOver     = "this relay takes over the database's wake-ups: creating the slot"
-	reasonHolderStarting = "another relay holds this database's wake-ups and has no slot listening yet"
+	reasonHolderStarting = "another relay holds this database's wake-ups and does not listen for this outbox yet"
+	reasonExtending      = "this relay holds the database's wake-ups and is adding this outbox to its stream"
 )
 
-// round is one life of the token connection: the listener follows until
-// the lock is its own, then holds the slot until something fails or ctx
-// ends. Closing the token releases the lock and the LISTEN.
-func (l *Listener) round(ctx context.Context, retry *backoff.Capped) error {
-	tbl, err := l.check(ctx, false)
-	if err != nil {
-		return err
-	}
-	tok, heard, err := l.dialToken(ctx)
-	if err != nil {
-		return err
-	}
-	pid := tok.PID()
-	l.d.own.add(pid)
-	defer l.d.own.remove(pid)
-	defer l.close(tok)
-	if err := l.follow(ctx, tok, heard, tbl, retry); err != nil {
-		return err
-	}
-	// The lock is this listener's: it holds the slot. Nothing is forwarded
-	// to it any more, so it probes until its own slot streams.
-	l.set(dialects.WakeupsConnecting, reasonTakingOver, "", "")
-	conn, tbl, err := l.prepare(ctx)
-	if err != nil {
-		return err
-	}
-	return l.session(ctx, conn, tbl, retry, newForwarder(tok, l.share.channel, heard, l.opts.Heartbeat))
-}
-
 // dialToken opens the token connection. Its notifications arrive on heard
-// (payloads; a full channel drops one: a forward says what the next says,
-// and hellos repeat).
-func (l *Listener) dialToken(ctx context.Context) (*pgconn.PgConn, chan string, error) {
-	heard := make(chan string, 64)
+// (a full channel drops one: a forward says what the next says, and
+// announcements repeat).
+func (l *Listener) dialToken(ctx context.Context) (*pgconn.PgConn, chan *pgconn.Notification, error) {
+	heard := make(chan *pgconn.Notification, 1024)
 	cfg := l.d.cfg.ConnConfig.Config.Copy()
 	// A forward is a transaction with a commit record: it need not wait
 	// for the flush.
 	cfg.RuntimeParams["synchronous_commit"] = "off"
 	cfg.OnNotification = func(c *pgconn.PgConn, n *pgconn.Notification) {
 		if n.PID == c.PID() {
-			return // its own hello or forward
+			return // its own announcement or forward
 		}
 		select {
-		case heard <- n.Payload:
+		case heard <- n:
 		default:
 		}
 	}
@@ -266,68 +245,103 @@ func (l *Listener) dialToken(ctx context.Context) (*pgconn.PgConn, chan string, 
 	return conn, heard, nil
 }
 
-// follow listens on the share's channel, nudging this listener's channels
-// from what the holder forwards, until the lock is this listener's (nil)
-// or the token connection fails.
-func (l *Listener) follow(ctx context.Context, tok *pgconn.PgConn, heard chan string, tbl tables, retry *backoff.Capped) error {
-	if _, err := tok.Exec(ctx, "LISTEN "+Quoting.Ident(l.share.channel)).ReadAll(); err != nil {
-		return mapError(err)
+// wait reads the token's notifications until one comes, deadline passes
+// or the hub is poked; poked says whether a poke ended it.
+func (h *hub) wait(ctx context.Context, tok *pgconn.PgConn, deadline time.Time) (poked bool, err error) {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	stop, out := make(chan struct{}), make(chan bool, 1)
+	go func() {
+		select {
+		case <-h.poke:
+			cancel()
+			out <- true
+		case <-stop:
+			out <- false
+		}
+	}()
+	err = tok.WaitForNotification(wctx)
+	close(stop)
+	poked = <-out
+	switch {
+	case ctx.Err() != nil:
+		return poked, ctx.Err()
+	case err == nil, pgconn.Timeout(err), poked && errors.Is(err, context.Canceled):
+		return poked, nil
 	}
-	// The lock; whether the holder's slot streams; and a hello, which
-	// tells the holder that someone follows (it forwards only then).
-	// Slots are the server's, locks and channels the database's: another
-	// database's outbox of the same name has slots of the same prefix.
-	ask := fmt.Sprintf("SELECT pg_try_advisory_lock(%d), EXISTS (SELECT FROM pg_replication_slots "+
-		"WHERE starts_with(slot_name, %s) AND database = current_database() AND active AND confirmed_flush_lsn IS NOT NULL), pg_notify(%s, 'h')",
-		l.share.key, Quoting.Literal(l.share.prefix), Quoting.Literal(l.share.channel))
+	return poked, mapError(err)
+}
+
+// follow follows the holder, nudging the members from what it forwards,
+// until the lock is this hub's (nil) or the token connection fails.
+func (h *hub) follow(ctx context.Context, tok *pgconn.PgConn, heard chan *pgconn.Notification, retry *backoff.Capped) error {
+	listening := map[string]bool{}
+	var asked time.Time
 	for first := true; ; first = false {
-		rs, err := tok.Exec(ctx, ask).ReadAll()
+		if err := h.checkMembers(ctx, false); err != nil {
+			return err
+		}
+		ready := h.ready()
+		if len(ready) == 0 {
+			return errNoneReady
+		}
+		var listen strings.Builder
+		for _, l := range ready {
+			if ch := forwardChannel(l.pub); !listening[ch] {
+				listen.WriteString("LISTEN " + Quoting.Ident(ch) + ";")
+				listening[ch] = true
+			}
+		}
+		if listen.Len() > 0 {
+			if _, err := tok.Exec(ctx, listen.String()).ReadAll(); err != nil {
+				return mapError(err)
+			}
+		}
+		got, covered, err := h.ask(ctx, tok, ready)
 		if err != nil {
-			return mapError(err)
+			return err
 		}
-		if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 3 {
-			return errors.New("the wake-ups lock: an unexpected answer")
-		}
-		if string(rs[0].Rows[0][0]) == "t" {
-			// The token keeps listening: the followers' hellos come on it.
+		asked = time.Now()
+		if got {
+			// The token keeps its LISTENs: harmless, the holder forwards
+			// nothing to itself.
 			return nil
 		}
 		if first {
 			retry.Reset()
 		}
-		l.pauses = tbl.pauses != (relation{})
-		if string(rs[0].Rows[0][1]) == "t" {
-			l.set(dialects.WakeupsListening, "", "", l.share.channel)
-		} else {
-			l.set(dialects.WakeupsConnecting, reasonHolderStarting, "", "")
+		for _, l := range ready {
+			if covered[l.pub] {
+				l.pauses = l.tbl.pauses != (relation{}) && covered[l.d.names.PausesPublication()]
+				l.set(dialects.WakeupsListening, "", "", forwardChannel(l.pub))
+			} else {
+				l.set(dialects.WakeupsConnecting, reasonHolderStarting, "", "")
+			}
 		}
-		next := time.Now().Add(l.opts.Heartbeat)
-		for time.Now().Before(next) {
-			wctx, cancel := context.WithDeadline(ctx, next)
-			err := tok.WaitForNotification(wctx)
-			cancel()
-			switch {
-			case ctx.Err() != nil:
-				return ctx.Err()
-			case err != nil && !pgconn.Timeout(err):
-				return mapError(err)
+		beat, _, _ := h.timing()
+		next := time.Now().Add(beat)
+		for again := false; !again && time.Now().Before(next); {
+			poked, err := h.wait(ctx, tok, next)
+			if err != nil {
+				return err
+			}
+			// A member came or went: ask (and announce) at once.
+			again = poked
+			byChannel := map[string][]*Listener{}
+			for _, l := range h.ready() {
+				byChannel[forwardChannel(l.pub)] = append(byChannel[forwardChannel(l.pub)], l)
 			}
 			for drained := false; !drained; {
 				select {
-				case p := <-heard:
-					if !strings.ContainsAny(p, "oip") {
-						continue // another follower's hello
-					}
-					// The holder forwards only while its slot listens.
-					l.set(dialects.WakeupsListening, "", "", l.share.channel)
-					if strings.ContainsRune(p, 'o') {
-						nudge(l.outbox)
-					}
-					if strings.ContainsRune(p, 'i') {
-						nudge(l.inbox)
-					}
-					if strings.ContainsRune(p, 'p') {
-						nudge(l.pauseCh)
+				case n := <-heard:
+					bits := bitsOf(n.Payload)
+					for _, l := range byChannel[n.Channel] {
+						l.nudgeBits(bits)
+						// The holder covers it now: ask once more, rather
+						// than probe until the next heartbeat.
+						if bits == fwdAll && !l.Status().Listening() && time.Since(asked) > forwardEvery {
+							again = true
+						}
 					}
 				default:
 					drained = true
@@ -335,4 +349,54 @@ func (l *Listener) follow(ctx context.Context, tok *pgconn.PgConn, heard chan st
 			}
 		}
 	}
+}
+
+// ask tries the lock, reads which of the members' publications the
+// holder's stream covers, and announces the members to the holder, in one
+// statement.
+func (h *hub) ask(ctx context.Context, tok *pgconn.PgConn, ready []*Listener) (got bool, covered map[string]bool, err error) {
+	var pubs []string
+	var anns []string
+	for _, l := range ready {
+		w := l.wake()
+		pubs = append(pubs, w.Pub)
+		if w.Pauses != "" {
+			pubs = append(pubs, w.Pauses)
+		}
+		b, err := json.Marshal(w)
+		if err != nil {
+			return false, nil, err
+		}
+		anns = append(anns, Quoting.Literal(string(b)))
+	}
+	var values strings.Builder
+	for i, p := range pubs {
+		k := uint64(coverKey(h.group, p))
+		if i > 0 {
+			values.WriteString(", ")
+		}
+		fmt.Fprintf(&values, "(%d, %d::oid, %d::oid)", i, uint32(k>>32), uint32(k))
+	}
+	q := fmt.Sprintf(`SELECT pg_try_advisory_lock(%d),
+       ARRAY(SELECT v.i FROM (VALUES %s) AS v(i, c, o)
+              WHERE EXISTS (SELECT FROM pg_locks l
+                             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = v.c AND l.objid = v.o
+                               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))::text,
+       (SELECT count(pg_notify(%s, a)) FROM unnest(ARRAY[%s]::text[]) AS a)`,
+		h.share.key, values.String(), Quoting.Literal(h.share.channel), strings.Join(anns, ", "))
+	rs, err := tok.Exec(ctx, q).ReadAll()
+	if err != nil {
+		return false, nil, mapError(err)
+	}
+	if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 3 {
+		return false, nil, errors.New("the wake-ups lock: an unexpected answer")
+	}
+	row := rs[0].Rows[0]
+	covered = map[string]bool{}
+	for _, s := range strings.Split(strings.Trim(string(row[1]), "{}"), ",") {
+		if i, err := strconv.Atoi(s); err == nil && i >= 0 && i < len(pubs) {
+			covered[pubs[i]] = true
+		}
+	}
+	return string(row[0]) == "t", covered, nil
 }

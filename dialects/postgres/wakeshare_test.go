@@ -71,7 +71,7 @@ func TestWakeupsOneSlotForTheRelaysOfAnOutbox(t *testing.T) {
 	a.nudged(t, a.l.Outbox(), "outbox")
 	slot := a.l.Status().Slot
 	prefix := slot[:strings.LastIndexByte(slot, '_')+1]
-	channel := "queuebox_wake_" + strings.TrimSuffix(strings.TrimPrefix(prefix, "queuebox_"), "_")
+	channel := d1.WakeupChannel()
 	var forwards int
 	if err := d1.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 		WHERE starts_with(query, 'SELECT pg_notify(' || quote_literal($1))`, channel).Scan(&forwards); err != nil || forwards != 0 {

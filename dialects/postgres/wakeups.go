@@ -2,17 +2,20 @@ package postgres
 
 // Logical wake-ups: the server tells the relay that rows arrived.
 //
-// Of the relays that share a publication, one holds the slot and forwards
-// what it hears to the others (wakeshare.go). The holder's Listener keeps
-// one replication connection (replication=database) with a TEMPORARY
-// logical slot and the pgoutput plugin, subscribed to the
-// publication of migration V16, which publishes the inserts into the outbox
-// and inbox tables (only their id, from PostgreSQL 15 on). pgoutput sends a
+// The relays of a database share one stream (wakeshare.go): one of them
+// holds the slot and forwards what it hears to the others, and in each
+// process one hub serves every outbox of the database (a Listener per
+// outbox, a hub per database). The holder keeps one replication
+// connection (replication=database) with a TEMPORARY logical slot and the
+// pgoutput plugin, subscribed to the publications of migration V16 of
+// every outbox it covers, which publish the inserts into the outbox and
+// inbox tables (only their id, from PostgreSQL 15 on). pgoutput sends a
 // transaction's changes when it commits, and nothing of one that rolls
-// back; the listener reads the Relation messages to know which relation id
-// is which table, by schema and name (renamed tables and schemas work), and
-// on each Commit whose transaction inserted into a table it nudges that
-// table's channel (dialects.Wakeups). The protocol is jackc/pglogrepl's.
+// back; the stream reads the Relation messages to know which relation id
+// is which outbox's table, by schema and name (renamed tables and schemas
+// work), and on each Commit whose transaction inserted into a table it
+// nudges that table's channel of that outbox (dialects.Wakeups). The
+// protocol is jackc/pglogrepl's.
 //
 // What it may cost, and what not:
 //
@@ -51,10 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/backoff"
@@ -68,14 +68,17 @@ type wakeupStatements struct {
 	WakeupsServer, WakeupSlot string
 }
 
-// WakeupOptions configure a Listener. Only Mode is required.
+// WakeupOptions configure a Listener. Only Mode is required. The listeners
+// of one database share a hub (wakeshare.go), which takes the shortest
+// Heartbeat and Recheck among them and the first one's Retry.
 type WakeupOptions struct {
 	Mode dialects.WakeupMode
 	// Logger receives the decision at start and every change of state;
 	// nil discards them.
 	Logger *slog.Logger
-	// OnStatus, when set, is called with every new status, on the
-	// listener's goroutine: it must not block (a metric, a log line).
+	// OnStatus, when set, is called with every new status, on the hub's
+	// goroutine, which serves every outbox of the database: it must not
+	// block (a metric, a log line).
 	OnStatus func(dialects.WakeupStatus)
 	// Retry paces reconnection after a failure; zero: from 100 ms, doubling
 	// up to 30 s. It starts over once the listener listens again.
@@ -90,8 +93,9 @@ type WakeupOptions struct {
 	Heartbeat time.Duration
 }
 
-// Listener is the logical wake-up source of one relay (see the top of this
-// file). It implements dialects.Wakeups; Run does the work.
+// Listener is the logical wake-up source of one outbox of a relay (see
+// the top of this file). It implements dialects.Wakeups; Run joins the
+// hub of its database, which does the work.
 type Listener struct {
 	d       *Dialect
 	q       wakeupStatements
@@ -108,9 +112,15 @@ type Listener struct {
 	// about grants (set by each check).
 	role    string
 	running atomic.Bool
-	// share: the lock, channel and slot prefix of the listeners of this
-	// publication (wakeshare.go).
-	share share
+	// pub is the outbox's publication, which names it to the hub.
+	pub string
+	// The hub's goroutine alone reads and writes these (wakehub.go):
+	// ready says that the last check passed, checkedAt when, tbl what it
+	// found; recheckAt is when an unavailable listener is checked again.
+	ready     bool
+	checkedAt time.Time
+	recheckAt time.Time
+	tbl       tables
 }
 
 var _ dialects.Wakeups = (*Listener)(nil)
@@ -143,7 +153,7 @@ type tables struct{ outbox, inbox, pauses relation }
 // unavailable or reconnecting, and the relay probes. Call Run to listen.
 func (d *Dialect) Wakeups(ctx context.Context, opts WakeupOptions) (*Listener, error) {
 	l := &Listener{d: d, opts: opts, log: opts.Logger, outbox: make(chan struct{}, 1), inbox: make(chan struct{}, 1),
-		pauseCh: make(chan struct{}, 1), share: shareOf(d.names.Publication())}
+		pauseCh: make(chan struct{}, 1), pub: d.names.Publication()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -206,11 +216,13 @@ func (l *Listener) Pauses() <-chan struct{} { return l.pauseCh }
 // Status says where the listener stands.
 func (l *Listener) Status() dialects.WakeupStatus { return *l.status.Load() }
 
-// Run listens until ctx ends: it follows the replica that holds the
-// database's slot, or holds it (wakeshare.go), and after a failure starts
-// over (after the backoff, or after Recheck when the server was
-// unavailable). It returns nil when ctx ends, once its connections are
-// closed (and with them the slot dropped and the lock released), and at
+// Run listens until ctx ends: it joins the hub of its database, which
+// follows the relay that holds the database's slot or holds it, for every
+// outbox of the process on that database (wakeshare.go), and after a
+// failure starts over (after the backoff, or after Recheck when the server
+// or this outbox was unavailable). It returns nil when ctx ends; the last
+// listener of a database returns once the hub's connections are closed
+// (and with them the slot dropped and the locks released). It returns at
 // once for a listener that is off. Call it once.
 func (l *Listener) Run(ctx context.Context) error {
 	if l.Status().State == dialects.WakeupsOff {
@@ -220,45 +232,11 @@ func (l *Listener) Run(ctx context.Context) error {
 	if !l.running.CompareAndSwap(false, true) {
 		return errors.New("the wake-up listener runs already")
 	}
-	retry := l.opts.Retry
-	var wait time.Duration
-	if l.Status().State == dialects.WakeupsUnavailable {
-		wait = l.opts.Recheck
-	}
-	for {
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
-			}
-		}
-		err := l.round(ctx, &retry)
-		if ctx.Err() != nil {
-			return nil
-		}
-		var u *unavailable
-		if errors.As(err, &u) {
-			l.set(dialects.WakeupsUnavailable, u.reason, "", "")
-			wait = l.opts.Recheck
-			continue
-		}
-		l.set(dialects.WakeupsReconnecting, err.Error(), "", "")
-		wait = retry.Next()
-	}
-}
-
-// prepare checks what logical wake-ups need from the server and opens the
-// replication connection. A missing setting or grant is an *unavailable.
-func (l *Listener) prepare(ctx context.Context) (*pgconn.PgConn, tables, error) {
-	tbl, err := l.check(ctx, true)
-	if err != nil {
-		return nil, tbl, err
-	}
-	conn, err := l.dial(ctx)
-	return conn, tbl, err
+	r := l.d.wakeRegistry()
+	h := r.join(l)
+	<-ctx.Done()
+	r.leave(h, l)
+	return nil
 }
 
 // check asks the server whether it can provide logical wake-ups (a
@@ -378,175 +356,10 @@ func (l *Listener) classify(err error) error {
 	return err
 }
 
-// session creates the temporary slot on conn, starts streaming and
-// streams until the connection fails or ctx ends, forwarding what it hears
-// to the other replicas through f. It closes conn.
-func (l *Listener) session(ctx context.Context, conn *pgconn.PgConn, tbl tables, retry *backoff.Capped, f *forwarder) error {
-	pid := conn.PID()
-	// The walsender carries the relay's application_name: it is not
-	// another relay (OtherRelays).
-	l.d.own.add(pid)
-	defer l.d.own.remove(pid)
-	defer l.close(conn)
-	slot, err := l.share.slotName()
-	if err != nil {
-		return err
-	}
-	if l.Status().State == dialects.WakeupsConnecting {
-		l.log.Debug("wake-ups: creating the replication slot; it waits for the transactions running now to end", "slot", slot)
-	}
-	// NOEXPORT_SNAPSHOT: no snapshot to hand out, the slot is for now on.
-	// The old spelling works on every supported server.
-	if _, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
-		Temporary: true, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication,
-	}); err != nil {
-		return fmt.Errorf("create the replication slot: %w", l.classify(err))
-	}
-	// publication_names is a list of identifiers: quoted, so that a name
-	// with capitals keeps them.
-	pubs := Quoting.Ident(l.d.names.Publication())
-	if tbl.pauses != (relation{}) {
-		pubs += "," + Quoting.Ident(l.d.names.PausesPublication())
-	}
-	args := []string{"proto_version '1'", "publication_names '" + pubs + "'"}
-	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
-		return fmt.Errorf("start replication: %w", l.classify(err))
-	}
-	retry.Reset()
-	l.pauses = tbl.pauses != (relation{})
-	l.set(dialects.WakeupsListening, "", slot, "")
-	// The replicas that follow look once: rows may have committed while
-	// no slot listened.
-	f.add(fwdOutbox | fwdInbox | fwdPauses)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return l.stream(gctx, conn, tbl, f) })
-	g.Go(func() error { return f.run(gctx) })
-	return g.Wait()
-}
-
 func (l *Listener) close(conn *pgconn.PgConn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
-}
-
-// Which table a relation id of the stream is.
-const (
-	otherTable = iota
-	outboxTable
-	inboxTable
-	pausesTable
-)
-
-// stream reads the replication stream until it fails or ctx ends.
-func (l *Listener) stream(ctx context.Context, conn *pgconn.PgConn, tbl tables, f *forwarder) error {
-	var acked pglogrepl.LSN
-	relations := map[uint32]int{}
-	// changed says which tables the transaction being read inserted into
-	// (the destinations table: changed in any way).
-	var changed [4]bool
-	beat := l.opts.Heartbeat
-	silence := max(3*beat, 30*time.Second)
-	next, heard := time.Now().Add(beat), time.Now()
-	for {
-		if !time.Now().Before(next) {
-			if silent := time.Since(heard); silent > silence {
-				return fmt.Errorf("the server sent nothing for %s", silent.Round(time.Second))
-			}
-			// The position is acknowledged as written, flushed and applied:
-			// the server may recycle WAL up to it. ReplyRequested asks for
-			// a keepalive, so that a dead server is noticed.
-			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: acked, ReplyRequested: true}); err != nil {
-				return fmt.Errorf("send a status update: %w", err)
-			}
-			next = time.Now().Add(beat)
-		}
-		rctx, cancel := context.WithDeadline(ctx, next)
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil && pgconn.Timeout(err):
-			continue
-		case err != nil:
-			return err
-		}
-		heard = time.Now()
-		var data []byte
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			data = m.Data
-		case *pgproto3.ErrorResponse:
-			return l.classify(pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyDone:
-			return errors.New("the server ended the replication stream")
-		default:
-			continue
-		}
-		if len(data) == 0 {
-			continue
-		}
-		switch data[0] {
-		case pglogrepl.PrimaryKeepaliveMessageByteID:
-			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-			if err != nil {
-				return err
-			}
-			acked = max(acked, k.ServerWALEnd)
-			if k.ReplyRequested {
-				next = time.Time{}
-			}
-		case pglogrepl.XLogDataByteID:
-			x, err := pglogrepl.ParseXLogData(data[1:])
-			if err != nil {
-				return err
-			}
-			m, err := pglogrepl.Parse(x.WALData)
-			if err != nil {
-				return fmt.Errorf("decode a message of the replication stream: %w", err)
-			}
-			switch m := m.(type) {
-			case *pglogrepl.RelationMessage:
-				r := relation{m.Namespace, m.RelationName}
-				switch r {
-				case tbl.outbox:
-					relations[m.RelationID] = outboxTable
-				case tbl.inbox:
-					relations[m.RelationID] = inboxTable
-				case tbl.pauses:
-					relations[m.RelationID] = pausesTable
-				default:
-					relations[m.RelationID] = otherTable
-				}
-			case *pglogrepl.BeginMessage:
-				changed = [4]bool{}
-			case *pglogrepl.InsertMessage:
-				changed[relations[m.RelationID]] = true
-			case *pglogrepl.UpdateMessage:
-				changed[pausesTable] = changed[pausesTable] || relations[m.RelationID] == pausesTable
-			case *pglogrepl.DeleteMessage:
-				changed[pausesTable] = changed[pausesTable] || relations[m.RelationID] == pausesTable
-			case *pglogrepl.CommitMessage:
-				var fwd uint32
-				if changed[outboxTable] {
-					nudge(l.outbox)
-					fwd |= fwdOutbox
-				}
-				if changed[inboxTable] {
-					nudge(l.inbox)
-					fwd |= fwdInbox
-				}
-				if changed[pausesTable] {
-					nudge(l.pauseCh)
-					fwd |= fwdPauses
-				}
-				f.add(fwd)
-				changed = [4]bool{}
-				acked = max(acked, m.TransactionEndLSN)
-			}
-		}
-	}
 }
 
 // nudge sends on a channel that holds one value, without waiting: a value
@@ -555,6 +368,19 @@ func nudge(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
+	}
+}
+
+// nudgeBits nudges the channels of the tables that bits name.
+func (l *Listener) nudgeBits(bits uint32) {
+	if bits&fwdOutbox != 0 {
+		nudge(l.outbox)
+	}
+	if bits&fwdInbox != 0 {
+		nudge(l.inbox)
+	}
+	if bits&fwdPauses != 0 {
+		nudge(l.pauseCh)
 	}
 }
 
@@ -567,13 +393,22 @@ func (l *Listener) set(state dialects.WakeupState, reason, slot, channel string)
 	}
 	st := dialects.WakeupStatus{Mode: l.opts.Mode, State: state, Reason: reason, Slot: slot, Channel: channel, Since: time.Now(),
 		Pauses: state == dialects.WakeupsListening && l.pauses}
+	moved := false
+	if old := l.status.Load(); old != nil && old.State == state && state == dialects.WakeupsListening && old.Channel == channel {
+		// Only the slot changed: the stream moved to a new one as an
+		// outbox came or went.
+		moved = true
+		st.Since = old.Since
+	}
 	l.status.Store(&st)
 	switch {
+	case moved:
+		l.log.Debug("wake-ups: listening on a new slot", "slot", slot, "publication", l.d.names.Publication())
 	case state == dialects.WakeupsListening && channel != "":
 		l.log.Info("wake-ups: listening through the replica that holds this database's slot", "channel", channel, "publication", l.d.names.Publication())
 	case state == dialects.WakeupsListening:
 		l.log.Info("wake-ups: listening for inserts with logical replication", "slot", slot, "publication", l.d.names.Publication())
-	case state == dialects.WakeupsConnecting && (reason == reasonTakingOver || reason == reasonHolderStarting):
+	case state == dialects.WakeupsConnecting && (reason == reasonTakingOver || reason == reasonHolderStarting || reason == reasonExtending):
 		// Setting up as designed: nothing for an operator to do.
 		l.log.Info("wake-ups: probing until logical replication is set up", "reason", reason)
 	case state == dialects.WakeupsConnecting:

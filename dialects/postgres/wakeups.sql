@@ -46,18 +46,19 @@ SELECT current_setting('wal_level'),
        (SELECT nsp FROM d), (SELECT rel FROM d)
 
 -- name: WakeupSlot
--- The wake-up slot of the relays of this database and publication (wakeshare.go):
--- its name starts with the publication's prefix ($1). While one relay
--- takes over from another there may be two: the one that keeps more WAL.
--- How far behind the server's WAL position, in bytes, its restart position
--- is (the WAL the server keeps for it) and its confirmed position (what the
--- relay has acknowledged). No row: no relay holds a slot. Every user may
--- read it.
+-- The wake-up slot of the relays of this database (wakeshare.go): its name
+-- starts with the database's prefix ($1), or, while relays of an earlier
+-- version run beside this one (a slot per outbox), with this outbox's
+-- ($2). While one relay takes over from another there may be two: the one
+-- that keeps more WAL. How far behind the server's WAL position, in bytes,
+-- its restart position is (the WAL the server keeps for it) and its
+-- confirmed position (what the relay has acknowledged). No row: no relay
+-- holds a slot. Every user may read it.
 SELECT s.slot_name::text,
        COALESCE((w.lsn - s.restart_lsn)::bigint, 0),
        COALESCE((w.lsn - s.confirmed_flush_lsn)::bigint, 0)
   FROM pg_replication_slots AS s,
        (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END AS lsn) AS w
- WHERE s.database = current_database() AND starts_with(s.slot_name, $1::text)
+ WHERE s.database = current_database() AND (starts_with(s.slot_name, $1::text) OR starts_with(s.slot_name, $2::text))
  ORDER BY s.restart_lsn
  LIMIT 1

@@ -38,6 +38,14 @@ type listening struct {
 // start empty.
 func listen(t *testing.T, d *postgres.Dialect, opts postgres.WakeupOptions) *listening {
 	t.Helper()
+	lt := startListening(t, d, opts)
+	lt.await(t, dialects.WakeupsListening)
+	return lt
+}
+
+// startListening starts a listener on d in mode (logical when unset).
+func startListening(t *testing.T, d *postgres.Dialect, opts postgres.WakeupOptions) *listening {
+	t.Helper()
 	lt := &listening{states: make(chan dialects.WakeupStatus, 64), done: make(chan struct{})}
 	opts.OnStatus = func(st dialects.WakeupStatus) {
 		select {
@@ -63,7 +71,6 @@ func listen(t *testing.T, d *postgres.Dialect, opts postgres.WakeupOptions) *lis
 		<-lt.done
 	}
 	t.Cleanup(lt.stop)
-	lt.await(t, dialects.WakeupsListening)
 	return lt
 }
 
@@ -277,6 +284,7 @@ func TestWakeupsRenamedTablesInASchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
+	d.UseWakeupRegistry(postgres.NewWakeupRegistry(schema))
 	if _, err := migrations.Up(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
@@ -504,6 +512,7 @@ func TestWakeupsListenerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.UseWakeupRegistry(postgres.NewWakeupRegistry(schema))
 	l, err := d.Wakeups(context.Background(), postgres.WakeupOptions{Mode: dialects.WakeupsLogical, OnStatus: func(st dialects.WakeupStatus) {
 		if st.Listening() {
 			fmt.Printf("listening on slot %s\n", st.Slot)

@@ -65,8 +65,10 @@ func TestCompleteArgMarks(t *testing.T) {
 }
 
 // A replay records itself in the history of the rows it put back, when it
-// is given who replayed, after each row's latest attempt; the history is
-// read back with the marks.
+// is given who replayed, after each row's latest attempt, with the try and
+// the time of a delivered row's delivery, read from the row as it stood
+// before the update (the history records no first try that succeeds); the
+// history is read back with the marks and those.
 func TestReplayAndHistoryStatements(t *testing.T) {
 	q, err := sqlserver.Queries(renamed)
 	if err != nil {
@@ -77,9 +79,12 @@ func TestReplayAndHistoryStatements(t *testing.T) {
 		want []string
 	}{
 		"OutboxReplayIDs": {q.OutboxReplayIDs, []string{
-			"OUTPUT inserted.[id] INTO @replayed",
-			"INSERT INTO [app].[events_out_attempts] (row_id, attempted_at, duration_us, try, outcome, replayed_by)",
-			"CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p3",
+			"DECLARE @replayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, was NVARCHAR(50), was_attempt INT, was_at DATETIME2);",
+			"OUTPUT inserted.[id], deleted.[status], deleted.[attempt], deleted.[updated_at] INTO @replayed",
+			"INSERT INTO [app].[events_out_attempts] (row_id, attempted_at, duration_us, try, outcome, replayed_by, row_delivered_try, row_delivered_at)",
+			"CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p3,",
+			"CASE WHEN r.was = N'delivered' THEN r.was_attempt + 1 END,",
+			"CASE WHEN r.was = N'delivered' THEN r.was_at END",
 			"WHERE @p3 IS NOT NULL;",
 			"SELECT COUNT(*) FROM @replayed;",
 		}},
@@ -88,7 +93,7 @@ func TestReplayAndHistoryStatements(t *testing.T) {
 			"COALESCE(v.p, 0), 1 - COALESCE(v.u, 0)",
 			"p INT '$.p', u INT '$.u'",
 		}},
-		"AttemptsOfRow": {q.AttemptsOfRow, []string{"response, probe, counted, replayed_by"}},
+		"AttemptsOfRow": {q.AttemptsOfRow, []string{"response, probe, counted, replayed_by,\n       row_delivered_try, row_delivered_at\n"}},
 	} {
 		for _, w := range c.want {
 			if !strings.Contains(c.sql, w) {

@@ -249,10 +249,13 @@ SELECT TOP (@limit) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}
 -- @p1 JSON ids, @p2 JSON states that may be replayed. @p3: who replayed,
 -- recorded in each row's history after its latest attempt (NULL: nothing),
 -- so that a relay whose clock is ahead of the database's cannot place the
--- replay before the attempt that ended the row.
+-- replay before the attempt that ended the row; with, for a row that was
+-- delivered, its try and when its delivery was written (deleted.*, the
+-- row before the update): the history records no first try that
+-- succeeds, which only the row tells until the replay sets it back.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
-DECLARE @replayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+DECLARE @replayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, was NVARCHAR(50), was_attempt INT, was_at DATETIME2);
 UPDATE {{t}}
    SET {{c "state"}} = N'pending',
        {{c "attempt"}} = 0,
@@ -262,12 +265,14 @@ UPDATE {{t}}
        {{c "claim_token"}} = NULL,
        {{c "lease_expires_at"}} = NULL,
        {{c "updated_at"}} = @now
-OUTPUT inserted.{{c "id"}} INTO @replayed
+OUTPUT inserted.{{c "id"}}, deleted.{{c "state"}}, deleted.{{c "attempt"}}, deleted.{{c "updated_at"}} INTO @replayed
  WHERE {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1))
    AND {{c "state"}} IN (SELECT [value] FROM OPENJSON(@p2))
    AND {{c "state"}} <> N'processing';
-INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, replayed_by)
-SELECT r.id, CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p3
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, replayed_by, row_delivered_try, row_delivered_at)
+SELECT r.id, CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p3,
+       CASE WHEN r.was = N'delivered' THEN r.was_attempt + 1 END,
+       CASE WHEN r.was = N'delivered' THEN r.was_at END
   FROM @replayed AS r
  OUTER APPLY (SELECT MAX(a.attempted_at) AS at FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.id) AS l
  WHERE @p3 IS NOT NULL;
@@ -682,7 +687,8 @@ SELECT CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggreg
 
 -- name: AttemptsOfRow
 -- The newest attempts of the row @p1 (text), newest first, at most @p2.
-SELECT TOP (@p2) attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted, replayed_by
+SELECT TOP (@p2) attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted, replayed_by,
+       row_delivered_try, row_delivered_at
   FROM {{q (obj "attempts") | qualify}}
  WHERE row_id = CAST(@p1 AS UNIQUEIDENTIFIER)
  ORDER BY attempted_at DESC, n DESC;

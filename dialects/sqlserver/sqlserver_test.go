@@ -365,9 +365,10 @@ func TestOperatorStatementsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	checks := map[string][]string{
-		"OutboxPendingDue": {"SELECT TOP (1) o.[scheduled_at]", "o.[status] = N'pending' AND o.[scheduled_at] <= @now",
-			"NOT EXISTS (SELECT 1 FROM @held AS h WHERE h.k = o.[message_key] AND h.seq < o.[seq_no])",
-			"WHERE [status] = N'processing' AND [message_key] <> N''",
+		"OutboxPendingDue": {"SELECT TOP (1) w.at", "SELECT TOP (10000) o.[scheduled_at] AS at",
+			"o.[status] = N'pending' AND o.[scheduled_at] <= @now",
+			"WHERE COALESCE(w.k, N'') = N''", "e.[message_key] = w.k AND e.[seq_no] < w.seq",
+			"e.[status] IN (N'pending', N'processing')",
 			"[status] = N'pending' AND [scheduled_at] > @now", "DATEDIFF_BIG(millisecond"},
 		"OutboxCountByTopicState": {"GROUP BY [topic], [status]"},
 		"OutboxBlockedKeys": {"SELECT TOP (@p1) o.[message_key] AS k", "ORDER BY o.[scheduled_at]) AS h",
