@@ -68,8 +68,8 @@ func replicaName() string {
 type SharedDestinations struct {
 	handles   map[string]*destctl.Handle
 	factories map[string]SinkFactory
-	openOnce  sync.Once
-	openErr   error
+	openMu    sync.Mutex
+	opened    bool
 	closed    atomic.Bool
 	// system is the actor system of the engines that share the
 	// destinations (made by the first to start).
@@ -101,18 +101,23 @@ func NewSharedDestinations(factories map[string]SinkFactory, policies map[string
 // error, as at an engine's start. Engines that share the destinations
 // call it as they start.
 func (s *SharedDestinations) Open() error {
-	s.openOnce.Do(func() {
-		for name, f := range s.factories {
-			snk, err := f()
-			if err != nil {
-				destctl.CloseSinks(s.handles)
-				s.openErr = fmt.Errorf("destination %s: %w", name, err)
-				return
-			}
-			s.handles[name].Set(snk)
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened {
+		return nil
+	}
+	for name, f := range s.factories {
+		snk, err := f()
+		if err != nil {
+			// The next engine's start tries again: what was missing (a
+			// certificate not mounted yet) may be there by then.
+			destctl.CloseSinks(s.handles)
+			return fmt.Errorf("destination %s: %w", name, err)
 		}
-	})
-	return s.openErr
+		s.handles[name].Set(snk)
+	}
+	s.opened = true
+	return nil
 }
 
 // Close closes the sinks and shuts the engines' actor system down, once

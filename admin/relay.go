@@ -101,6 +101,14 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.everyOutbox(w, req)
 		return
 	}
+	if !given && len(r.names) > 1 && req.Method == http.MethodPost && req.URL.Path == "/api/replay" {
+		// A replay acts on one outbox's rows: the first by name is not a
+		// default a script written for one outbox should fall into.
+		r.first().auth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			r.first().fail(w, http.StatusBadRequest, fmt.Sprintf("outbox: this relay has several outboxes (%s) and a replay acts on the rows of one; name it with ?outbox=NAME", strings.Join(r.names, ", ")))
+		})).ServeHTTP(w, req)
+		return
+	}
 	s := r.first()
 	if given {
 		if len(vals) > 1 {

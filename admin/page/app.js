@@ -47,11 +47,14 @@ function ago(iso) {
 // OUTBOX is the outbox this page shows (?outbox=NAME; the relay's first
 // without it): every API call names it.
 const OUTBOX = new URLSearchParams(location.search).get("outbox");
+// SHOWN is the outbox the stats named (the first, without ?outbox=): a
+// replay names the outbox it acts on, as the API asks with several.
+let SHOWN = OUTBOX;
 
 function withOutbox(path) {
   // A pause or resume is the relay's: it goes to every outbox's database.
-  if (!OUTBOX || /^\/api\/destinations\/[^/]+\/(pause|resume)$/.test(path)) return path;
-  return path + (path.includes("?") ? "&" : "?") + "outbox=" + encodeURIComponent(OUTBOX);
+  if (!SHOWN || /^\/api\/destinations\/[^/]+\/(pause|resume)$/.test(path)) return path;
+  return path + (path.includes("?") ? "&" : "?") + "outbox=" + encodeURIComponent(SHOWN);
 }
 
 // renderOutboxes offers the relay's outboxes to pick from, each with its
@@ -61,6 +64,7 @@ function renderOutboxes(s) {
   const list = s.outboxes || [];
   pick.hidden = list.length < 2;
   if (pick.hidden) return;
+  if (!SHOWN && s.outbox) SHOWN = s.outbox;
   const label = (o) => o.name + " — " + (o.running ? num((o.rows || {}).pending) + " pending, " + num((o.rows || {}).dead) + " dead" : o.state + (o.error ? ": " + o.error : ""));
   if (pick.options.length !== list.length) {
     pick.replaceChildren(...list.map((o) => el("option", { value: o.name }, label(o))));

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -191,6 +193,17 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	if code, body := httpGet(t, page+"api/stats?outbox=nope", ""); code != 400 || !strings.Contains(body, "billing, ledger, orders") {
 		t.Errorf("GET /api/stats?outbox=nope: %d %s", code, body)
+	}
+	// A replay through the API acts on one outbox: without ?outbox= it is
+	// refused, not sent to the first by name.
+	if res, err := http.Post(page+"api/replay", "application/json", strings.NewReader(`{"states":["delivered"],"topic":"order.*"}`)); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 400 || !strings.Contains(string(b), "?outbox=NAME") || !strings.Contains(string(b), "billing, ledger, orders") {
+			t.Errorf("POST /api/replay without ?outbox=: %d %s", res.StatusCode, b)
+		}
 	}
 	if _, stderr, code := run(t, "dead", "list", "--config", cfg); code != 2 || !strings.Contains(stderr, "pass --outbox NAME") {
 		t.Errorf("dead list of a file of several outboxes without --outbox: exit %d\n%s", code, stderr)

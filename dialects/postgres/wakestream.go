@@ -314,8 +314,20 @@ func (s *stream) run(ctx context.Context, conn *pgconn.PgConn) error {
 	changed := map[string]uint32{}
 	silence := max(3*s.beat, 30*time.Second)
 	next, heard := time.Now().Add(s.beat), time.Now()
-	// switching brings the next stream, while one is being opened.
+	// switching brings the next stream, while one is being opened. When
+	// the stream ends while a new one is being opened, the new one is
+	// closed once it arrives: left open and unread, its slot would keep
+	// the server's WAL until the process ends.
 	var switching chan opened
+	defer func() {
+		if switching != nil {
+			go func(ch chan opened) {
+				if o := <-ch; o.err == nil {
+					s.close(o.conn)
+				}
+			}(switching)
+		}
+	}()
 
 	// handle reads one CopyData message.
 	handle := func(data []byte) error {
@@ -441,6 +453,7 @@ func (s *stream) run(ctx context.Context, conn *pgconn.PgConn) error {
 				if o := <-switching; o.err == nil {
 					s.close(o.conn)
 				}
+				switching = nil
 			}
 			return ctx.Err()
 		case err != nil && (pgconn.Timeout(err) || errors.Is(err, context.Canceled) && wctx.Err() != nil):

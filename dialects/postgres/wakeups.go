@@ -109,8 +109,8 @@ type Listener struct {
 	// (the publication of migration V20 exists).
 	pauses bool
 	// role is the server's name of the connecting role, for the sentences
-	// about grants (set by each check).
-	role    string
+	// about grants (stored by each check; read by the stream's goroutine).
+	role    atomic.Pointer[string]
 	running atomic.Bool
 	// pub is the outbox's publication, which names it to the hub.
 	pub string
@@ -251,11 +251,13 @@ func (l *Listener) check(ctx context.Context, leading bool) (tables, error) {
 	var inboxSchema, inboxName *string
 	var outboxSchema, outboxName *string
 	var pausesSchema, pausesName *string
-	err := l.d.pool.QueryRow(ctx, l.q.WakeupsServer).Scan(&walLevel, &l.role, &mayReplicate, &maxSlots, &slots, &maxSenders, &senders,
+	var role string
+	err := l.d.pool.QueryRow(ctx, l.q.WakeupsServer).Scan(&walLevel, &role, &mayReplicate, &maxSlots, &slots, &maxSenders, &senders,
 		&outboxSchema, &outboxName, &inboxSchema, &inboxName, &published, &outboxPublished, &inboxPublished, &pausesSchema, &pausesName)
 	if err != nil {
 		return tbl, mapError(err)
 	}
+	l.role.Store(&role)
 	pub := l.d.names.Publication()
 	outbox := l.d.names.Outbox
 	if l.d.names.Schema != "" {
@@ -288,7 +290,7 @@ func (l *Listener) check(ctx context.Context, leading bool) (tables, error) {
 	}
 	if !mayReplicate {
 		// A membership allowed it (Amazon RDS's rds_replication): fine.
-		l.log.Debug("wake-ups: the role has no REPLICATION attribute, yet may replicate", "role", l.role)
+		l.log.Debug("wake-ups: the role has no REPLICATION attribute, yet may replicate", "role", role)
 	}
 	return tbl, nil
 }
@@ -334,7 +336,10 @@ func (l *Listener) classify(err error) error {
 	if !errors.As(err, &pgErr) {
 		return err
 	}
-	role := l.role
+	role := ""
+	if r := l.role.Load(); r != nil {
+		role = *r
+	}
 	switch {
 	case pgErr.Code == "42501":
 		return &unavailable{reason: fmt.Sprintf("the role %s may not open a replication connection: grant it with ALTER ROLE %s REPLICATION "+
