@@ -212,4 +212,21 @@ func TestHoldOfSharedHandles(t *testing.T) {
 	if h.reason() != NotHeld {
 		t.Error("a stopped watch still holds the destination")
 	}
+	// A watch whose database stopped answering steps aside while another
+	// watch reads the destination; alone, it keeps its last word.
+	h.set("b", dialectsState("d", true), now)
+	h.stepAside("b")
+	if h.reason() != NotHeld {
+		t.Error("the pause of a watch that stepped aside still holds beside a that reads none")
+	}
+	h.set("b", dialectsState("d", true), now)
+	if h.reason() != HeldPaused {
+		t.Error("the next read of b does not count again")
+	}
+	var alone hold
+	alone.set("a", dialectsState("d", true), now)
+	alone.stepAside("a")
+	if alone.reason() != HeldPaused {
+		t.Error("a watch alone dropped its last word")
+	}
 }

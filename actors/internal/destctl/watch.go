@@ -26,6 +26,9 @@ type hold struct {
 	// share a destination, each watching its own database, and the
 	// destination is held while any of them says so.
 	by map[string]bool
+	// watching are the watches that read it, each since its first read
+	// and until its engine stops.
+	watching map[string]bool
 }
 
 // reason says whether the destination is held by a pause.
@@ -48,6 +51,25 @@ func (h *hold) delay(now time.Time) time.Duration {
 func (h *hold) forget(source string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.watching, source)
+	h.drop(source)
+}
+
+// stepAside drops the pause that source read last, when other watches
+// read the destination too: source's database has not answered for a
+// while, so its engine claims nothing, and its last word would only hold
+// the other outboxes' rows, even after a resume that could not reach it.
+// Its next read counts again. A watch alone keeps its last word.
+func (h *hold) stepAside(source string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.watching) > 1 {
+		h.drop(source)
+	}
+}
+
+// drop removes source's pause; h.mu is held.
+func (h *hold) drop(source string) {
 	if !h.by[source] {
 		return
 	}
@@ -78,8 +100,9 @@ func (h *hold) set(source string, st dialects.DestinationState, now time.Time) (
 	defer h.mu.Unlock()
 	was := h.paused.Load()
 	if h.by == nil {
-		h.by = map[string]bool{}
+		h.by, h.watching = map[string]bool{}, map[string]bool{}
 	}
+	h.watching[source] = true
 	if st.Paused {
 		h.by[source] = true
 	} else {
@@ -131,6 +154,8 @@ type Watch struct {
 	// failing: the last read of the pauses failed, reportFailing the last
 	// report of a circuit (each logged once until one succeeds).
 	failing, reportFailing bool
+	// failingSince is when the reads of the pauses began to fail.
+	failingSince time.Time
 }
 
 const (
@@ -138,7 +163,11 @@ const (
 	// pausesSafetyRead is how often the pauses are read while their
 	// changes come as nudges: in case one is lost.
 	pausesSafetyRead = 30 * time.Second
-	circuitRefresh   = 10 * time.Second
+	// stepAsideAfter is how long the reads of the pauses fail before a
+	// watch's last word stops holding the destinations it shares with
+	// other engines (hold.stepAside).
+	stepAsideAfter = time.Minute
+	circuitRefresh = 10 * time.Second
 	// CircuitFresh is how recently a replica must have refreshed a circuit
 	// for operators to be shown it open: a replica that stopped without
 	// removing its circuits is forgotten after this.
@@ -210,6 +239,13 @@ func (w *Watch) readPauses(timeout time.Duration) {
 	if err != nil {
 		if w.BG.Err() != nil {
 			return
+		}
+		if now := w.Clock.Now(); !w.failing {
+			w.failingSince = now
+		} else if now.Sub(w.failingSince) >= stepAsideAfter {
+			for _, h := range w.Handles {
+				h.hold.stepAside(w.Source)
+			}
 		}
 		if !w.failing {
 			w.failing = true
