@@ -437,3 +437,12 @@ func ownedTemp(prefix string) (string, error) {
 	}
 	return dir, nil
 }
+
+// binary is the queuebox executable that the scenarios which run the
+// binary start: --binary, or this one.
+func (e *env) binary() (string, error) {
+	if e.o.Binary != "" {
+		return e.o.Binary, nil
+	}
+	return os.Executable()
+}

@@ -44,11 +44,10 @@ type outboxesRelay struct {
 }
 
 func runOutboxes(ctx context.Context, e *env) ([]Result, error) {
-	self, err := os.Executable()
+	bin, err := e.binary()
 	if err != nil {
 		return nil, err
 	}
-	bin := cmpOr(e.o.Binary, self)
 	quiet := defaultQuiet
 	if e.o.secondsGiven {
 		quiet = time.Duration(e.o.Seconds) * time.Second

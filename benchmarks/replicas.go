@@ -32,13 +32,9 @@ import (
 // fresh table, and each reports its median: one pair of drains on a
 // durable cluster moves by a fifth either way from one moment to the next.
 func runReplicas(ctx context.Context, e *env) ([]Result, error) {
-	bin := e.o.Binary
-	if bin == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		bin = self
+	bin, err := e.binary()
+	if err != nil {
+		return nil, err
 	}
 	runs := map[int][]Result{}
 	for _, n := range []int{1, 3, 3, 1, 1, 3} {

@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -34,11 +33,10 @@ const trickleKeys = 100
 const statsFlush = 11 * time.Second
 
 func runTrickle(ctx context.Context, e *env) ([]Result, error) {
-	self, err := os.Executable()
+	bin, err := e.binary()
 	if err != nil {
 		return nil, err
 	}
-	bin := cmpOr(e.o.Binary, self)
 	window := 30 * time.Second
 	if e.o.secondsGiven {
 		window = time.Duration(e.o.Seconds) * time.Second

@@ -84,11 +84,10 @@ type wakeRelay struct {
 }
 
 func runWakeAfterIdle(ctx context.Context, e *env) ([]Result, error) {
-	self, err := os.Executable()
+	bin, err := e.binary()
 	if err != nil {
 		return nil, err
 	}
-	bin := cmpOr(e.o.Binary, self)
 	quiet := defaultQuiet
 	if e.o.secondsGiven {
 		quiet = time.Duration(e.o.Seconds) * time.Second
@@ -442,11 +441,4 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
