@@ -56,6 +56,9 @@ type Row struct {
 	// columns (PostgreSQL's jsonb): the database has already checked that
 	// they are valid JSON. On SQL Server they are text and may not be.
 	TypedJSON bool
+	// CopyOf is set on a row a copies claim returned (see Copies): ID is
+	// the copy's, CopyOf.RowID the outbox row's.
+	CopyOf *CopyOf
 }
 
 // Keyed reports whether the row takes part in per-key ordering.
@@ -112,6 +115,13 @@ type Outcome struct {
 	// not count: the others made no attempt). Nil records nothing: the
 	// history is off, or no delivery was tried.
 	Attempt *Attempt
+	// Copies are the destinations of a fan-out row whose delivery did not
+	// end well in the row's pass (OutcomeDelivered only): the statement
+	// creates their copies in the same transaction (see Copies).
+	Copies []Copy
+	// Attempts are more entries for the attempt history, recorded like
+	// Attempt: a fan-out row's pass tries several destinations.
+	Attempts []Attempt
 }
 
 // ClaimWalk says how a claim finds heads beyond the keys it continues.
@@ -189,6 +199,10 @@ type ClaimParams struct {
 	// transaction where it can, so that the two cost one transaction.
 	// Claimed.Probe is what it read.
 	Settle func(Probe) *Gate
+	// Lanes: the relay has fan-out routes. The claim then also returns
+	// Claimed.Blocked, read after the rows were claimed (in the claim's
+	// transaction where the dialect can).
+	Lanes bool
 }
 
 // Claimed is what one claim statement returned.
@@ -206,6 +220,10 @@ type Claimed struct {
 	// Probe is the probe the claim ran first (ClaimParams.Settle; nil
 	// without).
 	Probe *Probe
+	// Blocked are the lanes of the claimed keyed rows' keys that have a
+	// pending or processing copy (ClaimParams.Lanes; see Copies): a pass
+	// delivers none of those lanes' rows directly.
+	Blocked []Lane
 }
 
 // Heads returns the effective MaxHeads.
@@ -577,6 +595,7 @@ type Dialect interface {
 	Inbox
 	Destinations
 	History
+	Copies
 	Close()
 }
 

@@ -1,23 +1,64 @@
 package routing
 
-// Route sends rows whose topic matches Pattern to Destination.
+// Route sends rows whose topic matches Pattern (and, with a Filter, whose
+// payload it accepts) to Destination, or with Destinations to each of
+// several.
 type Route struct {
-	Name        string
-	Pattern     *Pattern
+	Name    string
+	Pattern *Pattern
+	// Destination is the route's destination; with Destinations (a
+	// fan-out), their first.
 	Destination string
+	// Destinations are a fan-out route's destinations, two or more, in
+	// configuration order; nil for a route to one destination.
+	Destinations []string
+	// Filter, when set, must accept the row for the route to match.
+	Filter *Filter
 	// Transform is nil when the payload is sent as it is.
 	Transform *Transform
 }
 
+// FanOut reports whether the route sends each row to several destinations.
+func (r *Route) FanOut() bool { return len(r.Destinations) > 1 }
+
+// Targets are the destinations the route sends each row to.
+func (r *Route) Targets() []string {
+	if len(r.Destinations) > 0 {
+		return r.Destinations
+	}
+	return []string{r.Destination}
+}
+
+// Sends reports whether the route sends rows to destination.
+func (r *Route) Sends(destination string) bool {
+	for _, d := range r.Targets() {
+		if d == destination {
+			return true
+		}
+	}
+	return false
+}
+
 // Router holds the routes in configuration order; the first match wins.
 type Router struct {
-	routes []Route
+	routes  []Route
+	filters bool
+	fanOut  bool
 }
 
 // NewRouter returns a router over routes, in order.
-func NewRouter(routes []Route) *Router { return &Router{routes: routes} }
+func NewRouter(routes []Route) *Router {
+	r := &Router{routes: routes}
+	for i := range routes {
+		r.filters = r.filters || routes[i].Filter != nil
+		r.fanOut = r.fanOut || routes[i].FanOut()
+	}
+	return r
+}
 
-// Match returns the first route whose pattern matches topic, or nil.
+// Match returns the first route whose pattern matches topic, or nil,
+// without looking at filters: what a topic is routed to when no payload is
+// at hand (the admin page's topic counts).
 func (r *Router) Match(topic string) *Route {
 	for i := range r.routes {
 		if r.routes[i].Pattern.Match(topic) {
@@ -26,6 +67,37 @@ func (r *Router) Match(topic string) *Route {
 	}
 	return nil
 }
+
+// MatchRow returns the first route whose pattern matches the row's topic
+// and whose filter, if it has one, accepts the row; nil when none does. A
+// filter that fails on the row stops the search with its error: the row
+// cannot be routed.
+func (r *Router) MatchRow(payload []byte, v Vars) (*Route, error) {
+	for i := range r.routes {
+		rt := &r.routes[i]
+		if !rt.Pattern.Match(v.Topic) {
+			continue
+		}
+		if rt.Filter == nil {
+			return rt, nil
+		}
+		ok, err := rt.Filter.Accepts(payload, v)
+		if err != nil {
+			return nil, &FilterError{Route: rt.Name, Err: err}
+		}
+		if ok {
+			return rt, nil
+		}
+	}
+	return nil, nil
+}
+
+// Filters reports whether some route has a filter: routing a row then
+// needs its payload and variables.
+func (r *Router) Filters() bool { return r.filters }
+
+// FanOut reports whether some route sends rows to several destinations.
+func (r *Router) FanOut() bool { return r.fanOut }
 
 // Routes returns the routes in order; Match returns pointers into it.
 func (r *Router) Routes() []Route { return r.routes }

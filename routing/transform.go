@@ -50,18 +50,7 @@ func (t *Transform) Run(payload []byte, v Vars) ([]byte, error) {
 	if err := json.Unmarshal(payload, &in); err != nil {
 		return nil, fmt.Errorf("transform: the payload is not JSON: %v", err)
 	}
-	headers := make(map[string]any, len(v.Headers))
-	for k, s := range v.Headers {
-		headers[k] = s
-	}
-	var key, agg any
-	if v.Key != nil {
-		key = *v.Key
-	}
-	if v.AggregateType != nil {
-		agg = *v.AggregateType
-	}
-	iter := t.code.Run(in, v.Attempt, v.ID, v.Topic, key, agg, int(v.Sequence), v.CreatedAt, headers)
+	iter := t.code.Run(in, v.bind()...)
 	out, ok := iter.Next()
 	if !ok {
 		return nil, fmt.Errorf("transform %q produced no value", t.src)
@@ -79,4 +68,20 @@ func (t *Transform) Run(payload []byte, v Vars) ([]byte, error) {
 		}
 	}
 	return json.Marshal(out)
+}
+
+// bind returns the variables' values in the order of TransformVariables.
+func (v Vars) bind() []any {
+	headers := make(map[string]any, len(v.Headers))
+	for k, s := range v.Headers {
+		headers[k] = s
+	}
+	var key, agg any
+	if v.Key != nil {
+		key = *v.Key
+	}
+	if v.AggregateType != nil {
+		agg = *v.AggregateType
+	}
+	return []any{v.Attempt, v.ID, v.Topic, key, agg, int(v.Sequence), v.CreatedAt, headers}
 }
