@@ -40,6 +40,8 @@ type (
 		rows   []dialects.Row
 		report dialects.ClaimReport
 		cursor string
+		// blocked are the lanes with copies waiting (ClaimParams.Lanes).
+		blocked []dialects.Lane
 		probe  *dialects.Probe
 		// seen and settled are what the claim's watermark knew from its
 		// probe.
@@ -74,7 +76,7 @@ type (
 	// keyIdle: a key actor has had nothing to do for keyIdleMs; done is how
 	// many rows it has finished.
 	keyIdle struct {
-		key  string
+		lane dialects.Lane
 		pid  *actor.PID
 		done int
 	}
@@ -103,6 +105,10 @@ type claimer struct {
 	leaseLength time.Duration
 	pool        *actor.PID
 	leaseKeeper *actor.PID
+	// completer hears of the fan-out rows a claim split (fanOut: the
+	// router has fan-out routes, so claims ask which lanes are blocked).
+	completer *actor.PID
+	fanOut    bool
 	// delivery, keyIdleAfter and keyMailbox build the key actors.
 	delivery     *deliverer
 	keyIdleAfter time.Duration
@@ -121,7 +127,9 @@ type claimer struct {
 
 	plan *claimplan.Planner
 	tune claimplan.Tuning
-	keys map[string]*keyEntry
+	// keys are the key actors, by key (Lane.Key) for rows, by lane for
+	// the units of fan-out rows.
+	keys map[dialects.Lane]*keyEntry
 	// gate logs the writers that hold keyed rows back (see gate.go).
 	gate gate
 	// timers are the planner's armed timers, gens their generations.
@@ -135,7 +143,7 @@ type claimer struct {
 // newClaimer takes a claimer with its collaborators and planner filled in
 // and sets its starting state: no keys.
 func newClaimer(c claimer) *claimer {
-	c.keys = map[string]*keyEntry{}
+	c.keys = map[dialects.Lane]*keyEntry{}
 	c.gate = gate{wm: c.plan.Watermark(), writers: c.dialect.OutboxWriters, log: c.log, clock: c.clock, logAfter: c.tune.WaitLogAfter,
 		waiting: "keyed rows wait for an open transaction that inserted outbox rows; they are delivered when it commits or rolls back (queuebox status shows it)",
 		flowing: "keyed rows flow again: the transactions they waited for have ended",
@@ -201,8 +209,8 @@ func (c *claimer) Receive(ctx actor.Context) {
 		c.gate.onWriters(m)
 		return
 	case *keyIdle:
-		if e := c.keys[m.key]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
-			delete(c.keys, m.key)
+		if e := c.keys[m.lane]; e != nil && e.pid.Equal(m.pid) && e.sent == m.done {
+			delete(c.keys, m.lane)
 			c.stats.KeyActors.Add(-1)
 			ctx.Poison(m.pid)
 		}
@@ -276,7 +284,7 @@ func (c *claimer) startClaim(cl claimplan.Claim) {
 	l := upkeep.NewLease(uuid.New(), cl.Rewinds)
 	root, self, dialect, bg, stats, length, clk := c.root, c.self, c.dialect, c.bg, c.stats, c.leaseLength, c.clock
 	params := dialects.ClaimParams{Limit: cl.Limit, Lease: length, Token: l.Token(), MaxHeads: cl.Heads,
-		Walk: cl.Walk, After: cl.After, Continue: cl.Continue, Bounds: cl.Bounds}
+		Walk: cl.Walk, After: cl.After, Continue: cl.Continue, Bounds: cl.Bounds, Lanes: c.fanOut}
 	if wm := cl.Watermark; wm != nil {
 		params.Settle = func(p dialects.Probe) *dialects.Gate {
 			wm.Observe(p, clk.Now())
@@ -290,7 +298,7 @@ func (c *claimer) startClaim(cl claimplan.Claim) {
 		sentAt := clk.Now()
 		stats.ClaimStatements.Add(1)
 		got, err := dialect.OutboxClaim(qctx, params)
-		res.rows, res.cursor, res.report, res.probe, res.err = got.Rows, got.Cursor, got.Walk, got.Probe, err
+		res.rows, res.cursor, res.report, res.probe, res.blocked, res.err = got.Rows, got.Cursor, got.Walk, got.Probe, got.Blocked, err
 		if wm := cl.Watermark; wm != nil && got.Probe != nil {
 			res.seen, res.settled = wm.LastSeen(), wm.Settled()
 		}
@@ -331,7 +339,7 @@ func (c *claimer) onClaim(ctx actor.Context, now time.Time, m *claimResult) {
 	if n > 0 {
 		c.stats.Claimed.Add(int64(n))
 		c.stats.InFlight.Add(int64(n))
-		c.dispatch(ctx, m.rows, m.lease, m.claim.Limit, m.seen)
+		c.dispatch(ctx, m.rows, m.lease, m.claim.Limit, m.seen, m.blocked)
 	}
 }
 
@@ -345,7 +353,7 @@ func (c *claimer) onCredit(m *credit) claimplan.Event {
 		ev.Continued = make([]claimplan.Continuation, len(m.continued))
 		for i, k := range m.continued {
 			ev.Continued[i] = claimplan.Continuation{Pos: k.pos, Rewinds: k.rewinds}
-			if e := c.keys[k.pos.Key]; e != nil && e.ended {
+			if e := c.keys[dialects.Lane{Key: k.pos.Key}]; e != nil && e.ended {
 				ev.Continued[i].Ended = true
 				ev.Successors = ev.Successors || e.seen < c.plan.Seen()
 			}
@@ -355,48 +363,43 @@ func (c *claimer) onCredit(m *credit) claimplan.Event {
 }
 
 // dispatch hands each key's run to its key actor and the unkeyed rows to the
-// pool. Rows arrive sorted by key, then sequence. The lease keeper hears of
-// the claims first, so that it can never receive their release before them.
-// A run shorter than its claim's share (claimplan.Share) ended at its key's
-// last claimable row.
-func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *upkeep.Lease, requested int, seen int64) {
+// pool; with fan-out routes, the units of fan-out rows to their lanes'
+// actors (splitClaim). Rows arrive sorted by key, then sequence. The lease
+// keeper hears of the claims first, so that it can never receive their
+// release before them, and the completer of the fan-out rows before their
+// units end. A run shorter than its claim's share (claimplan.Share) ended at
+// its key's last claimable row.
+func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *upkeep.Lease, requested int, seen int64, blocked []dialects.Lane) {
 	share := claimplan.Share(rows, requested)
 	draining := c.plan.Mode() == claimplan.Draining
-	type batch struct {
-		pid *actor.PID
-		run []claimed
+	var runs []laneRun
+	if c.fanOut {
+		var fans []*fanRow
+		runs, fans = c.delivery.splitClaim(rows, l, blocked)
+		if len(fans) > 0 {
+			ctx.Send(c.completer, &fanClaimed{rows: fans})
+		}
+	} else {
+		runs = splitByKey(rows, l)
 	}
-	var batches []batch
 	track := make([]upkeep.TrackEntry, 0, len(rows))
-	for i := 0; i < len(rows); {
-		j := i + 1
-		for j < len(rows) && rows[j].Key == rows[i].Key {
-			j++
+	for i := range runs {
+		b := &runs[i]
+		b.pid = c.pool
+		if b.lane.Key != "" {
+			b.pid = c.keyActor(ctx, b.lane, len(b.run), share, seen)
 		}
-		run := make([]claimed, 0, j-i)
-		for _, r := range rows[i:j] {
-			run = append(run, claimed{Row: r, lease: l})
+		for _, r := range b.run {
+			track = append(track, upkeep.TrackEntry{Claim: r.Claim, PID: b.pid})
 		}
-		pid := c.pool
-		if key := rows[i].Key; key != "" {
-			entry := c.keys[key]
-			if entry == nil {
-				entry = &keyEntry{pid: c.spawnKey(ctx, key)}
-				c.keys[key] = entry
-				c.stats.KeyActors.Add(1)
-			}
-			entry.sent += len(run)
-			entry.ended, entry.seen = len(run) < share, seen
-			pid = entry.pid
-		}
-		for _, r := range run {
-			track = append(track, upkeep.TrackEntry{Claim: r.Claim, PID: pid})
-		}
-		batches = append(batches, batch{pid, run})
-		i = j
+	}
+	if c.fanOut {
+		// Fan-out rows whose every lane is blocked are in no run, and the
+		// lease keeper renews them until they are written.
+		track = c.trackUnsent(track, rows)
 	}
 	ctx.Send(c.leaseKeeper, &upkeep.Track{Lease: l, Entries: track})
-	for _, b := range batches {
+	for _, b := range runs {
 		ctx.Send(b.pid, &deliverRun{rows: b.run})
 		if draining {
 			// A claim that was running when the drain began: hand the rows
@@ -406,11 +409,69 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *upkeep.Lea
 	}
 }
 
-// spawnKey spawns the actor of a key, as a child of the claimer. Its name is
-// generated: a key's next actor may start before the last one has stopped.
-func (c *claimer) spawnKey(ctx actor.Context, key string) *actor.PID {
+// splitByKey splits a claim's rows, sorted by key then sequence, into one
+// run per key and one for the pool.
+func splitByKey(rows []dialects.Row, l *upkeep.Lease) []laneRun {
+	var runs []laneRun
+	pool := -1
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].Key == rows[i].Key {
+			j++
+		}
+		run := make([]claimed, 0, j-i)
+		for _, r := range rows[i:j] {
+			run = append(run, claimed{Row: r, lease: l})
+		}
+		if rows[i].Key == "" && pool >= 0 {
+			runs[pool].run = append(runs[pool].run, run...)
+		} else {
+			if rows[i].Key == "" {
+				pool = len(runs)
+			}
+			runs = append(runs, laneRun{lane: dialects.Lane{Key: rows[i].Key}, run: run})
+		}
+		i = j
+	}
+	return runs
+}
+
+// trackUnsent adds the claims of rows that no run carries (fan-out rows
+// whose lanes are all blocked) to the lease keeper's entries, with no
+// actor to cancel.
+func (c *claimer) trackUnsent(track []upkeep.TrackEntry, rows []dialects.Row) []upkeep.TrackEntry {
+	sent := make(map[uuid.UUID]bool, len(track))
+	for _, t := range track {
+		sent[t.Claim.ID] = true
+	}
+	for _, r := range rows {
+		if !sent[r.ID] {
+			track = append(track, upkeep.TrackEntry{Claim: r.Claim})
+		}
+	}
+	return track
+}
+
+// keyActor is the actor of a key, or of a fan-out lane, spawned on demand,
+// told that a run of n rows goes to it.
+func (c *claimer) keyActor(ctx actor.Context, lane dialects.Lane, n, share int, seen int64) *actor.PID {
+	entry := c.keys[lane]
+	if entry == nil {
+		entry = &keyEntry{pid: c.spawnKey(ctx, lane)}
+		c.keys[lane] = entry
+		c.stats.KeyActors.Add(1)
+	}
+	entry.sent += n
+	entry.ended, entry.seen = n < share, seen
+	return entry.pid
+}
+
+// spawnKey spawns the actor of a key or lane, as a child of the claimer. Its
+// name is generated: a key's next actor may start before the last one has
+// stopped.
+func (c *claimer) spawnKey(ctx actor.Context, lane dialects.Lane) *actor.PID {
 	d, claimer, idle, clk := c.delivery, ctx.Self(), c.keyIdleAfter, c.clock
-	props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(d, key, claimer, idle, clk) },
+	props := actor.PropsFromProducer(func() actor.Actor { return newKeyActor(d, lane, claimer, idle, clk) },
 		actor.WithMailbox(c.keyMailbox))
 	return ctx.SpawnPrefix(props, "key")
 }

@@ -21,12 +21,17 @@ type (
 	finished struct {
 		outcomes []dialects.Outcome
 		abandons []dialects.Claim
+		// units are the ends of fan-out rows' units (fanout.go).
+		units []unitEnd
 		// continued: a key's run ended well (see runState).
 		continued *continuation
 		// rewind: move the rewind counter once these are written.
 		rewind bool
 	}
 	flushDone struct{}
+	// fanClaimed: the claimer split these rows into units (fanout.go);
+	// their ends follow.
+	fanClaimed struct{ rows []*fanRow }
 )
 
 // secondFlushAt is the buffer size at which a second statement starts while
@@ -55,6 +60,10 @@ type completer struct {
 	clock clock.Clock
 	// statements is how many flushes may run at once (budgetChanged).
 	statements int
+	// fan gathers the units of fan-out rows (nil: the router has no
+	// fan-out); copies hears that copies were written (nil: none are).
+	fan    *fanIn
+	copies *actor.PID
 
 	buf       []dialects.Outcome
 	abandons  []dialects.Claim
@@ -68,10 +77,15 @@ func (c *completer) Receive(ctx actor.Context) {
 	case *finished:
 		c.buf = append(c.buf, m.outcomes...)
 		c.abandons = append(c.abandons, m.abandons...)
+		if len(m.units) > 0 {
+			c.gather(func(out *fanOut) { c.fan.end(m.units, out) })
+		}
 		if m.continued != nil {
 			c.continued = append(c.continued, *m.continued)
 		}
 		c.rewind = c.rewind || m.rewind
+	case *fanClaimed:
+		c.gather(func(out *fanOut) { c.fan.add(m.rows, out) })
 	case *flushDone:
 		c.running--
 	case *budgetChanged:
@@ -80,6 +94,13 @@ func (c *completer) Receive(ctx actor.Context) {
 	if c.running == 0 || (c.running < max(c.statements, 1) && len(c.buf) >= secondFlushAt) {
 		c.flush(ctx)
 	}
+}
+
+// gather adds the outcomes of the fan-out rows that step hands out.
+func (c *completer) gather(step func(*fanOut)) {
+	out := fanOut{outcomes: c.buf, abandons: c.abandons}
+	step(&out)
+	c.buf, c.abandons = out.outcomes, out.abandons
 }
 
 func (c *completer) flush(ctx actor.Context) {
@@ -133,8 +154,36 @@ func (c *completer) flush(ctx actor.Context) {
 			}
 		}
 		root.Send(c.claimer, &credit{n: len(done), continued: continued, retryIn: retryIn, released: released})
+		if c.copies != nil {
+			if in, ok := c.copiesWritten(out, lost); ok {
+				root.Send(c.copies, &copiesWritten{in: in})
+			}
+		}
 		root.Send(self, &flushDone{})
 	}()
+}
+
+// copiesWritten tells the observer of the copies the outcomes written
+// wrote, and says whether one of them is to be delivered, and how soon the
+// earliest comes due.
+func (c *completer) copiesWritten(out []dialects.Outcome, lost []dialects.Claim) (time.Duration, bool) {
+	var in time.Duration
+	found := false
+	co, _ := c.obs.(CopiesObserver)
+	for _, o := range out {
+		if len(o.Copies) == 0 || slices.ContainsFunc(lost, func(l dialects.Claim) bool { return l.ID == o.ID }) {
+			continue
+		}
+		for _, cp := range o.Copies {
+			if co != nil {
+				co.CopiesWritten(cp.Destination, cp.Kind, 1)
+			}
+			if cp.Kind != dialects.CopyDead && (!found || cp.Delay < in) {
+				in, found = cp.Delay, true
+			}
+		}
+	}
+	return in, found
 }
 
 // write writes until the database takes the outcomes, backing off while it

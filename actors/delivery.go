@@ -88,8 +88,14 @@ type deliveryQueue struct {
 	queue      []claimed
 	flights    map[int]*flight
 	gen        int
-	lost       map[uuid.UUID]bool
-	draining   bool
+	// lost counts, per claim, the rows in flight whose claim was lost (the
+	// units of a fan-out row share its claim).
+	lost     map[uuid.UUID]int
+	draining bool
+	// lane: the queue is a fan-out lane's (a destination's view of a key),
+	// whose rows' outcomes are their fan-out rows': it tells the claimer
+	// no position.
+	lane bool
 
 	// flightsTo counts the flights per destination (the pool lets a
 	// destination with a flow control take half of its Publish calls).
@@ -130,10 +136,12 @@ type continuation struct {
 	last dialects.Claim
 }
 
-// claimed is a row with the lease of its claim.
+// claimed is a row with the lease of its claim; with unit set, it is one
+// destination's part of a fan-out row (fanout.go).
 type claimed struct {
 	dialects.Row
 	lease *upkeep.Lease
+	unit  *unit
 }
 
 // flight is one Publish call in progress: waiting for the destination's
@@ -164,7 +172,7 @@ const (
 )
 
 func newDeliveryQueue(d *deliverer, ordered bool, maxFlights int) deliveryQueue {
-	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]bool{},
+	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]int{},
 		flightsTo: map[*destctl.Handle]int{}, parked: map[*destctl.Handle][]parkedRow{}}
 }
 
@@ -234,7 +242,7 @@ func (q *deliveryQueue) endRun(out *outcomes) {
 	if !q.idle() {
 		return
 	}
-	if !q.run.broken && q.run.lastSeq > 0 && !q.draining {
+	if !q.run.broken && q.run.lastSeq > 0 && !q.draining && !q.lane {
 		out.continued = &continuation{pos: dialects.KeyPosition{Key: q.key, After: q.run.lastSeq}, rewinds: q.run.rewinds, last: q.run.last}
 	}
 	q.run = runState{}
@@ -254,7 +262,7 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 		p, l, ok := q.unpark()
 		if ok {
 			if !l.Trusted(now) {
-				q.d.release(out, p.row)
+				q.d.release(out, p.row, p.unit)
 				out.rewind = true
 				continue
 			}
@@ -263,12 +271,12 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 			if !head.lease.Trusted(now) {
 				// The lease may have passed: delivering now could race another
 				// replica. Hand the row back.
-				q.d.release(out, head.Row)
+				q.d.release(out, head.Row, head.unit)
 				out.rewind = true
 				q.stopIfOrdered(out)
 				continue
 			}
-			p, l = q.d.prepare(head.Row), head.lease
+			p, l = q.d.prepareClaimed(&head), head.lease
 			switch {
 			case p.dead != nil:
 				q.d.record(out, &p, q.d.policy.dead(p.row, p.dead), 0)
@@ -387,7 +395,7 @@ func (q *deliveryQueue) batch(first prepared, l *upkeep.Lease, now time.Time, pr
 		if !next.lease.Trusted(now) {
 			break
 		}
-		p := q.d.prepare(next.Row)
+		p := q.d.prepareClaimed(&next)
 		if p.dead != nil || p.retry != nil || p.dest != first.dest {
 			break
 		}
@@ -503,20 +511,19 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 	for i := range f.rows {
 		p, err := &f.rows[i], m.errs[i]
 		switch {
-		case q.lost[p.row.ID]:
-			delete(q.lost, p.row.ID)
-			out.abandon(p.row.Claim)
+		case q.takeLost(p.row.ID):
+			out.abandon(p.row.Claim, p.unit)
 		case stopped:
 			// An ordered batch stopped at an earlier row: a row that
 			// arrived all the same is delivered, the others go back.
 			if err == nil {
 				q.d.finish(out, p, nil, m.took, q.d.attemptOf(p, m, i, f.probe), destctl.BreakerView{})
 			} else {
-				q.d.release(out, p.row)
+				q.d.release(out, p.row, p.unit)
 			}
 		case err != nil && q.d.ctx.Err() != nil:
 			// The replica is stopping and cancelled this delivery.
-			q.d.release(out, p.row)
+			q.d.release(out, p.row, p.unit)
 			out.rewind = true
 			stopped = q.ordered
 		default:
@@ -546,13 +553,12 @@ func (q *deliveryQueue) unstarted(f *flight, m *deliveryDone, out *outcomes) {
 	for i := range f.rows {
 		p := &f.rows[i]
 		switch {
-		case q.lost[p.row.ID]:
-			delete(q.lost, p.row.ID)
-			out.abandon(p.row.Claim)
+		case q.takeLost(p.row.ID):
+			out.abandon(p.row.Claim, p.unit)
 		case m.held != destctl.NotHeld && (i == 0 || !q.ordered):
 			q.d.deferRow(out, p, m.held, m.delay)
 		default:
-			q.d.release(out, p.row)
+			q.d.release(out, p.row, p.unit)
 			// Not behind a deferred head (the replica stops, or the lease
 			// is no longer trusted): the row keeps its old schedule, and no
 			// one continues its key.
@@ -574,7 +580,7 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 	kept := q.queue[:0]
 	for _, r := range q.queue {
 		if set[r.ID] {
-			out.abandon(r.Claim)
+			out.abandon(r.Claim, r.unit)
 			matched = true
 		} else {
 			kept = append(kept, r)
@@ -586,7 +592,7 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 		keep := rows[:0]
 		for _, r := range rows {
 			if set[r.p.row.ID] {
-				out.abandon(r.p.row.Claim)
+				out.abandon(r.p.row.Claim, r.p.unit)
 				matched = true
 				q.nParked--
 				h.Flow().Queued.Add(-1)
@@ -605,10 +611,10 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 		all := true
 		for _, p := range f.rows {
 			if set[p.row.ID] {
-				q.lost[p.row.ID] = true
+				q.lost[p.row.ID]++
 				matched = true
 			}
-			all = all && q.lost[p.row.ID]
+			all = all && q.lost[p.row.ID] > 0
 		}
 		if all {
 			f.cancel()
@@ -618,6 +624,21 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 	if matched {
 		q.stopIfOrdered(out)
 	}
+}
+
+// takeLost reports whether a row in flight with claim id was lost, and
+// counts it as handled.
+func (q *deliveryQueue) takeLost(id uuid.UUID) bool {
+	n := q.lost[id]
+	if n == 0 {
+		return false
+	}
+	if n == 1 {
+		delete(q.lost, id)
+	} else {
+		q.lost[id] = n - 1
+	}
+	return true
 }
 
 // stopIfOrdered releases every waiting row of an ordered queue: the row
@@ -631,12 +652,12 @@ func (q *deliveryQueue) stopIfOrdered(out *outcomes) {
 // releaseQueue releases every row that waits: in the queue, and parked.
 func (q *deliveryQueue) releaseQueue(out *outcomes) {
 	for _, r := range q.queue {
-		q.d.release(out, r.Row)
+		q.d.release(out, r.Row, r.unit)
 	}
 	q.queue = nil
 	for h, rows := range q.parked {
 		for _, r := range rows {
-			q.d.release(out, r.p.row)
+			q.d.release(out, r.p.row, r.p.unit)
 		}
 		h.Flow().Queued.Add(-int64(len(rows)))
 		delete(q.parked, h)
@@ -669,6 +690,8 @@ func publish(ctx context.Context, h *destctl.Handle, msgs []sinks.Message) (errs
 type outcomes struct {
 	write    []dialects.Outcome
 	abandons []dialects.Claim
+	// units are the ends of fan-out rows' units (fanout.go).
+	units    []unitEnd
 	released int
 	// lastSeq and last are the delivered or dead row with the largest
 	// sequence; stopped says a row was retried, released or lost.
@@ -683,11 +706,15 @@ type outcomes struct {
 	rewind bool
 }
 
-func (o *outcomes) abandon(c dialects.Claim) {
-	o.abandons = append(o.abandons, c)
+func (o *outcomes) abandon(c dialects.Claim, u *unit) {
+	if u != nil {
+		o.units = append(o.units, unitEnd{claim: c, end: unitLost, copy: dialects.Copy{Destination: u.dest}})
+	} else {
+		o.abandons = append(o.abandons, c)
+	}
 	o.stopped = true
 }
-func (o *outcomes) count() int { return len(o.write) + len(o.abandons) }
+func (o *outcomes) count() int { return len(o.write) + len(o.abandons) + len(o.units) }
 
 // finish decides the outcome of a delivery that returned err after publish
 // (0: the row never reached the sink), with what the destination's breaker
@@ -708,7 +735,11 @@ func (d *deliverer) finish(out *outcomes, p *prepared, err error, publish time.D
 
 // record adds a delivery's outcome, and tells the counters and the observer.
 func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publish time.Duration) {
-	out.write = append(out.write, o)
+	if p.unit != nil {
+		out.units = append(out.units, unitEndOf(p, o))
+	} else {
+		out.write = append(out.write, o)
+	}
 	var latency time.Duration
 	var kind DeliveryOutcome
 	switch o.Kind {
@@ -724,9 +755,16 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 	case dialects.OutcomeDead:
 		d.stats.Dead.Add(1)
 		kind = Dead
-		d.log.Info("row dead", "id", o.ID, "reason", o.Error)
+		switch {
+		case p.unit != nil:
+			d.log.Info("delivery dead", "id", o.ID, "destination", p.unit.dest, "reason", o.Error)
+		case p.row.CopyOf != nil:
+			d.log.Info("copy dead", "id", o.ID, "row", p.row.CopyOf.RowID, "destination", p.row.CopyOf.Destination, "reason", o.Error)
+		default:
+			d.log.Info("row dead", "id", o.ID, "reason", o.Error)
+		}
 	}
-	if o.Kind == dialects.OutcomeDelivered || o.Kind == dialects.OutcomeDead {
+	if (o.Kind == dialects.OutcomeDelivered || o.Kind == dialects.OutcomeDead) && p.unit == nil {
 		if p.row.Sequence > out.lastSeq {
 			out.lastSeq, out.last = p.row.Sequence, p.row.Claim
 		}
@@ -737,17 +775,27 @@ func (d *deliverer) record(out *outcomes, p *prepared, o dialects.Outcome, publi
 // deferRow hands a row back to pending for delay, attempt unchanged: its
 // destination is held (why).
 func (d *deliverer) deferRow(out *outcomes, p *prepared, why destctl.HoldReason, delay time.Duration) {
-	out.write = append(out.write, dialects.Outcome{Claim: p.row.Claim, Kind: dialects.OutcomeDefer, Delay: delay})
+	o := dialects.Outcome{Claim: p.row.Claim, Kind: dialects.OutcomeDefer, Delay: delay}
+	if p.unit != nil {
+		out.units = append(out.units, unitEndOf(p, o))
+	} else {
+		out.write = append(out.write, o)
+	}
 	out.stopped = true
 	p.dest.Deferred(why)
 	d.stats.Deferred.Add(1)
 }
 
-// release hands a row back to pending untouched.
-func (d *deliverer) release(out *outcomes, r dialects.Row) {
+// release hands a row back to pending untouched; a unit of a fan-out row
+// ends released (fanout.go).
+func (d *deliverer) release(out *outcomes, r dialects.Row, u *unit) {
+	out.stopped = true
+	if u != nil {
+		out.units = append(out.units, unitEnd{claim: r.Claim, end: unitReleased, copy: dialects.Copy{Destination: u.dest, Kind: dialects.CopyBehind, Attempt: r.Attempt}})
+		return
+	}
 	out.write = append(out.write, release(r))
 	out.released++
-	out.stopped = true
 }
 
 // send sends the collected outcomes to the completer.
@@ -759,5 +807,5 @@ func (d *deliverer) send(ctx actor.Context, out *outcomes) {
 		d.obs.Released(out.released)
 		d.stats.Released.Add(int64(out.released))
 	}
-	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons, continued: out.continued, rewind: out.rewind})
+	ctx.Send(d.completer, &finished{outcomes: out.write, abandons: out.abandons, units: out.units, continued: out.continued, rewind: out.rewind})
 }

@@ -134,7 +134,8 @@ type Engine struct {
 	sinks  map[string]*destctl.Handle
 	routes routeObservers
 
-	root, claimer *actor.PID
+	// copies is the copies path's claimer (nil: no fan-out route).
+	root, claimer, copies *actor.PID
 
 	// deliveryCtx is the parent of every delivery; cancelled on a hard stop.
 	deliveryCtx    context.Context
@@ -142,7 +143,9 @@ type Engine struct {
 	bg             *background
 
 	drained   chan struct{}
-	fatal     chan error
+	// copiesDrained is closed when the copies path has drained.
+	copiesDrained chan struct{}
+	fatal         chan error
 	fatalOnce sync.Once
 	stopOnce  sync.Once
 	ready     atomic.Bool
@@ -157,7 +160,8 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*destctl.Handle{}, drained: make(chan struct{}), fatal: make(chan error, 1)}
+	e := &Engine{opts: opts, log: opts.Logger, sinks: map[string]*destctl.Handle{}, drained: make(chan struct{}), copiesDrained: make(chan struct{}),
+		fatal: make(chan error, 1)}
 	if sh := opts.Shared; sh != nil {
 		e.sinks, e.opts.Destinations = sh.handles, sh.factories
 	} else {
@@ -200,7 +204,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.bg = newBackground(ctx, e.opts.Clock)
 	p := parts{
 		opts: &e.opts, log: e.log, stats: &e.Stats, sinks: e.sinks, routes: e.routes, mailboxes: &e.mailboxes,
-		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, ready: &e.ready, clock: e.opts.Clock, tune: claimplan.Default(),
+		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, copiesDrained: e.copiesDrained, ready: &e.ready, clock: e.opts.Clock, tune: claimplan.Default(),
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
 		actor.WithSupervisor(&engineStrategy{crash: e.crash}))
@@ -236,7 +240,7 @@ func (e *Engine) awaitChildren() error {
 			return err
 		}
 	}
-	e.claimer = kids.claimer
+	e.claimer, e.copies = kids.claimer, kids.copies
 	return nil
 }
 
@@ -301,6 +305,24 @@ func (e *Engine) crash(err error) {
 	})
 }
 
+// errTimedOut: awaitClosed's timer fired first.
+var errTimedOut = errors.New("timed out")
+
+// awaitClosed waits until every channel of chans is closed (nil), the
+// timer fires (errTimedOut) or ctx ends (its error).
+func awaitClosed(ctx context.Context, timer <-chan time.Time, chans []chan struct{}) error {
+	for _, ch := range chans {
+		select {
+		case <-ch:
+		case <-timer:
+			return errTimedOut
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // Stop drains: no new claims, unstarted rows released at once, in-flight
 // deliveries finish for up to the drain timeout (then they are cancelled and
 // released), outcomes written, connections closed. It is safe to call twice.
@@ -315,25 +337,26 @@ func (e *Engine) stop(ctx context.Context) error {
 		return nil
 	}
 	e.log.Info("draining", "inFlight", e.Stats.InFlight.Load())
+	drained := []chan struct{}{e.drained}
 	e.system.Root.Send(e.claimer, &drain{})
+	if e.copies != nil {
+		e.system.Root.Send(e.copies, &drain{})
+		drained = append(drained, e.copiesDrained)
+	}
 	timer := e.opts.Clock.NewTimer(e.opts.DrainTimeout)
 	defer timer.Stop()
 	var err error
-	select {
-	case <-e.drained:
-	case <-timer.C():
+	switch awaitClosed(ctx, timer.C(), drained) {
+	case errTimedOut:
 		e.log.Warn("drain timeout passed; cancelling the deliveries still running", "inFlight", e.Stats.InFlight.Load())
 		e.cancelDelivery()
 		grace := e.opts.Clock.NewTimer(5 * time.Second)
 		defer grace.Stop()
-		select {
-		case <-e.drained:
-		case <-grace.C():
+		if err = awaitClosed(ctx, grace.C(), drained); err == errTimedOut {
 			err = errors.New("outcomes of some rows could not be written; their leases will expire")
-		case <-ctx.Done():
-			err = ctx.Err()
 		}
-	case <-ctx.Done():
+	case nil:
+	default:
 		e.cancelDelivery()
 		err = ctx.Err()
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/clock"
 )
 
@@ -17,7 +18,9 @@ import (
 // engine.keyIdleMs, so that memory follows the active keys.
 type keyActor struct {
 	deliveryQueue
-	key     string
+	// lane is the key's (Lane.Key), or a fan-out lane's: a destination's
+	// view of the key, whose actor delivers units of fan-out rows.
+	lane    dialects.Lane
 	claimer *actor.PID
 	// done counts the rows it has finished, so that the claimer can tell
 	// whether it sent more since this actor said it was idle.
@@ -34,10 +37,10 @@ type keyActor struct {
 // idleCheck is the idle timer firing.
 type idleCheck struct{}
 
-func newKeyActor(d *deliverer, key string, claimer *actor.PID, idleAfter time.Duration, c clock.Clock) *keyActor {
+func newKeyActor(d *deliverer, lane dialects.Lane, claimer *actor.PID, idleAfter time.Duration, c clock.Clock) *keyActor {
 	q := newDeliveryQueue(d, true, 1)
-	q.key = key
-	return &keyActor{deliveryQueue: q, key: key, claimer: claimer, idleAfter: idleAfter, clock: c}
+	q.key, q.lane = lane.Key, lane.Destination != ""
+	return &keyActor{deliveryQueue: q, lane: lane, claimer: claimer, idleAfter: idleAfter, clock: c}
 }
 
 func (k *keyActor) Receive(ctx actor.Context) {
@@ -71,7 +74,7 @@ func (k *keyActor) onIdleCheck(ctx actor.Context) {
 		k.armIdle(ctx, rest)
 		return
 	}
-	root, claimer, msg := ctx.ActorSystem().Root, k.claimer, &keyIdle{key: k.key, pid: ctx.Self(), done: k.done}
+	root, claimer, msg := ctx.ActorSystem().Root, k.claimer, &keyIdle{lane: k.lane, pid: ctx.Self(), done: k.done}
 	// From a goroutine: the claimer may be waiting on this mailbox.
 	go root.Send(claimer, msg)
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"time"
 
+	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
 )
 
@@ -28,6 +29,14 @@ type Observer interface {
 	// Completed: a completion statement wrote the outcomes of rows rows
 	// after took.
 	Completed(rows int, took time.Duration)
+}
+
+// CopiesObserver is an optional part of an Observer: one that implements
+// it hears the copies of fan-out rows as their rows' outcomes are written
+// (the destinations whose delivery did not end well in the row's pass).
+type CopiesObserver interface {
+	// CopiesWritten: a completion wrote n copies for destination, of kind.
+	CopiesWritten(destination string, kind dialects.CopyKind, n int)
 }
 
 // RouteObserver hears the rows of one route.
@@ -86,11 +95,13 @@ func (NopObserver) Completed(int, time.Duration) {}
 // Finished does nothing.
 func (NopObserver) Finished(DeliveryOutcome, time.Duration, time.Duration) {}
 
-// routeObservers are the Observer's handles for every route, resolved once
-// when the engine is built; deliveries look them up by the route the router
-// returned.
+// routeObservers are the Observer's handles for every route and each of
+// its destinations, resolved once when the engine is built; deliveries
+// look them up by the route the router returned. units are the routes'
+// fan-out units, one per destination, made once too.
 type routeObservers struct {
 	byRoute  map[*routing.Route]RouteObserver
+	units    map[*routing.Route][]*unit
 	unrouted RouteObserver
 	obs      Observer
 }
@@ -99,7 +110,21 @@ func newRouteObservers(r *routing.Router, obs Observer) routeObservers {
 	ro := routeObservers{byRoute: map[*routing.Route]RouteObserver{}, unrouted: obs.Route("", ""), obs: obs}
 	routes := r.Routes()
 	for i := range routes {
-		ro.byRoute[&routes[i]] = obs.Route(routes[i].Name, routes[i].Destination)
+		rt := &routes[i]
+		ro.byRoute[rt] = obs.Route(rt.Name, rt.Destination)
+		if !r.FanOut() {
+			continue
+		}
+		if ro.units == nil {
+			ro.units = map[*routing.Route][]*unit{}
+		}
+		for _, dest := range rt.Targets() {
+			o := ro.byRoute[rt]
+			if dest != rt.Destination {
+				o = obs.Route(rt.Name, dest)
+			}
+			ro.units[rt] = append(ro.units[rt], &unit{route: rt, dest: dest, obs: o})
+		}
 	}
 	return ro
 }
@@ -114,4 +139,32 @@ func (ro routeObservers) of(route *routing.Route) RouteObserver {
 	}
 	// A route the router did not list: resolve it now (slower, still right).
 	return ro.obs.Route(route.Name, route.Destination)
+}
+
+// unit returns the unit of route for dest.
+func (ro routeObservers) unit(route *routing.Route, dest string) *unit {
+	for _, u := range ro.units[route] {
+		if u.dest == dest {
+			return u
+		}
+	}
+	return &unit{route: route, dest: dest, obs: ro.to(route, dest)}
+}
+
+// to returns the handle of route for dest: what a copy to dest reports to
+// (route nil: no route matches the copy's topic now).
+func (ro routeObservers) to(route *routing.Route, dest string) RouteObserver {
+	for _, u := range ro.units[route] {
+		if u.dest == dest {
+			return u.obs
+		}
+	}
+	if route != nil && route.Destination == dest {
+		return ro.of(route)
+	}
+	name := ""
+	if route != nil {
+		name = route.Name
+	}
+	return ro.obs.Route(name, dest)
 }

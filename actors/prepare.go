@@ -22,21 +22,50 @@ type prepared struct {
 	msg   sinks.Message
 	// obs hears how the row's delivery ends (its route's handle).
 	obs RouteObserver
-	// dead is set when the row can never be delivered.
-	dead error
+	// unit is set when the row is one destination's part of a fan-out row.
+	unit *unit
+	// dead is set when the row can never be delivered; rowDead says that
+	// the reason is the row's own (its payload or headers), not its
+	// destination's: every unit of a fan-out row finds the same.
+	dead    error
+	rowDead bool
 	// retry is set when this attempt failed before reaching the sink (a
 	// transform that failed on this payload).
 	retry error
 }
 
+// prepareClaimed prepares a claimed row, or its unit of a fan-out row.
+func (d *deliverer) prepareClaimed(c *claimed) prepared {
+	if c.unit != nil {
+		return d.prepareUnit(c.Row, c.unit)
+	}
+	return d.prepare(c.Row)
+}
+
 // prepare routes a row and builds its message. A row that can never be
-// delivered (no route, a destination that does not exist, a payload that is
-// not a JSON object or array, headers that are not an object of strings)
-// comes back dead, in words that tell the producer what to fix. A transform
-// that fails on this payload fails this attempt only.
+// delivered (no route, a filter that fails on it, a destination that does
+// not exist, a payload that is not a JSON object or array, headers that
+// are not an object of strings) comes back dead, in words that tell the
+// producer what to fix. A transform that fails on this payload fails this
+// attempt only. A copy (Row.CopyOf) goes to its own destination, with the
+// transform of the route that matches its topic now, if any.
 func (d *deliverer) prepare(r dialects.Row) prepared {
+	if r.CopyOf != nil {
+		return d.prepareCopy(r)
+	}
 	p := prepared{row: r}
-	p.route = d.router.Match(r.Topic)
+	var headers map[string]string
+	checked := false
+	if d.router.Filters() {
+		route, h, err := d.routeFiltered(&r)
+		if err != nil {
+			p.obs, p.dead = d.routes.unrouted, err
+			return p
+		}
+		p.route, headers, checked = route, h, true
+	} else {
+		p.route = d.router.Match(r.Topic)
+	}
 	p.obs = d.routes.of(p.route)
 	if p.route == nil {
 		p.dead = fmt.Errorf("no route matches topic %q", r.Topic)
@@ -47,28 +76,74 @@ func (d *deliverer) prepare(r dialects.Row) prepared {
 		p.dead = fmt.Errorf("route %q sends to destination %q, which does not exist", p.route.Name, p.route.Destination)
 		return p
 	}
-	if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
-		p.dead = err
+	return d.build(p, headers, checked, r.ID.String())
+}
+
+// prepareUnit prepares one destination's part of a fan-out row: its route
+// was found when the row was claimed.
+func (d *deliverer) prepareUnit(r dialects.Row, u *unit) prepared {
+	p := prepared{row: r, unit: u, route: u.route, obs: u.obs, dest: d.sinks[u.dest]}
+	if p.dest == nil {
+		p.dead = fmt.Errorf("route %q sends to destination %q, which does not exist", u.route.Name, u.dest)
 		return p
+	}
+	return d.build(p, nil, false, r.ID.String())
+}
+
+// prepareCopy prepares a copy: the message of its outbox row (the row's id
+// is the message id) for the copy's destination.
+func (d *deliverer) prepareCopy(r dialects.Row) prepared {
+	p := prepared{row: r, route: d.router.Match(r.Topic)}
+	p.obs = d.routes.to(p.route, r.CopyOf.Destination)
+	p.dest = d.sinks[r.CopyOf.Destination]
+	if p.dest == nil {
+		p.dead = fmt.Errorf("this copy of row %s goes to destination %q, which no longer exists in the configuration; add it back and replay the copy, or leave it dead",
+			r.CopyOf.RowID, r.CopyOf.Destination)
+		return p
+	}
+	return d.build(p, nil, false, r.CopyOf.RowID.String())
+}
+
+// routeFiltered finds the route of a row when some route has a filter: the
+// filters read the payload and the variables, so the payload and headers
+// are checked first. No route is not an error here (nil, nil).
+func (d *deliverer) routeFiltered(r *dialects.Row) (*routing.Route, map[string]string, error) {
+	if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
+		return nil, nil, err
 	}
 	headers, err := parseHeaders(r.Headers)
 	if err != nil {
-		p.dead = err
-		return p
+		return nil, nil, err
+	}
+	route, err := d.router.MatchRow(r.Payload, vars(r, r.ID.String(), headers))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the route's filter failed on this row, so it cannot be routed (fix the filter or the row, then replay it): %w", err)
+	}
+	return route, headers, nil
+}
+
+// build checks the payload and headers (unless checked already) and builds
+// the message, with id as its id, through the route's transform.
+func (d *deliverer) build(p prepared, headers map[string]string, checked bool, id string) prepared {
+	r := &p.row
+	if !checked {
+		if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
+			p.dead, p.rowDead = err, true
+			return p
+		}
+		h, err := parseHeaders(r.Headers)
+		if err != nil {
+			p.dead, p.rowDead = err, true
+			return p
+		}
+		headers = h
 	}
 	p.msg = sinks.Message{
-		ID: r.ID.String(), Topic: r.Topic, Key: r.Key, AggregateType: r.AggregateType,
+		ID: id, Topic: r.Topic, Key: r.Key, AggregateType: r.AggregateType,
 		Sequence: r.Sequence, Attempt: r.Attempt, CreatedAt: r.CreatedAt, Headers: headers, Body: r.Payload,
 	}
-	if p.route.Transform != nil {
-		var key *string
-		if r.Key != "" {
-			key = &r.Key
-		}
-		body, err := p.route.Transform.Run(r.Payload, routing.Vars{
-			Attempt: r.Attempt, ID: p.msg.ID, Topic: r.Topic, Key: key, AggregateType: r.AggregateType,
-			Sequence: r.Sequence, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), Headers: headers,
-		})
+	if p.route != nil && p.route.Transform != nil {
+		body, err := p.route.Transform.Run(r.Payload, vars(r, id, headers))
 		if err != nil {
 			p.retry = err
 			return p
@@ -76,6 +151,18 @@ func (d *deliverer) prepare(r dialects.Row) prepared {
 		p.msg.Body = body
 	}
 	return p
+}
+
+// vars are the variables filters and transforms read.
+func vars(r *dialects.Row, id string, headers map[string]string) routing.Vars {
+	var key *string
+	if r.Key != "" {
+		key = &r.Key
+	}
+	return routing.Vars{
+		Attempt: r.Attempt, ID: id, Topic: r.Topic, Key: key, AggregateType: r.AggregateType,
+		Sequence: r.Sequence, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), Headers: headers,
+	}
 }
 
 // checkPayload accepts a JSON object or array. typed says the database has

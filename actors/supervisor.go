@@ -30,6 +30,9 @@ type parts struct {
 	// deliveryCtx is the parent of every Publish.
 	deliveryCtx context.Context
 	drained     chan struct{}
+	// copiesDrained is closed when the copies path has drained (fan-out
+	// routes only).
+	copiesDrained chan struct{}
 	ready       *atomic.Bool
 	clock       clock.Clock
 	tune        claimplan.Tuning
@@ -50,8 +53,10 @@ type whereAreYou struct{}
 
 type children struct {
 	claimer *actor.PID
-	loops   []*actor.PID
-	err     error
+	// copies is the copies path's claimer (nil: no fan-out route).
+	copies *actor.PID
+	loops  []*actor.PID
+	err    error
 }
 
 func (s *supervisorActor) Receive(c actor.Context) {
@@ -81,6 +86,10 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		return pid
 	}
 	claimerAt := actor.NewPID(c.Self().Address, c.Self().Id+"/claimer")
+	var copiesAt *actor.PID
+	if o.Router.FanOut() {
+		copiesAt = actor.NewPID(c.Self().Address, c.Self().Id+"/copies-claimer")
+	}
 
 	c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
 		return &sinkSupervisor{handles: s.sinks, factories: o.Destinations, mailbox: mailbox(o.Mailboxes.Sink, &lengths[KindSink])}
@@ -90,8 +99,12 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		return upkeep.NewLeaseKeeper(upkeep.LeaseKeeper{Dialect: o.Dialect, LeaseLength: o.Lease, BG: s.bg.ctx, Log: s.log, Clock: s.clock})
 	})
 	completerPID := spawn("completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
-		return &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer,
-			clock: s.clock, statements: s.tune.StatementsAlone}
+		cm := &completer{dialect: o.Dialect, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer,
+			clock: s.clock, statements: s.tune.StatementsAlone, copies: copiesAt}
+		if copiesAt != nil {
+			cm.fan = newFanIn()
+		}
+		return cm
 	})
 	d := &deliverer{
 		router: o.Router, sinks: s.sinks, completer: completerPID, ctx: s.deliveryCtx,
@@ -109,7 +122,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	claimerPID := spawn("claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
 		return newClaimer(claimer{
 			dialect: o.Dialect, clock: s.clock, leaseLength: o.Lease,
-			pool: poolPID, leaseKeeper: leaseKeeperPID,
+			pool: poolPID, leaseKeeper: leaseKeeperPID, completer: completerPID, fanOut: copiesAt != nil,
 			delivery: d, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
 			bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer, ready: s.ready, drained: s.drained,
 			wakeups: o.Wakeups, tune: s.tune,
@@ -125,6 +138,14 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	}
 
 	kids := &children{claimer: claimerPID}
+	if copiesAt != nil {
+		if kids.copies = s.spawnCopies(c, d, spawn); err != nil {
+			return &children{err: err}
+		}
+		if !kids.copies.Equal(copiesAt) {
+			return &children{err: fmt.Errorf("the copies claimer's address is %s, not %s as the completer was told", kids.copies.Id, copiesAt.Id)}
+		}
+	}
 	kids.loops = append(kids.loops, c.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
 		return &upkeep.Janitor{Dialect: o.Dialect, Attempts: o.Dialect, HistoryRetention: o.History.Retention, LeaseLength: o.Lease, Retention: o.Retention,
 			LeaseKeeper: leaseKeeperPID, Claimer: claimerPID, Log: s.log, Loops: s.bg, WarnAfter: o.LongTransactionWarning, Clock: s.clock, Tune: s.tune,
@@ -159,6 +180,40 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 		s.bg.every(o.PollInterval, func() { root.Send(relayPID, &relayPoll{}) })
 	}
 	return kids
+}
+
+// spawnCopies spawns the copies path (copies.go): its lease keeper,
+// completer, pool and claimer, over the engine's destinations, and starts
+// its loops. It returns the claimer.
+func (s *supervisorActor) spawnCopies(c actor.Context, d *deliverer, spawn func(string, actor.MailboxProducer, func() actor.Actor) *actor.PID) *actor.PID {
+	o, lengths, root := s.opts, s.mailboxes, c.ActorSystem().Root
+	relay := copiesRelay{Relay: o.Dialect, copies: o.Dialect}
+	claimerAt := actor.NewPID(c.Self().Address, c.Self().Id+"/copies-claimer")
+	leaseKeeperPID := spawn("copies-lease-keeper", mailbox(o.Mailboxes.Claimer, &lengths[KindLeaseKeeper]), func() actor.Actor {
+		return upkeep.NewLeaseKeeper(upkeep.LeaseKeeper{Dialect: relay, LeaseLength: o.Lease, BG: s.bg.ctx, Log: s.log, Clock: s.clock})
+	})
+	completerPID := spawn("copies-completer", mailbox(o.Mailboxes.Completer, &lengths[KindCompleter]), func() actor.Actor {
+		return &completer{dialect: relay, claimer: claimerAt, leaseKeeper: leaseKeeperPID, bg: s.bg.ctx, log: s.log, stats: s.stats, obs: o.Observer,
+			clock: s.clock, statements: s.tune.StatementsAlone}
+	})
+	cd := *d
+	cd.completer = completerPID
+	poolPID := spawn("copies-unordered", mailbox(o.Mailboxes.Key, &lengths[KindPool]), func() actor.Actor {
+		return newPool(&cd, o.UnorderedConcurrency)
+	})
+	claimerPID := spawn("copies-claimer", mailbox(o.Mailboxes.Claimer, &lengths[KindClaimer]), func() actor.Actor {
+		return newCopyClaimer(copyClaimer{copies: o.Dialect, clock: s.clock, leaseLength: o.Lease, batch: o.BatchSize, maxInFlight: o.MaxInFlight,
+			pool: poolPID, leaseKeeper: leaseKeeperPID, delivery: &cd, keyIdleAfter: o.KeyIdle, keyMailbox: mailbox(o.Mailboxes.Key, &lengths[KindKey]),
+			bg: s.bg.ctx, log: s.log.With("path", "copies"), drained: s.copiesDrained})
+	})
+	if claimerPID == nil {
+		return nil
+	}
+	s.bg.every(o.Lease/3, func() { root.Send(leaseKeeperPID, &upkeep.RenewTick{}) })
+	s.bg.every(copySafetyNet, func() { root.Send(claimerPID, &copyTick{}) })
+	(&copyUpkeep{copies: o.Dialect, leaseKeeper: leaseKeeperPID, claimer: claimerPID, leaseLength: o.Lease, retention: o.Retention,
+		log: s.log, loops: s.bg}).start(root)
+	return claimerPID
 }
 
 // engineStrategy handles a crash of an engine actor. The claimer, completer,

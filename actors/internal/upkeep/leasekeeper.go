@@ -14,7 +14,9 @@ import (
 
 // Messages of the lease keeper.
 type (
-	// TrackEntry is one claimed row and the actor that holds it.
+	// TrackEntry is one claimed row and the actor that holds it. A row
+	// several actors hold (a fan-out row's units) has an entry for each; a
+	// row no actor holds has a nil PID.
 	TrackEntry struct {
 		Claim dialects.Claim
 		PID   *actor.PID
@@ -42,9 +44,28 @@ type (
 )
 
 type tracked struct {
-	pid   *actor.PID
+	pid *actor.PID
+	// more are the other actors that hold the row (a fan-out row's).
+	more  []*actor.PID
 	lease *Lease
 	lost  bool
+}
+
+// hold adds pid to the actors that hold the row.
+func (t *tracked) hold(pid *actor.PID) {
+	if pid == nil || pid.Equal(t.pid) {
+		return
+	}
+	for _, p := range t.more {
+		if p.Equal(pid) {
+			return
+		}
+	}
+	if t.pid == nil {
+		t.pid = pid
+		return
+	}
+	t.more = append(t.more, pid)
 }
 
 // LeaseKeeper knows every in-flight claim and renews them all in one
@@ -80,6 +101,10 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 	case *Track:
 		k.leases[m.Lease.token] = m.Lease
 		for _, t := range m.Entries {
+			if c := k.claims[t.Claim.ID]; c != nil && c.lease == m.Lease {
+				c.hold(t.PID)
+				continue
+			}
 			k.claims[t.Claim.ID] = &tracked{pid: t.PID, lease: m.Lease}
 			k.perLease[m.Lease.token]++
 		}
@@ -123,7 +148,11 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 		for _, c := range m.lost {
 			if t := k.claims[c.ID]; t != nil && t.lease.token == c.Token && !t.lost {
 				t.lost = true
-				byPID[t.pid] = append(byPID[t.pid], c.ID)
+				for _, pid := range append([]*actor.PID{t.pid}, t.more...) {
+					if pid != nil {
+						byPID[pid] = append(byPID[pid], c.ID)
+					}
+				}
 			}
 		}
 		for pid, ids := range byPID {
