@@ -42,7 +42,7 @@ type (
 		cursor string
 		// blocked are the lanes with copies waiting (ClaimParams.Lanes).
 		blocked []dialects.Lane
-		probe  *dialects.Probe
+		probe   *dialects.Probe
 		// seen and settled are what the claim's watermark knew from its
 		// probe.
 		seen, settled int64

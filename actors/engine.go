@@ -142,14 +142,14 @@ type Engine struct {
 	cancelDelivery context.CancelFunc
 	bg             *background
 
-	drained   chan struct{}
+	drained chan struct{}
 	// copiesDrained is closed when the copies path has drained.
 	copiesDrained chan struct{}
 	fatal         chan error
-	fatalOnce sync.Once
-	stopOnce  sync.Once
-	ready     atomic.Bool
-	mailboxes mailboxLengths
+	fatalOnce     sync.Once
+	stopOnce      sync.Once
+	ready         atomic.Bool
+	mailboxes     mailboxLengths
 
 	Stats Stats
 }

@@ -33,9 +33,9 @@ type parts struct {
 	// copiesDrained is closed when the copies path has drained (fan-out
 	// routes only).
 	copiesDrained chan struct{}
-	ready       *atomic.Bool
-	clock       clock.Clock
-	tune        claimplan.Tuning
+	ready         *atomic.Bool
+	clock         clock.Clock
+	tune          claimplan.Tuning
 }
 
 // supervisorActor is the engine supervisor: it spawns the engine's actors,
