@@ -32,7 +32,7 @@ import (
 // without copies becomes claimable without a change to the counter.
 const (
 	copySafetyNet  = 3 * time.Second
-	copyBlindClaim = 30 * time.Second
+	copyBlindClaim = 15 * time.Second
 )
 
 // copiesRelay is the Relay the copies path's completer and lease keeper
