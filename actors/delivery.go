@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
@@ -90,7 +89,7 @@ type deliveryQueue struct {
 	gen        int
 	// lost counts, per claim, the rows in flight whose claim was lost (the
 	// units of a fan-out row share its claim).
-	lost     map[uuid.UUID]int
+	lost     map[dialects.Claim]int
 	draining bool
 	// lane: the queue is a fan-out lane's (a destination's view of a key),
 	// whose rows' outcomes are their fan-out rows': it tells the claimer
@@ -172,7 +171,7 @@ const (
 )
 
 func newDeliveryQueue(d *deliverer, ordered bool, maxFlights int) deliveryQueue {
-	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[uuid.UUID]int{},
+	return deliveryQueue{d: d, ordered: ordered, maxFlights: maxFlights, flights: map[int]*flight{}, lost: map[dialects.Claim]int{},
 		flightsTo: map[*destctl.Handle]int{}, parked: map[*destctl.Handle][]parkedRow{}}
 }
 
@@ -193,7 +192,7 @@ func (q *deliveryQueue) step(ctx actor.Context) (int, bool) {
 	case *deliveryDone:
 		q.onDone(m, &out)
 	case *upkeep.CancelClaims:
-		q.onLost(m.IDs, &out)
+		q.onLost(m.Claims, &out)
 	case *drain:
 		q.draining = true
 		out.rewind = len(q.queue) > 0 || q.nParked > 0
@@ -511,7 +510,7 @@ func (q *deliveryQueue) onDone(m *deliveryDone, out *outcomes) {
 	for i := range f.rows {
 		p, err := &f.rows[i], m.errs[i]
 		switch {
-		case q.takeLost(p.row.ID):
+		case q.takeLost(p.row.Claim):
 			out.abandon(p.row.Claim, p.unit)
 		case stopped:
 			// An ordered batch stopped at an earlier row: a row that
@@ -553,7 +552,7 @@ func (q *deliveryQueue) unstarted(f *flight, m *deliveryDone, out *outcomes) {
 	for i := range f.rows {
 		p := &f.rows[i]
 		switch {
-		case q.takeLost(p.row.ID):
+		case q.takeLost(p.row.Claim):
 			out.abandon(p.row.Claim, p.unit)
 		case m.held != destctl.NotHeld && (i == 0 || !q.ordered):
 			q.d.deferRow(out, p, m.held, m.delay)
@@ -571,15 +570,15 @@ func (q *deliveryQueue) unstarted(f *flight, m *deliveryDone, out *outcomes) {
 // onLost gives up the rows whose claims the database no longer holds:
 // waiting ones at once, in-flight ones when their Publish returns (nothing
 // is written for them). A Publish whose rows are all lost is cancelled.
-func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
-	set := make(map[uuid.UUID]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
+func (q *deliveryQueue) onLost(claims []dialects.Claim, out *outcomes) {
+	set := make(map[dialects.Claim]bool, len(claims))
+	for _, c := range claims {
+		set[c] = true
 	}
 	matched := false
 	kept := q.queue[:0]
 	for _, r := range q.queue {
-		if set[r.ID] {
+		if set[r.Claim] {
 			out.abandon(r.Claim, r.unit)
 			matched = true
 		} else {
@@ -591,7 +590,7 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 	for h, rows := range q.parked {
 		keep := rows[:0]
 		for _, r := range rows {
-			if set[r.p.row.ID] {
+			if set[r.p.row.Claim] {
 				out.abandon(r.p.row.Claim, r.p.unit)
 				matched = true
 				q.nParked--
@@ -610,11 +609,11 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 	for _, f := range q.flights {
 		all := true
 		for _, p := range f.rows {
-			if set[p.row.ID] {
-				q.lost[p.row.ID]++
+			if set[p.row.Claim] {
+				q.lost[p.row.Claim]++
 				matched = true
 			}
-			all = all && q.lost[p.row.ID] > 0
+			all = all && q.lost[p.row.Claim] > 0
 		}
 		if all {
 			f.cancel()
@@ -626,17 +625,17 @@ func (q *deliveryQueue) onLost(ids []uuid.UUID, out *outcomes) {
 	}
 }
 
-// takeLost reports whether a row in flight with claim id was lost, and
+// takeLost reports whether a row in flight under claim c was lost, and
 // counts it as handled.
-func (q *deliveryQueue) takeLost(id uuid.UUID) bool {
-	n := q.lost[id]
+func (q *deliveryQueue) takeLost(c dialects.Claim) bool {
+	n := q.lost[c]
 	if n == 0 {
 		return false
 	}
 	if n == 1 {
-		delete(q.lost, id)
+		delete(q.lost, c)
 	} else {
-		q.lost[id] = n - 1
+		q.lost[c] = n - 1
 	}
 	return true
 }

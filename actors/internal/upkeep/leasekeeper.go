@@ -34,7 +34,8 @@ type (
 	LiveTokens struct{}
 	// CancelClaims tells the actor holding them that these claims are the
 	// database's no more: cancel their deliveries, write nothing for them.
-	CancelClaims struct{ IDs []uuid.UUID }
+	// (The same row may be held under a newer claim by then.)
+	CancelClaims struct{ Claims []dialects.Claim }
 	renewDone    struct {
 		sentAt time.Time
 		leases []*Lease
@@ -144,19 +145,19 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 		for _, l := range m.leases {
 			l.Extend(m.sentAt, k.LeaseLength)
 		}
-		byPID := map[*actor.PID][]uuid.UUID{}
+		byPID := map[*actor.PID][]dialects.Claim{}
 		for _, c := range m.lost {
 			if t := k.claims[c.ID]; t != nil && t.lease.token == c.Token && !t.lost {
 				t.lost = true
 				for _, pid := range append([]*actor.PID{t.pid}, t.more...) {
 					if pid != nil {
-						byPID[pid] = append(byPID[pid], c.ID)
+						byPID[pid] = append(byPID[pid], c)
 					}
 				}
 			}
 		}
-		for pid, ids := range byPID {
-			ctx.Send(pid, &CancelClaims{IDs: ids})
+		for pid, claims := range byPID {
+			ctx.Send(pid, &CancelClaims{Claims: claims})
 		}
 	}
 }

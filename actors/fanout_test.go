@@ -1,0 +1,303 @@
+package actors_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/actors"
+	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/testkit"
+	"github.com/queuebox/queuebox/internal/testrecv"
+	"github.com/queuebox/queuebox/routing"
+)
+
+// fanOut sends every topic to each of the receivers, named a, b, c....
+func (h *harness) fanOut(recvs ...*testrecv.Receiver) {
+	names := make([]string, len(recvs))
+	h.opts.Destinations = map[string]actors.SinkFactory{}
+	for i, r := range recvs {
+		names[i] = string(rune('a' + i))
+		h.opts.Destinations[names[i]] = httpDest(h.t, r.URL+"/x", nil)
+	}
+	rt := route("#", names[0])
+	rt.Destinations = names
+	h.opts.Router = routing.NewRouter([]routing.Route{rt})
+}
+
+// copyCounts counts the copies per destination and state.
+func (h *harness) copyCounts() map[string]map[dialects.State]int64 {
+	h.t.Helper()
+	cs, err := h.d.CopyCounts(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]map[dialects.State]int64{}
+	for _, c := range cs {
+		if out[c.Destination] == nil {
+			out[c.Destination] = map[dialects.State]int64{}
+		}
+		out[c.Destination][c.State] += c.Rows
+	}
+	return out
+}
+
+// fanRows are keyed rows over keys, and unkeyed ones, that may be tried
+// often.
+func fanRows(keys, perKey, unkeyed int) []dialects.NewRow {
+	all := rows(keys, perKey, unkeyed, func(int) int { return 0 })
+	for i := range all {
+		m := 1000
+		all[i].MaxAttempts = &m
+	}
+	return all
+}
+
+// checkInOrder checks that recv accepted every row, each key in order.
+func checkInOrder(t *testing.T, name string, recv *testrecv.Receiver, n int) {
+	t.Helper()
+	if got := recv.Delivered(); got != n {
+		t.Errorf("%s accepted %d distinct rows, want %d", name, got, n)
+	}
+	if problems, _ := recv.OrderReport(); len(problems) > 0 {
+		t.Errorf("%s: %d order problems, first: %s", name, len(problems), problems[0])
+	}
+}
+
+// A row routed to three destinations reaches each, every key in order, in
+// its own pass: no copy is written when all of them answer.
+func TestFanOutToThreeDestinations(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a, b, c := testrecv.New(t, nil), testrecv.New(t, nil), testrecv.New(t, nil)
+	h.fanOut(a, b, c)
+	all := fanRows(10, 10, 20)
+	h.insert(all...)
+	e := h.start()
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	for name, r := range map[string]*testrecv.Receiver{"a": a, "b": b, "c": c} {
+		checkInOrder(t, name, r, len(all))
+		if _, dups := r.OrderReport(); dups != 0 {
+			t.Errorf("%s got %d duplicates", name, dups)
+		}
+	}
+	if cs := h.copyCounts(); len(cs) != 0 {
+		t.Errorf("copies were written though every destination answered: %v", cs)
+	}
+	if got := e.Stats.Delivered.Load(); got != int64(3*len(all)) {
+		t.Errorf("%d deliveries counted, want %d (one per destination)", got, 3*len(all))
+	}
+}
+
+// One destination fails for a while: the others receive every row, each
+// key in order, during the outage, and the rows are delivered; once it
+// answers again it receives every row, each key in order, from the
+// copies. Nothing goes dead.
+func TestFanOutOutageOfOneDestinationHoldsBackNoOther(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	up := make(chan struct{})
+	down := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		select {
+		case <-up:
+			return 200, "", nil
+		default:
+			return 502, "bad gateway", nil
+		}
+	})
+	a, c := testrecv.New(t, nil), testrecv.New(t, nil)
+	h.fanOut(a, down, c)
+	h.opts.Backoff = actors.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.1}
+	all := fanRows(10, 10, 20)
+	h.insert(all...)
+	h.start()
+	a.WaitDelivered(t, len(all), time.Minute)
+	c.WaitDelivered(t, len(all), time.Minute)
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	if got := down.Delivered(); got != 0 {
+		t.Fatalf("the failing destination accepted %d rows", got)
+	}
+	if pending := h.copyCounts()["b"][dialects.Pending] + h.copyCounts()["b"][dialects.Processing]; pending != int64(len(all)) {
+		t.Fatalf("want a copy waiting for b for each row, got %d: %v", pending, h.copyCounts())
+	}
+	close(up)
+	down.WaitDelivered(t, len(all), time.Minute)
+	testkit.Eventually(t, "every copy delivered", time.Minute, func() error {
+		cs := h.copyCounts()["b"]
+		if cs[dialects.Delivered] != int64(len(all)) {
+			return fmt.Errorf("copies of b: %v", cs)
+		}
+		return nil
+	})
+	for name, r := range map[string]*testrecv.Receiver{"a": a, "b": down, "c": c} {
+		checkInOrder(t, name, r, len(all))
+	}
+	if st := h.waitState(dialects.Delivered, int64(len(all)), 0); st.Rows[dialects.Dead] != 0 {
+		t.Errorf("%d rows dead", st.Rows[dialects.Dead])
+	}
+	for dest, cs := range h.copyCounts() {
+		if cs[dialects.Dead] != 0 {
+			t.Errorf("%d copies of %s dead", cs[dialects.Dead], dest)
+		}
+	}
+}
+
+// A paused destination holds back none of the others: they receive every
+// row while it is paused; it receives every row, each key in order, once
+// resumed.
+func TestFanOutPausedDestinationHoldsBackNoOther(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a, b, c := testrecv.New(t, nil), testrecv.New(t, nil), testrecv.New(t, nil)
+	h.fanOut(a, b, c)
+	ctx := context.Background()
+	if _, _, err := h.d.DestinationPause(ctx, "b", "upgrading"); err != nil {
+		t.Fatal(err)
+	}
+	all := fanRows(5, 8, 10)
+	h.insert(all...)
+	e := h.start()
+	a.WaitDelivered(t, len(all), time.Minute)
+	c.WaitDelivered(t, len(all), time.Minute)
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	if n := len(b.Requests()); n != 0 {
+		t.Fatalf("the paused destination got %d requests", n)
+	}
+	if s := status(t, e, "b"); s.Deferred["paused"] == 0 {
+		t.Errorf("no delivery to b counted as deferred by the pause: %+v", s.Deferred)
+	}
+	if _, _, err := h.d.DestinationResume(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitDelivered(t, len(all), time.Minute)
+	for name, r := range map[string]*testrecv.Receiver{"a": a, "b": b, "c": c} {
+		checkInOrder(t, name, r, len(all))
+	}
+}
+
+// A filter splits a topic's rows between two routes: each row reaches
+// exactly the destination of the first route that takes it.
+func TestAFilterSplitsRowsBetweenTwoRoutes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	big, small := testrecv.New(t, nil), testrecv.New(t, nil)
+	f, err := routing.CompileFilter(`.amount >= 100`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigRoute := route("payment.#", "big")
+	bigRoute.Name, bigRoute.Filter = "big payments", f
+	h.opts.Router = routing.NewRouter([]routing.Route{bigRoute, route("payment.#", "small")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"big": httpDest(t, big.URL+"/x", nil), "small": httpDest(t, small.URL+"/x", nil)}
+	want := map[string]string{}
+	var all []dialects.NewRow
+	for i := range 60 {
+		amount := i * 7 % 200
+		r := testkit.Row("payment.made", testkit.Payload(fmt.Sprintf(`{"amount":%d}`, amount)))
+		if i%2 == 0 {
+			r.Key = str(fmt.Sprintf("acct-%d", i%5))
+		}
+		all = append(all, r)
+		want[fmt.Sprint(amount)] = map[bool]string{true: "big", false: "small"}[amount >= 100]
+	}
+	h.insert(all...)
+	h.start()
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	got := map[string]int{}
+	for name, r := range map[string]*testrecv.Receiver{"big": big, "small": small} {
+		for _, q := range r.Requests() {
+			amount := fmt.Sprint(testrecv.JSONField(q.Body, "amount"))
+			if want[amount] != name {
+				t.Errorf("amount %s went to %s, want %s", amount, name, want[amount])
+			}
+			got[name]++
+		}
+		checkInOrder(t, name, r, r.Delivered())
+	}
+	if got["big"]+got["small"] != len(all) || got["big"] == 0 || got["small"] == 0 {
+		t.Errorf("deliveries: %v; want %d rows split between both", got, len(all))
+	}
+}
+
+// A filter that fails on a row sends the row dead with the filter's error;
+// the rows it accepts or refuses go on.
+func TestAFilterThatFailsSendsTheRowDead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	recv := testrecv.New(t, nil)
+	f, err := routing.CompileFilter(`(.amount + "x") == "1x"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := route("payment.#", "dest")
+	strict.Name, strict.Filter = "strict", f
+	h.opts.Router = routing.NewRouter([]routing.Route{strict})
+	h.opts.Destinations = map[string]actors.SinkFactory{"dest": httpDest(t, recv.URL+"/x", nil)}
+	h.insert(testkit.Row("payment.made", testkit.Key("k"), testkit.Payload(`{"amount":"1"}`)),
+		testkit.Row("payment.made", testkit.Key("k"), testkit.Payload(`{"amount":1}`)),
+		testkit.Row("payment.made", testkit.Key("k"), testkit.Payload(`{"amount":"1"}`)))
+	h.start()
+	st := h.waitState(dialects.Dead, 1, time.Minute)
+	h.waitState(dialects.Delivered, 2, time.Minute)
+	dead, err := h.d.OutboxList(context.Background(), dialects.ListParams{Filter: dialects.Filter{States: []dialects.State{dialects.Dead}}, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].LastError == nil || !strings.Contains(*dead[0].LastError, `route "strict"`) || !strings.Contains(*dead[0].LastError, "cannot add") {
+		t.Fatalf("want the row dead with the filter's error, got %v (%v)", lastErrors(dead), st.Rows)
+	}
+	if recv.Delivered() != 2 {
+		t.Errorf("the receiver accepted %d rows, want the 2 the filter took", recv.Delivered())
+	}
+}
+
+// A fan-out row's claim is lost mid-delivery (another replica took it once
+// its lease passed, and handed it back): the units of the lost claim write
+// nothing, and every destination still receives every row.
+func TestALostFanOutClaimLosesNoDelivery(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	started := make(chan struct{}, 1)
+	hold := make(chan struct{})
+	slow := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		select {
+		case started <- struct{}{}:
+			<-hold // the first request waits until the claim is lost
+		default:
+		}
+		return 200, "", nil
+	})
+	b := testrecv.New(t, nil)
+	h.fanOut(slow, b)
+	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
+	all := fanRows(2, 5, 4)
+	h.insert(all...)
+	e := h.start()
+	<-started
+	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
+	ctx := context.Background()
+	// Another replica takes the rows, then hands them back.
+	if _, err := h.d.Pool().Exec(ctx, `UPDATE `+tbl+` SET claim_token = gen_random_uuid() WHERE state = 'processing'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "lost claims counted", 30*time.Second, testkit.True(func() bool { return e.Stats.LostClaims.Load() > 0 }))
+	if _, err := h.d.Pool().Exec(ctx, `UPDATE `+tbl+` SET state = 'pending', claim_token = NULL, lease_expires_at = NULL, claimed_at = NULL WHERE state = 'processing'`); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	slow.WaitDelivered(t, len(all), time.Minute)
+	b.WaitDelivered(t, len(all), time.Minute)
+	testkit.Eventually(t, "no copy left to deliver", time.Minute, func() error {
+		for dest, cs := range h.copyCounts() {
+			if cs[dialects.Pending]+cs[dialects.Processing]+cs[dialects.Dead] > 0 {
+				return fmt.Errorf("copies of %s: %v", dest, cs)
+			}
+		}
+		return nil
+	})
+}
