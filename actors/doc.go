@@ -18,12 +18,19 @@
 //	├── Sink supervisor          sinksupervisor.go
 //	│   └── Sink actor           sinkactor.go (builds the sink a destctl.Handle serves)
 //	├── Janitor                  upkeep
-//	└── Inbox relay              inboxrelay.go (inbox rows -> outbox rows)
+//	├── Inbox relay              inboxrelay.go (inbox rows -> outbox rows)
+//	└── the copies path          copies.go (fan-out routes only: the copies of fan-out rows)
+//	    ├── Copies claimer       copies.go
+//	    │   └── Key actor (per lane)
+//	    ├── Copies pool, completer and lease keeper (the same actors, over the copies table)
+//	    └── its loops            copies.go (expired leases and retention of copies)
 //
 // And the files the actors share:
 //
 //	delivery.go      one delivery path for key actors and the pool: queue, batch, Publish, outcomes
-//	prepare.go       a row routed and checked before it is sent
+//	prepare.go       a row routed (filters too) and checked before it is sent
+//	fanout.go        a fan-out row: split into units by lane, gathered into one outcome with its copies
+//	copies.go        the copies path: its claimer, its adapter to the copies table, its loops
 //	outcome.go       delivered, retried after a backoff, deferred, or dead
 //	attempts.go      the attempt history's record of a delivery
 //	gate.go          the log of a writer that holds keyed rows back (the claimer's and the inbox relay's)
@@ -77,14 +84,87 @@
 // keys whose runs ended, and when the earliest retry comes due) and tells
 // the Lease keeper to forget the claims.
 //
+// # The flow of a fan-out row
+//
+// A route may send a row to several destinations (routing.Route.FanOut).
+// Then claims ask which lanes are blocked (dialects.ClaimParams.Lanes): a
+// lane is one destination's view of one key, and it is blocked while
+// copies of the key wait for that destination. The Claimer routes each row
+// of the claim (splitClaim: by topic, or by topic and payload when a
+// route has a filter) and splits a fan-out row into units, one per
+// destination. A key with a fan-out row in the claim, or a blocked lane,
+// travels in lanes: each of its rows goes, as one unit per destination of
+// its route, to the key actor of that lane, so that each destination keeps
+// the key's order on its own; a unit of a blocked lane is not delivered
+// and becomes a copy behind at once. Other keys go to their key actor as
+// they are, and an unkeyed fan-out row goes to the pool as a unit per
+// destination. Before the units, the Claimer hands the fan-out rows to
+// the Completer (fanClaimed), and the Lease keeper tracks each row under
+// every actor that holds one of its units.
+//
+//	Claimer ──fanClaimed──▶ Completer
+//	   ├─run (units)──▶ Key actor of lane (a, key) ──┐
+//	   ├─run (units)──▶ Key actor of lane (b, key) ──┼─finished (unit ends)──▶ Completer: one outcome per row
+//	   └─run (units)──▶ Unordered pool (unkeyed)   ──┘
+//
+// A lane's actor delivers its units as a key actor delivers rows, batching
+// per destination as ever: a unit that fails and is retried, or whose
+// destination is held, stops its lane (the units behind it are released,
+// and become copies behind); a dead one does not. The other lanes go on.
+// Each unit's end goes to the Completer, which gathers a row's units
+// (fanIn) and, once every unit has ended, writes the row's one outcome:
+// delivered, with a copy (dialects.Copy) for each destination whose
+// delivery did not end well (retried, deferred, behind, dead) and the
+// attempts of its units for the history; released, when no unit was
+// tried and one was released untouched (the replica drains, the lease is
+// no longer trusted); dead, when the row itself cannot be delivered (its
+// payload or headers; no route and a filter that fails are found when it
+// is claimed). A lost claim reaches every actor holding one of the row's
+// units: they abandon them, and nothing is written for the row. A row's
+// outcome waits for those of the earlier rows of its key that this
+// replica claimed, so that a replica that stops between them leaves the
+// key's undelivered rows behind its delivered ones. Credit counts rows:
+// a fan-out row returns one, however many units it had.
+//
+// Where the router has no fan-out route and no filter, none of this runs:
+// a row is routed by its topic in the actor that delivers it, as ever.
+//
+// # The copies path
+//
+// A copy is a row of the copies table: one destination's part of a
+// fan-out row that did not end well in the row's pass. The copies path
+// delivers copies with the engine's own actors: the Copies claimer claims
+// them (dialects.Copies.CopyClaim: the heads of lanes that are due, and
+// the copies right behind them), and hands each lane's copies to that
+// lane's key actor, unkeyed ones to a pool of its own; their outcomes go
+// to a completer of its own, and a lease keeper of its own renews them.
+// The completer and the lease keeper run the Relay statements of an
+// adapter (copiesRelay) that writes the copies table instead. The
+// destinations are the engine's: a copy waits for a paused destination,
+// an open circuit or a full flow like a row, and counts its own attempts
+// against its max_attempts, with the rows' backoff. A copy's message is
+// its row's, with the row's id, transformed by the route that matches its
+// topic now (its filter is not run again); a copy whose destination is no
+// longer configured goes dead saying so. The Copies claimer does not
+// probe at a pace: it claims when this replica wrote copies (the
+// Completer's flush tells it, with when the first comes due), when a
+// copy comes due (a retry or deferral it wrote, or what CopyProbe says),
+// when copies went back to pending, and at a safety net's tick: every
+// copySafetyNet a CopyProbe, and a claim when the copies' change counter
+// moved, when the last claim took copies, or, once copies exist, every
+// copyBlindClaim. Its loops return copies of expired leases to pending and
+// delete old ones as retention says.
+//
 // # No deadlock at any mailbox size
 //
 // protoactor's bounded mailbox makes a sender wait while it is full, so a
 // cycle of actors sending to each other through full mailboxes would
 // deadlock. Here, inside Receive, actors send only downstream along an
-// acyclic graph: Claimer → {key actors, pool, Lease keeper}, Lease keeper →
-// key actors and pool, key actors and pool → Completer; the Completer sends
-// to no actor. Everything that flows back (claim results, delivery results,
+// acyclic graph: Claimer → {key actors, pool, Lease keeper, Completer},
+// Lease keeper → key actors and pool, key actors and pool → Completer; the
+// Completer sends to no actor. The copies path has the same graph of its
+// own; the nudge from the Completer's flush to the Copies claimer is sent
+// by that flush's goroutine. Everything that flows back (claim results, delivery results,
 // credit, renewal results, timers, wake-ups, the budget, the horizon) is
 // sent by a goroutine that owns the I/O or the clock, never by an actor.
 // The Completer therefore always makes progress, then the key actors and
@@ -134,6 +214,7 @@
 //
 //	claim        a replica's right to deliver a row until its lease ends; also the statement that takes rows
 //	continuation a key whose run this replica finished: the next claim takes its next head first
+//	copy         one destination's part of a fan-out row that did not end well in the row's pass: a row of the copies table
 //	credit       room for rows in flight; returned as outcomes are written
 //	deferral     a row put back for later without an attempt: its destination is held
 //	floor        per group of keys, a sequence below which no row is pending or processing
@@ -141,12 +222,14 @@
 //	head         a key's first pending or processing row, or any unkeyed row
 //	held         a transaction has held the database's horizon back for a while: claims behave as under a long transaction
 //	horizon      the oldest snapshot still open in the database: vacuum cleans nothing newer
+//	lane         one destination's view of one key: the unit of order of a fan-out
 //	lease        the time limit of a claim; its trust window ends a margin before it
 //	probe        a cheap read of the outbox sequence and the open transactions
 //	rewind       rows went back to pending behind what the claims looked at: claims set their bounds aside
 //	run          the rows of one key one claim hands to its key actor, in order
 //	settled      a keyed row no earlier row of its key can still commit before
 //	straggler    a due row a bounded walk passed before its transaction committed
+//	unit         one destination's part of a fan-out row in the row's pass, delivered in its lane
 //	wake-up      a nudge from logical replication: rows committed
 //	walk         one claim's pass over an index: in schedule order, or over the keys
 //
