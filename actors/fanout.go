@@ -256,7 +256,6 @@ func (d *deliverer) splitClaim(rows []dialects.Row, l *upkeep.Lease, blocked []d
 	}
 	var runs []laneRun
 	var fans []*fanRow
-	pool := -1
 	for i := 0; i < len(rows); {
 		j := i + 1
 		for j < len(rows) && rows[j].Key == rows[i].Key {
@@ -274,21 +273,7 @@ func (d *deliverer) splitClaim(rows []dialects.Row, l *upkeep.Lease, blocked []d
 		}
 		switch {
 		case key == "":
-			if pool < 0 {
-				pool = len(runs)
-				runs = append(runs, laneRun{})
-			}
-			for k, r := range rows[i:j] {
-				if rt := routes[k]; rt != nil && rt.FanOut() {
-					f := &fanRow{claim: r.Claim, waiting: len(rt.Destinations)}
-					fans = append(fans, f)
-					for _, dest := range rt.Destinations {
-						runs[pool].run = append(runs[pool].run, claimed{Row: r, lease: l, unit: d.unitOf(rt, dest)})
-					}
-				} else {
-					runs[pool].run = append(runs[pool].run, claimed{Row: r, lease: l})
-				}
-			}
+			runs = append(runs, d.splitUnkeyed(rows[i:j], routes, l, &fans))
 		case !laned:
 			run := make([]claimed, 0, j-i)
 			for _, r := range rows[i:j] {
@@ -326,6 +311,37 @@ func (d *deliverer) splitClaim(rows []dialects.Row, l *upkeep.Lease, blocked []d
 		i = j
 	}
 	return runs, fans
+}
+
+// splitUnkeyed is the pool's run of the unkeyed rows of a claim: the rows
+// to one destination as they are, and the units of fan-out rows grouped by
+// destination, so that a sink that takes several messages at once gets
+// them together (unkeyed rows have no order to keep).
+func (d *deliverer) splitUnkeyed(rows []dialects.Row, routes []*routing.Route, l *upkeep.Lease, fans *[]*fanRow) laneRun {
+	pool := laneRun{run: make([]claimed, 0, len(rows))}
+	var byDest map[string][]claimed
+	var dests []string
+	for k, r := range rows {
+		rt := routes[k]
+		if rt == nil || !rt.FanOut() {
+			pool.run = append(pool.run, claimed{Row: r, lease: l})
+			continue
+		}
+		*fans = append(*fans, &fanRow{claim: r.Claim, waiting: len(rt.Destinations)})
+		if byDest == nil {
+			byDest = map[string][]claimed{}
+		}
+		for _, dest := range rt.Destinations {
+			if byDest[dest] == nil {
+				dests = append(dests, dest)
+			}
+			byDest[dest] = append(byDest[dest], claimed{Row: r, lease: l, unit: d.unitOf(rt, dest)})
+		}
+	}
+	for _, dest := range dests {
+		pool.run = append(pool.run, byDest[dest]...)
+	}
+	return pool
 }
 
 // blockedAny reports whether one of the route's lanes for key is blocked.

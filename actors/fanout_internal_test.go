@@ -187,7 +187,7 @@ func TestAClaimSplitsIntoLanes(t *testing.T) {
 		}
 	}
 	want := map[dialects.Lane][]string{
-		{}:                           {"1a", "1b", "1c", "2-"},
+		{}:                           {"2-", "1a", "1b", "1c"},
 		{Destination: "a", Key: "k"}: {"3a", "4a", "5a"},
 		{Destination: "c", Key: "k"}: {"3c", "5c"},
 		{Key: "plain"}:               {"6-"},
