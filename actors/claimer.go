@@ -410,10 +410,9 @@ func (c *claimer) dispatch(ctx actor.Context, rows []dialects.Row, l *upkeep.Lea
 }
 
 // splitByKey splits a claim's rows, sorted by key then sequence, into one
-// run per key and one for the pool.
+// run per key; the unkeyed rows' run (the empty key) is the pool's.
 func splitByKey(rows []dialects.Row, l *upkeep.Lease) []laneRun {
 	var runs []laneRun
-	pool := -1
 	for i := 0; i < len(rows); {
 		j := i + 1
 		for j < len(rows) && rows[j].Key == rows[i].Key {
@@ -423,14 +422,7 @@ func splitByKey(rows []dialects.Row, l *upkeep.Lease) []laneRun {
 		for _, r := range rows[i:j] {
 			run = append(run, claimed{Row: r, lease: l})
 		}
-		if rows[i].Key == "" && pool >= 0 {
-			runs[pool].run = append(runs[pool].run, run...)
-		} else {
-			if rows[i].Key == "" {
-				pool = len(runs)
-			}
-			runs = append(runs, laneRun{lane: dialects.Lane{Key: rows[i].Key}, run: run})
-		}
+		runs = append(runs, laneRun{lane: dialects.Lane{Key: rows[i].Key}, run: run})
 		i = j
 	}
 	return runs

@@ -157,7 +157,8 @@ func (d *deliverer) build(p prepared, headers map[string]string, checked bool, i
 func vars(r *dialects.Row, id string, headers map[string]string) routing.Vars {
 	var key *string
 	if r.Key != "" {
-		key = &r.Key
+		k := r.Key // a copy: a pointer into the row would move the row to the heap
+		key = &k
 	}
 	return routing.Vars{
 		Attempt: r.Attempt, ID: id, Topic: r.Topic, Key: key, AggregateType: r.AggregateType,
