@@ -360,3 +360,31 @@ func TestUnitsTravelTheirLanesAndEndAsOneOutcomePerRow(t *testing.T) {
 		}
 	}
 }
+
+// A copy's message is its row's, with the row's id, through the transform
+// of the route that matches its topic now; a copy whose destination is no
+// longer configured cannot be delivered, and says so.
+func TestACopyIsPreparedForItsOwnDestination(t *testing.T) {
+	rt := fanRoute(t, "orders", "order.#", "a", "b")
+	tr, err := routing.CompileTransform(`{wrapped: ., id: $id}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Transform = tr
+	handles := map[string]*destctl.Handle{"a": destctl.NewHandle("a", destctl.Policy{}, 10, clock.Wall{}), "b": destctl.NewHandle("b", destctl.Policy{}, 10, clock.Wall{})}
+	d := testDeliverer(t, []routing.Route{rt}, handles, clock.Wall{})
+	rowID := uuid.New()
+	copyRow := dialects.Row{Claim: claimOf(1), Topic: "order.created", Key: "k", Payload: []byte(`{"n":1}`), TypedJSON: true,
+		Attempt: 2, MaxAttempts: 5, CopyOf: &dialects.CopyOf{RowID: rowID, Destination: "b"}}
+	p := d.prepare(copyRow)
+	if p.dead != nil || p.retry != nil || p.dest != handles["b"] {
+		t.Fatalf("prepared %+v", p)
+	}
+	if want := fmt.Sprintf(`{"id":%q,"wrapped":{"n":1}}`, rowID); p.msg.ID != rowID.String() || string(p.msg.Body) != want || p.msg.Attempt != 2 {
+		t.Fatalf("message id %s, body %s, attempt %d; want the row's id %s, body %s, attempt 2", p.msg.ID, p.msg.Body, p.msg.Attempt, rowID, want)
+	}
+	copyRow.CopyOf.Destination = "gone"
+	if p := d.prepare(copyRow); p.dead == nil || !strings.Contains(p.dead.Error(), `"gone", which no longer exists`) {
+		t.Fatalf("a copy to a destination no longer configured: %v", p.dead)
+	}
+}

@@ -301,3 +301,46 @@ func TestALostFanOutClaimLosesNoDelivery(t *testing.T) {
 		return nil
 	})
 }
+
+// A copy waits for a destination that a new configuration no longer has:
+// it goes dead, saying so, and the other destinations are not held back.
+func TestACopyWhoseDestinationIsGoneGoesDead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := testrecv.New(t, nil)
+	down := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) { return 502, "bad gateway", nil })
+	h.fanOut(a, down)
+	all := fanRows(1, 3, 0)
+	h.insert(all...)
+	e := h.start()
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	testkit.Eventually(t, "a copy waiting for b for each row", time.Minute, func() error {
+		if cs := h.copyCounts()["b"]; cs[dialects.Pending]+cs[dialects.Processing] != int64(len(all)) {
+			return fmt.Errorf("copies of b: %v", cs)
+		}
+		return nil
+	})
+	if err := e.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The next configuration sends the topic to a and c.
+	c := testrecv.New(t, nil)
+	h.fanOut(a, c)
+	h.start()
+	testkit.Eventually(t, "the copies of b dead", time.Minute, func() error {
+		if cs := h.copyCounts()["b"]; cs[dialects.Dead] != int64(len(all)) {
+			return fmt.Errorf("copies of b: %v", cs)
+		}
+		return nil
+	})
+	dead, err := h.d.CopyList(context.Background(), dialects.CopyListParams{Filter: dialects.CopyFilter{Destination: "b",
+		Filter: dialects.Filter{States: []dialects.State{dialects.Dead}}}, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cp := range dead {
+		if cp.LastError == nil || !strings.Contains(*cp.LastError, "no longer exists in the configuration") {
+			t.Errorf("copy of row %s dead with %v", cp.RowID, cp.LastError)
+		}
+	}
+}
