@@ -19,9 +19,16 @@ import (
 // fanOut sends every topic to each of the receivers, named a, b, c....
 func (h *harness) fanOut(recvs ...*testrecv.Receiver) {
 	names := make([]string, len(recvs))
+	for i := range recvs {
+		names[i] = string(rune('a' + i))
+	}
+	h.fanOutNamed(names, recvs...)
+}
+
+// fanOutNamed sends every topic to each of the receivers, with their names.
+func (h *harness) fanOutNamed(names []string, recvs ...*testrecv.Receiver) {
 	h.opts.Destinations = map[string]actors.SinkFactory{}
 	for i, r := range recvs {
-		names[i] = string(rune('a' + i))
 		h.opts.Destinations[names[i]] = httpDest(h.t, r.URL+"/x", nil)
 	}
 	rt := route("#", names[0])
@@ -325,7 +332,7 @@ func TestACopyWhoseDestinationIsGoneGoesDead(t *testing.T) {
 	}
 	// The next configuration sends the topic to a and c.
 	c := testrecv.New(t, nil)
-	h.fanOut(a, c)
+	h.fanOutNamed([]string{"a", "c"}, a, c)
 	h.start()
 	testkit.Eventually(t, "the copies of b dead", time.Minute, func() error {
 		if cs := h.copyCounts()["b"]; cs[dialects.Dead] != int64(len(all)) {
