@@ -141,7 +141,9 @@ func (c *copyClaimer) Receive(ctx actor.Context) {
 		if m.retryIn > 0 {
 			c.armDue(m.retryIn)
 		}
-		if m.released || c.again {
+		// While claims take copies, the end of some lets the copies
+		// behind them in their lanes be claimed.
+		if m.released || c.again || c.found {
 			c.claim()
 		}
 	case *copyDue:
