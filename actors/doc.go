@@ -149,7 +149,9 @@
 // probe at a pace: it claims when this replica wrote copies (the
 // Completer's flush tells it, with when the first comes due), when a
 // copy comes due (a retry or deferral it wrote, or what CopyProbe says),
-// when copies went back to pending, and at a safety net's tick: every
+// when copies went back to pending, as the outcomes of the copies it
+// claimed are written while its claims take copies (the copies behind a
+// lane's head become claimable then), and at a safety net's tick: every
 // copySafetyNet a CopyProbe, and a claim when the copies' change counter
 // moved, when the last claim took copies, or, once copies exist, every
 // copyBlindClaim. Its loops return copies of expired leases to pending and
