@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/actors/internal/upkeep"
 	"github.com/queuebox/queuebox/dialects"
@@ -150,13 +149,15 @@ func (f *fanRow) outcome() (dialects.Outcome, bool) {
 // key's undelivered rows in order behind its delivered ones. It is the
 // completer's.
 type fanIn struct {
-	rows map[uuid.UUID]*fanRow
+	// rows are by claim: a row this replica claimed again may still have
+	// units of its earlier claim in flight.
+	rows map[dialects.Claim]*fanRow
 	// keys holds each key's rows in flight, in sequence order.
 	keys map[string][]*fanRow
 }
 
 func newFanIn() *fanIn {
-	return &fanIn{rows: map[uuid.UUID]*fanRow{}, keys: map[string][]*fanRow{}}
+	return &fanIn{rows: map[dialects.Claim]*fanRow{}, keys: map[string][]*fanRow{}}
 }
 
 // fanOut is what fanIn hands out: outcomes to write, claims lost.
@@ -169,7 +170,7 @@ type fanOut struct {
 // all ended already (every lane was blocked) come out at once.
 func (fi *fanIn) add(rows []*fanRow, out *fanOut) {
 	for _, f := range rows {
-		fi.rows[f.claim.ID] = f
+		fi.rows[f.claim] = f
 		if f.key != "" {
 			fi.keys[f.key] = append(fi.keys[f.key], f)
 		}
@@ -184,8 +185,8 @@ func (fi *fanIn) add(rows []*fanRow, out *fanOut) {
 // end counts the ends of units and hands out the rows that may be written.
 func (fi *fanIn) end(units []unitEnd, out *fanOut) {
 	for _, u := range units {
-		f := fi.rows[u.claim.ID]
-		if f == nil || f.claim.Token != u.claim.Token {
+		f := fi.rows[u.claim]
+		if f == nil {
 			continue
 		}
 		f.note(u)
@@ -220,7 +221,7 @@ func (fi *fanIn) emit(f *fanRow, out *fanOut) {
 }
 
 func (fi *fanIn) finish(f *fanRow, out *fanOut) {
-	delete(fi.rows, f.claim.ID)
+	delete(fi.rows, f.claim)
 	if o, ok := f.outcome(); ok {
 		out.outcomes = append(out.outcomes, o)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,14 +270,14 @@ func TestAFilterThatFailsSendsTheRowDead(t *testing.T) {
 func TestALostFanOutClaimLosesNoDelivery(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	started := make(chan struct{}, 1)
-	hold := make(chan struct{})
+	started, hold := make(chan struct{}), make(chan struct{})
+	var first, unhold sync.Once
+	defer unhold.Do(func() { close(hold) })
 	slow := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
-		select {
-		case started <- struct{}{}:
-			<-hold // the first request waits until the claim is lost
-		default:
-		}
+		first.Do(func() {
+			close(started)
+			<-hold // the first request waits until its claim is lost
+		})
 		return 200, "", nil
 	})
 	b := testrecv.New(t, nil)
@@ -294,7 +295,7 @@ func TestALostFanOutClaimLosesNoDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, "lost claims counted", 30*time.Second, testkit.True(func() bool { return e.Stats.LostClaims.Load() > 0 }))
-	close(hold)
+	unhold.Do(func() { close(hold) })
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
 	slow.WaitDelivered(t, len(all), time.Minute)
 	b.WaitDelivered(t, len(all), time.Minute)

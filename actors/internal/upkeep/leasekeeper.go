@@ -102,9 +102,13 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 	case *Track:
 		k.leases[m.Lease.token] = m.Lease
 		for _, t := range m.Entries {
-			if c := k.claims[t.Claim.ID]; c != nil && c.lease == m.Lease {
+			c := k.claims[t.Claim.ID]
+			if c != nil && c.lease == m.Lease {
 				c.hold(t.PID)
 				continue
+			}
+			if c != nil {
+				k.replaced(ctx, t.Claim.ID, c)
 			}
 			k.claims[t.Claim.ID] = &tracked{pid: t.PID, lease: m.Lease}
 			k.perLease[m.Lease.token]++
@@ -158,6 +162,25 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 		}
 		for pid, claims := range byPID {
 			ctx.Send(pid, &CancelClaims{Claims: claims})
+		}
+	}
+}
+
+// replaced forgets the claim t of row id, which this replica claimed again
+// (its lease had passed, and the row went back to pending): the database
+// holds it no more, so the actors that still hold it cancel it.
+func (k *LeaseKeeper) replaced(ctx actor.Context, id uuid.UUID, t *tracked) {
+	old := dialects.Claim{ID: id, Token: t.lease.token}
+	if k.perLease[old.Token]--; k.perLease[old.Token] <= 0 {
+		delete(k.perLease, old.Token)
+		delete(k.leases, old.Token)
+	}
+	if t.lost {
+		return
+	}
+	for _, pid := range append([]*actor.PID{t.pid}, t.more...) {
+		if pid != nil {
+			ctx.Send(pid, &CancelClaims{Claims: []dialects.Claim{old}})
 		}
 	}
 }
