@@ -351,3 +351,27 @@ func TestACopyWhoseDestinationIsGoneGoesDead(t *testing.T) {
 		}
 	}
 }
+
+// Every mailbox of size 1, with fan-out rows whose units fail at times:
+// everything is delivered to every destination, in order, no deadlock.
+func TestFanOutMailboxesOfOneDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a, b := testrecv.New(t, failPolicy), testrecv.New(t, nil)
+	h.fanOut(a, b)
+	h.opts.Mailboxes = actors.Mailboxes{Claimer: 1, Key: 1, Sink: 1, Completer: 1}
+	h.opts.BatchSize, h.opts.MaxInFlight, h.opts.UnorderedConcurrency = 50, 200, 4
+	all := rows(20, 15, 100, func(i int) int {
+		if i%17 == 0 {
+			return 1
+		}
+		return 0
+	})
+	h.insert(all...)
+	h.start()
+	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
+	a.WaitDelivered(t, len(all), 2*time.Minute)
+	b.WaitDelivered(t, len(all), 2*time.Minute)
+	checkInOrder(t, "a", a, len(all))
+	checkInOrder(t, "b", b, len(all))
+}
