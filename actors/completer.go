@@ -98,9 +98,9 @@ func (c *completer) Receive(ctx actor.Context) {
 
 // gather adds the outcomes of the fan-out rows that step hands out.
 func (c *completer) gather(step func(*fanOut)) {
-	out := fanOut{outcomes: c.buf, abandons: c.abandons}
+	out := fanOut{outcomes: c.buf, abandons: c.abandons, continued: c.continued}
 	step(&out)
-	c.buf, c.abandons = out.outcomes, out.abandons
+	c.buf, c.abandons, c.continued = out.outcomes, out.abandons, out.continued
 }
 
 func (c *completer) flush(ctx actor.Context) {

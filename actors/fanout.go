@@ -85,6 +85,10 @@ func unitEndOf(p *prepared, o dialects.Outcome) unitEnd {
 type fanRow struct {
 	claim dialects.Claim
 	key   string
+	// seq is the row's sequence, rewinds the rewind counter its claim's
+	// bounds were made at: where its key stands once it is written.
+	seq     int64
+	rewinds int64
 	// waiting counts the units that have not ended.
 	waiting int
 	// copies and attempts are what the row's outcome writes.
@@ -152,18 +156,33 @@ type fanIn struct {
 	// rows are by claim: a row this replica claimed again may still have
 	// units of its earlier claim in flight.
 	rows map[dialects.Claim]*fanRow
-	// keys holds each key's rows in flight, in sequence order.
+	// keys holds each key's rows in flight, in sequence order, and runs
+	// what the key's rows in flight tell of where the key stands.
 	keys map[string][]*fanRow
+	runs map[string]*fanRun
+}
+
+// fanRun follows the fan-out rows of a key from the moment the key has
+// some in flight until it has none again, as runState does a key actor's
+// run: if every row was written delivered or dead, and all came from
+// claims made at one rewind counter, the key's position is told to the
+// claimer (a continuation), which claims its next rows at once.
+type fanRun struct {
+	rewinds int64
+	broken  bool
+	last    *fanRow
 }
 
 func newFanIn() *fanIn {
-	return &fanIn{rows: map[dialects.Claim]*fanRow{}, keys: map[string][]*fanRow{}}
+	return &fanIn{rows: map[dialects.Claim]*fanRow{}, keys: map[string][]*fanRow{}, runs: map[string]*fanRun{}}
 }
 
-// fanOut is what fanIn hands out: outcomes to write, claims lost.
+// fanOut is what fanIn hands out: outcomes to write, claims lost, and
+// where keys stand.
 type fanOut struct {
-	outcomes []dialects.Outcome
-	abandons []dialects.Claim
+	outcomes  []dialects.Outcome
+	abandons  []dialects.Claim
+	continued []continuation
 }
 
 // add starts following rows (in sequence order per key); rows whose units
@@ -171,8 +190,14 @@ type fanOut struct {
 func (fi *fanIn) add(rows []*fanRow, out *fanOut) {
 	for _, f := range rows {
 		fi.rows[f.claim] = f
-		if f.key != "" {
-			fi.keys[f.key] = append(fi.keys[f.key], f)
+		if f.key == "" {
+			continue
+		}
+		fi.keys[f.key] = append(fi.keys[f.key], f)
+		if run := fi.runs[f.key]; run == nil {
+			fi.runs[f.key] = &fanRun{rewinds: f.rewinds}
+		} else if run.rewinds != f.rewinds {
+			run.broken = true
 		}
 	}
 	for _, f := range rows {
@@ -207,26 +232,39 @@ func (fi *fanIn) emit(f *fanRow, out *fanOut) {
 	if q[0] != f {
 		return
 	}
+	run := fi.runs[f.key]
 	i := 0
 	for i < len(q) && q[i].ended() {
-		fi.finish(q[i], out)
+		if !fi.finish(q[i], out) {
+			run.broken = true
+		}
+		run.last = q[i]
 		q[i] = nil
 		i++
 	}
-	if i == len(q) {
-		delete(fi.keys, f.key)
-	} else {
+	if i < len(q) {
 		fi.keys[f.key] = q[i:]
+		return
+	}
+	delete(fi.keys, f.key)
+	delete(fi.runs, f.key)
+	if !run.broken {
+		out.continued = append(out.continued, continuation{pos: dialects.KeyPosition{Key: f.key, After: run.last.seq},
+			rewinds: run.rewinds, last: run.last.claim})
 	}
 }
 
-func (fi *fanIn) finish(f *fanRow, out *fanOut) {
+// finish hands out a row's outcome, and reports whether the row ended well
+// (delivered or dead: its key may go on past it).
+func (fi *fanIn) finish(f *fanRow, out *fanOut) bool {
 	delete(fi.rows, f.claim)
-	if o, ok := f.outcome(); ok {
-		out.outcomes = append(out.outcomes, o)
-	} else {
+	o, ok := f.outcome()
+	if !ok {
 		out.abandons = append(out.abandons, f.claim)
+		return false
 	}
+	out.outcomes = append(out.outcomes, o)
+	return o.Kind == dialects.OutcomeDelivered || o.Kind == dialects.OutcomeDead
 }
 
 // laneRun is the rows one claim hands to one actor: a key's (lane.Key), a
@@ -284,7 +322,7 @@ func (d *deliverer) splitClaim(rows []dialects.Row, l *upkeep.Lease, blocked []d
 		default:
 			first := len(runs)
 			for k, r := range rows[i:j] {
-				f := &fanRow{claim: r.Claim, key: key}
+				f := &fanRow{claim: r.Claim, key: key, seq: r.Sequence, rewinds: l.Rewinds()}
 				fans = append(fans, f)
 				rt := routes[k]
 				if rt == nil {

@@ -121,8 +121,8 @@ func TestARowsOutcomeWaitsForTheEarlierRowsOfItsKey(t *testing.T) {
 	fi := newFanIn()
 	var out fanOut
 	r1, r2, r3, other, unkeyed := claimOf(1), claimOf(2), claimOf(3), claimOf(4), claimOf(5)
-	fi.add([]*fanRow{{claim: r1, key: "k", waiting: 2}, {claim: r2, key: "k", waiting: 2}, {claim: r3, key: "k", waiting: 2},
-		{claim: other, key: "j", waiting: 1}, {claim: unkeyed, waiting: 1}}, &out)
+	fi.add([]*fanRow{{claim: r1, key: "k", seq: 1, waiting: 2}, {claim: r2, key: "k", seq: 2, waiting: 2}, {claim: r3, key: "k", seq: 3, waiting: 2},
+		{claim: other, key: "j", seq: 4, waiting: 1}, {claim: unkeyed, seq: 5, waiting: 1}}, &out)
 	ids := func() []uuid.UUID {
 		var s []uuid.UUID
 		for _, o := range out.outcomes {
@@ -149,8 +149,31 @@ func TestARowsOutcomeWaitsForTheEarlierRowsOfItsKey(t *testing.T) {
 	if got := ids(); len(got) != 5 || got[4] != r3.ID {
 		t.Fatalf("r3 did not come out last: %v", got)
 	}
-	if len(fi.keys) != 0 || len(fi.rows) != 0 {
+	if len(fi.keys) != 0 || len(fi.rows) != 0 || len(fi.runs) != 0 {
 		t.Fatal("rows still followed")
+	}
+	// Both keys' rows ended well: the claimer hears where each stands.
+	var pos []string
+	for _, c := range out.continued {
+		pos = append(pos, fmt.Sprintf("%s@%d", c.pos.Key, c.pos.After))
+	}
+	if !slices.Equal(pos, []string{"j@4", "k@3"}) {
+		t.Fatalf("continuations %v, want j@4 and k@3", pos)
+	}
+}
+
+// A key whose fan-out rows did not all end well (one was released, or its
+// claim lost) tells the claimer nothing: its next head is found by walks.
+func TestAKeyWhoseRowWasReleasedTellsNoPosition(t *testing.T) {
+	for _, end := range []unitEndKind{unitReleased, unitLost} {
+		fi := newFanIn()
+		var out fanOut
+		r1, r2 := claimOf(1), claimOf(2)
+		fi.add([]*fanRow{{claim: r1, key: "k", seq: 1, waiting: 1}, {claim: r2, key: "k", seq: 2, waiting: 1}}, &out)
+		fi.end([]unitEnd{{claim: r1, end: unitDelivered}, {claim: r2, end: end}}, &out)
+		if len(out.outcomes)+len(out.abandons) != 2 || len(out.continued) != 0 {
+			t.Errorf("after a unit %d: %+v", end, out)
+		}
 	}
 }
 
