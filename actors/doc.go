@@ -123,8 +123,11 @@
 // units: they abandon them, and nothing is written for the row. A row's
 // outcome waits for those of the earlier rows of its key that this
 // replica claimed, so that a replica that stops between them leaves the
-// key's undelivered rows behind its delivered ones. Credit counts rows:
-// a fan-out row returns one, however many units it had.
+// key's undelivered rows behind its delivered ones. When a key's rows in
+// flight have all been written delivered or dead, the Completer tells the
+// Claimer where the key stands (a continuation), as a key actor's run
+// does. Credit counts rows: a fan-out row returns one, however many units
+// it had.
 //
 // Where the router has no fan-out route and no filter, none of this runs:
 // a row is routed by its topic in the actor that delivers it, as ever.
