@@ -411,3 +411,38 @@ func TestACopyIsPreparedForItsOwnDestination(t *testing.T) {
 		t.Fatalf("a copy to a destination no longer configured: %v", p.dead)
 	}
 }
+
+// copiesHeard is an Observer that hears copies.
+type copiesHeard struct {
+	NopObserver
+	heard []string
+}
+
+func (c *copiesHeard) CopiesWritten(dest string, kind dialects.CopyKind, n int) {
+	c.heard = append(c.heard, fmt.Sprintf("%s/%d/%d", dest, kind, n))
+}
+
+// The completer tells an Observer that hears copies of each copy it wrote
+// (not of those whose rows' claims were lost), and the copies path when
+// the first to deliver comes due.
+func TestTheCopiesWrittenAreHeard(t *testing.T) {
+	obs := &copiesHeard{}
+	c := &completer{obs: obs}
+	kept, lost := claimOf(1), claimOf(2)
+	out := []dialects.Outcome{
+		{Claim: kept, Kind: dialects.OutcomeDelivered, Copies: []dialects.Copy{{Destination: "b", Kind: dialects.CopyRetry, Delay: 3 * time.Second},
+			{Destination: "c", Kind: dialects.CopyDead}, {Destination: "d", Kind: dialects.CopyDefer, Delay: 2 * time.Second}}},
+		{Claim: lost, Kind: dialects.OutcomeDelivered, Copies: []dialects.Copy{{Destination: "b", Kind: dialects.CopyBehind}}},
+		{Claim: claimOf(3), Kind: dialects.OutcomeDelivered},
+	}
+	in, ok := c.copiesWritten(out, []dialects.Claim{lost})
+	if !ok || in != 2*time.Second {
+		t.Fatalf("first copy due in %s (%v), want 2s", in, ok)
+	}
+	if want := []string{"b/1/1", "c/4/1", "d/2/1"}; !slices.Equal(obs.heard, want) {
+		t.Fatalf("heard %v, want %v", obs.heard, want)
+	}
+	if _, ok := c.copiesWritten(out[2:], nil); ok {
+		t.Fatal("copies heard of where none were written")
+	}
+}
