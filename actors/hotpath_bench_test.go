@@ -7,6 +7,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queuebox/queuebox/dialects"
+	"github.com/queuebox/queuebox/internal/clock"
+	"github.com/queuebox/queuebox/routing"
 )
 
 // Micro-benchmarks of the engine's per-row work (make microbench): checking
@@ -50,6 +52,26 @@ func BenchmarkOutcomes(b *testing.B) {
 		}
 		for i := range out {
 			_ = dialects.WriteOf(out[i])
+		}
+	}
+}
+
+// BenchmarkPrepare routes and checks a row to one destination, as a key
+// actor does before each delivery.
+func BenchmarkPrepare(b *testing.B) {
+	pat, err := routing.CompilePattern("order.#")
+	if err != nil {
+		b.Fatal(err)
+	}
+	router := routing.NewRouter([]routing.Route{{Name: "orders", Pattern: pat, Destination: "hook"}})
+	h := destctl.NewHandle("hook", destctl.Policy{}, 100, clock.Wall{})
+	d := &deliverer{router: router, sinks: map[string]*destctl.Handle{"hook": h}, routes: newRouteObservers(router, NopObserver{}), clock: clock.Wall{}}
+	r := dialects.Row{Claim: dialects.Claim{ID: uuid.New(), Token: uuid.New()}, Topic: "order.created", Key: "k", Payload: benchPayload,
+		Headers: []byte(`{"X-Tenant":"acme"}`), TypedJSON: true, MaxAttempts: 5}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := d.prepare(r); p.dead != nil {
+			b.Fatal(p.dead)
 		}
 	}
 }
