@@ -136,11 +136,14 @@ type continuation struct {
 }
 
 // claimed is a row with the lease of its claim; with unit set, it is one
-// destination's part of a fan-out row (fanout.go).
+// destination's part of a fan-out row (fanout.go). route, when set, is
+// the row's route, found when it was claimed (with fan-out routes, the
+// claimer routes every row): prepare does not look for it again.
 type claimed struct {
 	dialects.Row
 	lease *upkeep.Lease
 	unit  *unit
+	route *routing.Route
 }
 
 // flight is one Publish call in progress: waiting for the destination's

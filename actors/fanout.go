@@ -315,8 +315,8 @@ func (d *deliverer) splitClaim(rows []dialects.Row, l *upkeep.Lease, blocked []d
 			runs = append(runs, d.splitUnkeyed(rows[i:j], routes, l, &fans))
 		case !laned:
 			run := make([]claimed, 0, j-i)
-			for _, r := range rows[i:j] {
-				run = append(run, claimed{Row: r, lease: l})
+			for k, r := range rows[i:j] {
+				run = append(run, claimed{Row: r, lease: l, route: routes[k]})
 			}
 			runs = append(runs, laneRun{lane: dialects.Lane{Key: key}, run: run})
 		default:
@@ -363,7 +363,7 @@ func (d *deliverer) splitUnkeyed(rows []dialects.Row, routes []*routing.Route, l
 	for k, r := range rows {
 		rt := routes[k]
 		if rt == nil || !rt.FanOut() {
-			pool.run = append(pool.run, claimed{Row: r, lease: l})
+			pool.run = append(pool.run, claimed{Row: r, lease: l, route: rt})
 			continue
 		}
 		*fans = append(*fans, &fanRow{claim: r.Claim, waiting: len(rt.Destinations)})

@@ -36,8 +36,11 @@ type prepared struct {
 
 // prepareClaimed prepares a claimed row, or its unit of a fan-out row.
 func (d *deliverer) prepareClaimed(c *claimed) prepared {
-	if c.unit != nil {
+	switch {
+	case c.unit != nil:
 		return d.prepareUnit(c.Row, c.unit)
+	case c.route != nil:
+		return d.prepareRouted(c.Row, c.route)
 	}
 	return d.prepare(c.Row)
 }
@@ -66,17 +69,27 @@ func (d *deliverer) prepare(r dialects.Row) prepared {
 	} else {
 		p.route = d.router.Match(r.Topic)
 	}
-	p.obs = d.routes.of(p.route)
 	if p.route == nil {
-		p.dead = fmt.Errorf("no route matches topic %q", r.Topic)
+		p.obs, p.dead = d.routes.unrouted, fmt.Errorf("no route matches topic %q", r.Topic)
 		return p
 	}
+	return d.toRoute(p, headers, checked)
+}
+
+// prepareRouted prepares a row whose route was found when it was claimed.
+func (d *deliverer) prepareRouted(r dialects.Row, route *routing.Route) prepared {
+	return d.toRoute(prepared{row: r, route: route}, nil, false)
+}
+
+// toRoute sends a routed row to its route's destination.
+func (d *deliverer) toRoute(p prepared, headers map[string]string, checked bool) prepared {
+	p.obs = d.routes.of(p.route)
 	p.dest = d.sinks[p.route.Destination]
 	if p.dest == nil {
 		p.dead = fmt.Errorf("route %q sends to destination %q, which does not exist", p.route.Name, p.route.Destination)
 		return p
 	}
-	return d.build(p, headers, checked, r.ID.String())
+	return d.build(p, headers, checked, p.row.ID.String())
 }
 
 // prepareUnit prepares one destination's part of a fan-out row: its route
