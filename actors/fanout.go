@@ -229,8 +229,8 @@ func (fi *fanIn) emit(f *fanRow, out *fanOut) {
 		return
 	}
 	q := fi.keys[f.key]
-	if q[0] != f {
-		return
+	if len(q) == 0 || q[0] != f {
+		return // an earlier row has not ended, or f came out with one
 	}
 	run := fi.runs[f.key]
 	i := 0

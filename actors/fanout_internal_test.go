@@ -162,6 +162,25 @@ func TestARowsOutcomeWaitsForTheEarlierRowsOfItsKey(t *testing.T) {
 	}
 }
 
+// Rows of a key whose every lane is blocked have ended when they are
+// claimed: they come out at once, in order, each once.
+func TestRowsWhoseLanesAreAllBlockedComeOutAtOnce(t *testing.T) {
+	fi := newFanIn()
+	var out fanOut
+	behind := []dialects.Copy{{Destination: "a", Kind: dialects.CopyBehind}}
+	r1, r2, r3 := claimOf(1), claimOf(2), claimOf(3)
+	fi.add([]*fanRow{{claim: r1, key: "k", seq: 1, copies: behind}, {claim: r2, key: "k", seq: 2, copies: behind},
+		{claim: r3, key: "j", seq: 3, copies: behind}}, &out)
+	if len(out.outcomes) != 3 || out.outcomes[0].ID != r1.ID || out.outcomes[1].ID != r2.ID || out.outcomes[2].ID != r3.ID {
+		t.Fatalf("got %+v", out.outcomes)
+	}
+	for _, o := range out.outcomes {
+		if o.Kind != dialects.OutcomeDelivered || len(o.Copies) != 1 {
+			t.Fatalf("got %+v", o)
+		}
+	}
+}
+
 // A key whose fan-out rows did not all end well (one was released, or its
 // claim lost) tells the claimer nothing: its next head is found by walks.
 func TestAKeyWhoseRowWasReleasedTellsNoPosition(t *testing.T) {

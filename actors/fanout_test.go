@@ -375,3 +375,47 @@ func TestFanOutMailboxesOfOneDoNotDeadlock(t *testing.T) {
 	checkInOrder(t, "a", a, len(all))
 	checkInOrder(t, "b", b, len(all))
 }
+
+// A key whose rows go to one destination and to several keeps its order
+// at each: the rows to a alone travel in a's lane with the key's fan-out
+// rows while b, failing for a while, holds back neither.
+func TestAKeyRoutedToOneAndToSeveralKeepsItsOrderAtEach(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	up := make(chan struct{})
+	a := testrecv.New(t, failPolicy)
+	b := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		select {
+		case <-up:
+			return 200, "", nil
+		default:
+			return 503, "unavailable", nil
+		}
+	})
+	both := route("order.created", "a")
+	both.Destinations = []string{"a", "b"}
+	h.opts.Router = routing.NewRouter([]routing.Route{both, route("order.#", "a")})
+	h.opts.Destinations = map[string]actors.SinkFactory{"a": httpDest(t, a.URL+"/x", nil), "b": httpDest(t, b.URL+"/x", nil)}
+	var all []dialects.NewRow
+	fanned := 0
+	for i := range 60 {
+		topic := "order.noted"
+		if i%3 != 1 {
+			topic, fanned = "order.created", fanned+1
+		}
+		fail := 0
+		if i%7 == 0 {
+			fail = 1
+		}
+		all = append(all, testkit.Row(topic, testkit.Key(fmt.Sprintf("k%d", i%4)), testkit.MaxAttempts(1000),
+			testkit.Payload(fmt.Sprintf(`{"i":%d,"fail":%d}`, i, fail))))
+	}
+	h.insert(all...)
+	h.start()
+	a.WaitDelivered(t, len(all), time.Minute)
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	close(up)
+	b.WaitDelivered(t, fanned, time.Minute)
+	checkInOrder(t, "a", a, len(all))
+	checkInOrder(t, "b", b, fanned)
+}
