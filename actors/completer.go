@@ -98,9 +98,9 @@ func (c *completer) Receive(ctx actor.Context) {
 
 // gather adds the outcomes of the fan-out rows that step hands out.
 func (c *completer) gather(step func(*fanOut)) {
-	out := fanOut{outcomes: c.buf, abandons: c.abandons, continued: c.continued}
+	out := fanOut{outcomes: c.buf, abandons: c.abandons, continued: c.continued, rewind: c.rewind}
 	step(&out)
-	c.buf, c.abandons, c.continued = out.outcomes, out.abandons, out.continued
+	c.buf, c.abandons, c.continued, c.rewind = out.outcomes, out.abandons, out.continued, out.rewind
 }
 
 func (c *completer) flush(ctx actor.Context) {

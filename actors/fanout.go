@@ -177,12 +177,15 @@ func newFanIn() *fanIn {
 	return &fanIn{rows: map[dialects.Claim]*fanRow{}, keys: map[string][]*fanRow{}, runs: map[string]*fanRun{}}
 }
 
-// fanOut is what fanIn hands out: outcomes to write, claims lost, and
-// where keys stand.
+// fanOut is what fanIn hands out: outcomes to write, claims lost, where
+// keys stand, and whether rows went back to pending as they were (rewind:
+// they keep their old schedule, behind what the claims have looked at, so
+// the rewind counter moves once they are written; see claimplan, "Bounds").
 type fanOut struct {
 	outcomes  []dialects.Outcome
 	abandons  []dialects.Claim
 	continued []continuation
+	rewind    bool
 }
 
 // add starts following rows (in sequence order per key); rows whose units
@@ -264,6 +267,7 @@ func (fi *fanIn) finish(f *fanRow, out *fanOut) bool {
 		return false
 	}
 	out.outcomes = append(out.outcomes, o)
+	out.rewind = out.rewind || o.Kind == dialects.OutcomeRelease
 	return o.Kind == dialects.OutcomeDelivered || o.Kind == dialects.OutcomeDead
 }
 
