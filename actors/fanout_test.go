@@ -37,6 +37,21 @@ func (h *harness) fanOutNamed(names []string, recvs ...*testrecv.Receiver) {
 	h.opts.Router = routing.NewRouter([]routing.Route{rt})
 }
 
+// startWatched starts an engine, and fails the test if one of its actors
+// crashed by the time the test ends.
+func (h *harness) startWatched() *actors.Engine {
+	h.t.Helper()
+	e := h.startWatched()
+	h.t.Cleanup(func() {
+		select {
+		case err := <-e.Fatal():
+			h.t.Errorf("the engine crashed: %v", err)
+		default:
+		}
+	})
+	return e
+}
+
 // copyCounts counts the copies per destination and state.
 func (h *harness) copyCounts() map[string]map[dialects.State]int64 {
 	h.t.Helper()
@@ -85,7 +100,7 @@ func TestFanOutToThreeDestinations(t *testing.T) {
 	h.fanOut(a, b, c)
 	all := fanRows(10, 10, 20)
 	h.insert(all...)
-	e := h.start()
+	e := h.startWatched()
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
 	for name, r := range map[string]*testrecv.Receiver{"a": a, "b": b, "c": c} {
 		checkInOrder(t, name, r, len(all))
@@ -122,7 +137,7 @@ func TestFanOutOutageOfOneDestinationHoldsBackNoOther(t *testing.T) {
 	h.opts.Backoff = actors.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.1}
 	all := fanRows(10, 10, 20)
 	h.insert(all...)
-	h.start()
+	h.startWatched()
 	a.WaitDelivered(t, len(all), time.Minute)
 	c.WaitDelivered(t, len(all), time.Minute)
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
@@ -168,7 +183,7 @@ func TestFanOutPausedDestinationHoldsBackNoOther(t *testing.T) {
 	}
 	all := fanRows(5, 8, 10)
 	h.insert(all...)
-	e := h.start()
+	e := h.startWatched()
 	a.WaitDelivered(t, len(all), time.Minute)
 	c.WaitDelivered(t, len(all), time.Minute)
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
@@ -213,7 +228,7 @@ func TestAFilterSplitsRowsBetweenTwoRoutes(t *testing.T) {
 		want[fmt.Sprint(amount)] = map[bool]string{true: "big", false: "small"}[amount >= 100]
 	}
 	h.insert(all...)
-	h.start()
+	h.startWatched()
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
 	got := map[string]int{}
 	for name, r := range map[string]*testrecv.Receiver{"big": big, "small": small} {
@@ -248,7 +263,7 @@ func TestAFilterThatFailsSendsTheRowDead(t *testing.T) {
 	h.insert(testkit.Row("payment.made", testkit.Key("k"), testkit.Payload(`{"amount":"1"}`)),
 		testkit.Row("payment.made", testkit.Key("k"), testkit.Payload(`{"amount":1}`)),
 		testkit.Row("payment.made", testkit.Key("k"), testkit.Payload(`{"amount":"1"}`)))
-	h.start()
+	h.startWatched()
 	st := h.waitState(dialects.Dead, 1, time.Minute)
 	h.waitState(dialects.Delivered, 2, time.Minute)
 	dead, err := h.d.OutboxList(context.Background(), dialects.ListParams{Filter: dialects.Filter{States: []dialects.State{dialects.Dead}}, Limit: 10})
@@ -285,7 +300,7 @@ func TestALostFanOutClaimLosesNoDelivery(t *testing.T) {
 	h.opts.Lease = 1500 * time.Millisecond // renewals every 500 ms
 	all := fanRows(2, 5, 4)
 	h.insert(all...)
-	e := h.start()
+	e := h.startWatched()
 	<-started
 	tbl := pgx.Identifier{h.d.Names().Schema, "outbox"}.Sanitize()
 	ctx := context.Background()
@@ -319,7 +334,7 @@ func TestACopyWhoseDestinationIsGoneGoesDead(t *testing.T) {
 	h.fanOut(a, down)
 	all := fanRows(1, 3, 0)
 	h.insert(all...)
-	e := h.start()
+	e := h.startWatched()
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
 	testkit.Eventually(t, "a copy waiting for b for each row", time.Minute, func() error {
 		if cs := h.copyCounts()["b"]; cs[dialects.Pending]+cs[dialects.Processing] != int64(len(all)) {
@@ -333,7 +348,7 @@ func TestACopyWhoseDestinationIsGoneGoesDead(t *testing.T) {
 	// The next configuration sends the topic to a and c.
 	c := testrecv.New(t, nil)
 	h.fanOutNamed([]string{"a", "c"}, a, c)
-	h.start()
+	h.startWatched()
 	testkit.Eventually(t, "the copies of b dead", time.Minute, func() error {
 		if cs := h.copyCounts()["b"]; cs[dialects.Dead] != int64(len(all)) {
 			return fmt.Errorf("copies of b: %v", cs)
@@ -368,7 +383,7 @@ func TestFanOutMailboxesOfOneDoNotDeadlock(t *testing.T) {
 		return 0
 	})
 	h.insert(all...)
-	h.start()
+	h.startWatched()
 	h.waitState(dialects.Delivered, int64(len(all)), 2*time.Minute)
 	a.WaitDelivered(t, len(all), 2*time.Minute)
 	b.WaitDelivered(t, len(all), 2*time.Minute)
@@ -411,7 +426,7 @@ func TestAKeyRoutedToOneAndToSeveralKeepsItsOrderAtEach(t *testing.T) {
 			testkit.Payload(fmt.Sprintf(`{"i":%d,"fail":%d}`, i, fail))))
 	}
 	h.insert(all...)
-	h.start()
+	h.startWatched()
 	a.WaitDelivered(t, len(all), time.Minute)
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
 	close(up)
