@@ -41,7 +41,7 @@ func (h *harness) fanOutNamed(names []string, recvs ...*testrecv.Receiver) {
 // crashed by the time the test ends.
 func (h *harness) startWatched() *actors.Engine {
 	h.t.Helper()
-	e := h.startWatched()
+	e := h.start()
 	h.t.Cleanup(func() {
 		select {
 		case err := <-e.Fatal():
@@ -144,8 +144,8 @@ func TestFanOutOutageOfOneDestinationHoldsBackNoOther(t *testing.T) {
 	if got := down.Delivered(); got != 0 {
 		t.Fatalf("the failing destination accepted %d rows", got)
 	}
-	if pending := h.copyCounts()["b"][dialects.Pending] + h.copyCounts()["b"][dialects.Processing]; pending != int64(len(all)) {
-		t.Fatalf("want a copy waiting for b for each row, got %d: %v", pending, h.copyCounts())
+	if cs := h.copyCounts(); cs["b"][dialects.Pending]+cs["b"][dialects.Processing] != int64(len(all)) {
+		t.Fatalf("want a copy waiting for b for each row, got %v", cs)
 	}
 	close(up)
 	down.WaitDelivered(t, len(all), time.Minute)
