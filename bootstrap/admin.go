@@ -68,7 +68,7 @@ func adminServer(v *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logg
 	return admin.NewServer(admin.Options{
 		Dialect: d, Token: v.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(v),
 		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
-		RouteOf: RouteOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
+		RouteOf: RouteOf(v), TargetsOf: TargetsOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
 		Outbox: v.OutboxName, State: state,
 	})
 }
@@ -82,6 +82,18 @@ func RouteOf(l *Loaded) admin.RouteOf {
 			return r.Name, r.Destination
 		}
 		return "", ""
+	}
+}
+
+// TargetsOf names the destinations the configured route of a topic sends
+// each row to (a fan-out route's several; none when no route matches).
+func TargetsOf(l *Loaded) admin.TargetsOf {
+	router := l.Compiled.Router
+	return func(topic string) []string {
+		if r := router.Match(topic); r != nil {
+			return r.Targets()
+		}
+		return nil
 	}
 }
 
