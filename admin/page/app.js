@@ -270,17 +270,20 @@ function drawChart(t) {
   });
 }
 
+// replayedToText is what a replay of one destination's part did: its
+// copies (and rows routed to it alone) back to pending, and copies a
+// backfill created; the other destinations of those rows get nothing.
+function replayedToText(res, warning) {
+  const copies = res.copies + (res.copies === 1 ? " copy" : " copies") + " of " + res.destination;
+  return copies + (res.rows ? " and " + res.rows + (res.rows === 1 ? " row" : " rows") : "") + " back to pending" +
+    (res.backfilled ? ", " + res.backfilled + " new" : "") + (warning ? ". " + warning.outcome + "." :
+    ": the relay delivers them to " + res.destination + " again, and nothing to its other destinations; any that fail again go dead again and show up here.");
+}
+
 // replayedText is what a replay did. A row back to pending is tried again
 // from its first try; nothing says the cause is gone, so it promises no
 // delivery: rows that fail again are dead again, and show up here.
-function replayedText(res, warning) {
-  if (res.destination) {
-    const copies = res.copies + (res.copies === 1 ? " copy" : " copies") + " of " + res.destination;
-    return copies + (res.rows ? " and " + res.rows + (res.rows === 1 ? " row" : " rows") : "") + " back to pending" +
-      (res.backfilled ? ", " + res.backfilled + " new" : "") +
-      ": the relay delivers them to " + res.destination + " again (its other destinations get nothing again); any that fail again go dead again and show up here.";
-  }
-  const n = res.rows;
+function replayedText(n, warning) {
   const rows = n + (n === 1 ? " row" : " rows");
   if (warning) return rows + " back to pending. " + warning.outcome + ".";
   if (n === 1) return rows + " back to pending: the relay tries it again from the first try; if it fails again, it goes dead again and shows up here.";
@@ -307,7 +310,7 @@ function replayButton(label, body, onDone, warning) {
       const res = await api("/api/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
       b.classList.remove("confirm");
       b.textContent = "Replayed";
-      showResult(replayedText(res, warning));
+      showResult(res.destination ? replayedToText(res, warning) : replayedText(res.rows, warning));
       if (onDone) onDone(res);
       setTimeout(refresh, 300);
     } catch (e) {
