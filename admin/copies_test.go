@@ -309,3 +309,25 @@ func TestCopiesThroughTheAPI(t *testing.T) {
 		return len(v.Copies) == 2 && v.Copies[1].Copies["dead"] == 0 && v.Copies[1].Copies["pending"] == 1
 	})
 }
+
+// Two listings merge newest first; a page never ends between entries at
+// the same position (a row and the copies written with it).
+func TestMergeNewestKeepsTiesTogether(t *testing.T) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	v := func(sec int, seq int64, dest string) RowView {
+		return RowView{UpdatedAt: at.Add(time.Duration(sec) * time.Second), Sequence: seq, Destination: dest}
+	}
+	rows := []RowView{v(9, 5, "row"), v(5, 3, "row")}
+	copies := []RowView{v(9, 5, "ledger"), v(9, 5, "crm"), v(1, 2, "crm")}
+	got, more := mergeNewest(rows, copies, 1)
+	if len(got) != 3 || !more || got[0].Sequence != 5 || got[2].Sequence != 5 {
+		t.Errorf("a page of 1: %+v, more %v", got, more)
+	}
+	got, more = mergeNewest(rows, copies, 4)
+	if len(got) != 4 || !more || got[3].Sequence != 3 {
+		t.Errorf("a page of 4: %+v, more %v", got, more)
+	}
+	if got, more = mergeNewest(rows, copies, 10); len(got) != 5 || more || got[4].Sequence != 2 {
+		t.Errorf("everything: %+v, more %v", got, more)
+	}
+}
