@@ -161,17 +161,23 @@ const FirstCountWait = 3 * time.Second
 // at hand; the first reader waits for the first count (at most
 // FirstCountWait), so that it does not read zeros.
 func (s *Sampler) Demand(ctx context.Context) {
-	s.demanded.Add(1)
-	s.lastDemand.Store(int64(s.since()))
-	if s.since() >= time.Duration(s.due.Load()) {
-		s.wakeRun()
-	}
+	s.Want()
 	t := time.NewTimer(FirstCountWait)
 	defer t.Stop()
 	select {
 	case <-s.counted:
 	case <-t.C:
 	case <-ctx.Done():
+	}
+}
+
+// Want is Demand without the wait: the reader takes the values at hand,
+// and the sampler keeps counting at its interval while it is read.
+func (s *Sampler) Want() {
+	s.demanded.Add(1)
+	s.lastDemand.Store(int64(s.since()))
+	if s.since() >= time.Duration(s.due.Load()) {
+		s.wakeRun()
 	}
 }
 
