@@ -51,7 +51,7 @@ func fanOutRow(t *testing.T, d dialects.Dialect, key string) uuid.UUID {
 		t.Fatal(err)
 	}
 	// The other pending rows the claim takes go back untouched.
-	c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 100, Lease: time.Minute, Token: uuid.New(), Lanes: true})
+	c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 100, Lease: time.Minute, Token: uuid.New()})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -300,7 +300,7 @@ func TestCopiesThroughTheAPI(t *testing.T) {
 	})
 
 	a := call(t, hs, "POST", "/api/replay", `{"destination": "billing", "ids": ["`+id.String()+`"]}`, "Content-Type", "application/json")
-	expect(t, a, 400, `destination \"billing\": is not a destination of the configuration; the destinations are crm, ledger, orders-webhook`)
+	expect(t, a, 400, `destination "billing": is not a destination of the configuration; the destinations are crm, ledger, orders-webhook`)
 	a = call(t, hs, "POST", "/api/replay", `{"destination": "ledger", "ids": ["`+id.String()+`"], "dryRun": true}`, "Content-Type", "application/json")
 	expect(t, a, 200, `"copies": 1`, `"destination": "ledger"`, `"dryRun": true`)
 	a = call(t, hs, "POST", "/api/replay", `{"destination": "ledger"}`, "Content-Type", "application/json")

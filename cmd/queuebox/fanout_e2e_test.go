@@ -51,7 +51,7 @@ func fanOutRow(t *testing.T, d *postgres.Dialect, key string) uuid.UUID {
 	if err := d.OutboxInsert(ctx, []dialects.NewRow{testkit.Row("order.created", testkit.Key(key), testkit.ID(id), testkit.Payload(`{"order": 7}`))}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 100, Lease: time.Minute, Token: uuid.New(), Lanes: true})
+	c, err := d.OutboxClaim(ctx, dialects.ClaimParams{Limit: 100, Lease: time.Minute, Token: uuid.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
