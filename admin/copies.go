@@ -54,53 +54,51 @@ func sendsTo(targetsOf TargetsOf, destination string, fanOut bool, topic func(st
 const copyPage = 500
 
 // listCopies returns up to limit copies that f selects, newest update
-// first, starting after the cursor when one is given, as dialects.List does
-// for rows (it applies the topic pattern above the dialect). The second
-// result is the cursor of the next page, nil when there is none. Without
-// States, f selects dead copies.
-func listCopies(ctx context.Context, d dialects.Copies, f dialects.CopyFilter, after *dialects.Cursor, limit int) ([]dialects.CopyListed, *dialects.Cursor, error) {
+// first, starting past the position after when one is given (every copy
+// at it too, as a listing's cursor), as dialects.List does for rows (it
+// applies the topic pattern above the dialect). Without States, f selects
+// dead copies.
+func listCopies(ctx context.Context, d dialects.Copies, f dialects.CopyFilter, after *dialects.Cursor, limit int) ([]dialects.CopyListed, error) {
 	if len(f.States) == 0 {
 		f.States = []dialects.State{dialects.Dead}
 	}
+	p := dialects.CopyListParams{Filter: f, After: after}
 	var out []dialects.CopyListed
 	for len(out) < limit {
-		page := copyPage
+		p.Limit = copyPage
 		if f.TopicMatch == nil {
-			page = limit - len(out)
+			p.Limit = limit - len(out)
 		}
-		cs, err := d.CopyList(ctx, dialects.CopyListParams{Filter: f, After: after, Limit: page})
+		cs, err := d.CopyList(ctx, p)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		for i, c := range cs {
-			if f.TopicMatch != nil && !f.TopicMatch(c.Topic) {
-				continue
-			}
-			out = append(out, c)
-			if len(out) == limit {
-				if i == len(cs)-1 && len(cs) < page {
-					return out, nil, nil
-				}
-				next := dialects.CursorOf(c.ListedRow)
-				return out, &next, nil
+		for _, c := range cs {
+			if f.TopicMatch == nil || f.TopicMatch(c.Topic) {
+				out = append(out, c)
 			}
 		}
-		if len(cs) < page {
-			return out, nil, nil
+		if len(cs) < p.Limit {
+			break
 		}
-		next := dialects.CursorOf(cs[len(cs)-1].ListedRow)
-		after = &next
+		p.After = afterCopy(cs[len(cs)-1])
 	}
-	return out, nil, nil
+	return out[:min(len(out), limit)], nil
+}
+
+// afterCopy is where a page of copies that ends at c goes on.
+func afterCopy(c dialects.CopyListed) *dialects.Cursor {
+	next := dialects.CursorOf(c.ListedRow)
+	return &next
 }
 
 // walkCopies hands each page of the copies f selects (topic pattern
 // applied) to each, newest update first. each may change the copies it is
 // given: the walk goes on past the last copy of the page it read.
 func walkCopies(ctx context.Context, d dialects.Copies, f dialects.CopyFilter, each func([]dialects.CopyListed) error) error {
-	var after *dialects.Cursor
+	p := dialects.CopyListParams{Filter: f, Limit: copyPage}
 	for {
-		cs, err := d.CopyList(ctx, dialects.CopyListParams{Filter: f, After: after, Limit: copyPage})
+		cs, err := d.CopyList(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -118,8 +116,7 @@ func walkCopies(ctx context.Context, d dialects.Copies, f dialects.CopyFilter, e
 		if len(cs) < copyPage {
 			return nil
 		}
-		next := dialects.CursorOf(cs[len(cs)-1].ListedRow)
-		after = &next
+		p.After = afterCopy(cs[len(cs)-1])
 	}
 }
 

@@ -167,7 +167,7 @@ func GroupDead(ctx context.Context, d dialects.Dialect, routeOf RouteOf, final F
 	if err != nil {
 		return DeadGroups{}, err
 	}
-	copies, _, err := listCopies(ctx, d, dialects.CopyFilter{Filter: dialects.Filter{States: []dialects.State{dialects.Dead}}}, nil, window)
+	copies, err := listCopies(ctx, d, dialects.CopyFilter{Filter: dialects.Filter{States: []dialects.State{dialects.Dead}}}, nil, window)
 	if err != nil {
 		return DeadGroups{}, fmt.Errorf("listing the dead copies of fan-out rows: %w", err)
 	}

@@ -238,7 +238,7 @@ func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, destin
 	if err != nil {
 		return DeadList{}, err
 	}
-	copies, _, err := listCopies(ctx, d, dialects.CopyFilter{Filter: f, Destination: destination}, nil, limit+1)
+	copies, err := listCopies(ctx, d, dialects.CopyFilter{Filter: f, Destination: destination}, nil, limit+1)
 	if err != nil {
 		return DeadList{}, err
 	}

@@ -584,7 +584,7 @@ func (s *Server) listRows(ctx context.Context, f dialects.Filter, destination st
 	if err != nil {
 		return RowsView{}, err
 	}
-	copies, _, err := listCopies(ctx, s.o.Dialect, copyFilter, after, limit+1)
+	copies, err := listCopies(ctx, s.o.Dialect, copyFilter, after, limit+1)
 	if err != nil {
 		return RowsView{}, err
 	}
