@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -242,5 +243,43 @@ func TestEffectiveDatabaseURLFromTheEnvironment(t *testing.T) {
 		if red := l.Secrets.Redact("dial " + vars["QUEUEBOX_DATABASE_URL"]); strings.Contains(red, "env-db-pw-1") || strings.Contains(red, "db:5432") {
 			t.Errorf("%s: not redacted: %s", file, red)
 		}
+	}
+}
+
+// config check prints a fan-out route's destinations and a route's filter
+// as written, without an empty destination beside them, at the top level
+// and in an outbox's own routes; the printout loads back and prints the
+// same.
+func TestEffectiveFanOutAndFilters(t *testing.T) {
+	for name, file := range map[string]string{"top level": fanOut, "an outbox's own": fanOutOwn} {
+		l, err := Parse("q.yaml", []byte(file), env(nil))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out, err := l.Effective()
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(out)
+		for _, want := range []string{"destinations: [hook, queue, audit]", "filter: .amount > 100", "destinations: [queue]", "destination: audit"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: the output lacks %q:\n%s", name, want, text)
+			}
+		}
+		if strings.Contains(text, `destination: ""`) {
+			t.Errorf("%s: an empty destination beside destinations:\n%s", name, text)
+		}
+		back, err := Parse("printed.yaml", out, env(nil))
+		if err != nil {
+			t.Fatalf("%s: the printed configuration does not load back: %v\n%s", name, err, text)
+		}
+		if again, _ := back.Effective(); string(again) != text {
+			t.Errorf("%s: printing the printed configuration changed it:\n%s", name, again)
+		}
+	}
+	l, _ := Parse("q.yaml", []byte(fanOut), env(nil))
+	out, _ := l.Effective()
+	if !regexp.MustCompile(`filter: '\$headers\["X-Tenant"\] == "acme"'`).Match(out) {
+		t.Errorf("the filter with a header:\n%s", out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,8 @@ func FuzzParse(f *testing.F) {
 		"database: {url: 'postgres://h/db', outboxTableName: 'outbox; DROP TABLE users; --'}\n",
 		"database: {url: 'postgres://h/db', columnMapping: {outbox: {key: 'key\" text'}}}\n",
 		"routes:\n  - topicPattern: 'a.#.*'\n    destination: d\n    transform: '.a | until(. > 3; . + 1)'\n",
+		"database: {url: 'postgres://h/db'}\ndestinations: {a: {type: 'null'}, b: {type: 'null'}}\nroutes:\n  - {topicPattern: '#', destinations: [a, b], filter: '.x == 1'}\n  - {topicPattern: '#', destinations: [b]}\n",
+		"routes: [{topicPattern: '#', destination: a, destinations: [a, a, ''], filter: '.x =='}]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -61,8 +64,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("accepted without a router")
 		}
 		for _, r := range l.Compiled.Router.Routes() {
-			if l.Compiled.Destinations[r.Destination] == nil {
-				t.Fatalf("route %q reaches destination %q, which did not compile", r.Name, r.Destination)
+			for _, d := range r.Targets() {
+				if l.Compiled.Destinations[d] == nil {
+					t.Fatalf("route %q reaches destination %q, which did not compile", r.Name, d)
+				}
+			}
+			if distinct := slices.Compact(slices.Sorted(slices.Values(r.Targets()))); len(r.Destinations) == 1 || len(distinct) != len(r.Targets()) {
+				t.Fatalf("route %q: destinations %q (a list of one is a route to one; each at most once)", r.Name, r.Destinations)
 			}
 		}
 		if ps := l.Names().Validate(); len(ps) > 0 {
