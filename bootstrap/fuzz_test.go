@@ -12,9 +12,9 @@ import (
 
 // FuzzParse feeds the configuration loader any bytes. It must never panic;
 // what it refuses comes back as problems that name a key and a reason; what
-// it accepts is complete (every route reaches a compiled destination, every
-// table and column name is a plain identifier, every static HTTP header can
-// be sent) and prints, as `config check` does, a file that loads back and
+// it accepts is complete (every route reaches compiled destinations, each
+// once, every table and column name is a plain identifier, every static
+// HTTP header can be sent) and prints, as `config check` does, a file that loads back and
 // prints the same.
 //
 // The seeds are every YAML example of the docs and a few broken files; `go
