@@ -256,7 +256,7 @@ func TestBadFanOutAndFilters(t *testing.T) {
 			reason: "cannot be combined with destination; keep one of the two: destination: NAME sends each row to one destination, destinations: [NAME, OTHER] to each of several"},
 		{name: "destinations empty", yaml: "~destination: hook }~destinations: [] }~", key: "routes[0].destinations",
 			reason: "is empty; list the destinations each row goes to (destinations: [NAME, OTHER]), or write destination: NAME for one", not: "is required"},
-		{name: "destinations null", yaml: "~destination: hook }~destinations: ~ }~", key: "routes[0].destinations", reason: "is empty; list the destinations"},
+		{name: "destinations null", yaml: "~destination: hook }~destinations: null }~", key: "routes[0].destinations", reason: "is empty; list the destinations"},
 		{name: "destinations not a list", yaml: "~destination: hook }~destinations: hook }~", key: "routes[0].destinations", reason: `expected a list, got "hook"`, not: "is empty"},
 		{name: "a destination listed twice", yaml: "~destination: hook }~destinations: [hook, hook] }~", key: "routes[0].destinations[1]",
 			reason: `"hook" is listed twice (first as destinations[0]); a route sends each row to a destination once: list it once`},

@@ -318,7 +318,7 @@ database:
   url: postgres://queuebox@localhost:5432/app
 destinations:
   hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
-  queue: { type: rabbitmq, url: "amqp://guest:guest@localhost:5672/", exchange: events }
+  queue: { type: rabbitmq, url: "amqp://localhost:5672/", exchange: events }
   audit: { type: "null" }
 routes:
   - name: big-orders
@@ -332,7 +332,7 @@ routes:
 const fanOutOwn = `
 destinations:
   hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
-  queue: { type: rabbitmq, url: "amqp://guest:guest@localhost:5672/", exchange: events }
+  queue: { type: rabbitmq, url: "amqp://localhost:5672/", exchange: events }
   audit: { type: "null" }
 outboxes:
   orders:

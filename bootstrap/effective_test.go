@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"errors"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -279,7 +278,7 @@ func TestEffectiveFanOutAndFilters(t *testing.T) {
 	}
 	l, _ := Parse("q.yaml", []byte(fanOut), env(nil))
 	out, _ := l.Effective()
-	if !regexp.MustCompile(`filter: '\$headers\["X-Tenant"\] == "acme"'`).Match(out) {
+	if !strings.Contains(string(out), `filter: $headers["X-Tenant"] == "acme"`) {
 		t.Errorf("the filter with a header:\n%s", out)
 	}
 }

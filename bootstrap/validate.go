@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -632,7 +633,7 @@ func (v *validator) routeDestinations(key string, r RouteConfig, c *Config, defi
 	if !ok {
 		return nil
 	}
-	return r.Destinations
+	return slices.Clone(r.Destinations)
 }
 
 // definedDestination reports whether name is a destination of c, and when

@@ -116,7 +116,7 @@ func TestMatchRowFilters(t *testing.T) {
 		{name: "no output", filter: "select(.amount > 100)", payload: `{"amount": 50}`, err: `produced no value; a filter must yield true or false`},
 		{name: "a long value is cut", filter: ".s", payload: `{"s": "` + strings.Repeat("x", 200) + `"}`, err: `xxx..., not true or false`},
 		{name: "a payload that is not JSON", filter: "true", payload: `{`, err: `route "r0": filter: the payload is not JSON`},
-		{name: "error() stops the search", filter: `error("no")`, payload: `{}`, err: `failed: no`},
+		{name: "error() stops the search", filter: `error("no")`, payload: `{}`, err: `failed: error: no`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := router(t, [3]string{"order.#", c.filter, "hook"}, [3]string{"#", "", "queue"})
