@@ -107,7 +107,12 @@ type CopyFilter struct {
 type CopyListParams struct {
 	Filter CopyFilter
 	After  *Cursor
-	Limit  int
+	// AfterDestination is the destination of the copy After stands at:
+	// copies of one row share its sequence, and those one completion
+	// wrote their updated_at too, so a page goes on after (updated_at,
+	// sequence, destination).
+	AfterDestination string
+	Limit            int
 }
 
 // DestinationCount is how many copies of one destination are in one state.
