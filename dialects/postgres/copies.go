@@ -13,10 +13,10 @@ import (
 )
 
 // The copies table of fan-out routes (dialects.Copies; statements in
-// queries.sql, after OutboxCompleteCopies).
+// queries.sql, after FanOutComplete).
 
 // fanOutArgs binds the outcomes c of a completion that writes copies or
-// more attempts (OutboxCompleteCopies): every attempt of every outcome,
+// more attempts (FanOutComplete): every attempt of every outcome,
 // recorded with its destination's end (dialects.RecordedOutcomeOf), and
 // the copies of the delivered rows.
 func fanOutArgs(c completeArgs, outcomes []dialects.Outcome) completeCopiesArgs {

@@ -69,7 +69,7 @@ type Catalog struct {
 	OutboxSelect           dialects.Named[selectArgs]
 	OutboxList             dialects.Named[listArgs]
 	OutboxInsert           dialects.Named[insertArgs]
-	OutboxCompleteCopies   dialects.Named[completeCopiesArgs]
+	FanOutComplete         dialects.Named[completeCopiesArgs]
 	CopyComplete           dialects.Named[completeAttemptsArgs]
 	CopyList               dialects.Named[copyListArgs]
 
@@ -81,7 +81,7 @@ type Catalog struct {
 	OutboxFloors, OutboxRewind, OutboxNextDue                             string
 	OutboxHorizon                                                         string
 	OtherRelays                                                           string
-	OutboxBlockedLanes, CopyClaim, CopyRenewLeases, CopyReleaseExpired    string
+	FanOutBlockedLanes, CopyClaim, CopyRenewLeases, CopyReleaseExpired    string
 	CopyProbe, CopyPurge, CopyCounts, CopiesOfRow, CopyReplay             string
 	CopyBackfill                                                          string
 	dialects.HistoryStatements
@@ -284,7 +284,7 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c di
 	if p.Lanes {
 		// In the claim's transaction, whose now() is the claimed rows'
 		// claimed_at (see the statement).
-		b.Queue(d.q.OutboxBlockedLanes, [16]byte(p.Token))
+		b.Queue(d.q.FanOutBlockedLanes, [16]byte(p.Token))
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
@@ -460,7 +460,7 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	}
 	var rows pgx.Rows
 	if dialects.FanOut(outcomes) {
-		rows, err = d.pool.Query(ctx, d.q.OutboxCompleteCopies.SQL(), d.q.OutboxCompleteCopies.Args(fanOutArgs(c, outcomes))...)
+		rows, err = d.pool.Query(ctx, d.q.FanOutComplete.SQL(), d.q.FanOutComplete.Args(fanOutArgs(c, outcomes))...)
 	} else if a := attemptArrays(outcomes); a != nil {
 		rows, err = d.pool.Query(ctx, d.q.OutboxCompleteAttempts.SQL(), d.q.OutboxCompleteAttempts.Args(completeAttemptsArgs{c, *a})...)
 	} else {

@@ -1083,7 +1083,7 @@ SELECT count(*)::int FROM gone
 -- Fan-out: the copies table (V24; see dialects.Copies). Its columns are
 -- QueueBox's own, not mapped; "key" and "sequence" are quoted.
 
--- name: OutboxCompleteCopies
+-- name: FanOutComplete
 -- OutboxCompleteAttempts for outcomes of fan-out rows, in one statement:
 -- the outcomes (see OutboxComplete); the attempts, one element of each
 -- array per attempt (an outcome may carry several: a pass tries several
@@ -1128,7 +1128,7 @@ WITH done(id) AS (
 )
 SELECT id FROM done
 
--- name: OutboxBlockedLanes
+-- name: FanOutBlockedLanes
 -- The lanes (destination, key) that have a pending or processing copy,
 -- among the keys of the rows that the claim $1 (its token) took in this
 -- transaction: run after the claim, in its transaction, where now() is the
