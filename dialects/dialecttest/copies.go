@@ -576,7 +576,7 @@ func testCopyOperators(t *testing.T, h Harness) {
 	d := h.New(t, 0)
 	rows := passRows(t, h, d, testkit.Row("one", testkit.Key("k")), testkit.Row("two", testkit.Key("k")), testkit.Row("three"))
 	complete(t, d, fanned(rows["one"], copyOf("b", dialects.CopyDead, 5, 0, "boom"), copyOf("c", dialects.CopyDead, 1, 0, "other")),
-		fanned(rows["two"], copyOf("b", dialects.CopyRetry, 1, 0, "e"), copyOf("c", dialects.CopyBehind, 0, 0, "")))
+		fanned(rows["two"], copyOf("b", dialects.CopyRetry, 1, 0, "e"), copyOf("c", dialects.CopyBehind, 0, 0, "")), fanned(rows["three"]))
 	insert(t, d, testkit.Row("pending"))
 	pending := h.claim(t, d, 1)[0]
 	complete(t, d, outcome(pending, dialects.OutcomeRelease))

@@ -293,6 +293,11 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c di
 			c, err = dialects.Claimed{}, cerr
 		}
 	}()
+	if p.Settle == nil {
+		if _, err := br.Exec(); err != nil {
+			return c, err
+		}
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return c, err

@@ -835,7 +835,7 @@ SELECT f.id
  CROSS APPLY (SELECT COALESCE((SELECT TOP (1) o.{{c "sequence"}} FROM {{t}} AS o
                                 WHERE o.{{c "key"}} = h.k AND o.{{c "sequence"}} > h.seq
                                   AND o.{{c "state"}} IN (N'pending', N'processing')
-                                ORDER BY o.{{c "sequence"}}), 9223372036854775807) AS upto) AS b
+                                ORDER BY o.{{c "sequence"}}), CAST(9223372036854775807 AS BIGINT)) AS upto) AS b
  CROSS APPLY (
        SELECT w.id
          FROM (SELECT TOP (@per) x.id,
@@ -937,7 +937,8 @@ OUTPUT inserted.id INTO @released
         OR x.claim_token NOT IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)));
 IF EXISTS (SELECT 1 FROM @released)
 BEGIN
-    DECLARE @change BIGINT = NEXT VALUE FOR {{copyseq}};
+    DECLARE @change BIGINT;
+    SET @change = NEXT VALUE FOR {{copyseq}};
     UPDATE x SET copy_change = @change FROM {{copies}} AS x JOIN @released AS r ON x.id = r.id;
 END;
 COMMIT TRANSACTION;
@@ -1038,7 +1039,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
-DECLARE @change BIGINT = NEXT VALUE FOR {{copyseq}};
+DECLARE @change BIGINT;
+SET @change = NEXT VALUE FOR {{copyseq}};
 DECLARE @r TABLE (row_id UNIQUEIDENTIFIER PRIMARY KEY);
 UPDATE c
    SET state = N'pending',
@@ -1069,7 +1071,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
-DECLARE @change BIGINT = NEXT VALUE FOR {{copyseq}};
+DECLARE @change BIGINT;
+SET @change = NEXT VALUE FOR {{copyseq}};
 DECLARE @r TABLE (row_id UNIQUEIDENTIFIER PRIMARY KEY);
 INSERT INTO {{copies}} (row_id, destination, topic, [key], payload, headers, aggregate_type, [sequence], row_created_at,
                         state, attempt, max_attempts, scheduled_at, created_at, updated_at, copy_change)
