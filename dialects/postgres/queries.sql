@@ -1133,16 +1133,21 @@ SELECT id FROM done
 -- among the keys of the rows that the claim $1 (its token) took in this
 -- transaction: run after the claim, in its transaction, where now() is the
 -- claim's claimed_at, so that the claimed rows are found in the processing
--- index. Per key, one probe of the copies' lanes index per lane and one
--- more (a skip scan over the destinations), whatever the copies of each
--- lane number.
+-- index (collected into an array first: a DISTINCT over the rows
+-- themselves lets the planner walk the key index in key order instead,
+-- past every pending row's entry, as a plan made on a small table did).
+-- Per key, one probe of the copies' lanes index per lane and one more (a
+-- skip scan over the destinations), whatever the copies of each lane
+-- number.
 WITH RECURSIVE claimed AS (
-    SELECT DISTINCT o.{{c "key"}}::text AS k
-      FROM {{t}} AS o
-     WHERE o.{{c "state"}} = 'processing'
-       AND o.{{c "claimed_at"}} = now()
-       AND o.{{c "claim_token"}} = $1::uuid
-       AND o.{{c "key"}} <> ''
+    SELECT DISTINCT u.k
+      FROM unnest(ARRAY(
+             SELECT o.{{c "key"}}::text
+               FROM {{t}} AS o
+              WHERE o.{{c "state"}} = 'processing'
+                AND o.{{c "claimed_at"}} = now()
+                AND o.{{c "claim_token"}} = $1::uuid
+                AND o.{{c "key"}} <> '')) AS u(k)
 ), lanes AS (
     SELECT c.k, (SELECT x.destination FROM {{copies}} AS x
                   WHERE x."key" = c.k AND x.state IN ('pending', 'processing')
