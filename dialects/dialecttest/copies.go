@@ -192,6 +192,26 @@ func testCopiesWritten(t *testing.T, h Harness) {
 	if want := "a:delivered:false b:retry:false c:dead:true"; strings.Join(entries, " ") != want {
 		t.Errorf("history %v, want %s", entries, want)
 	}
+
+	// A row that goes dead as a whole gets no copies, whatever its
+	// outcome carries, and its attempts are recorded as dead.
+	dead := passRows(t, h, d, testkit.Row("dead"))["dead"]
+	o = dialects.Outcome{Claim: dead.Claim, Kind: dialects.OutcomeDead, Error: "filter failed",
+		Copies:   []dialects.Copy{copyOf("b", dialects.CopyRetry, 1, 0, "e")},
+		Attempts: []dialects.Attempt{{At: at, Try: 1, Destination: "a", Error: "x"}, {At: at.Add(time.Millisecond), Try: 1, Destination: "b", Error: "y"}}}
+	if lost := complete(t, d, o); len(lost) != 0 {
+		t.Fatalf("lost %v", lost)
+	}
+	if cs := copiesOfRow(t, d, dead.ID); len(cs) != 0 {
+		t.Errorf("a dead row got copies: %+v", cs)
+	}
+	entries = nil
+	for _, a := range recorded(rowDetail(t, d, dead.ID, 10).Attempts) {
+		entries = append(entries, a.Destination+":"+a.Outcome+":"+a.Error)
+	}
+	if want := "a:dead:x b:dead:y"; strings.Join(entries, " ") != want {
+		t.Errorf("the dead row's history %v, want %s", entries, want)
+	}
 }
 
 // A replayed row's new pass replaces the copy of a destination that had
