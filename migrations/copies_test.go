@@ -125,10 +125,27 @@ func TestCopiesSQLServerRenders(t *testing.T) {
 	all := strings.Join(batches, "\n")
 	for _, want := range []string{
 		"CREATE SEQUENCE [app].[events_out_copies_change] AS BIGINT",
-		"CREATE TABLE [app].[events_out_copies]",
-		"[key] NVARCHAR(255) NULL,",
-		"payload NVARCHAR(MAX) NOT NULL,",
-		"[sequence] BIGINT NOT NULL,",
+		"CREATE TABLE [app].[events_out_copies] (\n" +
+			"    id UNIQUEIDENTIFIER NOT NULL CONSTRAINT [events_out_df_copies_id] DEFAULT NEWID(),\n" +
+			"    row_id UNIQUEIDENTIFIER NOT NULL,\n" +
+			"    destination NVARCHAR(255) NOT NULL,\n" +
+			"    topic NVARCHAR(255) NOT NULL,\n" +
+			"    [key] NVARCHAR(255) NULL,\n" +
+			"    payload NVARCHAR(MAX) NOT NULL,\n" +
+			"    headers NVARCHAR(MAX) NOT NULL CONSTRAINT [events_out_df_copies_headers] DEFAULT '{}',\n" +
+			"    aggregate_type NVARCHAR(255) NULL,\n" +
+			"    [sequence] BIGINT NOT NULL,\n" +
+			"    row_created_at DATETIME2 NOT NULL,\n" +
+			"    state NVARCHAR(50) NOT NULL CONSTRAINT [events_out_df_copies_state] DEFAULT 'pending',\n" +
+			"    attempt INT NOT NULL CONSTRAINT [events_out_df_copies_attempt] DEFAULT 0,\n" +
+			"    max_attempts INT NOT NULL CONSTRAINT [events_out_df_copies_max] DEFAULT 5,\n" +
+			"    scheduled_at DATETIME2 NOT NULL CONSTRAINT [events_out_df_copies_scheduled] DEFAULT GETUTCDATE(),\n" +
+			"    created_at DATETIME2 NOT NULL CONSTRAINT [events_out_df_copies_created] DEFAULT GETUTCDATE(),\n" +
+			"    updated_at DATETIME2 NOT NULL CONSTRAINT [events_out_df_copies_updated] DEFAULT GETUTCDATE(),\n" +
+			"    claimed_at DATETIME2 NULL,\n" +
+			"    claim_token UNIQUEIDENTIFIER NULL,\n" +
+			"    lease_expires_at DATETIME2 NULL,\n" +
+			"    last_error NVARCHAR(MAX) NULL,\n",
 		"copy_change BIGINT NOT NULL CONSTRAINT [events_out_df_copies_change] DEFAULT NEXT VALUE FOR [app].[events_out_copies_change],",
 		"CONSTRAINT [events_out_copies_pkey] PRIMARY KEY (id),",
 		"CONSTRAINT [events_out_copies_row_dest] UNIQUE (row_id, destination)",
