@@ -159,7 +159,8 @@ type Copies interface {
 	// CopyCounts counts copies per destination and state.
 	CopyCounts(ctx context.Context) ([]DestinationCount, error)
 	// CopyList returns one page of copies matching p.Filter, newest update
-	// first (TopicMatch is applied above the dialect).
+	// first (TopicMatch is applied above the dialect); a filter without
+	// States selects copies in any state.
 	CopyList(ctx context.Context, p CopyListParams) ([]CopyListed, error)
 	// CopiesOfRow lists the copies of one outbox row.
 	CopiesOfRow(ctx context.Context, rowID uuid.UUID) ([]CopyListed, error)
