@@ -120,7 +120,8 @@ type Outcome struct {
 	// creates their copies in the same transaction (see Copies).
 	Copies []Copy
 	// Attempts are more entries for the attempt history, recorded like
-	// Attempt: a fan-out row's pass tries several destinations.
+	// Attempt: a fan-out row's pass tries several destinations. Each is
+	// recorded with its destination's end in the pass (RecordedOutcomeOf).
 	Attempts []Attempt
 }
 
