@@ -620,7 +620,9 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
 -- with, for a row that was delivered, its try and when its delivery was
 -- written: the history records no first try that succeeds, which only the
 -- row tells until the replay sets it back. was locks the rows and reads
--- them as they stand before the update.
+-- them as they stand before the update. The row's copies (a fan-out
+-- row's) go: its new pass delivers to every destination again, and
+-- copies what does not end well there.
 WITH was AS (
     SELECT {{c "id"}} AS id, {{c "state"}} AS state, {{c "attempt"}} AS attempt, {{c "updated_at"}} AS updated_at
       FROM {{t}}
@@ -652,6 +654,8 @@ WITH was AS (
            CASE WHEN r.was_state = 'delivered' THEN r.was_at END
       FROM r
      WHERE $3::text IS NOT NULL
+), forgotten AS (
+    DELETE FROM {{q (obj "copies") | qualify}} WHERE row_id IN (SELECT id FROM r)
 )
 SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved)
 

@@ -252,7 +252,9 @@ SELECT TOP (@limit) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}
 -- replay before the attempt that ended the row; with, for a row that was
 -- delivered, its try and when its delivery was written (deleted.*, the
 -- row before the update): the history records no first try that
--- succeeds, which only the row tells until the replay sets it back.
+-- succeeds, which only the row tells until the replay sets it back. The
+-- row's copies (a fan-out row's) go: its new pass delivers to every
+-- destination again, and copies what does not end well there.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 DECLARE @replayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, was NVARCHAR(50), was_attempt INT, was_at DATETIME2);
@@ -276,6 +278,7 @@ SELECT r.id, CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now
   FROM @replayed AS r
  OUTER APPLY (SELECT MAX(a.attempted_at) AS at FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.id) AS l
  WHERE @p3 IS NOT NULL;
+DELETE FROM {{q (obj "copies") | qualify}} WHERE row_id IN (SELECT id FROM @replayed);
 SELECT COUNT(*) FROM @replayed;
 
 -- name: OutboxPurge
