@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,12 +75,14 @@ func adminServer(v *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logg
 }
 
 // RouteOf names the route and the destination of a topic by the
-// configured routes ("", "" when none matches).
+// configured routes ("", "" when none matches); for a fan-out route, its
+// destinations, comma-separated. It reads the topic alone: a route's
+// filter, which needs the payload, is not run.
 func RouteOf(l *Loaded) admin.RouteOf {
 	router := l.Compiled.Router
 	return func(topic string) (string, string) {
 		if r := router.Match(topic); r != nil {
-			return r.Name, r.Destination
+			return r.Name, strings.Join(r.Targets(), ", ")
 		}
 		return "", ""
 	}
