@@ -81,15 +81,16 @@ func listCopies(ctx context.Context, d dialects.Copies, f dialects.CopyFilter, a
 		if len(cs) < p.Limit {
 			break
 		}
-		p.After = afterCopy(cs[len(cs)-1])
+		p.After, p.AfterDestination = afterCopy(cs[len(cs)-1])
 	}
 	return out[:min(len(out), limit)], nil
 }
 
-// afterCopy is where a page of copies that ends at c goes on.
-func afterCopy(c dialects.CopyListed) *dialects.Cursor {
+// afterCopy is where a page of copies that ends at c goes on: copies of
+// one row share its position, and are told apart by their destination.
+func afterCopy(c dialects.CopyListed) (*dialects.Cursor, string) {
 	next := dialects.CursorOf(c.ListedRow)
-	return &next
+	return &next, c.Destination
 }
 
 // walkCopies hands each page of the copies f selects (topic pattern
@@ -116,7 +117,7 @@ func walkCopies(ctx context.Context, d dialects.Copies, f dialects.CopyFilter, e
 		if len(cs) < copyPage {
 			return nil
 		}
-		p.After = afterCopy(cs[len(cs)-1])
+		p.After, p.AfterDestination = afterCopy(cs[len(cs)-1])
 	}
 }
 
