@@ -19,7 +19,11 @@
 // circuits replicas hold open are shared the same way (destinations.go:
 // Destinations, PauseDestination, ResumeDestination, WriteDestinations);
 // the metrics of each destination are read from the engine at each scrape
-// (destmetrics.go).
+// (destmetrics.go). The copies of fan-out rows, one destination's part of a
+// row each, show wherever rows do (copies.go): a row's detail lists each
+// destination's state, dead list and the groups list dead copies, Status
+// counts them per destination, and ReplayDestination replays one
+// destination's part (its copies, and a backfill of delivered rows).
 //
 // # The admin listener's routes
 //

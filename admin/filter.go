@@ -238,31 +238,27 @@ func ParseLimit(src Source, s string, def int) (int, error) {
 	return n, CheckLimit(src, n)
 }
 
-// RoutedDestinations let a filter select rows by the destination their topic
-// routes to, as --destination does on the command line: the configured
-// destinations' names, and where each topic routes today.
+// RoutedDestinations let a request name a destination, as --destination
+// does on the command line: the configured destinations' names.
 type RoutedDestinations struct {
-	Names   []string
-	RouteOf RouteOf
+	Names []string
 }
 
-// routedTo narrows f to the rows whose topic the routes send to name, which
-// must be one of ds; input is how the request spells the parameter. An
-// empty name selects nothing more, as an empty topic does.
-func (ds *RoutedDestinations) routedTo(f dialects.Filter, input, name string) (dialects.Filter, error) {
-	if name == "" {
-		return f, nil
+// check refuses a name that is none of ds; input is how the request spells
+// the parameter. An empty name selects nothing more, as an empty topic
+// does.
+func (ds *RoutedDestinations) check(input, name string) error {
+	if name == "" || slices.Contains(ds.Names, name) {
+		return nil
 	}
-	if !slices.Contains(ds.Names, name) {
-		names := slices.Sorted(slices.Values(ds.Names))
-		return f, &InputError{Input: input, Value: name, Reason: "is not a destination of the configuration",
-			Fix: "the destinations are " + strings.Join(names, ", ")}
-	}
-	return RoutedTo(f, name, ds.RouteOf), nil
+	names := slices.Sorted(slices.Values(ds.Names))
+	return &InputError{Input: input, Value: name, Reason: "is not a destination of the configuration",
+		Fix: "the destinations are " + strings.Join(names, ", ")}
 }
 
 // FilterFromQuery reads a filter from a URL query: id and state may repeat.
-// With ds, destination selects the rows routed to one destination. A
+// With ds, it takes destination too (one of ds, which the caller reads
+// from q: the filter does not hold it). A
 // parameter that is neither a filter's nor one of extra (the other
 // parameters of the request, such as limit) is an error, so that a typo
 // does not silently widen the selection.
@@ -310,7 +306,7 @@ func FilterFromQuery(q url.Values, p Purpose, now time.Time, ds *RoutedDestinati
 	case len(dest) > 1:
 		return f, &InputError{Input: "destination", Reason: "is given more than once", Fix: "give it once"}
 	case len(dest) == 1:
-		return ds.routedTo(f, "destination", dest[0])
+		return f, ds.check("destination", dest[0])
 	}
 	return f, nil
 }
@@ -325,18 +321,20 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 // ReplayRequest is a replay as the admin API receives it: the filter of
-// the command line as JSON, and dryRun.
+// the command line as JSON, dryRun, and the destination whose part of the
+// rows to replay ("" the rows themselves; see ReplayDestination).
 type ReplayRequest struct {
-	Filter dialects.Filter
-	DryRun bool
+	Filter      dialects.Filter
+	DryRun      bool
+	Destination string
 }
 
 // ReplayFromJSON reads a replay request body:
 //
 //	{"states": ["dead"], "topic": "order.#", "since": "24h", "dryRun": true}
 //
-// With ds, "destination" selects the rows routed to one destination, as
-// --destination does. An unknown field is an error, so that a typo does not
+// With ds, "destination" names the destination whose part of the rows to
+// replay, as --destination does. An unknown field is an error, so that a typo does not
 // widen the selection.
 func ReplayFromJSON(r io.Reader, now time.Time, ds *RoutedDestinations) (ReplayRequest, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxBody+1))
@@ -390,9 +388,9 @@ func ReplayFromJSON(r io.Reader, now time.Time, ds *RoutedDestinations) (ReplayR
 		err = nil // the destination selects the rows
 	}
 	if err == nil && ds != nil {
-		f, err = ds.routedTo(f, "destination", body.Destination)
+		err = ds.check("destination", body.Destination)
 	}
-	return ReplayRequest{Filter: f, DryRun: body.DryRun}, err
+	return ReplayRequest{Filter: f, DryRun: body.DryRun, Destination: body.Destination}, err
 }
 
 // maxBody bounds a request body: a filter is small.

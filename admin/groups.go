@@ -22,16 +22,23 @@ import (
 const DeadGroupWindow = 1000
 
 // DeadGroup is the dead rows of one destination that failed with the same
-// error, once ids and numbers are taken out of it.
+// error, once ids and numbers are taken out of it; or, with Copies, the
+// dead copies of one destination that did.
 type DeadGroup struct {
 	// ID names the group on the command line (queuebox replay --group) and
 	// in the API: GroupID of its destination and error, so it stays the
 	// same from one look to the next while both do.
 	ID string `json:"id"`
 	// Destination and Route are where the group's topics route to today;
-	// both empty for rows that match no route.
+	// both empty for rows that match no route. A group of copies has its
+	// copies' destination.
 	Destination string `json:"destination"`
 	Route       string `json:"route"`
+	// Copies: the group is of dead copies, each one destination's part of
+	// a fan-out row whose other destinations are not dead. IDs are then
+	// the rows' ids, and a replay of the group replays Destination's
+	// copies only.
+	Copies bool `json:"copies,omitempty"`
 	// Error is the normalised error: ids become <id>, numbers # (an HTTP
 	// status stays).
 	Error  string    `json:"error"`
@@ -69,6 +76,12 @@ type FinalStatus func(destination string, status int) bool
 func GroupID(destination, normalisedError string) string {
 	sum := sha256.Sum256([]byte(destination + "\x00" + normalisedError))
 	return "g-" + hex.EncodeToString(sum[:4])
+}
+
+// CopyGroupID names the group of dead copies of a destination and a
+// normalised error, apart from the group of dead rows of the same two.
+func CopyGroupID(destination, normalisedError string) string {
+	return GroupID(destination, normalisedError+"\x00copies")
 }
 
 // statusRE finds the HTTP status at the start of an HTTP destination's
@@ -130,12 +143,14 @@ type DeadExample struct {
 	Error string    `json:"error"`
 }
 
-// DeadGroups is the grouping of the newest dead rows.
+// DeadGroups is the grouping of the newest dead rows and dead copies.
 type DeadGroups struct {
-	// Window is the most rows grouped; Grouped how many were.
-	Window  int         `json:"window"`
-	Grouped int64       `json:"grouped"`
-	Groups  []DeadGroup `json:"groups"`
+	// Window is the most rows grouped, and the most copies; Grouped and
+	// CopiesGrouped how many were.
+	Window        int         `json:"window"`
+	Grouped       int64       `json:"grouped"`
+	CopiesGrouped int64       `json:"copiesGrouped"`
+	Groups        []DeadGroup `json:"groups"`
 }
 
 // RouteOf names the route and destination a topic goes to ("", "" when no
@@ -143,15 +158,23 @@ type DeadGroups struct {
 type RouteOf func(topic string) (route, destination string)
 
 // GroupDead groups the newest window dead rows by destination and
-// normalised error, the largest group first, and warns of the groups whose
-// failure a replay would meet again at once (final may be nil: only rows
-// without a route are warned of then).
-func GroupDead(ctx context.Context, d dialects.Operator, routeOf RouteOf, final FinalStatus, window int) (DeadGroups, error) {
+// normalised error, and the newest window dead copies by their destination
+// and normalised error, the largest group first, and warns of the groups
+// whose failure a replay would meet again at once (final may be nil: only
+// rows without a route are warned of then).
+func GroupDead(ctx context.Context, d dialects.Dialect, routeOf RouteOf, final FinalStatus, window int) (DeadGroups, error) {
 	raw, err := d.OutboxDeadGroups(ctx, window)
 	if err != nil {
 		return DeadGroups{}, err
 	}
+	copies, err := listCopies(ctx, d, dialects.CopyFilter{Filter: dialects.Filter{States: []dialects.State{dialects.Dead}}}, nil, window)
+	if err != nil {
+		return DeadGroups{}, fmt.Errorf("listing the dead copies of fan-out rows: %w", err)
+	}
 	gs := mergeDeadGroups(raw, routeOf, window)
+	gs.Groups = append(gs.Groups, groupCopies(copies, routeOf)...)
+	gs.CopiesGrouped = int64(len(copies))
+	sortGroups(gs.Groups)
 	for i := range gs.Groups {
 		gs.Groups[i].ReplayWarning = replayWarning(gs.Groups[i], final)
 	}
@@ -194,17 +217,69 @@ func mergeDeadGroups(raw []dialects.DeadGroup, routeOf RouteOf, window int) Dead
 		}
 		out.Groups = append(out.Groups, *g)
 	}
-	sort.Slice(out.Groups, func(i, j int) bool {
-		a, b := out.Groups[i], out.Groups[j]
+	sortGroups(out.Groups)
+	return out
+}
+
+// groupCopies groups dead copies (newest first) by destination and
+// normalised error. Route is the route of the group's topic when it has
+// one topic.
+func groupCopies(copies []dialects.CopyListed, routeOf RouteOf) []DeadGroup {
+	type key struct{ dest, err string }
+	byKey := map[key]*DeadGroup{}
+	topics := map[key]map[string]bool{}
+	var order []key
+	for _, c := range copies {
+		le := ""
+		if c.LastError != nil {
+			le = *c.LastError
+		}
+		k := key{c.Destination, NormaliseError(le)}
+		g := byKey[k]
+		if g == nil {
+			g = &DeadGroup{ID: CopyGroupID(k.dest, k.err), Destination: k.dest, Error: k.err, Copies: true,
+				Newest: c.UpdatedAt, Example: DeadExample{ID: c.RowID, Topic: c.Topic, Error: le}}
+			if routeOf != nil {
+				g.Route, _ = routeOf(c.Topic)
+			}
+			byKey[k], topics[k] = g, map[string]bool{}
+			order = append(order, k)
+		}
+		g.Rows++
+		g.IDs = append(g.IDs, c.RowID)
+		topics[k][c.Topic] = true
+	}
+	out := make([]DeadGroup, 0, len(order))
+	for _, k := range order {
+		g := byKey[k]
+		for t := range topics[k] {
+			g.Topics = append(g.Topics, t)
+		}
+		sort.Strings(g.Topics)
+		if len(g.Topics) > 1 {
+			g.Route = ""
+		}
+		out = append(out, *g)
+	}
+	return out
+}
+
+// sortGroups puts the largest group first, then by destination, error and
+// rows before copies.
+func sortGroups(gs []DeadGroup) {
+	sort.Slice(gs, func(i, j int) bool {
+		a, b := gs[i], gs[j]
 		if a.Rows != b.Rows {
 			return a.Rows > b.Rows
 		}
 		if a.Destination != b.Destination {
 			return a.Destination < b.Destination
 		}
-		return a.Error < b.Error
+		if a.Error != b.Error {
+			return a.Error < b.Error
+		}
+		return !a.Copies && b.Copies
 	})
-	return out
 }
 
 var (

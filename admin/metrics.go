@@ -29,6 +29,7 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	latency    *prometheus.HistogramVec
 	rows       *prometheus.GaugeVec
+	copies     *prometheus.GaugeVec
 	oldest     prometheus.Gauge
 	claimed    prometheus.Counter
 	lost       prometheus.Counter
@@ -70,6 +71,7 @@ type families struct {
 	duration   *prometheus.HistogramVec
 	latency    *prometheus.HistogramVec
 	rows       *prometheus.GaugeVec
+	copies     *prometheus.GaugeVec
 	oldest     *prometheus.GaugeVec
 	claimed    *prometheus.CounterVec
 	lost       *prometheus.CounterVec
@@ -145,6 +147,9 @@ func NewMetricsFor(inboxSources []string, outbox string) *Metrics {
 	f.rows = r.gaugeVec("queuebox_rows",
 		"Rows in the outbox table per state, counted by the sampler on an interval (any state found, including values written by hand).",
 		"outbox", "state")
+	f.copies = r.gaugeVec("queuebox_copies",
+		"Copies of fan-out rows per destination and state, counted with queuebox_rows: a destination gets a copy when its delivery did not end well in its row's pass (a destination delivered in the pass has none). Every state of a destination that has copies is present.",
+		"outbox", "destination", "state")
 	f.oldest = r.gaugeVec("queuebox_oldest_pending_age_seconds",
 		"How long the oldest row the relay could claim now has waited since it became due (rows behind a held or running row of their key, as during a pause, wait for it and do not count); 0 when none is due.", "outbox")
 	f.claimed = r.counterVec("queuebox_claimed_rows_total", "Rows this replica claimed.", "outbox")
@@ -189,7 +194,7 @@ func (f *families) forOutbox(name string) *Metrics {
 	l := prometheus.Labels{"outbox": name}
 	m := &Metrics{families: f, outbox: name, dests: map[string]*destinationCounts{},
 		deliveries: f.deliveries.MustCurryWith(l), duration: f.duration.MustCurryWith(l).(*prometheus.HistogramVec),
-		latency: f.latency.MustCurryWith(l).(*prometheus.HistogramVec), rows: f.rows.MustCurryWith(l),
+		latency: f.latency.MustCurryWith(l).(*prometheus.HistogramVec), rows: f.rows.MustCurryWith(l), copies: f.copies.MustCurryWith(l),
 		oldest: f.oldest.With(l), claimed: f.claimed.With(l), lost: f.lost.With(l), retention: f.retention.MustCurryWith(l),
 		inboxRows: f.inboxRows.MustCurryWith(l), inboxAge: f.inboxAge.With(l), countTook: f.countTook.With(l),
 		wakeups: f.wakeups.MustCurryWith(l), horizonAge: f.horizonAge.With(l), deadVersions: f.deadVersions.With(l),
@@ -463,6 +468,17 @@ func (m *Metrics) setRows(rows map[string]int64, took time.Duration) {
 		m.rows.WithLabelValues(s).Set(float64(n))
 	}
 	m.countTook.Set(took.Seconds())
+}
+
+// setCopies publishes a count of the copies: the four states of each
+// destination that has copies.
+func (m *Metrics) setCopies(counts []CopyCountsView) {
+	m.families.copies.DeletePartialMatch(prometheus.Labels{"outbox": m.outbox})
+	for _, c := range counts {
+		for st, n := range c.Copies {
+			m.copies.WithLabelValues(c.Destination, st).Set(float64(n))
+		}
+	}
 }
 
 func (m *Metrics) setOldestDue(d time.Duration) { m.oldest.Set(d.Seconds()) }

@@ -227,11 +227,14 @@ type OutboxBriefView struct {
 	CountError              string           `json:"countError,omitempty"`
 }
 
-// briefs describes every outbox from its last count (no database read).
+// briefs describes every outbox from its last count (no database read),
+// and asks each outbox's sampler to go on counting: the picker shows
+// every outbox's counts, not only those of the outbox the reader shows.
 func (r *Relay) briefs() []OutboxBriefView {
 	out := make([]OutboxBriefView, 0, len(r.names))
 	for _, n := range r.names {
 		s := r.servers[n]
+		s.sampler.Want()
 		snap := s.sampler.Snapshot()
 		b := OutboxBriefView{Name: n, Query: "outbox=" + url.QueryEscape(n), Rows: map[string]int64{},
 			OldestDuePendingSeconds: snap.Pending.OldestDue.Seconds(), CountError: snap.Err}

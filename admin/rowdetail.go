@@ -102,6 +102,10 @@ type RowDetailView struct {
 	// MatchedNoRouteAt is when the row went dead because no route matched
 	// its topic, so that nothing was sent; absent otherwise.
 	MatchedNoRouteAt *time.Time `json:"matchedNoRouteAt,omitempty"`
+	// Destinations are each destination's state, for a row of a fan-out
+	// route or a row with copies; absent otherwise (the row's state is its
+	// destination's). The attempts carry their destination.
+	Destinations []RowDestinationView `json:"destinations,omitempty"`
 }
 
 // noRouteError is the last_error the relay writes on a row that no route
@@ -119,15 +123,25 @@ func ParseRowID(input, s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// RowDetail reads one row with its newest attempts; found is false when no
-// row has the id (a row that retention deleted is gone, with its attempts).
-func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf RouteOf) (RowDetailView, bool, error) {
+// RowDetail reads one row with its newest attempts and its copies; found
+// is false when no row has the id (a row that retention deleted is gone,
+// with its attempts). targetsOf (nil: routeOf's one destination) names the
+// destinations of the row's route.
+func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf RouteOf, targetsOf TargetsOf) (RowDetailView, bool, error) {
 	r, found, err := d.OutboxRow(ctx, id, MaxRowAttempts)
 	if err != nil || !found {
 		return RowDetailView{}, found, err
 	}
+	copies, err := d.CopiesOfRow(ctx, id)
+	if err != nil {
+		return RowDetailView{}, true, fmt.Errorf("reading the copies of row %s: %w", id, err)
+	}
+	if targetsOf == nil {
+		targetsOf = TargetsFromRouteOf(routeOf)
+	}
 	v := RowDetailView{RowView: rowView(r.ListedRow, routeOf), ScheduledAt: r.ScheduledAt.UTC(),
 		Payload: rawJSON(r.Payload), Headers: rawJSON(r.Headers), Attempts: make([]AttemptView, 0, len(r.Attempts)), MoreAttempts: r.MoreAttempts}
+	v.Destinations = rowDestinations(r.ListedRow, targetsOf(r.Topic), copies)
 	if r.State == dialects.Dead && r.LastError != nil && *r.LastError == noRouteError(r.Topic) {
 		at := r.UpdatedAt.UTC()
 		v.MatchedNoRouteAt = &at
@@ -150,6 +164,40 @@ func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf Ro
 	return v, true, nil
 }
 
+// writeRowDestinations writes each destination's state of a fan-out row:
+// its copy's, or the row's for a destination without a copy.
+func writeRowDestinations(b *bytes.Buffer, ds []RowDestinationView) {
+	if len(ds) == 0 {
+		return
+	}
+	fmt.Fprintln(b, "\ndestinations (each on its own: a copy keeps the state of a destination that did not deliver in the row's pass):")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  DESTINATION\tSTATE\tTRIES\tDUE\tLAST ERROR")
+	for _, d := range ds {
+		state, tries, due, le := d.State, "-", "-", "-"
+		switch {
+		case d.WithRow && d.State == string(dialects.Delivered):
+			state = "delivered (with the row)"
+		case d.WithRow:
+			state += " (with the row: not tried yet)"
+		default:
+			state += " (copy)"
+			tries = Tries(d.Attempt, d.MaxAttempts)
+		}
+		if d.NotRouted {
+			state += ", no longer a destination of the route"
+		}
+		if d.DueAt != nil {
+			due = d.DueAt.Format(time.RFC3339)
+		}
+		if d.LastError != nil {
+			le = strings.ReplaceAll(*d.LastError, "\n", " ")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", d.Destination, state, tries, due, le)
+	}
+	tw.Flush()
+}
+
 // rawJSON is a column as JSON: itself when it is JSON, else a string.
 func rawJSON(s string) json.RawMessage {
 	if json.Valid([]byte(s)) {
@@ -168,7 +216,7 @@ func (s *Server) row(w http.ResponseWriter, r *http.Request) {
 		s.failInput(w, err)
 		return
 	}
-	v, found, err := RowDetail(r.Context(), s.o.Dialect, id, s.o.RouteOf)
+	v, found, err := RowDetail(r.Context(), s.o.Dialect, id, s.o.RouteOf, s.o.TargetsOf)
 	if err != nil {
 		s.dbFailed(w, err)
 		return
@@ -181,8 +229,9 @@ func (s *Server) row(w http.ResponseWriter, r *http.Request) {
 }
 
 // WriteText writes the row as `queuebox rows show` prints it: its columns,
-// headers and payload (indented), then its attempts, one line each, with
-// the error and the answer's excerpt under it.
+// each destination's state for a fan-out row, its headers and payload
+// (indented), then its attempts, one line each, with the error and the
+// answer's excerpt under it.
 func (v RowDetailView) WriteText(w io.Writer) error {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -193,6 +242,15 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 		return *p
 	}
 	dest := v.Destination
+	if len(v.Destinations) > 0 {
+		names := make([]string, 0, len(v.Destinations))
+		for _, d := range v.Destinations {
+			if !d.NotRouted {
+				names = append(names, d.Destination)
+			}
+		}
+		dest = strings.Join(names, ", ")
+	}
 	if dest == "" {
 		dest = "(no route)"
 	} else if v.Route != "" {
@@ -205,6 +263,9 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 	if v.MatchedNoRouteAt != nil {
 		// No try was made: "dead, try 1 of 6" would say one was.
 		fmt.Fprintf(tw, "state\tdead: no route matched its topic at %s; nothing was sent\n", v.MatchedNoRouteAt.Format(time.RFC3339))
+	} else if len(v.Destinations) > 0 {
+		// A fan-out row's tries are its destinations' own.
+		fmt.Fprintf(tw, "state\t%s (the row's pass; each destination's state is under destinations)\n", v.State)
 	} else {
 		fmt.Fprintf(tw, "state\t%s, %s\n", v.State, Tries(v.Attempt, v.MaxAttempts))
 	}
@@ -215,6 +276,7 @@ func (v RowDetailView) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "scheduled at\t%s\n", v.ScheduledAt.Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "last error\t%s\n", strings.ReplaceAll(opt(v.LastError), "\n", " "))
 	tw.Flush()
+	writeRowDestinations(&b, v.Destinations)
 	for _, part := range []struct {
 		name string
 		raw  json.RawMessage

@@ -93,7 +93,7 @@ func TestRowDetailText(t *testing.T) {
 	t.Parallel()
 	d := testdb.Migrated(t, 0)
 	id := rowWithAttempts(t, d)
-	v, found, err := RowDetail(context.Background(), d, id, nil)
+	v, found, err := RowDetail(context.Background(), d, id, nil, nil)
 	if err != nil || !found {
 		t.Fatal(found, err)
 	}
@@ -162,7 +162,7 @@ func TestRowDetailMarksProbesAndReplays(t *testing.T) {
 	t.Parallel()
 	d := testdb.Migrated(t, 0)
 	id := rowWithMarks(t, d)
-	v, found, err := RowDetail(context.Background(), d, id, nil)
+	v, found, err := RowDetail(context.Background(), d, id, nil, nil)
 	if err != nil || !found {
 		t.Fatal(found, err)
 	}

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -38,6 +39,10 @@ type Stats struct {
 	// WakeupSlot is where the wake-up slot stands; absent while no relay
 	// holds one.
 	WakeupSlot *WakeupSlotView `json:"wakeupSlot,omitempty"`
+	// Copies counts the copies of fan-out rows per destination and state,
+	// by destination name: the destinations that did not deliver in their
+	// row's pass (a delivered destination has no copy).
+	Copies []CopyCountsView `json:"copies"`
 }
 
 // WakeupSlotView is where the replication slot of logical wake-ups stands,
@@ -182,6 +187,11 @@ func Status(ctx context.Context, d dialects.Dialect) (Stats, error) {
 		out.Horizon = horizonView(h, time.Now())
 	}
 	out.WakeupSlot = wakeupSlot(ctx, d)
+	counts, err := d.CopyCounts(ctx)
+	if err != nil {
+		return out, fmt.Errorf("counting the copies of fan-out rows: %w", err)
+	}
+	out.Copies = copyCounts(counts)
 	in, err := d.InboxStats(ctx)
 	if err != nil {
 		return out, fmt.Errorf("counting the inbox: %w", err)
@@ -202,39 +212,57 @@ func Tries(attempt, maxAttempts int) string {
 	return fmt.Sprintf("try %d of %d, attempt %d", attempt+1, maxAttempts+1, attempt)
 }
 
-// DeadList is what `queuebox dead list` shows: up to Limit dead rows, the
-// most recently updated first, and whether more rows match (More).
+// DeadList is what `queuebox dead list` shows: up to Limit dead rows and
+// dead copies (CopyID set: one destination's part of a fan-out row), the
+// most recently updated first, and whether more match (More).
 type DeadList struct {
 	Rows  []RowView `json:"rows"`
 	Limit int       `json:"limit"`
 	More  bool      `json:"more"`
 }
 
-// DeadRows lists up to limit dead rows that f selects, the most recently
-// updated first, each with where its topic routes today (routeOf may be
-// nil). Callers check limit with CheckLimit, which names it as their
-// source does.
-func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, limit int, routeOf RouteOf) (DeadList, error) {
+// DeadRows lists up to limit dead rows and dead copies that f selects, the
+// most recently updated first, each with where its topic routes today
+// (routeOf may be nil). With a destination, the rows are those whose topic
+// the routes send to it (targetsOf) and the copies its own; without, every
+// dead row and every dead copy. Callers check limit with CheckLimit, which
+// names it as their source does.
+func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, destination string, limit int, routeOf RouteOf, targetsOf TargetsOf) (DeadList, error) {
 	f.States = []dialects.State{dialects.Dead}
-	// One row more than asked says whether the limit cut the list.
-	rows, _, err := dialects.List(ctx, d, f, nil, limit+1)
+	rowFilter := f
+	if destination != "" {
+		rowFilter = RoutedTo(f, destination, targetsOf)
+	}
+	// One more than asked says whether the limit cut the list.
+	rows, _, err := dialects.List(ctx, d, rowFilter, nil, limit+1)
 	if err != nil {
 		return DeadList{}, err
 	}
-	out := DeadList{Rows: make([]RowView, 0, min(len(rows), limit)), Limit: limit, More: len(rows) > limit}
-	for _, r := range rows[:min(len(rows), limit)] {
-		out.Rows = append(out.Rows, rowView(r, routeOf))
+	copies, err := listCopies(ctx, d, dialects.CopyFilter{Filter: f, Destination: destination}, nil, limit+1)
+	if err != nil {
+		return DeadList{}, err
 	}
-	return out, nil
+	rv := make([]RowView, 0, len(rows))
+	for _, r := range rows {
+		rv = append(rv, rowView(r, routeOf))
+	}
+	cv := make([]RowView, 0, len(copies))
+	for _, c := range copies {
+		cv = append(cv, copyView(c, routeOf))
+	}
+	all, more := mergeNewest(rv, cv, limit)
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	return DeadList{Rows: all, Limit: limit, More: more}, nil
 }
 
 // RoutedTo narrows f to the rows whose topic the routes send to
-// destination today.
-func RoutedTo(f dialects.Filter, destination string, routeOf RouteOf) dialects.Filter {
+// destination today, alone or among the destinations of a fan-out route.
+func RoutedTo(f dialects.Filter, destination string, targetsOf TargetsOf) dialects.Filter {
 	topic := f.TopicMatch
 	f.TopicMatch = func(t string) bool {
-		_, d := routeOf(t)
-		return d == destination && (topic == nil || topic(t))
+		return slices.Contains(targetsOf(t), destination) && (topic == nil || topic(t))
 	}
 	return f
 }
@@ -243,7 +271,8 @@ func RoutedTo(f dialects.Filter, destination string, routeOf RouteOf) dialects.F
 // returns how many; with dryRun it only counts them. Rows being delivered
 // are never touched. f must come from a ForReplay filter, which refuses to
 // select everything by accident. by, who or what replays, is recorded in
-// each row's attempt history; "" records nothing (the history is off).
+// each row's attempt history; "" records nothing (the history is off). A
+// fan-out row's copies are replayed by destination (ReplayDestination).
 func Replay(ctx context.Context, d dialects.Dialect, f dialects.Filter, dryRun bool, by string) (int, error) {
 	return dialects.Replay(ctx, d, f, dryRun, by)
 }

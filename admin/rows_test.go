@@ -71,7 +71,7 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := DeadRows(ctx, d, f, 100, nil)
+	list, err := DeadRows(ctx, d, f, "", 100, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,16 +80,16 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 		rows[0].Try != 1 || rows[0].MaxTries != 6 {
 		t.Fatalf("dead rows of order.*: %+v", list)
 	}
-	if list, _ := DeadRows(ctx, d, dialects.Filter{}, 2, nil); len(list.Rows) != 2 || !list.More {
+	if list, _ := DeadRows(ctx, d, dialects.Filter{}, "", 2, nil, nil); len(list.Rows) != 2 || !list.More {
 		t.Errorf("the limit: %+v; want 2 rows, and more", list)
 	}
-	if list, _ := DeadRows(ctx, d, dialects.Filter{}, 3, nil); len(list.Rows) != 3 || list.More {
+	if list, _ := DeadRows(ctx, d, dialects.Filter{}, "", 3, nil, nil); len(list.Rows) != 3 || list.More {
 		t.Errorf("a limit of exactly the dead rows: %+v; want 3 rows, and no more", list)
 	}
 	// --error-contains ignores case; --destination keeps the rows the
 	// routes send there.
 	f, _ = FilterText{ErrorContains: "http 410: GONE"}.Filter(Flags, ForDeadRows, time.Now())
-	if list, _ := DeadRows(ctx, d, f, 100, nil); len(list.Rows) != 3 {
+	if list, _ := DeadRows(ctx, d, f, "", 100, nil, nil); len(list.Rows) != 3 {
 		t.Errorf("error text in another case: %d rows, want 3", len(list.Rows))
 	}
 	routeOf := func(topic string) (string, string) {
@@ -98,12 +98,12 @@ func TestStatusDeadRowsAndReplay(t *testing.T) {
 		}
 		return "", ""
 	}
-	list, _ = DeadRows(ctx, d, RoutedTo(dialects.Filter{}, "orders-webhook", routeOf), 100, routeOf)
+	list, _ = DeadRows(ctx, d, dialects.Filter{}, "orders-webhook", 100, routeOf, TargetsFromRouteOf(routeOf))
 	if len(list.Rows) != 2 || list.Rows[0].Destination != "orders-webhook" || list.Rows[1].Topic != "order.created" {
 		t.Errorf("--destination orders-webhook: %+v", list.Rows)
 	}
 	f, _ = FilterText{Key: "cust-1"}.Filter(Flags, ForDeadRows, time.Now())
-	if list, _ := DeadRows(ctx, d, RoutedTo(f, "orders-webhook", routeOf), 100, routeOf); len(list.Rows) != 1 {
+	if list, _ := DeadRows(ctx, d, f, "orders-webhook", 100, routeOf, TargetsFromRouteOf(routeOf)); len(list.Rows) != 1 {
 		t.Errorf("--destination with --key: %d rows, want 1", len(list.Rows))
 	}
 

@@ -60,6 +60,8 @@ type Snapshot struct {
 	// Inbox counts the inbox table's rows, read with the count; nil before
 	// the first count and when the schema has no inbox table.
 	Inbox *dialects.InboxStats
+	// Copies counts the copies of fan-out rows per destination and state.
+	Copies []CopyCountsView
 
 	// The cheap reads.
 	PendingAt  time.Time
@@ -119,7 +121,7 @@ func newSampler(d dialects.Dialect, m *Metrics, routeOf RouteOf, log *slog.Logge
 	}
 	return &Sampler{d: d, m: m, routeOf: routeOf, log: log, min: minInterval, fast: min(FastInterval, minInterval),
 		wake: make(chan struct{}, 1), start: time.Now(), wall: time.Now, counted: make(chan struct{}), snap: Snapshot{Rows: zeroRows(), Topics: map[string]map[string]int64{},
-			Dead: DeadGroups{Window: DeadGroupWindow, Groups: []DeadGroup{}}, Blocked: []dialects.BlockedKey{}, Writers: []Writer{}}}
+			Dead: DeadGroups{Window: DeadGroupWindow, Groups: []DeadGroup{}}, Blocked: []dialects.BlockedKey{}, Writers: []Writer{}, Copies: []CopyCountsView{}}}
 }
 
 func zeroRows() map[string]int64 {
@@ -159,17 +161,23 @@ const FirstCountWait = 3 * time.Second
 // at hand; the first reader waits for the first count (at most
 // FirstCountWait), so that it does not read zeros.
 func (s *Sampler) Demand(ctx context.Context) {
-	s.demanded.Add(1)
-	s.lastDemand.Store(int64(s.since()))
-	if s.since() >= time.Duration(s.due.Load()) {
-		s.wakeRun()
-	}
+	s.Want()
 	t := time.NewTimer(FirstCountWait)
 	defer t.Stop()
 	select {
 	case <-s.counted:
 	case <-t.C:
 	case <-ctx.Done():
+	}
+}
+
+// Want is Demand without the wait: the reader takes the values at hand,
+// and the sampler keeps counting at its interval while it is read.
+func (s *Sampler) Want() {
+	s.demanded.Add(1)
+	s.lastDemand.Store(int64(s.since()))
+	if s.since() >= time.Duration(s.due.Load()) {
+		s.wakeRun()
 	}
 }
 
@@ -229,7 +237,8 @@ func (s *Sampler) Run(ctx context.Context) {
 }
 
 // count reads the whole table's counts, the dead-row groups, the blocked
-// keys and the inbox's counts, and returns when to count next.
+// keys, the copies' counts and the inbox's counts, and returns when to
+// count next.
 func (s *Sampler) count(ctx context.Context) time.Duration {
 	start := time.Now()
 	counts, err := s.d.OutboxCountByTopic(ctx)
@@ -247,6 +256,12 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 		s.failed(ctx, "looking for blocked keys", err)
 		return s.min
 	}
+	counted, err := s.d.CopyCounts(ctx)
+	if err != nil {
+		s.failed(ctx, "counting the copies of fan-out rows", err)
+		return s.min
+	}
+	copies := copyCounts(counted)
 	// The inbox is counted with the outbox (its count reads the whole
 	// inbox table too), and its cost counts in the interval.
 	var in *dialects.InboxStats
@@ -281,9 +296,11 @@ func (s *Sampler) count(ctx context.Context) time.Duration {
 		blocked = []dialects.BlockedKey{}
 	}
 	s.m.setRows(rows, took)
+	s.m.setCopies(copies)
 	s.mu.Lock()
 	s.snap.CountedAt, s.snap.CountTook, s.snap.CountInterval = s.wall(), took, interval
 	s.snap.Rows, s.snap.Topics, s.snap.Dead, s.snap.Blocked, s.snap.Inbox = rows, topics, dead, blocked, in
+	s.snap.Copies = copies
 	s.mu.Unlock()
 	if inboxFailed {
 		return s.min

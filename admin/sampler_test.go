@@ -79,6 +79,14 @@ func (f *fakeCounts) InboxStats(context.Context) (dialects.InboxStats, error) {
 	return dialects.InboxStats{Rows: map[dialects.InboxState]int64{}, OldestReceived: time.Duration(f.inboxAge.Load())}, nil
 }
 
+func (f *fakeCounts) CopyCounts(context.Context) ([]dialects.DestinationCount, error) {
+	return nil, nil
+}
+
+func (f *fakeCounts) CopyList(context.Context, dialects.CopyListParams) ([]dialects.CopyListed, error) {
+	return nil, nil
+}
+
 // runSampler runs a sampler over f until the test ends.
 func runSampler(t *testing.T, f *fakeCounts, minInterval time.Duration) *Sampler {
 	t.Helper()

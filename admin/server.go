@@ -37,6 +37,9 @@ type Options struct {
 	// Token, when set, is required on every route but /healthz.
 	Token   string
 	RouteOf RouteOf
+	// TargetsOf names every destination of a topic's route, for fan-out
+	// routes (nil: each route sends to the one RouteOf names).
+	TargetsOf TargetsOf
 	// FinalStatus names the HTTP statuses each destination takes as final,
 	// for the dead groups' replay warnings.
 	FinalStatus FinalStatus
@@ -98,6 +101,9 @@ func NewServer(o Options) *Server {
 	}
 	if o.ThroughputStep <= 0 {
 		o.ThroughputStep = 5 * time.Second
+	}
+	if o.TargetsOf == nil {
+		o.TargetsOf = TargetsFromRouteOf(o.RouteOf)
 	}
 	s := &Server{o: o, sampler: newSampler(o.Dialect, o.Metrics, o.RouteOf, o.Log, o.CountInterval)}
 	s.sampler.final = o.FinalStatus
@@ -403,7 +409,10 @@ type StatsView struct {
 	// WakeupSlot is where the wake-up slot stands (absent while no relay
 	// holds one).
 	WakeupSlot *WakeupSlotView `json:"wakeupSlot,omitempty"`
-	Error      string          `json:"error,omitempty"`
+	// Copies counts the copies of fan-out rows per destination and state,
+	// from the last count (see Stats.Copies).
+	Copies []CopyCountsView `json:"copies"`
+	Error  string           `json:"error,omitempty"`
 }
 
 // WakeupsView is the wake-up part of GET /api/stats: the kind in use now
@@ -449,6 +458,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v.Topics, v.TopicsOmitted = topTopics(snap.Topics)
+	v.Copies = snap.Copies
 	if snap.Inbox != nil {
 		in := &InboxView{Rows: map[string]int64{}, OldestReceivedSeconds: snap.Inbox.OldestReceived.Seconds(),
 			Sources: s.o.Metrics.inboxTotals()}
@@ -491,9 +501,15 @@ type RowView struct {
 	CreatedAt   time.Time `json:"createdAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
 	LastError   *string   `json:"lastError"`
-	// Route and Destination are where the topic routes to today.
+	// Route and Destination are where the topic routes to today (a
+	// fan-out route's first destination); on a copy, Destination is the
+	// copy's.
 	Route       string `json:"route"`
 	Destination string `json:"destination"`
+	// CopyID is set on a copy: one destination's part of a fan-out row,
+	// with its own state, tries and last error. ID is then its row's (the
+	// id rows show and replay take) and Destination the copy's.
+	CopyID *uuid.UUID `json:"copyId,omitempty"`
 }
 
 // rowView is a listed row as the API (and `queuebox dead list --json`)
@@ -546,26 +562,54 @@ func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &c
 	}
-	listed, next, err := dialects.List(r.Context(), s.o.Dialect, f, after, limit)
+	out, err := s.listRows(r.Context(), f, q.Get("destination"), after, limit)
 	if err != nil {
 		s.dbFailed(w, err)
 		return
 	}
-	out := RowsView{Rows: make([]RowView, 0, len(listed))}
-	for _, l := range listed {
-		out.Rows = append(out.Rows, rowView(l, s.o.RouteOf))
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listRows is one page of GET /api/rows: the rows f selects (with a
+// destination, those whose topic the routes send to it) and the copies of
+// fan-out rows it selects (with a destination, that destination's), merged
+// newest update first.
+func (s *Server) listRows(ctx context.Context, f dialects.Filter, destination string, after *dialects.Cursor, limit int) (RowsView, error) {
+	rowFilter, copyFilter := f, dialects.CopyFilter{Filter: f, Destination: destination}
+	if destination != "" {
+		rowFilter = RoutedTo(f, destination, s.o.TargetsOf)
 	}
-	if next != nil {
-		c := EncodeCursor(*next)
+	// One more of each says whether more follow.
+	rows, _, err := dialects.List(ctx, s.o.Dialect, rowFilter, after, limit+1)
+	if err != nil {
+		return RowsView{}, err
+	}
+	copies, err := listCopies(ctx, s.o.Dialect, copyFilter, after, limit+1)
+	if err != nil {
+		return RowsView{}, err
+	}
+	rv := make([]RowView, 0, len(rows))
+	for _, l := range rows {
+		rv = append(rv, rowView(l, s.o.RouteOf))
+	}
+	cv := make([]RowView, 0, len(copies))
+	for _, c := range copies {
+		cv = append(cv, copyView(c, s.o.RouteOf))
+	}
+	page, more := mergeNewest(rv, cv, limit)
+	out := RowsView{Rows: page}
+	if more && len(page) > 0 {
+		last := page[len(page)-1]
+		c := EncodeCursor(dialects.Cursor{UpdatedAt: last.UpdatedAt, Sequence: last.Sequence})
 		out.Next = &c
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // destinationsOf is what the filters of GET /api/rows and POST /api/replay
 // check their destination against: the configured destinations.
 func (s *Server) destinationsOf() *RoutedDestinations {
-	ds := &RoutedDestinations{RouteOf: s.o.RouteOf}
+	ds := &RoutedDestinations{}
 	for _, d := range s.o.Destinations {
 		ds.Names = append(ds.Names, d.Name)
 	}
@@ -599,12 +643,13 @@ func DecodeCursor(s string) (dialects.Cursor, error) {
 	return dialects.Cursor{UpdatedAt: c.U, Sequence: c.S}, nil
 }
 
-// ReplayView is the body of a POST /api/replay answer.
+// ReplayView is the body of a POST /api/replay answer: how many rows (and,
+// with a destination, copies of it) were put back to pending, and copies
+// created by a backfill; with DryRun, how many would be (ReplayResult).
 type ReplayView struct {
-	// Rows is how many rows were put back to pending, or with DryRun would
-	// be.
-	Rows   int  `json:"rows"`
-	DryRun bool `json:"dryRun"`
+	ReplayResult
+	Destination string `json:"destination,omitempty"`
+	DryRun      bool   `json:"dryRun"`
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
@@ -622,18 +667,23 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.failInput(w, err)
 		return
 	}
-	n, err := Replay(r.Context(), s.o.Dialect, req.Filter, req.DryRun, s.replayedBy(r))
+	var res ReplayResult
+	if req.Destination == "" {
+		res.Rows, err = Replay(r.Context(), s.o.Dialect, req.Filter, req.DryRun, s.replayedBy(r))
+	} else {
+		res, err = ReplayDestination(r.Context(), s.o.Dialect, req.Filter, req.Destination, s.o.TargetsOf, req.DryRun, s.replayedBy(r))
+	}
 	if err != nil {
 		s.dbFailed(w, err)
 		return
 	}
 	if !req.DryRun {
-		s.o.Log.Info("admin: rows replayed", "rows", n, "from", r.RemoteAddr)
-		if n > 0 {
+		s.o.Log.Info("admin: rows replayed", "rows", res.Rows, "destination", req.Destination, "copies", res.Copies, "backfilled", res.Backfilled, "from", r.RemoteAddr)
+		if res.Rows+res.Copies+res.Backfilled > 0 {
 			s.sampler.Kick()
 		}
 	}
-	writeJSON(w, http.StatusOK, ReplayView{Rows: n, DryRun: req.DryRun})
+	writeJSON(w, http.StatusOK, ReplayView{ReplayResult: res, Destination: req.Destination, DryRun: req.DryRun})
 }
 
 // replayedBy is who replays through r, as the attempt history records it:

@@ -17,8 +17,9 @@ import (
 
 // WriteText writes the status as `queuebox status` prints it: rows per
 // state (and any state QueueBox did not write), the oldest due pending
-// row's wait, rows scheduled later, the inbox, the open transactions that
-// hold keyed rows back, and dead rows per topic.
+// row's wait, rows scheduled later, the inbox, the copies of fan-out rows
+// per destination, the open transactions that hold keyed rows back, and
+// dead rows per topic.
 func (s Stats) WriteText(w io.Writer) error {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -41,6 +42,7 @@ func (s Stats) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " (the oldest received row has waited %s for the inbox relay)", s.Inbox.OldestReceived.Round(time.Millisecond))
 	}
 	fmt.Fprintln(&b)
+	writeCopyCounts(&b, s.Copies)
 	if len(s.HeldBackBy) > 0 {
 		fmt.Fprintln(&b, "\nkeyed rows inserted after these transactions began wait until they commit or roll back:")
 		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -84,13 +86,35 @@ func (s Stats) WriteText(w io.Writer) error {
 	return err
 }
 
+// writeCopyCounts writes the copies of fan-out rows per destination and
+// state, when there are any.
+func writeCopyCounts(b *bytes.Buffer, copies []CopyCountsView) {
+	if len(copies) == 0 {
+		return
+	}
+	fmt.Fprintln(b, "\ncopies of fan-out rows per destination (a destination that did not deliver in its row's pass):")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  DESTINATION\tPENDING\tPROCESSING\tDELIVERED\tDEAD\tOLDEST DUE PENDING")
+	for _, c := range copies {
+		oldest := "none due"
+		if c.OldestDue > 0 {
+			oldest = c.OldestDue.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%s\n", c.Destination, c.Copies[string(dialects.Pending)], c.Copies[string(dialects.Processing)],
+			c.Copies[string(dialects.Delivered)], c.Copies[string(dialects.Dead)], oldest)
+	}
+	tw.Flush()
+}
+
 // WriteText writes the list as `queuebox dead list` prints it: one line a
-// row, its last error on the same line, and a last line when the limit cut
-// the list.
+// row or copy, its last error on the same line, and a last line when the
+// limit cut the list. DEAD says what is dead: the row (every destination
+// of it), or one destination's copy (that destination's part only).
 func (l DeadList) WriteText(w io.Writer) error {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tDESTINATION\tTRIES\tUPDATED_AT\tLAST_ERROR")
+	fmt.Fprintln(tw, "ID\tDEAD\tTOPIC\tKEY\tDESTINATION\tTRIES\tUPDATED_AT\tLAST_ERROR")
+	copies := 0
 	for _, r := range l.Rows {
 		key, le, dest := "", "", r.Destination
 		if r.Key != nil {
@@ -102,9 +126,17 @@ func (l DeadList) WriteText(w io.Writer) error {
 		if dest == "" {
 			dest = "(no route)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Topic, key, dest, Tries(r.Attempt, r.MaxAttempts), r.UpdatedAt.UTC().Format(time.RFC3339), le)
+		what := "row"
+		if r.CopyID != nil {
+			what = "copy"
+			copies++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, what, r.Topic, key, dest, Tries(r.Attempt, r.MaxAttempts), r.UpdatedAt.UTC().Format(time.RFC3339), le)
 	}
 	tw.Flush()
+	if copies > 0 {
+		fmt.Fprintln(&b, "copy: the destination's part of a fan-out row is dead, not the row nor its other destinations; replay it with `queuebox replay --destination DESTINATION --id ID`")
+	}
 	if l.More {
 		fmt.Fprintf(&b, "showing %d of more than %d; raise --limit (up to %d) or narrow the filter\n", len(l.Rows), l.Limit, MaxLimit)
 	}
@@ -117,13 +149,24 @@ func (l DeadList) WriteText(w io.Writer) error {
 // --group`, and its replay warning when it has one.
 func (gs DeadGroups) WriteText(w io.Writer, now time.Time) error {
 	var b bytes.Buffer
+	of := plural(int(gs.Grouped), "dead row", "dead rows")
+	if gs.Grouped >= int64(gs.Window) {
+		of = fmt.Sprintf("the newest %d dead rows", gs.Window)
+	}
+	if gs.CopiesGrouped > 0 {
+		copies := plural(int(gs.CopiesGrouped), "dead copy", "dead copies")
+		if gs.CopiesGrouped >= int64(gs.Window) {
+			copies = fmt.Sprintf("the newest %d dead copies", gs.Window)
+		}
+		of += " and " + copies + " of fan-out rows"
+	}
 	switch {
 	case len(gs.Groups) == 0:
 		fmt.Fprintln(&b, "No dead rows.")
-	case gs.Grouped >= int64(gs.Window):
-		fmt.Fprintf(&b, "%d groups of the newest %d dead rows (older ones show once these are replayed or deleted).\n", len(gs.Groups), gs.Window)
+	case gs.Grouped >= int64(gs.Window) || gs.CopiesGrouped >= int64(gs.Window):
+		fmt.Fprintf(&b, "%s of %s (older ones show once these are replayed or deleted).\n", plural(len(gs.Groups), "group", "groups"), of)
 	default:
-		fmt.Fprintf(&b, "%s of %s.\n", plural(len(gs.Groups), "group", "groups"), plural(int(gs.Grouped), "dead row", "dead rows"))
+		fmt.Fprintf(&b, "%s of %s.\n", plural(len(gs.Groups), "group", "groups"), of)
 	}
 	for _, g := range gs.Groups {
 		dest := g.Destination
@@ -136,6 +179,12 @@ func (gs DeadGroups) WriteText(w io.Writer, now time.Time) error {
 		rows := "rows"
 		if g.Rows == 1 {
 			rows = "row"
+		}
+		if g.Copies {
+			rows = "dead copies (this destination's part of fan-out rows)"
+			if g.Rows == 1 {
+				rows = "dead copy (this destination's part of a fan-out row)"
+			}
 		}
 		fmt.Fprintf(&b, "\n%s  %s  %d %s, the newest %s ago\n", g.ID, dest, g.Rows, rows, now.Sub(g.Newest).Round(time.Second))
 		errText := g.Error

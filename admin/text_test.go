@@ -95,3 +95,48 @@ func TestDeadGroupsCountInTheSingular(t *testing.T) {
 		t.Fatalf("first line %q, want %q", first, "1 group of 1 dead row.")
 	}
 }
+
+// The status text counts the copies of fan-out rows per destination and
+// state, and says nothing of them while there are none.
+func TestStatusTextCountsCopies(t *testing.T) {
+	st := Stats{Rows: map[dialects.State]int64{}, Copies: copyCounts([]dialects.DestinationCount{
+		{Destination: "ledger", State: dialects.Dead, Rows: 3},
+		{Destination: "crm", State: dialects.Pending, Rows: 2, OldestDue: 1500 * time.Millisecond},
+		{Destination: "crm", State: dialects.Delivered, Rows: 7},
+	})}
+	var b strings.Builder
+	if err := st.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "copies of fan-out rows per destination (a destination that did not deliver in its row's pass):\n" +
+		"  DESTINATION  PENDING  PROCESSING  DELIVERED  DEAD  OLDEST DUE PENDING\n" +
+		"  crm          2        0           7          0     1.5s\n" +
+		"  ledger       0        0           0          3     none due\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("the status text lacks\n%s\nin\n%s", want, b.String())
+	}
+	b.Reset()
+	if err := (Stats{Rows: map[dialects.State]int64{}}).WriteText(&b); err != nil || strings.Contains(b.String(), "copies") {
+		t.Errorf("the status without copies:\n%s", b.String())
+	}
+}
+
+// A group of dead copies says so, and the first line counts them apart
+// from the dead rows.
+func TestDeadGroupsTextNamesCopies(t *testing.T) {
+	var b strings.Builder
+	gs := DeadGroups{Window: 1000, Grouped: 2, CopiesGrouped: 1, Groups: []DeadGroup{
+		{ID: "g-1", Destination: "hook", Error: "HTTP 500", Rows: 2},
+		{ID: "g-2", Destination: "ledger", Route: "orders", Error: "HTTP 410 Gone", Rows: 1, Copies: true}}}
+	if err := gs.WriteText(&b, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"2 groups of 2 dead rows and 1 dead copy of fan-out rows.\n",
+		"g-2  ledger (route orders)  1 dead copy (this destination's part of a fan-out row), the newest",
+		"g-1  hook  2 rows, the newest", "replay:   queuebox replay --group g-2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dead groups lack %q:\n%s", want, out)
+		}
+	}
+}

@@ -150,6 +150,7 @@ func Scenarios() []Scenario {
 		{"in-flight", "drain over 1,000 keys with 1,000, 10,000 and 50,000 rows in flight at most", runInFlight},
 		{"http", "drain to the built-in HTTP receiver, unkeyed and over 1,000 keys", runHTTP},
 		{"history", "drain over 1,000 keys with the attempt history off, on, recording every delivery, and back; ratio: on against the mean of off", runHistory},
+		{"fanout", "drain over 1,000 keys through a route to one null destination and through a route to three, in turns (one, three, three, one); ratio: rows per second of three against the mean of one", runFanOut},
 		{"inbox-http", "messages accepted per second by an HTTP inbox source, 8 clients", runInboxHTTP},
 		{"tracing", "drain over 1,000 keys with tracing off and on (a span per delivery, OTLP/HTTP to a receiver in this process, always_on)", runTracing},
 	}

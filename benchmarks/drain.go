@@ -270,10 +270,19 @@ func (e *env) drainSeeded(ctx context.Context, d *postgres.Dialect, name string,
 	if name == "backlog" {
 		r.ClaimPlans = e.plan
 	}
-	r.Failed = int64(rows) - st.Delivered.Load()
-	r.RowsPerSec = float64(st.Delivered.Load()) / r.Seconds
+	// A route to several destinations delivers each row to each of them.
+	per := int64(1)
+	for _, rc := range cfg.Routes {
+		per = max(per, int64(len(rc.Destinations)))
+	}
+	delivered := st.Delivered.Load() / per
+	r.Failed = int64(rows) - delivered
+	r.RowsPerSec = float64(delivered) / r.Seconds
+	if per > 1 {
+		r.Note = fmt.Sprintf("%.0f deliveries/s; ", float64(st.Delivered.Load())/r.Seconds)
+	}
 	if c := st.ClaimStatements.Load(); c > 0 {
-		r.Note = fmt.Sprintf("%d claims of %.0f rows (%.1f ms each), %d completions (%.1f ms each)", c,
+		r.Note += fmt.Sprintf("%d claims of %.0f rows (%.1f ms each), %d completions (%.1f ms each)", c,
 			float64(st.Claimed.Load())/float64(c), float64(st.ClaimTime.Load())/1e6/float64(c),
 			st.CompleteStatements.Load(), float64(st.CompleteTime.Load())/1e6/float64(max(1, st.CompleteStatements.Load())))
 		r.Note += " (" + st.ClaimKinds() + ")"

@@ -95,6 +95,8 @@ func plannedRows(name string, o Options, hold time.Duration) int {
 		return 2 * o.Rows
 	case "history":
 		return len(historyRuns) * o.Rows
+	case "fanout":
+		return len(offOnRuns) * o.Rows
 	case "tracing":
 		return len(offOnRuns) * o.Rows
 	case "replicas":

@@ -32,7 +32,7 @@ func TestProgressBarCountsRows(t *testing.T) {
 
 func TestPlannedRows(t *testing.T) {
 	o := Options{Rows: 1000, Rate: 100, Seconds: 5}
-	for name, want := range map[string]int{"drain": 1000, "backlog": 10000, "mailbox": 5000, "http": 2000, "tracing": 4000, "history": 6000, "replicas": 6000, "latency": 600, "producer": 0} {
+	for name, want := range map[string]int{"drain": 1000, "backlog": 10000, "mailbox": 5000, "http": 2000, "tracing": 4000, "history": 6000, "fanout": 4000, "replicas": 6000, "latency": 600, "producer": 0} {
 		if got := plannedRows(name, o, defaultHold); got != want {
 			t.Errorf("plannedRows(%s) = %d, want %d", name, got, want)
 		}

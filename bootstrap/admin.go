@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,20 +69,34 @@ func adminServer(v *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logg
 	return admin.NewServer(admin.Options{
 		Dialect: d, Token: v.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(v),
 		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
-		RouteOf: RouteOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
+		RouteOf: RouteOf(v), TargetsOf: TargetsOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
 		Outbox: v.OutboxName, State: state,
 	})
 }
 
 // RouteOf names the route and the destination of a topic by the
-// configured routes ("", "" when none matches).
+// configured routes ("", "" when none matches); for a fan-out route, its
+// destinations, comma-separated. It reads the topic alone: a route's
+// filter, which needs the payload, is not run.
 func RouteOf(l *Loaded) admin.RouteOf {
 	router := l.Compiled.Router
 	return func(topic string) (string, string) {
 		if r := router.Match(topic); r != nil {
-			return r.Name, r.Destination
+			return r.Name, strings.Join(r.Targets(), ", ")
 		}
 		return "", ""
+	}
+}
+
+// TargetsOf names the destinations the configured route of a topic sends
+// each row to (a fan-out route's several; none when no route matches).
+func TargetsOf(l *Loaded) admin.TargetsOf {
+	router := l.Compiled.Router
+	return func(topic string) []string {
+		if r := router.Match(topic); r != nil {
+			return r.Targets()
+		}
+		return nil
 	}
 }
 

@@ -247,6 +247,52 @@ func TestBadRoutes(t *testing.T) {
 	})
 }
 
+// A fan-out route names its destinations in a list, in place of
+// destination; a filter is a jq test. Each mistake is one problem under
+// the route's key.
+func TestBadFanOutAndFilters(t *testing.T) {
+	runBad(t, []badCase{
+		{name: "destination and destinations", yaml: "~destination: hook }~destination: hook, destinations: [hook] }~", key: "routes[0].destinations", line: 6,
+			reason: "cannot be combined with destination; keep one of the two: destination: NAME sends each row to one destination, destinations: [NAME, OTHER] to each of several"},
+		{name: "destinations empty", yaml: "~destination: hook }~destinations: [] }~", key: "routes[0].destinations",
+			reason: "is empty; list the destinations each row goes to (destinations: [NAME, OTHER]), or write destination: NAME for one", not: "is required"},
+		{name: "destinations null", yaml: "~destination: hook }~destinations: null }~", key: "routes[0].destinations", reason: "is empty; list the destinations"},
+		{name: "destinations not a list", yaml: "~destination: hook }~destinations: hook }~", key: "routes[0].destinations", reason: `expected a list, got "hook"`, not: "is empty"},
+		{name: "a destination listed twice", yaml: "~destination: hook }~destinations: [hook, hook] }~", key: "routes[0].destinations[1]",
+			reason: `"hook" is listed twice (first as destinations[0]); a route sends each row to a destination once: list it once`},
+		{name: "an undefined destination in the list", yaml: "~destination: hook }~destinations: [hook, crm] }~", key: "routes[0].destinations[1]",
+			reason: `"crm" is not a defined destination; the defined ones are hook`},
+		{name: "an empty name in the list", yaml: "~destination: hook }~destinations: [hook, \"\"] }~", key: "routes[0].destinations[1]",
+			reason: "is empty; give the name of a destination, or remove the entry"},
+		{name: "a mapping in the list", yaml: "~destination: hook }~destinations: [hook, { name: crm }] }~", key: "routes[0].destinations[1]",
+			reason: "expected a single value, got a mapping", not: "not a defined destination"},
+		{name: "a route with neither", yaml: "~, destination: hook~~", key: "routes[0].destination",
+			reason: "is required: the name of a destination (or destinations: [NAME, OTHER] to send each row to several)"},
+		{name: "a filter that does not parse", yaml: "~destination: hook }~destination: hook, filter: \".amount >\" }~", key: "routes[0].filter", line: 6,
+			reason: `the jq filter ".amount >" does not parse`},
+		{name: "a filter with an unknown variable", yaml: "~destination: hook }~destination: hook, filter: \"$row.amount > 1\" }~", key: "routes[0].filter",
+			reason: "does not compile: variable not defined: $row; a filter is a jq test of the payload, such as .amount > 100, and the variables are $attempt, $id, $topic, $key"},
+		{name: "the second route's list", yaml: "+  - { topicPattern: \"order.#\", destinations: [hook, hooks] }\n", key: "routes[1].destinations[1]", line: 7,
+			reason: `"hooks" is not a defined destination; the defined ones are hook`},
+		{name: "an outbox's own route", yaml: `destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
+outboxes:
+  orders:
+    database: { url: postgres://queuebox@localhost:5432/app }
+    routes:
+      - { topicPattern: "#", destinations: [hook, hook], filter: "{" }
+`, key: "outboxes.orders.routes[0].destinations[1]", reason: `"hook" is listed twice`, line: 7},
+		{name: "an outbox's own route's filter", yaml: `destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
+outboxes:
+  orders:
+    database: { url: postgres://queuebox@localhost:5432/app }
+    routes:
+      - { topicPattern: "#", destinations: [hook, hook], filter: "{" }
+`, key: "outboxes.orders.routes[0].filter", reason: `the jq filter "{" does not parse`, line: 7},
+	})
+}
+
 func TestBadAdminAndInbox(t *testing.T) {
 	runBad(t, []badCase{
 		{name: "a listen address without a port", yaml: "+admin: { listen: localhost }\n", key: "admin.listen", reason: "is not host:port"},

@@ -265,11 +265,17 @@ type SASLConfig struct {
 	Password  string `yaml:"password" secret:"true"`
 }
 
+// RouteConfig is one route: the rows whose topic matches TopicPattern (and
+// that Filter accepts, when it is set) go to Destination, or with
+// Destinations to each of several (a fan-out). A route names one of the
+// two (validate.go, routeDestinations).
 type RouteConfig struct {
-	Name         string `yaml:"name" zero:"give the route a name, or leave name out to name it after its topicPattern"`
-	TopicPattern string `yaml:"topicPattern"`
-	Destination  string `yaml:"destination"`
-	Transform    string `yaml:"transform"`
+	Name         string   `yaml:"name" zero:"give the route a name, or leave name out to name it after its topicPattern"`
+	TopicPattern string   `yaml:"topicPattern"`
+	Destination  string   `yaml:"destination"`
+	Destinations []string `yaml:"destinations"`
+	Filter       string   `yaml:"filter"`
+	Transform    string   `yaml:"transform"`
 }
 
 type AdminConfig struct {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/routing"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -308,5 +310,85 @@ outbox:
 	}
 	if strings.Contains(string(out), "notify") {
 		t.Errorf("config check prints the unused key:\n%s", out)
+	}
+}
+
+const fanOut = `
+database:
+  url: postgres://queuebox@localhost:5432/app
+destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
+  queue: { type: rabbitmq, url: "amqp://localhost:5672/", exchange: events }
+  audit: { type: "null" }
+routes:
+  - name: big-orders
+    topicPattern: "order.#"
+    filter: .amount > 100
+    destinations: [hook, queue, audit]
+  - { topicPattern: "order.#", destinations: [queue] }
+  - { topicPattern: "#", destination: audit, filter: '$headers["X-Tenant"] == "acme"' }
+`
+
+const fanOutOwn = `
+destinations:
+  hook: { type: http, url: "https://hooks.example.com/{{ topic }}" }
+  queue: { type: rabbitmq, url: "amqp://localhost:5672/", exchange: events }
+  audit: { type: "null" }
+outboxes:
+  orders:
+    database: { url: postgres://queuebox@localhost:5432/app }
+    routes:
+      - { topicPattern: "order.#", filter: .amount > 100, destinations: [hook, queue, audit] }
+      - { topicPattern: "order.#", destinations: [queue] }
+      - { topicPattern: "#", destination: audit }
+routes: [{ topicPattern: "#", destination: audit }]
+`
+
+// A fan-out route and a filter load, at the top level and in an outbox's
+// own routes, and compile into the router the engine uses: a list of one
+// is a route to one destination, a filter is compiled once.
+func TestFanOutRoutesAndFilters(t *testing.T) {
+	l, err := Parse("q.yaml", []byte(fanOut), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := l.Compiled.Router.Routes()
+	big, queue, acme := &routes[0], &routes[1], &routes[2]
+	if big.Name != "big-orders" || !big.FanOut() || strings.Join(big.Targets(), ",") != "hook,queue,audit" || big.Destination != "hook" || big.Filter == nil || big.Filter.String() != ".amount > 100" {
+		t.Errorf("the fan-out route: %+v", big)
+	}
+	if queue.FanOut() || queue.Destinations != nil || queue.Destination != "queue" || queue.Filter != nil {
+		t.Errorf("a list of one: %+v", queue)
+	}
+	if acme.FanOut() || acme.Destination != "audit" || acme.Filter == nil {
+		t.Errorf("a filtered route to one: %+v", acme)
+	}
+	if !l.Compiled.Router.FanOut() || !l.Compiled.Router.Filters() {
+		t.Error("the router knows of no fan-out or no filter")
+	}
+	for _, c := range []struct{ payload, want string }{{`{"amount": 150}`, "big-orders"}, {`{"amount": 50}`, "order.#"}} {
+		if r, err := l.Compiled.Router.MatchRow([]byte(c.payload), routing.Vars{Topic: "order.created"}); err != nil || r == nil || r.Name != c.want {
+			t.Errorf("%s: %+v, %v; want %s", c.payload, r, err, c.want)
+		}
+	}
+	// The admin views name every destination of the route a topic takes.
+	if route, dest := RouteOf(l)("order.created"); route != "big-orders" || dest != "hook, queue, audit" {
+		t.Errorf("RouteOf: %q, %q", route, dest)
+	}
+
+	// The same routes as an outbox's own.
+	l, err = Parse("q.yaml", []byte(fanOutOwn), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := l.ForOutbox("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := v.Compiled.Router.Routes(); len(r) != 3 || !r[0].FanOut() || r[0].Filter == nil || !v.Compiled.Router.FanOut() {
+		t.Errorf("the outbox's own routes: %+v", r)
+	}
+	if l.Compiled.Router.FanOut() {
+		t.Error("the top-level routes fan out")
 	}
 }

@@ -9,7 +9,8 @@
 // the environment, decodes it over the defaults and validates it, reporting
 // every problem with its key path, line and what to do (Error). Validation
 // also compiles what the engine needs (Compiled: the router with its topic
-// patterns and jq transforms, the address templates, the signing secrets),
+// patterns, jq filters and transforms and each route's destinations, the
+// address templates, the signing secrets),
 // so nothing is compiled twice. Every secret the configuration holds is
 // registered in Secrets, which redacts them from logs, last_error and the
 // configuration that `config check` prints (Loaded.Effective).

@@ -244,3 +244,41 @@ func TestEffectiveDatabaseURLFromTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// config check prints a fan-out route's destinations and a route's filter
+// as written, without an empty destination beside them, at the top level
+// and in an outbox's own routes; the printout loads back and prints the
+// same.
+func TestEffectiveFanOutAndFilters(t *testing.T) {
+	for name, file := range map[string]string{"top level": fanOut, "an outbox's own": fanOutOwn} {
+		l, err := Parse("q.yaml", []byte(file), env(nil))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out, err := l.Effective()
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(out)
+		for _, want := range []string{"destinations: [hook, queue, audit]", "filter: .amount > 100", "destinations: [queue]", "destination: audit"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: the output lacks %q:\n%s", name, want, text)
+			}
+		}
+		if strings.Contains(text, `destination: ""`) {
+			t.Errorf("%s: an empty destination beside destinations:\n%s", name, text)
+		}
+		back, err := Parse("printed.yaml", out, env(nil))
+		if err != nil {
+			t.Fatalf("%s: the printed configuration does not load back: %v\n%s", name, err, text)
+		}
+		if again, _ := back.Effective(); string(again) != text {
+			t.Errorf("%s: printing the printed configuration changed it:\n%s", name, again)
+		}
+	}
+	l, _ := Parse("q.yaml", []byte(fanOut), env(nil))
+	out, _ := l.Effective()
+	if !strings.Contains(string(out), `filter: $headers["X-Tenant"] == "acme"`) {
+		t.Errorf("the filter with a header:\n%s", out)
+	}
+}

@@ -5,15 +5,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // FuzzParse feeds the configuration loader any bytes. It must never panic;
 // what it refuses comes back as problems that name a key and a reason; what
-// it accepts is complete (every route reaches a compiled destination, every
-// table and column name is a plain identifier, every static HTTP header can
-// be sent) and prints, as `config check` does, a file that loads back and
+// it accepts is complete (every route reaches compiled destinations, each
+// once, every table and column name is a plain identifier, every static
+// HTTP header can be sent) and prints, as `config check` does, a file that loads back and
 // prints the same.
 //
 // The seeds are every YAML example of the docs and a few broken files; `go
@@ -36,6 +37,8 @@ func FuzzParse(f *testing.F) {
 		"database: {url: 'postgres://h/db', outboxTableName: 'outbox; DROP TABLE users; --'}\n",
 		"database: {url: 'postgres://h/db', columnMapping: {outbox: {key: 'key\" text'}}}\n",
 		"routes:\n  - topicPattern: 'a.#.*'\n    destination: d\n    transform: '.a | until(. > 3; . + 1)'\n",
+		"database: {url: 'postgres://h/db'}\ndestinations: {a: {type: 'null'}, b: {type: 'null'}}\nroutes:\n  - {topicPattern: '#', destinations: [a, b], filter: '.x == 1'}\n  - {topicPattern: '#', destinations: [b]}\n",
+		"routes: [{topicPattern: '#', destination: a, destinations: [a, a, ''], filter: '.x =='}]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -61,8 +64,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("accepted without a router")
 		}
 		for _, r := range l.Compiled.Router.Routes() {
-			if l.Compiled.Destinations[r.Destination] == nil {
-				t.Fatalf("route %q reaches destination %q, which did not compile", r.Name, r.Destination)
+			for _, d := range r.Targets() {
+				if l.Compiled.Destinations[d] == nil {
+					t.Fatalf("route %q reaches destination %q, which did not compile", r.Name, d)
+				}
+			}
+			if distinct := slices.Compact(slices.Sorted(slices.Values(r.Targets()))); len(r.Destinations) == 1 || len(distinct) != len(r.Targets()) {
+				t.Fatalf("route %q: destinations %q (a list of one is a route to one; each at most once)", r.Name, r.Destinations)
 			}
 		}
 		if ps := l.Names().Validate(); len(ps) > 0 {

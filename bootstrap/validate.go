@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -557,22 +558,23 @@ func (v *validator) routes(key string, list []RouteConfig, c *Config) *routing.R
 	routes := make([]routing.Route, 0, len(list))
 	for i, r := range list {
 		key := fmt.Sprintf("%s[%d]", key, i)
-		route := routing.Route{Name: r.Name, Destination: r.Destination}
+		route := routing.Route{Name: r.Name}
 		var err error
 		if r.TopicPattern == "" {
 			v.add(key+".topicPattern", "is required (# matches every topic)")
 		} else if route.Pattern, err = routing.CompilePattern(r.TopicPattern); err != nil {
 			v.add(key+".topicPattern", "%v", err)
 		}
-		switch {
-		case r.Destination == "":
-			v.add(key+".destination", "is required: the name of a destination")
-		case c.Destinations[r.Destination] == nil:
-			list := "none is defined"
-			if len(defined) > 0 {
-				list = "the defined ones are " + strings.Join(defined, ", ")
+		if targets := v.routeDestinations(key, r, c, defined); len(targets) > 0 {
+			route.Destination = targets[0]
+			if len(targets) > 1 {
+				route.Destinations = targets
 			}
-			v.add(key+".destination", "%q is not a defined destination; %s", r.Destination, list)
+		}
+		if r.Filter != "" {
+			if route.Filter, err = routing.CompileFilter(r.Filter); err != nil {
+				v.add(key+".filter", "%v; a filter is a jq test of the payload, such as .amount > 100, and the variables are %s", err, strings.Join(routing.TransformVariables, ", "))
+			}
 		}
 		if r.Transform != "" {
 			if route.Transform, err = routing.CompileTransform(r.Transform); err != nil {
@@ -582,6 +584,70 @@ func (v *validator) routes(key string, list []RouteConfig, c *Config) *routing.R
 		routes = append(routes, route)
 	}
 	return routing.NewRouter(routes)
+}
+
+// routeDestinations checks where a route (at key) sends its rows:
+// destination, one name, or destinations, a list of names (a fan-out; a
+// list of one is the same as destination), never both. Each name must be
+// a defined destination, and a list names each once: a row is sent to a
+// destination once. It returns the names in order, or nil with a problem.
+func (v *validator) routeDestinations(key string, r RouteConfig, c *Config, defined []string) []string {
+	listKey := key + ".destinations"
+	listed := v.d.present[listKey] || len(r.Destinations) > 0
+	switch {
+	case listed && r.Destination != "":
+		v.add(listKey, "cannot be combined with destination; keep one of the two: destination: NAME sends each row to one destination, destinations: [NAME, OTHER] to each of several")
+		return nil
+	case !listed && r.Destination == "":
+		v.add(key+".destination", "is required: the name of a destination (or destinations: [NAME, OTHER] to send each row to several)")
+		return nil
+	case !listed:
+		if !v.definedDestination(key+".destination", r.Destination, c, defined) {
+			return nil
+		}
+		return []string{r.Destination}
+	case v.d.bad[listKey]:
+		return nil // not a list: reported already
+	case len(r.Destinations) == 0:
+		v.add(listKey, "is empty; list the destinations each row goes to (destinations: [NAME, OTHER]), or write destination: NAME for one")
+		return nil
+	}
+	first := map[string]int{}
+	ok := true
+	for i, name := range r.Destinations {
+		ik := fmt.Sprintf("%s[%d]", listKey, i)
+		switch prev, twice := first[name]; {
+		case v.d.bad[ik]:
+			ok = false // reported already
+		case strings.TrimSpace(name) == "":
+			v.add(ik, "is empty; give the name of a destination, or remove the entry")
+			ok = false
+		case twice:
+			v.add(ik, "%q is listed twice (first as destinations[%d]); a route sends each row to a destination once: list it once", name, prev)
+			ok = false
+		default:
+			first[name] = i
+			ok = v.definedDestination(ik, name, c, defined) && ok
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return slices.Clone(r.Destinations)
+}
+
+// definedDestination reports whether name is a destination of c, and when
+// it is not, says so under key with the names that are.
+func (v *validator) definedDestination(key, name string, c *Config, defined []string) bool {
+	if c.Destinations[name] != nil {
+		return true
+	}
+	list := "none is defined"
+	if len(defined) > 0 {
+		list = "the defined ones are " + strings.Join(defined, ", ")
+	}
+	v.add(key, "%q is not a defined destination; %s", name, list)
+	return false
 }
 
 // minBreakerTime is the shortest circuit breaker window and probe interval.

@@ -199,24 +199,32 @@ func told(r RowDelivery) RecordedAttempt {
 	return RecordedAttempt{Attempt: Attempt{At: r.At, Try: r.Try}, Outcome: OutcomeDelivered.String(), FromRow: true}
 }
 
-// lastReplay is the index of the last replay in h, -1 when there is none.
+// lastReplay is the index of the last replay of the row in h, -1 when
+// there is none.
 func lastReplay(h []RecordedAttempt) int {
 	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].Outcome == OutcomeReplayed {
+		if h[i].rowReplay() {
 			return i
 		}
 	}
 	return -1
 }
 
+// rowReplay reports whether a is the entry of a replay of the row. The
+// replay of one destination's copy of a fan-out row (CopyReplay,
+// CopyBackfill) names its destination: it sets the row back in nothing,
+// and is an entry like an attempt.
+func (a RecordedAttempt) rowReplay() bool { return a.Outcome == OutcomeReplayed && a.Destination == "" }
+
 // deliveredSince reports whether an entry of h from from on is a delivery.
 func deliveredSince(h []RecordedAttempt, from int) bool {
 	return slices.ContainsFunc(h[from:], func(a RecordedAttempt) bool { return a.Outcome == OutcomeDelivered.String() })
 }
 
-// placeReplays returns h, oldest first, with each replay where it
-// happened, and before a replay of a delivered row that delivery, shown
-// from the row, when no entry records it.
+// placeReplays returns h, oldest first, with each replay of the row where
+// it happened, and before a replay of a delivered row that delivery, shown
+// from the row, when no entry records it. A copy's replay stays where its
+// time puts it (see rowReplay).
 //
 // Attempts are stamped with their relay's clock and replays with the
 // database's, so a relay whose clock is behind may stamp the first try
@@ -234,7 +242,7 @@ func placeReplays(h []RecordedAttempt) []RecordedAttempt {
 	out := make([]RecordedAttempt, 0, len(h))
 	from := 0 // in out, the first entry after the previous replay
 	for _, a := range h {
-		if a.Outcome != OutcomeReplayed {
+		if !a.rowReplay() {
 			out = append(out, a)
 			continue
 		}

@@ -111,3 +111,44 @@ func TestPlaceReplaysShowsTheDeliveryAReplaySetBack(t *testing.T) {
 		}
 	}
 }
+
+// The replay of one destination's copy ("r": it names its destination)
+// sets the row back in nothing: it stays where its time put it, and a
+// replay of the row after it is placed as if it were an attempt.
+func TestPlaceReplaysOfCopies(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"retry delivered r", "retry delivered r"},
+		{"retry r delivered", "retry r delivered"},
+		{"dead delivered r R", "dead R delivered r"},
+	} {
+		var h []RecordedAttempt
+		for _, o := range strings.Fields(c.in) {
+			a := RecordedAttempt{Outcome: o}
+			switch o {
+			case "R":
+				a.Outcome = OutcomeReplayed
+			case "r":
+				a.Outcome, a.Destination = OutcomeReplayed, "b"
+			}
+			h = append(h, a)
+		}
+		var got []string
+		for _, a := range placeReplays(h) {
+			o := a.Outcome
+			if o == OutcomeReplayed {
+				o = "R"
+				if a.Destination != "" {
+					o = "r"
+				}
+			}
+			got = append(got, o)
+		}
+		if s := strings.Join(got, " "); s != c.want {
+			t.Errorf("%s: got %s, want %s", c.in, s, c.want)
+		}
+	}
+	h := []RecordedAttempt{{Outcome: "retry"}, {Outcome: OutcomeReplayed, Attempt: Attempt{Destination: "b"}}}
+	if i := lastReplay(h); i != -1 {
+		t.Errorf("the replay of a copy was taken for the row's: %d", i)
+	}
+}

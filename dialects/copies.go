@@ -107,7 +107,12 @@ type CopyFilter struct {
 type CopyListParams struct {
 	Filter CopyFilter
 	After  *Cursor
-	Limit  int
+	// AfterDestination is the destination of the copy After stands at:
+	// copies of one row share its sequence, and those one completion
+	// wrote their updated_at too, so a page goes on after (updated_at,
+	// sequence, destination).
+	AfterDestination string
+	Limit            int
 }
 
 // DestinationCount is how many copies of one destination are in one state.
@@ -154,7 +159,8 @@ type Copies interface {
 	// CopyCounts counts copies per destination and state.
 	CopyCounts(ctx context.Context) ([]DestinationCount, error)
 	// CopyList returns one page of copies matching p.Filter, newest update
-	// first (TopicMatch is applied above the dialect).
+	// first (TopicMatch is applied above the dialect); a filter without
+	// States selects copies in any state.
 	CopyList(ctx context.Context, p CopyListParams) ([]CopyListed, error)
 	// CopiesOfRow lists the copies of one outbox row.
 	CopiesOfRow(ctx context.Context, rowID uuid.UUID) ([]CopyListed, error)

@@ -120,7 +120,8 @@ type Outcome struct {
 	// creates their copies in the same transaction (see Copies).
 	Copies []Copy
 	// Attempts are more entries for the attempt history, recorded like
-	// Attempt: a fan-out row's pass tries several destinations.
+	// Attempt: a fan-out row's pass tries several destinations. Each is
+	// recorded with its destination's end in the pass (RecordedOutcomeOf).
 	Attempts []Attempt
 }
 
@@ -556,7 +557,8 @@ type Operator interface {
 	// by set, it records the replay in the attempt history of each row it
 	// put back (OutcomeReplayed), in the same transaction: by says who or
 	// what replayed (cut to 255 characters); "" records nothing (the
-	// history is off).
+	// history is off). It removes the copies of the rows it puts back: a
+	// fan-out row's new pass delivers to every destination again.
 	OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []State, by string) (int, error)
 	// OutboxInsert inserts rows the way an application would, in one
 	// transaction.

@@ -2,15 +2,16 @@
 //
 // Every SQL statement QueueBox runs lives behind this seam, one method per
 // statement, named noun-first (OutboxClaim, OutboxRenewLeases,
-// OutboxComplete, ...), in six interfaces by who uses them: Relay (the
+// OutboxComplete, ...), in seven interfaces by who uses them: Relay (the
 // engine's claims, renewals, completions, releases, retention, probes and
 // the inbox relay), Inbox (what the inbox's sources store), Operator
 // (counts, listings, replay and inserts for the command line and the admin
 // API), Migrator (quoting and the migration history for the migration
 // runner), Destinations (the destinations operators paused, which every
-// relay reads, and the circuits relays opened) and History (one row with
-// its delivery attempts for operators, and the deletion of old attempts).
-// Dialect is all six, and Close. The postgres and sqlserver packages
+// relay reads, and the circuits relays opened), History (one row with its
+// delivery attempts for operators, and the deletion of old attempts) and
+// Copies (the copies of fan-out routes: their claim path and what
+// operators do with them). Dialect is all seven, and Close. The postgres and sqlserver packages
 // implement it, every method of it; the dialecttest package is one
 // conformance suite that both must pass, the same cases for each. Methods
 // with more than two arguments take a *Params struct.
@@ -107,6 +108,38 @@
 // does nothing) and leaves the claim's report zero. The conformance suite
 // checks both ways with the same cases: whatever a bounded claim leaves
 // out, a claim without bounds takes or the look for stragglers finds.
+//
+// # Fan-out: copies
+//
+// A fan-out row is delivered to each of its route's destinations in its
+// own pass; a destination whose delivery did not end well there gets a
+// copy, a row of the table <outbox>_copies (see Copies for the rules).
+// Three things keep that cheap and in order:
+//
+//  1. The statement that completes the row writes its copies
+//     (OutcomeDelivered with Outcome.Copies), in the same transaction, by
+//     INSERT ... SELECT from the outbox row: the payload never travels
+//     back. A copy of the same row and destination is replaced (a
+//     replayed row's new pass). Outcomes without copies or more attempts
+//     run the statement they run without fan-out routes (FanOut).
+//  2. A copy's claim takes a lane's head only: no earlier copy of its
+//     destination and key pending or processing, and no earlier outbox row
+//     of its key pending or processing, whose pass may still write an
+//     earlier copy. Followers come behind heads as in the outbox's claim,
+//     and stop before the key's next live outbox row. The outbox's claim,
+//     with ClaimParams.Lanes, reports the lanes of its keys that have a
+//     live copy (Claimed.Blocked), read by a skip scan of the copies' lane
+//     index (on PostgreSQL in the claim's transaction); the relay turns
+//     the row's delivery to such a lane into a copy behind the others.
+//  3. Every write that makes a copy pending draws a value of a sequence of
+//     its own (copy_change), and CopyProbe reads it with when the next
+//     copy scheduled later comes due: a relay with nothing to deliver
+//     learns that copies arrived without reading the table.
+//
+// A copy's attempts and replays go to the attempt history under the
+// outbox row's id, with the copy's destination: OutboxRow shows them with
+// the row's, and a copy's replay, which names its destination, sets the
+// row back in nothing.
 //
 // # The inbox relay
 //

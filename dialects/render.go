@@ -31,6 +31,7 @@ type Quoting struct {
 //	{{c "key"}} {{ic "x"}}  a column of the outbox / inbox table, by logical name
 //	{{seq}} {{iseq}}        the outbox / inbox sequence, schema-qualified
 //	{{rewinds}}             the outbox's rewind counter (a one-row table), schema-qualified
+//	{{copies}} {{copyseq}}  the copies table of fan-out routes and its change counter, schema-qualified
 //	{{idx "topic"}}         an index name (bare): idx_outbox_topic
 //	{{obj "xid_first"}}     a helper object name (bare): outbox_xid_first
 //	{{pub}}                 the wake-ups publication's name (bare; Names.Publication)
@@ -54,6 +55,8 @@ func TemplateFuncs(n Names, q Quoting) template.FuncMap {
 		"seq":      func() string { return qualify(q.Ident(n.Sequence())) },
 		"iseq":     func() string { return qualify(q.Ident(n.InboxSequence())) },
 		"rewinds":  func() string { return qualify(q.Ident(n.Object("rewinds"))) },
+		"copies":   func() string { return qualify(q.Ident(n.Object("copies"))) },
+		"copyseq":  func() string { return qualify(q.Ident(n.Object("copies_change"))) },
 		"idx":      n.Index,
 		"iidx":     n.InboxIndex,
 		"obj":      n.Object,

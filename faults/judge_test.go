@@ -167,3 +167,52 @@ func TestVerdictCatchesAStaleSendAfterSIGCONT(t *testing.T) {
 	v := s.judge()
 	wantProblem(t, v, v.Stale, "after SIGCONT")
 }
+
+// sendTo records a request to one destination of the fan-out route.
+func (s *script) sendTo(dest, id, replica string, o outcome) {
+	d := s.l.arrive(delivery{Dest: dest, ID: id, Replica: replica})
+	s.l.finish(d, o, 200)
+}
+
+// A fan-out row is judged at each of its destinations: one that received
+// it and one that did not is a lost delivery, not a pass; the same row at
+// both is no duplicate; each destination keeps the key's order on its own
+// (the second may fall behind the first); a copy that is not delivered is
+// stuck.
+func TestVerdictJudgesEachDestinationOfAFanOut(t *testing.T) {
+	s := newScript()
+	s.row("a", "k", 1, "fan")
+	s.row("b", "k", 2, "fan")
+	s.sendTo("http", "a", "r1", accepted)
+	s.sendTo("http", "b", "r1", accepted)
+	s.sendTo("http-b", "a", "r1", refused)
+	s.sendTo("http-b", "a", "r1", accepted)
+	s.sendTo("http-b", "b", "r1", accepted)
+	if v := s.judge(); v.failed() || len(v.Dups) != 0 {
+		t.Fatalf("dups %v:\n%s", v.Dups, v.problems())
+	}
+
+	s = newScript()
+	s.row("a", "k", 1, "fan")
+	s.sendTo("http", "a", "r1", accepted)
+	v := s.judge()
+	wantProblem(t, v, v.Lost, "never reached http-b")
+
+	s = newScript()
+	s.row("a", "k", 1, "fan")
+	s.row("b", "k", 2, "fan")
+	s.sendTo("http", "a", "r1", accepted)
+	s.sendTo("http", "b", "r1", accepted)
+	s.sendTo("http-b", "b", "r1", accepted)
+	s.sendTo("http-b", "a", "r1", accepted)
+	v = s.judge()
+	wantProblem(t, v, v.Disorder, "key k@http-b: sequence 2 sent")
+
+	s = newScript()
+	s.row("a", "k", 1, "fan")
+	s.sendTo("http", "a", "r1", accepted)
+	s.sendTo("http-b", "a", "r1", accepted)
+	s.final[copyState("http-b", "a")] = finalState{State: "pending", Attempt: 3, LastError: "HTTP 503"}
+	v = s.judge()
+	wantProblem(t, v, v.Stuck, "its copy for http-b: pending")
+}

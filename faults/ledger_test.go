@@ -227,16 +227,19 @@ func (v *verdict) problems() string {
 // been accepted); broker destinations by their consumers' order (first
 // arrivals in sequence order per key).
 func judge(rows []row, final map[string]finalState, ds []delivery, faults []*faultRecord) *verdict {
+	rows = fanOut(rows)
 	v := &verdict{Rows: len(rows), PerDest: map[string]int{}, Dups: map[int]int{}, DupPairs: map[int]map[string]int{},
 		PhaseRows: map[int]int{}, PhaseLost: map[int]int{}, PhaseDisorder: map[int]int{}, Requests: len(ds)}
+	// Deliveries by destination and row: a fan-out row's deliveries to
+	// each destination are judged on their own.
 	byID := map[string][]*delivery{}
 	for i := range ds {
 		d := &ds[i]
-		byID[d.ID] = append(byID[d.ID], d)
+		byID[d.Dest+"/"+d.ID] = append(byID[d.Dest+"/"+d.ID], d)
 	}
 	committed := map[string]bool{}
 	for _, r := range rows {
-		committed[r.ID] = true
+		committed[r.Dest+"/"+r.ID] = true
 		v.PerDest[r.Dest]++
 		phase := phaseOf(faults, r.CommittedAt)
 		v.PhaseRows[phase]++
@@ -247,14 +250,17 @@ func judge(rows []row, final map[string]finalState, ds []delivery, faults []*fau
 		case st.State != "delivered":
 			v.Stuck = append(v.Stuck, fmt.Sprintf("row %s (key %q, sequence %d, %s): %s, attempt %d, last_error %q", r.ID, r.Key, r.Seq, r.Dest, st.State, st.Attempt, st.LastError))
 		}
-		if firstAccept(byID[r.ID]) == nil {
+		if c, ok := final[copyState(r.Dest, r.ID)]; ok && c.State != "delivered" {
+			v.Stuck = append(v.Stuck, fmt.Sprintf("row %s (key %q, sequence %d), its copy for %s: %s, attempt %d, last_error %q", r.ID, r.Key, r.Seq, r.Dest, c.State, c.Attempt, c.LastError))
+		}
+		if firstAccept(byID[r.Dest+"/"+r.ID]) == nil {
 			v.Lost = append(v.Lost, fmt.Sprintf("row %s (key %q, sequence %d, %s, committed in phase %s) never reached %s", r.ID, r.Key, r.Seq, r.Dest, phaseName(faults, phase), r.Dest))
 			v.PhaseLost[phase]++
 		}
 	}
 	for id, list := range byID {
 		if !committed[id] {
-			v.Stale = append(v.Stale, fmt.Sprintf("%s received row %s, which no producer committed", list[0].Dest, id))
+			v.Stale = append(v.Stale, fmt.Sprintf("%s received row %s, which no producer committed", list[0].Dest, list[0].ID))
 		}
 	}
 
@@ -264,12 +270,12 @@ func judge(rows []row, final map[string]finalState, ds []delivery, faults []*fau
 		// A row without a sequence (an inbox message that never reached
 		// the outbox) is reported missing; it has no place in an order.
 		if r.Key != "" && r.Seq != 0 {
-			keys[r.Key] = append(keys[r.Key], r)
+			keys[r.Key+"@"+r.Dest] = append(keys[r.Key+"@"+r.Dest], r)
 		}
 	}
 	for key, rs := range keys {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Seq < rs[j].Seq })
-		if rs[0].Dest == "http" {
+		if strings.HasPrefix(rs[0].Dest, "http") {
 			v.checkHTTPKey(key, rs, byID, faults)
 		} else {
 			v.checkBrokerKey(key, rs, byID, faults)
@@ -333,6 +339,33 @@ func judge(rows []row, final map[string]finalState, ds []delivery, faults []*fau
 	return v
 }
 
+// fanDests are the ledger's names of the destinations of the fan-out
+// route (topics fan.#), by their names in the configuration.
+var fanDests = map[string]string{"hook": "http", "hookb": "http-b"}
+
+// fanOut turns each row of the fan-out route into one row per
+// destination: each destination receives every such row, in key order, on
+// its own.
+func fanOut(rows []row) []row {
+	out := make([]row, 0, len(rows))
+	for _, r := range rows {
+		if r.Dest != "fan" {
+			out = append(out, r)
+			continue
+		}
+		for _, d := range []string{"http", "http-b"} {
+			c := r
+			c.Dest = d
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// copyState is the key of a copy's final state: its destination (the
+// ledger's name) and its row.
+func copyState(dest, id string) string { return "copy " + dest + "/" + id }
+
 // checkHTTPKey: a row is sent for the first time only after every earlier
 // row of its key was accepted.
 func (v *verdict) checkHTTPKey(key string, rs []row, byID map[string][]*delivery, faults []*faultRecord) {
@@ -340,7 +373,7 @@ func (v *verdict) checkHTTPKey(key string, rs []row, byID map[string][]*delivery
 	var prevRow row    // the row just before
 	var prevSeq int64  // the sequence of the row prev accepted
 	for _, r := range rs {
-		list := byID[r.ID]
+		list := byID[r.Dest+"/"+r.ID]
 		if len(list) == 0 {
 			continue // lost: reported as such
 		}
@@ -372,7 +405,7 @@ func (v *verdict) checkBrokerKey(key string, rs []row, byID map[string][]*delive
 	var prev *delivery
 	var prevSeq int64
 	for _, r := range rs {
-		a := firstAccept(byID[r.ID])
+		a := firstAccept(byID[r.Dest+"/"+r.ID])
 		if a == nil {
 			continue // lost: reported as such
 		}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,7 +65,11 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	}
 	seq, _ := strconv.ParseInt(hr.Header.Get("X-Sequence"), 10, 64)
 	att, _ := strconv.Atoi(hr.Header.Get("X-Attempt"))
-	d := r.ledger.arrive(delivery{Dest: "http", ID: hr.Header.Get("X-Message-Id"), Key: hr.Header.Get("X-Key"), Seq: seq, Attempt: att,
+	dest := "http"
+	if strings.HasPrefix(hr.URL.Path, "/fanb/") {
+		dest = "http-b" // the second destination of the fan-out route
+	}
+	d := r.ledger.arrive(delivery{Dest: dest, ID: hr.Header.Get("X-Message-Id"), Key: hr.Header.Get("X-Key"), Seq: seq, Attempt: att,
 		Replica: hr.Header.Get("X-Replica"), Request: int(r.reqs.Add(1)), FirstByte: first})
 	_, _ = io.Copy(io.Discard, hr.Body)
 	if tc != nil {

@@ -172,7 +172,10 @@ destinations:
     url: http://%s/events/{{ topic }}
     headers: { X-Replica: %s }
 `, w.dbProx.Listen, w.s.leaseMs, w.s.timeoutMs, w.hProx.Listen, name)
-	routes := "routes:\n  - { topicPattern: \"http.#\", destination: hook }\n"
+	// Rows of topics fan.# go to two HTTP destinations at once (a fan-out
+	// route): each delivery is judged on its own (fanOut).
+	fmt.Fprintf(&b, "  hookb: { type: http, url: \"http://%s/fanb/{{ topic }}\", headers: { X-Replica: %s } }\n", w.hProx.Listen, name)
+	routes := "routes:\n  - { topicPattern: \"http.#\", destination: hook }\n  - { topicPattern: \"fan.#\", destinations: [hook, hookb] }\n"
 	if w.rabbit != nil {
 		fmt.Fprintf(&b, "  rabbit: { type: rabbitmq, url: %q, exchange: %q }\n", w.rabbit.URL, w.queue.Exchange)
 		routes += "  - { topicPattern: \"rabbit.#\", destination: rabbit }\n"
@@ -207,9 +210,10 @@ func (w *world) run(args ...string) {
 	}
 }
 
-// dests are the destinations rows go to; most rows go over HTTP.
+// dests are the destinations rows go to; most rows go over HTTP; "fan"
+// rows go to two HTTP destinations (see fanOut).
 func (w *world) dests() []string {
-	return append([]string{"http", "http", "http"}, w.s.brokers...)
+	return append([]string{"http", "http", "http", "fan"}, w.s.brokers...)
 }
 
 // replica is one `queuebox run` process.
@@ -669,11 +673,12 @@ func (w *world) dbNow() time.Time {
 }
 
 // undelivered counts rows created at or before at that are not delivered
-// yet, and inbox messages received by then and not yet relayed; -1 when
+// yet (or whose copy for a destination of a fan-out is not), and inbox messages received by then and not yet relayed; -1 when
 // the database does not answer.
 func (w *world) undelivered(at time.Time) int {
 	var n int
 	if err := w.check.QueryRow(w.ctx, `SELECT (SELECT count(*) FROM public.outbox WHERE created_at <= $1 AND state <> 'delivered')
+		+ (SELECT count(*) FROM public.outbox_copies WHERE row_created_at <= $1 AND state <> 'delivered')
 		+ (SELECT count(*) FROM public.inbox WHERE received_at <= $1 AND state = 'received')`, at).Scan(&n); err != nil {
 		return -1
 	}
@@ -700,8 +705,10 @@ func (w *world) settle(at time.Time, since time.Time, what string) time.Duration
 
 // stuckRows describes a few rows that are not delivered.
 func (w *world) stuckRows() string {
-	rows, err := w.check.Query(w.ctx, `SELECT id::text, coalesce(key, ''), topic, state, attempt, coalesce(last_error, ''), scheduled_at, lease_expires_at
-		FROM public.outbox WHERE state <> 'delivered' ORDER BY sequence LIMIT 10`)
+	rows, err := w.check.Query(w.ctx, `(SELECT id::text, coalesce(key, ''), topic, state, attempt, coalesce(last_error, ''), scheduled_at, lease_expires_at, sequence
+		FROM public.outbox WHERE state <> 'delivered' ORDER BY sequence LIMIT 10)
+		UNION ALL (SELECT row_id::text || ' (copy for ' || destination || ')', coalesce(key, ''), topic, state, attempt, coalesce(last_error, ''), scheduled_at, lease_expires_at, sequence
+		FROM public.outbox_copies WHERE state <> 'delivered' ORDER BY sequence LIMIT 10)`)
 	if err != nil {
 		return err.Error()
 	}
@@ -712,7 +719,8 @@ func (w *world) stuckRows() string {
 		var attempt int
 		var sched time.Time
 		var lease *time.Time
-		if err := rows.Scan(&id, &key, &topic, &state, &attempt, &lastErr, &sched, &lease); err != nil {
+		var seq int64
+		if err := rows.Scan(&id, &key, &topic, &state, &attempt, &lastErr, &sched, &lease, &seq); err != nil {
 			return err.Error()
 		}
 		fmt.Fprintf(&b, "  %s key %q %s %s attempt %d scheduled %s lease %v: %s\n", id, key, topic, state, attempt, sched.Format("15:04:05.000"), lease, lastErr)
@@ -738,6 +746,23 @@ func (w *world) finalStates() map[string]finalState {
 	}
 	if rows.Err() != nil {
 		w.t.Fatal(rows.Err())
+	}
+	// The copies of fan-out rows, under copyState's keys.
+	copies, err := w.check.Query(w.ctx, `SELECT row_id::text, destination, state, attempt, coalesce(last_error, ''), sequence FROM public.outbox_copies`)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer copies.Close()
+	for copies.Next() {
+		var id, dest string
+		var st finalState
+		if err := copies.Scan(&id, &dest, &st.State, &st.Attempt, &st.LastError, &st.Seq); err != nil {
+			w.t.Fatal(err)
+		}
+		out[copyState(fanDests[dest], id)] = st
+	}
+	if copies.Err() != nil {
+		w.t.Fatal(copies.Err())
 	}
 	return out
 }

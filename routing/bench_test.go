@@ -6,8 +6,8 @@ import (
 )
 
 // Micro-benchmarks of the per-row work of routing (make microbench):
-// matching a topic against routes, rendering an address, running a jq
-// transform.
+// matching a topic against routes, routing a row through filters,
+// rendering an address, running a jq transform.
 
 func BenchmarkRouterMatch(b *testing.B) {
 	var routes []Route
@@ -23,6 +23,24 @@ func BenchmarkRouterMatch(b *testing.B) {
 	for b.Loop() {
 		if r.Match("order.created") == nil {
 			b.Fatal("no match")
+		}
+	}
+}
+
+// BenchmarkRouterMatchRowFilters routes a row past a filter that refuses
+// it to one that accepts it: the payload is decoded once for both.
+func BenchmarkRouterMatchRowFilters(b *testing.B) {
+	r := router(b,
+		[3]string{"order.#", `.amount >= 1000`, "review"},
+		[3]string{"order.#", `$headers["X-Tenant"] == "acme"`, "hook,queue"},
+		[3]string{"#", "", "rest"},
+	)
+	payload := []byte(`{"orderId":"11111111-1111-1111-1111-111111111111","amount":99.99,"currency":"EUR"}`)
+	v := Vars{ID: "x", Topic: "order.created", Headers: map[string]string{"X-Tenant": "acme"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if rt, err := r.MatchRow(payload, v); err != nil || rt == nil || rt.Name != "r1" {
+			b.Fatal(rt, err)
 		}
 	}
 }

@@ -44,14 +44,30 @@ func (e *FilterError) Unwrap() error { return e.Err }
 // accepts, false or null refuses; any other value, no output, or an error
 // is an error.
 func (f *Filter) Accepts(payload []byte, v Vars) (bool, error) {
+	in, err := decodePayload(payload)
+	if err != nil {
+		return false, err
+	}
+	return f.accepts(in, v.bind())
+}
+
+// decodePayload reads a payload once for the filters that test it.
+func decodePayload(payload []byte) (any, error) {
 	var in any
 	if err := json.Unmarshal(payload, &in); err != nil {
-		return false, fmt.Errorf("filter: the payload is not JSON: %v", err)
+		return nil, fmt.Errorf("filter: the payload is not JSON: %v", err)
 	}
-	iter := f.code.Run(in, v.bind()...)
-	out, ok := iter.Next()
+	return in, nil
+}
+
+// accepts runs the filter on a decoded payload with its variables bound
+// (Vars.bind). jq does not change its input, so one decoded payload serves
+// every filter of a row.
+func (f *Filter) accepts(in any, vars []any) (bool, error) {
+	out, ok := f.code.Run(in, vars...).Next()
 	if !ok {
-		return false, fmt.Errorf("filter %q produced no value", f.src)
+		// select(...) yields nothing when it refuses, which is not false.
+		return false, fmt.Errorf("filter %q produced no value; a filter must yield true or false: write the test itself (.type == \"order\"), not select(...)", f.src)
 	}
 	switch x := out.(type) {
 	case error:
@@ -62,7 +78,7 @@ func (f *Filter) Accepts(payload []byte, v Vars) (bool, error) {
 		return false, nil
 	}
 	b, _ := json.Marshal(out)
-	return false, fmt.Errorf("filter %q produced %s, not true or false; end it with a test such as == or select(...) | true", f.src, cut(string(b), 80))
+	return false, fmt.Errorf("filter %q produced %s, not true or false; end it with a test such as .amount > 100 or has(\"refund\")", f.src, cut(string(b), 80))
 }
 
 func cut(s string, n int) string {

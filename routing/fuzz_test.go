@@ -9,8 +9,9 @@ import (
 )
 
 // Fuzz tests of what routing compiles from the configuration and applies to
-// every row: patterns, templates and transforms never panic, and patterns
-// and templates do what a plain reference implementation does. `go test`
+// every row: patterns, templates, transforms and filters never panic, and
+// patterns, templates and the routes' filters do what a plain reference
+// implementation does. `go test`
 // runs the seeds; `make fuzz` fuzzes each for a while, and
 // `go test ./routing -run '^$' -fuzz FuzzPatternMatch -fuzztime 10m` for
 // longer.
@@ -200,6 +201,72 @@ func FuzzTransformRun(f *testing.F) {
 		}
 		if !json.Valid(out) {
 			t.Fatalf("the output is not JSON: %q", out)
+		}
+	})
+}
+
+// FuzzFilterCompile: any filter text compiles or fails with words, never a
+// panic.
+func FuzzFilterCompile(f *testing.F) {
+	for _, s := range []string{".amount > 100", `$headers["X-Tenant"] == "acme"`, "select(.a)", "$nope", "{", "not", `.a | test("x")`, "empty", "error"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		if _, err := CompileFilter(src); err != nil && err.Error() == "" {
+			t.Fatal("an error without words")
+		}
+	})
+}
+
+// FuzzMatchRow: routes with filters over any payload and topic never
+// panic, and MatchRow (which decodes the payload once for all filters)
+// picks what trying each route in order with Filter.Accepts picks: the
+// first whose pattern matches and whose filter accepts, or the error of
+// the first filter that fails.
+func FuzzMatchRow(f *testing.F) {
+	r := router(f,
+		[3]string{"order.#", `.region == "eu"`, "eu,audit"},
+		[3]string{"order.#", `.amount > 100`, "big"},
+		[3]string{"*.created", `$key != null and ($headers.tier // "") == "gold"`, "gold"},
+		[3]string{"#", `.drop`, "none"},
+		[3]string{"#", "", "rest"},
+	)
+	for _, s := range []string{`{"region":"eu"}`, `{"amount":150}`, `{"amount":"x"}`, `[1]`, `{"drop":true}`, `{"drop":1}`, `{`, ``, `null`, `1e400`} {
+		f.Add([]byte(s), "order.created", "k", "gold")
+		f.Add([]byte(s), "user.created", "", "")
+	}
+	f.Fuzz(func(t *testing.T, payload []byte, topic, key, tier string) {
+		v := Vars{Topic: topic, Headers: map[string]string{"tier": tier}}
+		if key != "" {
+			v.Key = &key
+		}
+		got, err := r.MatchRow(payload, v)
+		var want *Route
+		var wantErr error
+		for i := range r.Routes() {
+			rt := &r.Routes()[i]
+			if !rt.Pattern.Match(topic) {
+				continue
+			}
+			ok := true
+			if rt.Filter != nil {
+				if ok, wantErr = rt.Filter.Accepts(payload, v); wantErr != nil {
+					wantErr = &FilterError{Route: rt.Name, Err: wantErr}
+					break
+				}
+			}
+			if ok {
+				want = rt
+				break
+			}
+		}
+		switch {
+		case (err == nil) != (wantErr == nil):
+			t.Fatalf("MatchRow: %v; one route at a time: %v", err, wantErr)
+		case err != nil && (err.Error() != wantErr.Error() || got != nil):
+			t.Fatalf("MatchRow: %v, %v; one route at a time: %v", got, err, wantErr)
+		case got != want:
+			t.Fatalf("MatchRow: %+v; one route at a time: %+v", got, want)
 		}
 	})
 }

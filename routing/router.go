@@ -71,8 +71,11 @@ func (r *Router) Match(topic string) *Route {
 // MatchRow returns the first route whose pattern matches the row's topic
 // and whose filter, if it has one, accepts the row; nil when none does. A
 // filter that fails on the row stops the search with its error: the row
-// cannot be routed.
+// cannot be routed. The payload is decoded once, by the first filter that
+// reads it, and only then.
 func (r *Router) MatchRow(payload []byte, v Vars) (*Route, error) {
+	var in any
+	var vars []any
 	for i := range r.routes {
 		rt := &r.routes[i]
 		if !rt.Pattern.Match(v.Topic) {
@@ -81,7 +84,14 @@ func (r *Router) MatchRow(payload []byte, v Vars) (*Route, error) {
 		if rt.Filter == nil {
 			return rt, nil
 		}
-		ok, err := rt.Filter.Accepts(payload, v)
+		if vars == nil {
+			var err error
+			if in, err = decodePayload(payload); err != nil {
+				return nil, &FilterError{Route: rt.Name, Err: err}
+			}
+			vars = v.bind()
+		}
+		ok, err := rt.Filter.accepts(in, vars)
 		if err != nil {
 			return nil, &FilterError{Route: rt.Name, Err: err}
 		}

@@ -2,7 +2,9 @@ package routing
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,5 +68,170 @@ func TestTransform(t *testing.T) {
 	}
 	if _, err := CompileTransform(`{a: `); err == nil {
 		t.Error("a broken program compiled")
+	}
+}
+
+// router compiles routes given as pattern, filter ("" none) and
+// destinations, named r0, r1, ... in order.
+func router(t testing.TB, specs ...[3]string) *Router {
+	t.Helper()
+	var routes []Route
+	for i, s := range specs {
+		p, err := CompilePattern(s[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt := Route{Name: fmt.Sprintf("r%d", i), Pattern: p}
+		if s[1] != "" {
+			if rt.Filter, err = CompileFilter(s[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dests := strings.Split(s[2], ",")
+		rt.Destination = dests[0]
+		if len(dests) > 1 {
+			rt.Destinations = dests
+		}
+		routes = append(routes, rt)
+	}
+	return NewRouter(routes)
+}
+
+// A filter's first output decides: true matches, false and null fall
+// through to the next route, anything else stops the search with an error
+// that names the route and the filter.
+func TestMatchRowFilters(t *testing.T) {
+	for _, c := range []struct {
+		name, filter, payload string
+		want                  string // the route's name, "" none
+		err                   string // a part of the error
+	}{
+		{name: "true", filter: ".amount > 100", payload: `{"amount": 150}`, want: "r0"},
+		{name: "false falls through", filter: ".amount > 100", payload: `{"amount": 50}`, want: "r1"},
+		{name: "null falls through", filter: ".refund", payload: `{"amount": 50}`, want: "r1"},
+		{name: "the first output decides", filter: ".[] | . == 1", payload: `[1, 2]`, want: "r0"},
+		{name: "a runtime error", filter: ".amount > 100", payload: `[1]`, err: `route "r0": filter ".amount > 100" failed: expected an object`},
+		{name: "a number", filter: ".amount", payload: `{"amount": 50}`, err: `filter ".amount" produced 50, not true or false`},
+		{name: "an object", filter: "select(.amount > 1)", payload: `{"amount": 50}`, err: `produced {"amount":50}, not true or false; end it with a test`},
+		{name: "no output", filter: "select(.amount > 100)", payload: `{"amount": 50}`, err: `produced no value; a filter must yield true or false`},
+		{name: "a long value is cut", filter: ".s", payload: `{"s": "` + strings.Repeat("x", 200) + `"}`, err: `xxx..., not true or false`},
+		{name: "a payload that is not JSON", filter: "true", payload: `{`, err: `route "r0": filter: the payload is not JSON`},
+		{name: "error() stops the search", filter: `error("no")`, payload: `{}`, err: `failed: error: no`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := router(t, [3]string{"order.#", c.filter, "hook"}, [3]string{"#", "", "queue"})
+			got, err := r.MatchRow([]byte(c.payload), Vars{Topic: "order.created"})
+			if c.err != "" {
+				var fe *FilterError
+				if !errors.As(err, &fe) || fe.Route != "r0" || !strings.Contains(err.Error(), c.err) || got != nil {
+					t.Fatalf("got %v, %v; want a FilterError of r0 saying %q", got, err, c.err)
+				}
+				return
+			}
+			if err != nil || got == nil || got.Name != c.want {
+				t.Fatalf("got %+v, %v; want %s", got, err, c.want)
+			}
+		})
+	}
+}
+
+// Routes are tried in order; a filter that refuses the row passes it on to
+// the next route that matches its topic, a route whose pattern does not
+// match is skipped without running its filter, and no match is nil
+// without an error.
+func TestMatchRowFirstMatchWins(t *testing.T) {
+	r := router(t,
+		[3]string{"user.#", "error(\"never run\")", "users"},
+		[3]string{"order.#", `.region == "eu"`, "eu"},
+		[3]string{"order.#", `.region == "us"`, "us"},
+		[3]string{"order.paid", "", "paid"},
+		[3]string{"order.#", "", "rest"},
+	)
+	for _, c := range []struct{ topic, payload, want string }{
+		{"order.created", `{"region": "eu"}`, "r1"},
+		{"order.created", `{"region": "us"}`, "r2"},
+		{"order.paid", `{"region": "ap"}`, "r3"},
+		{"order.created", `{"region": "ap"}`, "r4"},
+		{"order.created", `{}`, "r4"},
+	} {
+		got, err := r.MatchRow([]byte(c.payload), Vars{Topic: c.topic})
+		if err != nil || got == nil || got.Name != c.want {
+			t.Errorf("%s %s: got %+v, %v; want %s", c.topic, c.payload, got, err, c.want)
+		}
+	}
+	if got, err := r.MatchRow([]byte(`{}`), Vars{Topic: "invoice.sent"}); got != nil || err != nil {
+		t.Errorf("a topic no route matches: %+v, %v", got, err)
+	}
+	// Without a payload at hand, Match looks at the pattern alone.
+	if got := r.Match("order.created"); got == nil || got.Name != "r1" {
+		t.Errorf("Match: %+v", got)
+	}
+	if !r.Filters() || r.FanOut() {
+		t.Errorf("Filters %v, FanOut %v", r.Filters(), r.FanOut())
+	}
+}
+
+// A filter reads every variable a transform reads, with the row's values.
+func TestFilterVariables(t *testing.T) {
+	key, agg := "cust-42", "order"
+	v := Vars{Attempt: 3, ID: "id-1", Topic: "order.created", Key: &key, AggregateType: &agg, Sequence: 7,
+		CreatedAt: "2025-03-01T12:00:00Z", Headers: map[string]string{"X-Tenant": "acme"}}
+	for _, src := range []string{
+		`$topic == "order.created"`, `$key == "cust-42"`, `$headers["X-Tenant"] == "acme"`, `$headers.missing == null`,
+		`$id == "id-1"`, `$attempt == 3`, `$aggregateType == "order"`, `$sequence == 7`,
+		`$createdAt | startswith("2025-03-01T12")`, `.n == 1 and $topic != .topic`,
+	} {
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if ok, err := f.Accepts([]byte(`{"n": 1, "topic": "x"}`), v); !ok || err != nil {
+			t.Errorf("%s: %v, %v", src, ok, err)
+		}
+		if f.String() != src {
+			t.Errorf("String() = %q", f.String())
+		}
+	}
+	// An unkeyed row: $key and $aggregateType are null.
+	f, _ := CompileFilter(`$key == null and $aggregateType == null`)
+	if ok, err := f.Accepts([]byte(`{}`), Vars{}); !ok || err != nil {
+		t.Errorf("an unkeyed row: %v, %v", ok, err)
+	}
+	for _, bad := range []string{`$row == 1`, `.a ==`, `{`} {
+		if _, err := CompileFilter(bad); err == nil || !strings.Contains(err.Error(), "the jq filter") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// A fan-out route sends each row to each of its destinations, in order; a
+// route to one destination to that one.
+func TestFanOutTargets(t *testing.T) {
+	r := router(t, [3]string{"order.#", "", "hook,queue,audit"}, [3]string{"#", "", "rest"})
+	fan, one := &r.Routes()[0], &r.Routes()[1]
+	if !fan.FanOut() || !slices.Equal(fan.Targets(), []string{"hook", "queue", "audit"}) || fan.Destination != "hook" {
+		t.Errorf("the fan-out route: FanOut %v, Targets %v, Destination %q", fan.FanOut(), fan.Targets(), fan.Destination)
+	}
+	if one.FanOut() || !slices.Equal(one.Targets(), []string{"rest"}) {
+		t.Errorf("the route to one: FanOut %v, Targets %v", one.FanOut(), one.Targets())
+	}
+	for _, d := range []string{"hook", "queue", "audit"} {
+		if !fan.Sends(d) || one.Sends(d) {
+			t.Errorf("Sends(%s): %v, %v", d, fan.Sends(d), one.Sends(d))
+		}
+	}
+	if !one.Sends("rest") || fan.Sends("rest") || fan.Sends("") {
+		t.Error("Sends of the route to one")
+	}
+	// A list of one is a route to one destination.
+	single := Route{Destination: "hook", Destinations: []string{"hook"}}
+	if single.FanOut() || !slices.Equal(single.Targets(), []string{"hook"}) {
+		t.Errorf("a list of one: FanOut %v, Targets %v", single.FanOut(), single.Targets())
+	}
+	if !r.FanOut() || r.Filters() {
+		t.Errorf("the router: FanOut %v, Filters %v", r.FanOut(), r.Filters())
+	}
+	if plain := router(t, [3]string{"#", "", "rest"}); plain.FanOut() || plain.Filters() {
+		t.Error("a router of one plain route says it fans out or filters")
 	}
 }

@@ -5,7 +5,10 @@
 // With several outboxes it shows one (?outbox=NAME) and offers the others.
 // It reads /api/destinations too (two small tables), and pauses and
 // resumes destinations through POST /api/destinations/NAME/pause and
-// /resume. No library, no outside resource.
+// /resume. The copies of fan-out rows (a destination that did not deliver
+// in its row's pass) show per destination: their counts, their dead
+// groups, and each destination's state in a row's detail. No library, no
+// outside resource.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -135,6 +138,7 @@ function renderStats(s) {
   problem(s.error ? "Sampling the outbox failed: " + s.error + " (the numbers are the last ones read)" : "");
   drawChart(s.throughput);
   renderInbox(s);
+  renderCopies(s);
   renderTopics(s);
   renderHeldBack(s);
   renderHorizon(s);
@@ -185,6 +189,19 @@ function renderInbox(s) {
   fill($("#inbox-sources tbody"), sources.map((name) => el("tr", {}, el("td", { class: "mono" }, name),
     ...INBOX_OUTCOMES.map((o) => el("td", { class: "num" }, num(ib.sources[name][o]))))),
   4, ib ? "no inbox source is configured on this replica" : "not counted yet");
+}
+
+// renderCopies shows the copies of fan-out rows per destination and
+// state (as status and queuebox_copies do); the section is hidden while
+// there are none.
+function renderCopies(s) {
+  const copies = s.copies || [];
+  $("#copies").hidden = copies.length === 0;
+  fill($("#copies-table tbody"), copies.map((c) => el("tr", { "data-destination": c.destination },
+    el("td", { class: "mono" }, c.destination),
+    ...STATES.map((st) => el("td", { class: "num" + (st === "dead" && c.copies.dead > 0 ? " bad" : "") }, num(c.copies[st]))),
+    el("td", {}, c.oldestDuePendingSeconds > 0 ? duration(c.oldestDuePendingSeconds) : "none due"),
+  )), 6, "no copies");
 }
 
 function renderTopics(s) {
@@ -253,6 +270,16 @@ function drawChart(t) {
   });
 }
 
+// replayedToText is what a replay of one destination's part did: its
+// copies (and rows routed to it alone) back to pending, and copies a
+// backfill created; the other destinations of those rows get nothing.
+function replayedToText(res, warning) {
+  const copies = res.copies + (res.copies === 1 ? " copy" : " copies") + " of " + res.destination;
+  return copies + (res.rows ? " and " + res.rows + (res.rows === 1 ? " row" : " rows") : "") + " back to pending" +
+    (res.backfilled ? ", " + res.backfilled + " new" : "") + (warning ? ". " + warning.outcome + "." :
+    ": the relay delivers them to " + res.destination + " again, and nothing to its other destinations; any that fail again go dead again and show up here.");
+}
+
 // replayedText is what a replay did. A row back to pending is tried again
 // from its first try; nothing says the cause is gone, so it promises no
 // delivery: rows that fail again are dead again, and show up here.
@@ -283,7 +310,7 @@ function replayButton(label, body, onDone, warning) {
       const res = await api("/api/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
       b.classList.remove("confirm");
       b.textContent = "Replayed";
-      showResult(replayedText(res.rows, warning));
+      showResult(res.destination ? replayedToText(res, warning) : replayedText(res.rows, warning));
       if (onDone) onDone(res);
       setTimeout(refresh, 300);
     } catch (e) {
@@ -315,18 +342,21 @@ function renderDeadGroups(g) {
   const dead = lastStats && lastStats.rows ? lastStats.rows.dead : null;
   $("#dead-window").textContent = "Grouped by destination and error, with ids and numbers taken out of the error. " +
     "The groups cover the newest " + num(g.window) + " dead rows" +
-    (dead !== null && dead > g.grouped ? " (of " + num(dead) + "); older ones show once these are replayed or deleted." : ".");
+    (dead !== null && dead > g.grouped ? " (of " + num(dead) + "); older ones show once these are replayed or deleted." : ".") +
+    (g.copiesGrouped ? " Groups of copies are one destination's part of fan-out rows: a replay sends them to that destination only." : "");
   // A group whose cause persists says so in its row, and its button warns
   // again before it replays.
-  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group", "data-rows": grp.rows, "data-destination": grp.destination, "data-group": grp.id },
-    el("td", {}, grp.destination || "(no route)", grp.route ? el("div", { class: "muted" }, "route " + grp.route) : null,
+  fill($("#dead-groups tbody"), g.groups.map((grp) => el("tr", { class: "dead-group" + (grp.copies ? " copies" : ""), "data-rows": grp.rows, "data-destination": grp.destination, "data-group": grp.id },
+    el("td", {}, grp.destination || "(no route)", grp.copies ? el("div", { class: "muted" }, "copies of fan-out rows") : null,
+      grp.route ? el("div", { class: "muted" }, "route " + grp.route) : null,
       el("div", { class: "muted mono", title: "queuebox replay --group " + grp.id }, grp.id)),
     el("td", { class: "err" }, grp.error || "(no error text)", el("div", { class: "muted" }, grp.topics.join(", ")),
       grp.replayWarning ? el("div", { class: "replay-warning" }, "Replaying will not help yet: " + grp.replayWarning.cause + ".") : null),
     el("td", { class: "num" }, num(grp.rows)),
     el("td", {}, ago(grp.newest)),
     el("td", { class: "mono" }, el("a", { onclick: () => showRow(grp.example.id) }, grp.example.id.slice(0, 8)), el("div", { class: "muted" }, grp.example.topic)),
-    el("td", {}, replayButton("Replay " + num(grp.ids.length), { ids: grp.ids, states: ["dead"] }, null, grp.replayWarning)),
+    el("td", {}, replayButton("Replay " + num(grp.ids.length),
+      grp.copies ? { ids: grp.ids, states: ["dead"], destination: grp.destination } : { ids: grp.ids, states: ["dead"] }, null, grp.replayWarning)),
   )), 6, g.countedAt ? "no dead rows" : "not counted yet");
 }
 
@@ -422,6 +452,32 @@ function attemptsTable(r) {
     body);
 }
 
+// destinationsTable lists each destination of a fan-out row: its copy's
+// state, tries, due time and last error, or "delivered (with the row)"
+// for a destination delivered in the row's pass (it has no copy). A dead
+// or delivered copy can be replayed on its own.
+function destinationsTable(r) {
+  const body = el("tbody");
+  for (const d of r.destinations) {
+    let state = d.state;
+    if (d.withRow) state = d.state === "delivered" ? "delivered (with the row)" : d.state + " (with the row: not tried yet)";
+    if (d.notRouted) state += ", no longer a destination of the route";
+    const tag = d.state === "delivered" ? "ok" : d.state === "dead" ? "open" : "paused";
+    body.append(el("tr", { class: "row-destination", "data-destination": d.destination, "data-state": d.state },
+      el("td", { class: "mono" }, d.destination),
+      el("td", {}, el("span", { class: "tag " + tag }, state)),
+      el("td", {}, d.withRow ? "–" : tries(d)),
+      el("td", {}, d.dueAt ? d.dueAt + " (" + (Date.parse(d.dueAt) > Date.now() ? "in " + duration((Date.parse(d.dueAt) - Date.now()) / 1000) : "due") + ")" : "–"),
+      el("td", { class: "err" }, d.lastError || ""),
+      el("td", {}, !d.withRow && (d.state === "dead" || d.state === "delivered")
+        ? replayButton("Replay to " + d.destination, { ids: [r.id], states: [d.state], destination: d.destination }, () => setTimeout(() => showRow(r.id), 300))
+        : null)));
+  }
+  return el("table", { id: "row-destinations" },
+    el("thead", {}, el("tr", {}, ...["destination", "state", "tries", "due", "last error", ""].map((h) => el("th", {}, h)))),
+    body);
+}
+
 async function showRow(id) {
   $("#row-id").value = id;
   const out = $("#row-detail");
@@ -438,14 +494,16 @@ async function showRow(id) {
       throw e;
     }
     const fields = [["id", r.id], ["state", r.state], ["topic", r.topic], ["key", r.key ?? "(none)"],
-      ["destination", r.destination || "(no route)"],
-      ["tries", r.matchedNoRouteAt ? "none: no route matched its topic at " + r.matchedNoRouteAt + "; nothing was sent" : tries(r)], ["sequence", r.sequence],
+      ["destination", r.destinations ? r.destinations.filter((d) => !d.notRouted).map((d) => d.destination).join(", ") : r.destination || "(no route)"],
+      ["tries", r.matchedNoRouteAt ? "none: no route matched its topic at " + r.matchedNoRouteAt + "; nothing was sent"
+        : r.destinations ? "each destination's own (below)" : tries(r)], ["sequence", r.sequence],
       ["created", r.createdAt], ["updated", r.updatedAt + " (" + ago(r.updatedAt) + ")"], ["scheduled", r.scheduledAt],
       ["last error", r.lastError ?? "(none)"]];
     out.append(el("dl", { class: "row" }, ...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "last error" ? "err" : "" }, v)])));
     if (r.state === "dead" || r.state === "delivered") {
-      out.append(replayButton("Replay this row", { ids: [r.id], states: [r.state] }, () => setTimeout(() => showRow(r.id), 300)));
+      out.append(replayButton(r.destinations ? "Replay this row to every destination" : "Replay this row", { ids: [r.id], states: [r.state] }, () => setTimeout(() => showRow(r.id), 300)));
     }
+    if (r.destinations) out.append(el("h3", {}, "Destinations (each on its own)"), destinationsTable(r));
     out.append(el("h3", {}, "Headers"), el("pre", { id: "row-headers" }, pretty(r.headers)),
       el("h3", {}, "Payload"), el("pre", { id: "row-payload" }, pretty(r.payload)),
       el("h3", {}, "Attempts" + (r.moreAttempts ? " (the newest " + r.attempts.length + ")" : "")), attemptsTable(r));

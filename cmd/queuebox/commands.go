@@ -490,8 +490,8 @@ func statusCmd() *cobra.Command {
 
 // filterFlags declares the row filters shared by replay and dead list; the
 // admin package validates them. --destination is checked against the
-// configuration once it is loaded (routedTo).
-func filterFlags(c *cobra.Command, t *admin.FilterText, destination *string, stateHelp string) {
+// configuration once it is loaded (checkDestination).
+func filterFlags(c *cobra.Command, t *admin.FilterText, destination *string, stateHelp, destinationHelp string) {
 	c.Flags().StringArrayVar(&t.IDs, "id", nil, "a row id (repeatable)")
 	c.Flags().StringArrayVar(&t.States, "state", nil, stateHelp)
 	c.Flags().StringVar(&t.Topic, "topic", "", "a topic pattern (order.*, order.#)")
@@ -499,24 +499,21 @@ func filterFlags(c *cobra.Command, t *admin.FilterText, destination *string, sta
 	c.Flags().StringVar(&t.Since, "since", "", "updated at or after: RFC 3339 time, or a duration ago (24h)")
 	c.Flags().StringVar(&t.Until, "until", "", "updated before: RFC 3339 time, or a duration ago")
 	c.Flags().StringVar(&t.ErrorContains, "error-contains", "", "text in last_error, in any case")
-	c.Flags().StringVar(destination, "destination", "", "rows whose topic the configured routes send to this destination")
+	c.Flags().StringVar(destination, "destination", "", destinationHelp)
 }
 
-// routedTo narrows f to the rows the routes send to destination, which
-// must be a destination of the configuration.
-func routedTo(f dialects.Filter, destination string, l *bootstrap.Loaded) (dialects.Filter, error) {
-	if destination == "" {
-		return f, nil
+// checkDestination refuses a --destination that is no destination of the
+// configuration.
+func checkDestination(destination string, l *bootstrap.Loaded) error {
+	if destination == "" || l.Destinations[destination] != nil {
+		return nil
 	}
-	if l.Destinations[destination] == nil {
-		names := make([]string, 0, len(l.Destinations))
-		for n := range l.Destinations {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return f, &usageError{fmt.Errorf("--destination %q: is not a destination of %s; the destinations are %s", destination, l.File, strings.Join(names, ", "))}
+	names := make([]string, 0, len(l.Destinations))
+	for n := range l.Destinations {
+		names = append(names, n)
 	}
-	return admin.RoutedTo(f, destination, bootstrap.RouteOf(l)), nil
+	sort.Strings(names)
+	return &usageError{fmt.Errorf("--destination %q: is not a destination of %s; the destinations are %s", destination, l.File, strings.Join(names, ", "))}
 }
 
 // usage marks the admin package's input errors as usage errors (exit 2).
@@ -539,12 +536,18 @@ func replayCmd() *cobra.Command {
 			"destination the routes send them to; an updated_at range; text in last_error), or by\n" +
 			"--group, a group of `queuebox dead groups`, and puts them back to pending with attempt 0:\n" +
 			"the relay tries them again from the first try. It never touches a row that is being delivered.\n\n" +
+			"With --destination it replays that destination's part only: the rows routed to it alone, the\n" +
+			"dead rows of fan-out routes to it, and its copies of fan-out rows (dead by default). With\n" +
+			"--state delivered it also gives each delivered fan-out row without a copy of it a new one\n" +
+			"(a backfill: a destination added to a route later gets the rows it missed); the other\n" +
+			"destinations of those rows get nothing again.\n\n" +
 			"A group whose failure would recur at once (no route matches its topics; its destination\n" +
 			"refused the rows with a status it takes as final) is replayed only with --yes, after the\n" +
 			"warning that says what will happen.",
 		Example: "  queuebox replay --id 0b7e3f4e-8c1a-4d2e-9f3a-1b2c3d4e5f60\n" +
 			"  queuebox replay --topic 'order.#' --error-contains 'HTTP 503' --dry-run\n" +
 			"  queuebox replay --destination orders-webhook --since 2h\n" +
+			"  queuebox replay --destination ledger --state delivered --since 24h --dry-run   # backfill a fan-out destination\n" +
 			"  queuebox replay --group g-3f9a2c1b            # an id that `queuebox dead groups` prints\n" +
 			"  queuebox replay --state delivered --topic 'invoice.*' --since 2025-01-31T12:00:00Z",
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -559,20 +562,28 @@ func replayCmd() *cobra.Command {
 				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				f, err := routedTo(f, destination, l)
+				if err := checkDestination(destination, l); err != nil {
+					return err
+				}
+				if destination == "" {
+					n, err := admin.Replay(ctx, d, f, dryRun, replayedBy(l, ""))
+					if err != nil {
+						return err
+					}
+					printReplayed(n, dryRun)
+					return nil
+				}
+				res, err := admin.ReplayDestination(ctx, d, f, destination, bootstrap.TargetsOf(l), dryRun, replayedBy(l, ""))
 				if err != nil {
 					return err
 				}
-				n, err := admin.Replay(ctx, d, f, dryRun, replayedBy(l, ""))
-				if err != nil {
-					return err
-				}
-				printReplayed(n, dryRun)
+				printReplayedTo(destination, res, dryRun)
 				return nil
 			})
 		},
 	}
-	filterFlags(c, &text, &destination, "dead (default) or delivered (repeatable)")
+	filterFlags(c, &text, &destination, "dead (default) or delivered (repeatable)",
+		"replay this destination's part only: the rows routed to it alone, and its copies of fan-out rows")
 	c.Flags().StringVar(&group, "group", "", "a group of dead rows, by the id `queuebox dead groups` prints (g-...)")
 	c.Flags().BoolVar(&yes, "yes", false, "with --group: replay even when the group's failure would recur at once")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count the rows without changing them")
@@ -624,6 +635,35 @@ func printReplayed(n int, dryRun bool) {
 	}
 }
 
+// printReplayedTo says what a replay of one destination's part did.
+func printReplayedTo(destination string, r admin.ReplayResult, dryRun bool) {
+	verb, created := "replayed", "created"
+	if dryRun {
+		verb, created = "would be replayed", "would be created"
+	}
+	fmt.Printf("%s %s (back to pending with attempt 0).\n", rowsText(r.Rows), verb)
+	fmt.Printf("%s of %s %s (back to pending with attempt 0; its other destinations get nothing again).\n", copiesText(r.Copies), destination, verb)
+	if r.Backfilled > 0 || dryRun {
+		fmt.Printf("%s of %s %s for delivered fan-out rows that had none (a backfill).\n", copiesText(r.Backfilled), destination, created)
+	}
+	switch {
+	case dryRun:
+		fmt.Println("Dry run: nothing changed.")
+	case r.Rows+r.Copies+r.Backfilled > 0:
+		fmt.Println("The relay delivers them again; any that fail again go dead again (`queuebox dead list --destination " + destination + "`).")
+	default:
+		fmt.Println("Nothing matched: replay takes dead rows and copies (or delivered ones, with --state delivered) and never a pending or processing one; `queuebox dead list --destination " + destination + "` shows what is dead.")
+	}
+}
+
+// copiesText is "1 copy" or "n copies".
+func copiesText(n int) string {
+	if n == 1 {
+		return "1 copy"
+	}
+	return fmt.Sprintf("%d copies", n)
+}
+
 var groupIDRE = regexp.MustCompile(`^g-[0-9a-f]{8}$`)
 
 // replayGroup is `queuebox replay --group ID`: the group's rows, as the
@@ -657,11 +697,20 @@ func replayGroup(cmd *cobra.Command, id string, dryRun, yes bool) error {
 				return fmt.Errorf("nothing replayed: the %s of group %s would fail again; fix the cause first, or replay anyway with --yes", rowsText(len(g.IDs)), id)
 			}
 		}
-		n, err := admin.Replay(ctx, d, dialects.Filter{IDs: g.IDs, States: []dialects.State{dialects.Dead}}, dryRun, replayedBy(l, id))
-		if err != nil {
-			return err
+		dead := []dialects.State{dialects.Dead}
+		if g.Copies {
+			n, err := admin.ReplayCopies(ctx, d, g.Destination, g.IDs, dead, dryRun, replayedBy(l, id))
+			if err != nil {
+				return err
+			}
+			printReplayedTo(g.Destination, admin.ReplayResult{Copies: n}, dryRun)
+		} else {
+			n, err := admin.Replay(ctx, d, dialects.Filter{IDs: g.IDs, States: dead}, dryRun, replayedBy(l, id))
+			if err != nil {
+				return err
+			}
+			printReplayed(n, dryRun)
 		}
-		printReplayed(n, dryRun)
 		if gs.Grouped >= int64(gs.Window) {
 			fmt.Printf("The groups cover the newest %d dead rows: older rows of this group, if any, show in `queuebox dead groups` once these are gone.\n", gs.Window)
 		}
@@ -687,10 +736,12 @@ func deadCmd() *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List dead rows with their last error, the most recently updated first",
+		Short: "List dead rows and dead copies with their last error, the most recently updated first",
 		Long: "list prints the dead rows that the filters select, at most --limit, each with where its\n" +
 			"topic routes today, its tries (\"try 6 of 6\": the last try made, of at most max_attempts + 1)\n" +
-			"and its last error, and says when --limit cut the list.",
+			"and its last error, and says when --limit cut the list. The dead copies of fan-out rows are\n" +
+			"listed with them (DEAD copy: that destination's part of the row is dead, not the row), each\n" +
+			"with its destination and its own tries; --destination lists that destination's.",
 		Example: "  queuebox dead list --limit 20\n" +
 			"  queuebox dead list --destination orders-webhook --error-contains 'gone'\n" +
 			"  queuebox dead list --topic 'order.#' --since 24h\n" +
@@ -704,11 +755,10 @@ func deadCmd() *cobra.Command {
 				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				f, err := routedTo(f, destination, l)
-				if err != nil {
+				if err := checkDestination(destination, l); err != nil {
 					return err
 				}
-				dead, err := admin.DeadRows(ctx, d, f, limit, bootstrap.RouteOf(l))
+				dead, err := admin.DeadRows(ctx, d, f, destination, limit, bootstrap.RouteOf(l), bootstrap.TargetsOf(l))
 				if err != nil {
 					return err
 				}
@@ -719,18 +769,20 @@ func deadCmd() *cobra.Command {
 			})
 		},
 	}
-	filterFlags(list, &text, &destination, "dead")
+	filterFlags(list, &text, &destination, "dead", "rows whose topic the configured routes send to this destination, and its dead copies of fan-out rows")
 	list.Flags().IntVar(&limit, "limit", 100, fmt.Sprintf("the most rows to list (1 to %d)", admin.MaxLimit))
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts: the rows, the limit, and whether more rows match")
 	list.Args = wrapArgs(nil)
 	var groupsJSON bool
 	groupsCmd := &cobra.Command{
 		Use:   "groups",
-		Short: "Group the newest dead rows by destination and error, as the admin page does",
+		Short: "Group the newest dead rows and dead copies by destination and error, as the admin page does",
 		Long: fmt.Sprintf("groups takes the newest %d dead rows and groups them by the destination their topic\n"+
-			"routes to today and their last error with ids and numbers taken out. Each group has an id\n"+
-			"(g- and 8 hex digits, the same while its destination and error are) for\n"+
-			"`queuebox replay --group ID`, and a warning when a replay would not cure it.", admin.DeadGroupWindow),
+			"routes to today and their last error with ids and numbers taken out, and the newest %d dead\n"+
+			"copies of fan-out rows by their destination and error, in groups of their own. Each group\n"+
+			"has an id (g- and 8 hex digits, the same while its destination and error are) for\n"+
+			"`queuebox replay --group ID` (a group of copies replays that destination's copies only),\n"+
+			"and a warning when a replay would not cure it.", admin.DeadGroupWindow, admin.DeadGroupWindow),
 		Example: "  queuebox dead groups --config queuebox.yaml\n" +
 			"  queuebox dead groups --json | jq -r '.groups[] | [.id, .rows, .error] | @tsv'",
 		RunE: func(*cobra.Command, []string) error {

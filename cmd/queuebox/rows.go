@@ -29,7 +29,10 @@ func rowsCmd() *cobra.Command {
 			"Attempts are recorded while outbox.history is on, and kept for outbox.history.retention.\n" +
 			"A first try that succeeded is not recorded (unless outbox.history.allDeliveries): the row\n" +
 			"tells it, shown as \"1 (from the row)\" at its updated_at, with its duration, destination\n" +
-			"and answer unknown.",
+			"and answer unknown.\n\n" +
+			"A row of a fan-out route lists each destination's state: its copy's (state, tries, when it\n" +
+			"is due, last error) for a destination that did not deliver in the row's pass, and\n" +
+			"\"delivered (with the row)\" for one that did (a delivered row's destination without a copy).",
 		Example: "  queuebox rows show 0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b\n" +
 			"  queuebox dead list --json | jq -r '.rows[0].id' | xargs queuebox rows show\n" +
 			"  queuebox rows show 0b7e3f4e-5c1d-4a8e-9f3b-2d6c7e8f9a0b --json | jq '.attempts[] | [.try, .status] | @tsv'",
@@ -48,7 +51,7 @@ func rowsCmd() *cobra.Command {
 				return usage(err)
 			}
 			return withDB(func(ctx context.Context, l *bootstrap.Loaded, d dialects.Dialect) error {
-				v, found, err := admin.RowDetail(ctx, d, id, bootstrap.RouteOf(l))
+				v, found, err := admin.RowDetail(ctx, d, id, bootstrap.RouteOf(l), bootstrap.TargetsOf(l))
 				if err != nil {
 					return err
 				}

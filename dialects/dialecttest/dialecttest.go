@@ -108,6 +108,7 @@ func Run(t *testing.T, h Harness) {
 	tests = append(tests, boundsTests()...)
 	tests = append(tests, destinationTests()...)
 	tests = append(tests, attemptTests()...)
+	tests = append(tests, copyTests()...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

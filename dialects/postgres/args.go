@@ -96,6 +96,16 @@ type completeAttemptsArgs struct {
 // outcome that carries an attempt. (Its fields' Go names differ from
 // completeArgs', which it sits beside: an ambiguous name would hide both.)
 type attempts struct {
+	attemptRecords
+	// The rows whose attempt was a probe, or a failure not counted: never
+	// nil (a NULL array would make every mark NULL).
+	ProbeIDs     [][16]byte `param:"probe_ids"`
+	UncountedIDs [][16]byte `param:"uncounted_ids"`
+}
+
+// attemptRecords are the arrays of the attempts a completion records, one
+// element per attempt.
+type attemptRecords struct {
 	AttemptIDs   [][16]byte  `param:"attempt_ids"`
 	At           []time.Time `param:"attempted_at"`
 	DurationsUS  []int64     `param:"durations_us"`
@@ -105,10 +115,56 @@ type attempts struct {
 	Statuses     []string    `param:"statuses"`
 	AttemptErrs  []string    `param:"attempt_errors"`
 	Responses    []string    `param:"responses"`
-	// The rows whose attempt was a probe, or a failure not counted: never
-	// nil (a NULL array would make every mark NULL).
-	ProbeIDs     [][16]byte `param:"probe_ids"`
-	UncountedIDs [][16]byte `param:"uncounted_ids"`
+}
+
+// add appends attempt t of row id, recorded as outcome.
+func (a *attemptRecords) add(id [16]byte, t *dialects.Attempt, outcome string) {
+	a.AttemptIDs = append(a.AttemptIDs, id)
+	a.At = append(a.At, t.At)
+	a.DurationsUS = append(a.DurationsUS, t.Duration.Microseconds())
+	a.Tries = append(a.Tries, int32(t.Try))
+	a.Outcomes = append(a.Outcomes, outcome)
+	a.Destinations = append(a.Destinations, t.Destination)
+	a.Statuses = append(a.Statuses, t.Status)
+	a.AttemptErrs = append(a.AttemptErrs, t.Error)
+	a.Responses = append(a.Responses, t.Response)
+}
+
+// completeCopiesArgs are OutboxCompleteCopies': the outcomes, their
+// attempts (marked by ordinal: an outcome may carry several), and the
+// copies of the delivered rows.
+type completeCopiesArgs struct {
+	completeArgs
+	attemptRecords
+	ProbeNs     []int32 `param:"probe_ns"`
+	UncountedNs []int32 `param:"uncounted_ns"`
+	copyArrays
+}
+
+// copyArrays are the copies OutboxCompleteCopies writes, one element per
+// copy.
+type copyArrays struct {
+	CopyIDs          [][16]byte `param:"copy_ids"`
+	CopyDestinations []string   `param:"copy_destinations"`
+	CopyStates       []string   `param:"copy_states"`
+	CopyAttempts     []int32    `param:"copy_attempts"`
+	CopyDelaysMS     []int64    `param:"copy_delays_ms"`
+	CopyErrors       []string   `param:"copy_errors"`
+}
+
+// copyListArgs are CopyList's.
+type copyListArgs struct {
+	States           []string    `param:"states"`
+	IDs              []uuid.UUID `param:"ids"`
+	Key              *string     `param:"key"`
+	Since            *time.Time  `param:"since"`
+	Until            *time.Time  `param:"until"`
+	ErrorText        *string     `param:"error_text"`
+	Destination      *string     `param:"destination"`
+	AfterUpdatedAt   *time.Time  `param:"after_updated_at"`
+	AfterSequence    *int64      `param:"after_sequence"`
+	AfterDestination *string     `param:"after_destination"`
+	Limit            int         `param:"limit"`
 }
 
 // filterArgs are the parameters of the fragment Filter, which every

@@ -69,6 +69,9 @@ type Catalog struct {
 	OutboxSelect           dialects.Named[selectArgs]
 	OutboxList             dialects.Named[listArgs]
 	OutboxInsert           dialects.Named[insertArgs]
+	FanOutComplete         dialects.Named[completeCopiesArgs]
+	CopyComplete           dialects.Named[completeAttemptsArgs]
+	CopyList               dialects.Named[copyListArgs]
 
 	OutboxRenewLeases, OutboxReleaseExpired, OutboxReplayIDs, OutboxPurge string
 	OutboxPurgeWait, OutboxCountByState, OutboxDeadByTopic                string
@@ -78,6 +81,9 @@ type Catalog struct {
 	OutboxFloors, OutboxRewind, OutboxNextDue                             string
 	OutboxHorizon                                                         string
 	OtherRelays                                                           string
+	FanOutBlockedLanes, CopyClaim, CopyRenewLeases, CopyReleaseExpired    string
+	CopyProbe, CopyPurge, CopyCounts, CopiesOfRow, CopyReplay             string
+	CopyBackfill                                                          string
 	dialects.HistoryStatements
 	InboxStatements
 	dialects.DestinationStatements
@@ -241,44 +247,81 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (c di
 	if p.Walk > dialects.WalkNone {
 		return c, fmt.Errorf("claim: unknown walk %d", p.Walk)
 	}
-	var rows pgx.Rows
-	if p.Settle != nil {
-		// The probe, then the claim, in one transaction on one session:
-		// BEGIN and the probe's reads in one round trip, the claim and
-		// COMMIT in the next. Each statement still reads its own snapshot,
-		// so the claim's is taken after the probe's reads.
-		conn, err := d.claimPool.Acquire(ctx)
+	if p.Settle == nil && !p.Lanes {
+		stmt, args := d.claimArgs(p)
+		rows, err := d.claimPool.Query(ctx, stmt, args...)
 		if err != nil {
 			return c, err
 		}
-		// A session left in a transaction by an error is closed by the
-		// pool rather than handed out again.
-		defer conn.Release()
+		return scanClaim(rows, p, c)
+	}
+	// The probe or the read of the blocked lanes, and the claim, in one
+	// transaction on one session.
+	conn, err := d.claimPool.Acquire(ctx)
+	if err != nil {
+		return c, err
+	}
+	// A session left in a transaction by an error is closed by the pool
+	// rather than handed out again.
+	defer conn.Release()
+	b := &pgx.Batch{}
+	if p.Settle != nil {
+		// The probe, then the claim: BEGIN and the probe's reads in one
+		// round trip, the claim and COMMIT in the next. Each statement
+		// still reads its own snapshot, so the claim's is taken after the
+		// probe's reads.
 		probe, err := d.probe(ctx, conn, true, outboxProbe(d.q))
 		if err != nil {
 			return c, err
 		}
 		c.Probe = &probe
 		p.Gate = p.Settle(probe)
-		stmt, args := d.claimArgs(p)
-		b := &pgx.Batch{}
-		b.Queue(stmt, args...)
-		b.Queue("COMMIT")
-		br := conn.SendBatch(ctx, b)
-		defer func() {
-			if cerr := br.Close(); err == nil && cerr != nil {
-				c, err = dialects.Claimed{}, cerr
-			}
-		}()
-		if rows, err = br.Query(); err != nil {
-			return c, err
-		}
 	} else {
-		stmt, args := d.claimArgs(p)
-		if rows, err = d.claimPool.Query(ctx, stmt, args...); err != nil {
+		b.Queue("BEGIN")
+	}
+	stmt, args := d.claimArgs(p)
+	b.Queue(stmt, args...)
+	if p.Lanes {
+		// In the claim's transaction, whose now() is the claimed rows'
+		// claimed_at (see the statement).
+		b.Queue(d.q.FanOutBlockedLanes, [16]byte(p.Token))
+	}
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			c, err = dialects.Claimed{}, cerr
+		}
+	}()
+	if p.Settle == nil {
+		if _, err := br.Exec(); err != nil {
 			return c, err
 		}
 	}
+	rows, err := br.Query()
+	if err != nil {
+		return c, err
+	}
+	if c, err = scanClaim(rows, p, c); err != nil || !p.Lanes {
+		return c, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return dialects.Claimed{}, err
+	}
+	c.Blocked, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialects.Lane, error) {
+		var l dialects.Lane
+		err := r.Scan(&l.Destination, &l.Key)
+		return l, err
+	})
+	if err != nil {
+		return dialects.Claimed{}, err
+	}
+	return c, nil
+}
+
+// scanClaim reads the rows of a claim into c, with what its walk tells.
+func scanClaim(rows pgx.Rows, p dialects.ClaimParams, c dialects.Claimed) (dialects.Claimed, error) {
 	c.Rows = make([]dialects.Row, 0, p.Limit)
 	for rows.Next() {
 		var r dialects.Row
@@ -421,7 +464,9 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 		}
 	}
 	var rows pgx.Rows
-	if a := attemptArrays(outcomes); a != nil {
+	if dialects.FanOut(outcomes) {
+		rows, err = d.pool.Query(ctx, d.q.FanOutComplete.SQL(), d.q.FanOutComplete.Args(fanOutArgs(c, outcomes))...)
+	} else if a := attemptArrays(outcomes); a != nil {
 		rows, err = d.pool.Query(ctx, d.q.OutboxCompleteAttempts.SQL(), d.q.OutboxCompleteAttempts.Args(completeAttemptsArgs{c, *a})...)
 	} else {
 		rows, err = d.pool.Query(ctx, d.q.OutboxComplete.SQL(), d.q.OutboxComplete.Args(c)...)

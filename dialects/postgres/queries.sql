@@ -620,7 +620,9 @@ SELECT {{c "id"}}, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "stat
 -- with, for a row that was delivered, its try and when its delivery was
 -- written: the history records no first try that succeeds, which only the
 -- row tells until the replay sets it back. was locks the rows and reads
--- them as they stand before the update.
+-- them as they stand before the update. The row's copies (a fan-out
+-- row's) go: its new pass delivers to every destination again, and
+-- copies what does not end well there.
 WITH was AS (
     SELECT {{c "id"}} AS id, {{c "state"}} AS state, {{c "attempt"}} AS attempt, {{c "updated_at"}} AS updated_at
       FROM {{t}}
@@ -652,6 +654,8 @@ WITH was AS (
            CASE WHEN r.was_state = 'delivered' THEN r.was_at END
       FROM r
      WHERE $3::text IS NOT NULL
+), forgotten AS (
+    DELETE FROM {{q (obj "copies") | qualify}} WHERE row_id IN (SELECT id FROM r)
 )
 SELECT (SELECT count(*)::int FROM r), (SELECT counter FROM moved)
 
@@ -1078,3 +1082,359 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*)::int FROM gone
+
+
+-- Fan-out: the copies table (V24; see dialects.Copies). Its columns are
+-- QueueBox's own, not mapped; "key" and "sequence" are quoted.
+
+-- name: FanOutComplete
+-- OutboxCompleteAttempts for outcomes of fan-out rows, in one statement:
+-- the outcomes (see OutboxComplete); the attempts, one element of each
+-- array per attempt (an outcome may carry several: a pass tries several
+-- destinations), with @probe_ns and @uncounted_ns the ordinals (from 1) of
+-- the attempts that were a circuit's probe or a failure not counted; and
+-- the copies of the delivered rows, one element of each array per copy:
+-- @copy_ids (the outbox row), @copy_destinations, @copy_states (pending or
+-- dead), @copy_attempts, @copy_delays_ms (due after), @copy_errors (""
+-- leaves last_error null). A copy takes the row's topic, key, payload,
+-- headers, aggregate type, sequence, creation time and max_attempts from
+-- the row itself (its version before this statement's update: the same
+-- values), never from the caller; a copy of the same row and destination
+-- (a replayed row's) is replaced, its claim and lease cleared. Attempts and
+-- copies are written only for outcomes that were written.
+WITH done(id) AS (
+{{template "CompleteUpdate"}}
+), recorded AS (
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted)
+    SELECT a.id, a.at, a.us, a.try, a.outcome, NULLIF(a.dest, ''), NULLIF(a.status, ''), NULLIF(a.err, ''), NULLIF(a.resp, ''),
+           a.n = ANY(@probe_ns::int[]), a.n <> ALL(@uncounted_ns::int[])
+      FROM unnest(@attempt_ids::uuid[], @attempted_at::timestamptz[], @durations_us::bigint[], @tries::int[], @outcomes::text[], @destinations::text[], @statuses::text[], @attempt_errors::text[], @responses::text[])
+           WITH ORDINALITY AS a(id, at, us, try, outcome, dest, status, err, resp, n)
+     WHERE a.id IN (SELECT id FROM done)
+), copied AS (
+    INSERT INTO {{copies}} AS x (row_id, destination, topic, "key", payload, headers, aggregate_type, "sequence", row_created_at,
+                                 state, attempt, max_attempts, scheduled_at, last_error)
+    SELECT o.{{c "id"}}, v.dest, o.{{c "topic"}}, o.{{c "key"}}, o.{{c "payload"}}, o.{{c "headers"}}, o.{{c "aggregate_type"}},
+           o.{{c "sequence"}}, o.{{c "created_at"}}, v.state, v.attempt, o.{{c "max_attempts"}},
+           now() + v.delay_ms * interval '1 millisecond', NULLIF(v.err, '')
+      FROM unnest(@copy_ids::uuid[], @copy_destinations::text[], @copy_states::text[], @copy_attempts::int[], @copy_delays_ms::bigint[], @copy_errors::text[])
+           AS v(id, dest, state, attempt, delay_ms, err)
+      JOIN {{t}} AS o ON o.{{c "id"}} = v.id
+     WHERE o.{{c "id"}} = ANY(@copy_ids::uuid[])
+       AND v.id IN (SELECT id FROM done)
+        ON CONFLICT (row_id, destination) DO UPDATE
+       SET topic = EXCLUDED.topic, "key" = EXCLUDED."key", payload = EXCLUDED.payload, headers = EXCLUDED.headers,
+           aggregate_type = EXCLUDED.aggregate_type, "sequence" = EXCLUDED."sequence", row_created_at = EXCLUDED.row_created_at,
+           state = EXCLUDED.state, attempt = EXCLUDED.attempt, max_attempts = EXCLUDED.max_attempts,
+           scheduled_at = EXCLUDED.scheduled_at, last_error = EXCLUDED.last_error,
+           claimed_at = NULL, claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
+           copy_change = nextval({{lit copyseq}})
+)
+SELECT id FROM done
+
+-- name: FanOutBlockedLanes
+-- The lanes (destination, key) that have a pending or processing copy,
+-- among the keys of the rows that the claim $1 (its token) took in this
+-- transaction: run after the claim, in its transaction, where now() is the
+-- claim's claimed_at, so that the claimed rows are found in the processing
+-- index (collected into an array first: a DISTINCT over the rows
+-- themselves lets the planner walk the key index in key order instead,
+-- past every pending row's entry, as a plan made on a small table did).
+-- Per key, one probe of the copies' lanes index per lane and one more (a
+-- skip scan over the destinations), whatever the copies of each lane
+-- number.
+WITH RECURSIVE claimed AS (
+    SELECT DISTINCT u.k
+      FROM unnest(ARRAY(
+             SELECT o.{{c "key"}}::text
+               FROM {{t}} AS o
+              WHERE o.{{c "state"}} = 'processing'
+                AND o.{{c "claimed_at"}} = now()
+                AND o.{{c "claim_token"}} = $1::uuid
+                AND o.{{c "key"}} <> '')) AS u(k)
+), lanes AS (
+    SELECT c.k, (SELECT x.destination FROM {{copies}} AS x
+                  WHERE x."key" = c.k AND x.state IN ('pending', 'processing')
+                  ORDER BY x."key", x.destination
+                  LIMIT 1) AS d
+      FROM claimed AS c
+    UNION ALL
+    SELECT l.k, (SELECT x.destination FROM {{copies}} AS x
+                  WHERE x."key" = l.k AND x.destination > l.d AND x.state IN ('pending', 'processing')
+                  ORDER BY x."key", x.destination
+                  LIMIT 1)
+      FROM lanes AS l
+     WHERE l.d IS NOT NULL
+)
+SELECT d, k FROM lanes WHERE d IS NOT NULL
+
+-- fragment: CopyLaneHead
+-- The keyed copy (the dot names it) is the head of its lane: no copy of
+-- the same destination and key with a smaller sequence is pending or
+-- processing, and no outbox row of the key with a smaller sequence is
+-- (its pass may still write an earlier copy).
+NOT EXISTS (SELECT 1 FROM {{copies}} AS b
+             WHERE b."key" = {{.}}."key" AND b.destination = {{.}}.destination
+               AND b."sequence" < {{.}}."sequence" AND b.state IN ('pending', 'processing'))
+AND NOT EXISTS (SELECT 1 FROM {{t}} AS b
+                 WHERE b.{{c "key"}} = {{.}}."key" AND b.{{c "sequence"}} < {{.}}."sequence"
+                   AND b.{{c "state"}} IN ('pending', 'processing'))
+
+-- name: CopyClaim
+-- $1 limit, $2 the most heads (<= $1), $3 lease in ms, $4 the claim token.
+-- heads: due pending copies in schedule order that are their lane's head
+-- (see CopyLaneHead) or have no key, locked with SKIP LOCKED: a copy
+-- behind a head is never a head for anyone while the head is pending or
+-- processing, so no concurrent claimer can take it.
+-- followers: for each keyed head, the pending copies of its lane right
+-- behind it in sequence order, up to the first that is processing or not
+-- yet due, and before the key's first pending or processing outbox row
+-- after the head (upto); keyed heads share what the limit leaves.
+WITH heads AS (
+    SELECT c.ctid AS tid, c.destination AS d, c."key" AS k, c."sequence" AS seq
+      FROM {{copies}} AS c
+     WHERE c.state = 'pending'
+       AND c.scheduled_at <= now()
+       AND (c."key" IS NULL OR c."key" = '' OR ({{template "CopyLaneHead" "c"}}))
+     ORDER BY c.scheduled_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), followers AS (
+    SELECT f.tid
+      FROM heads AS h
+     CROSS JOIN LATERAL (
+           SELECT COALESCE((SELECT o.{{c "sequence"}} FROM {{t}} AS o
+                             WHERE o.{{c "key"}} = h.k AND o.{{c "sequence"}} > h.seq
+                               AND o.{{c "state"}} IN ('pending', 'processing')
+                             ORDER BY o.{{c "key"}}, o.{{c "sequence"}}
+                             LIMIT 1), 9223372036854775807) AS upto) AS b
+     CROSS JOIN LATERAL (
+           SELECT w.tid
+             FROM (SELECT x.ctid AS tid,
+                          bool_or(x.state = 'processing' OR x.scheduled_at > now()) OVER (ORDER BY x."sequence") AS blocked
+                     FROM {{copies}} AS x
+                    WHERE x."key" = h.k AND x.destination = h.d
+                      AND x."sequence" > h.seq AND x."sequence" < b.upto
+                      AND x.state IN ('pending', 'processing')
+                    ORDER BY x."sequence"
+                    LIMIT (SELECT ($1 - count(*)) / GREATEST(count(*) FILTER (WHERE k IS NOT NULL AND k <> ''), 1) FROM heads)) AS w
+            WHERE NOT w.blocked) AS f
+     WHERE h.k IS NOT NULL AND h.k <> ''
+)
+UPDATE {{copies}} AS c
+   SET state = 'processing',
+       claimed_at = now(),
+       claim_token = $4,
+       lease_expires_at = now() + $3::bigint * interval '1 millisecond',
+       updated_at = now()
+ WHERE c.ctid = ANY(ARRAY(SELECT tid FROM heads UNION ALL SELECT tid FROM followers))
+   AND c.state = (SELECT 'pending')
+RETURNING c.id, c.row_id, c.destination, c.topic, COALESCE(c."key", ''), c.payload, c.headers, c.aggregate_type,
+          c.attempt, c.max_attempts, c."sequence", c.row_created_at
+
+-- name: CopyRenewLeases
+-- $1 the held copies' ids, $2 their claim tokens (pairwise), $3 lease in
+-- ms; as OutboxRenewLeases.
+UPDATE {{copies}}
+   SET lease_expires_at = now() + $3::bigint * interval '1 millisecond'
+ WHERE id = ANY(ARRAY(
+         SELECT x.id
+           FROM {{copies}} AS x
+           JOIN unnest($1::uuid[], $2::uuid[]) AS v(id, token) ON x.id = v.id AND x.claim_token = v.token
+          WHERE x.id = ANY($1::uuid[])
+            AND x.state = (SELECT 'processing')
+            FOR UPDATE OF x SKIP LOCKED))
+   AND state = (SELECT 'processing')
+RETURNING id
+
+-- name: CopyComplete
+-- OutboxCompleteAttempts for copies: the outcomes by copy id (@ids,
+-- @tokens, @states, @attempt_incs, @delays_ms, @errors, @has_errors), and
+-- their attempts (@attempt_ids the copy, ...; see OutboxCompleteAttempts),
+-- recorded under the copy's outbox row with the copy's destination. A copy
+-- written pending draws a new change counter.
+WITH done AS (
+    UPDATE {{copies}} AS x
+       SET state = v.state,
+           attempt = x.attempt + v.attempt_inc,
+           scheduled_at = CASE WHEN v.delay_ms >= 0 THEN now() + v.delay_ms * interval '1 millisecond' ELSE x.scheduled_at END,
+           last_error = CASE WHEN v.has_err THEN v.err ELSE x.last_error END,
+           claimed_at = NULL,
+           claim_token = NULL,
+           lease_expires_at = NULL,
+           updated_at = now(),
+           copy_change = CASE WHEN v.state = 'pending' THEN nextval({{lit copyseq}}) ELSE x.copy_change END
+      FROM unnest(@ids::uuid[], @tokens::uuid[], @states::text[], @attempt_incs::int[], @delays_ms::bigint[], @errors::text[], @has_errors::bool[])
+           AS v(id, token, state, attempt_inc, delay_ms, err, has_err)
+     WHERE x.id = ANY(@ids::uuid[])
+       AND x.id = v.id
+       AND x.claim_token = v.token
+       AND x.state = (SELECT 'processing')
+    RETURNING x.id, x.row_id, x.destination
+), recorded AS (
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted)
+    SELECT d.row_id, a.at, a.us, a.try, a.outcome, d.destination, NULLIF(a.status, ''), NULLIF(a.err, ''), NULLIF(a.resp, ''),
+           a.id = ANY(@probe_ids::uuid[]), a.id <> ALL(@uncounted_ids::uuid[])
+      FROM unnest(@attempt_ids::uuid[], @attempted_at::timestamptz[], @durations_us::bigint[], @tries::int[], @outcomes::text[], @destinations::text[], @statuses::text[], @attempt_errors::text[], @responses::text[])
+           AS a(id, at, us, try, outcome, dest, status, err, resp)
+      JOIN done AS d ON d.id = a.id
+)
+SELECT id FROM done
+
+-- name: CopyReleaseExpired
+-- $1 limit, $2 claim tokens the caller still holds. Processing copies
+-- whose lease has passed (or that have none) go back to pending, attempt
+-- unchanged, with a new change counter; returns how many.
+WITH r AS (
+    UPDATE {{copies}}
+       SET state = 'pending',
+           claimed_at = NULL,
+           claim_token = NULL,
+           lease_expires_at = NULL,
+           updated_at = now(),
+           copy_change = nextval({{lit copyseq}})
+     WHERE id = ANY(ARRAY(
+             SELECT id FROM {{copies}}
+              WHERE state = 'processing'
+                AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+                AND (claim_token IS NULL OR claim_token <> ALL($2::uuid[]))
+              ORDER BY claimed_at
+              LIMIT $1
+                FOR UPDATE SKIP LOCKED))
+       AND state = (SELECT 'processing')
+       AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+    RETURNING 1
+)
+SELECT count(*)::int FROM r
+
+-- name: CopyProbe
+-- The change counter (the last value its sequence handed out: it moves
+-- when a write that makes a copy pending draws it, which may be before
+-- that write commits), and how long, in ms, until the earliest pending
+-- copy scheduled later comes due (NULL: none is); one probe of the pending
+-- index (the state compared with a subquery too: see OutboxNextDue).
+SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END,
+       (SELECT (EXTRACT(EPOCH FROM min(c.scheduled_at) - now()) * 1000)::bigint
+          FROM {{copies}} AS c
+         WHERE c.state = 'pending' AND c.state >= (SELECT 'pending') AND c.scheduled_at > now())
+  FROM {{copyseq}} AS s
+
+-- name: CopyPurge
+-- $1 state, $2 age in ms, $3 batch.
+DELETE FROM {{copies}}
+ WHERE id = ANY(ARRAY(
+         SELECT id FROM {{copies}}
+          WHERE state = $1::text
+            AND updated_at < now() - $2::bigint * interval '1 millisecond'
+          LIMIT $3
+            FOR UPDATE SKIP LOCKED))
+
+-- name: CopyCounts
+-- Copies per destination and state, and for pending ones how long, in ms,
+-- the oldest due copy that heads its lane (no earlier copy of its
+-- destination and key pending or processing) has waited since it came due
+-- (0: none). One pass over the table: operators run it.
+SELECT c.destination, c.state, count(*),
+       COALESCE((EXTRACT(EPOCH FROM now() - min(CASE WHEN c.state = 'pending' AND c.scheduled_at <= now()
+                                                       AND (COALESCE(c."key", '') = '' OR NOT EXISTS (
+                                                            SELECT 1 FROM {{copies}} AS b
+                                                             WHERE b."key" = c."key" AND b.destination = c.destination
+                                                               AND b."sequence" < c."sequence" AND b.state IN ('pending', 'processing')))
+                                                      THEN c.scheduled_at END)) * 1000)::bigint, 0)
+  FROM {{copies}} AS c
+ GROUP BY c.destination, c.state
+ ORDER BY c.destination, c.state
+
+-- fragment: CopyFilter
+-- The operator filter of copies: @states (empty: any), @ids the outbox
+-- rows (NULL: any), @key (NULL: any), @since and @until (the copy's
+-- updated_at), @error_text (text in last_error), @destination (NULL: any).
+(cardinality(@states::text[]) = 0 OR c.state = ANY(@states::text[]))
+   AND (@ids::uuid[] IS NULL OR c.row_id = ANY(@ids::uuid[]))
+   AND (@key::text IS NULL OR c."key" = @key::text)
+   AND (@since::timestamptz IS NULL OR c.updated_at >= @since::timestamptz)
+   AND (@until::timestamptz IS NULL OR c.updated_at < @until::timestamptz)
+   AND (@error_text::text IS NULL OR strpos(lower(c.last_error), lower(@error_text::text)) > 0)
+   AND (@destination::text IS NULL OR c.destination = @destination::text)
+
+-- fragment: CopyColumns
+-- A copy as operators read it (see CopyList): created_at is the row's.
+c.id, c.topic, c."key", c.aggregate_type, c.state, c.attempt, c.max_attempts, c."sequence", c.row_created_at,
+       c.updated_at, c.last_error, c.destination, c.row_id, c.scheduled_at
+
+-- name: CopyList
+-- The copies the filter selects (see CopyFilter), newest update first,
+-- after (@after_updated_at, @after_sequence, @after_destination) when set
+-- (keyset: copies of one row share its sequence), at most @limit.
+SELECT {{template "CopyColumns"}}
+  FROM {{copies}} AS c
+ WHERE {{template "CopyFilter"}}
+   AND (@after_updated_at::timestamptz IS NULL
+        OR (c.updated_at, c."sequence", c.destination) < (@after_updated_at::timestamptz, @after_sequence::bigint, @after_destination::text))
+ ORDER BY c.updated_at DESC, c."sequence" DESC, c.destination DESC
+ LIMIT @limit
+
+-- name: CopiesOfRow
+-- The copies of the outbox row $1, by destination.
+SELECT {{template "CopyColumns"}}
+  FROM {{copies}} AS c
+ WHERE c.row_id = $1::uuid
+ ORDER BY c.destination
+
+-- fragment: CopyReplayed
+-- The CTE recorded, after a CTE r that returned the outbox row id (row_id)
+-- of every copy of the destination $1 it put back: an entry in each row's
+-- history after its latest one, outcome replayed, with the destination and
+-- who replayed (the dot; NULL: nothing is recorded).
+, recorded AS (
+    INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, replayed_by)
+    SELECT r.row_id,
+           GREATEST(now(), (SELECT max(a.attempted_at) + interval '1 microsecond'
+                              FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.row_id)),
+           0, 0, 'replayed', $1::text, {{.}}::text
+      FROM r
+     WHERE {{.}}::text IS NOT NULL
+)
+
+-- name: CopyReplay
+-- $1 destination, $2 outbox row ids, $3 states that may be replayed, $4
+-- who replayed (NULL: nothing recorded). The copies of $1 of those rows in
+-- one of the states, never a processing one, go back to pending: attempt
+-- 0, no error, due now, a new change counter. Returns how many.
+WITH r AS (
+    UPDATE {{copies}} AS c
+       SET state = 'pending',
+           attempt = 0,
+           last_error = NULL,
+           scheduled_at = now(),
+           claimed_at = NULL,
+           claim_token = NULL,
+           lease_expires_at = NULL,
+           updated_at = now(),
+           copy_change = nextval({{lit copyseq}})
+     WHERE c.row_id = ANY($2::uuid[])
+       AND c.destination = $1::text
+       AND c.state = ANY($3::text[])
+       AND c.state <> 'processing'
+    RETURNING c.row_id
+){{template "CopyReplayed" "$4"}}
+SELECT count(*)::int FROM r
+
+-- name: CopyBackfill
+-- $1 destination, $2 outbox row ids, $3 who (NULL: nothing recorded). A
+-- pending copy of $1, due now, for each of those rows that is delivered
+-- and has no copy of $1, made from the row, in sequence order; recorded in
+-- the row's history as a replay to $1. Returns how many.
+WITH r AS (
+    INSERT INTO {{copies}} (row_id, destination, topic, "key", payload, headers, aggregate_type, "sequence", row_created_at,
+                            state, attempt, max_attempts, scheduled_at)
+    SELECT o.{{c "id"}}, $1::text, o.{{c "topic"}}, o.{{c "key"}}, o.{{c "payload"}}, o.{{c "headers"}}, o.{{c "aggregate_type"}},
+           o.{{c "sequence"}}, o.{{c "created_at"}}, 'pending', 0, o.{{c "max_attempts"}}, now()
+      FROM {{t}} AS o
+     WHERE o.{{c "id"}} = ANY($2::uuid[])
+       AND o.{{c "state"}} = 'delivered'
+     ORDER BY o.{{c "sequence"}}
+        ON CONFLICT (row_id, destination) DO NOTHING
+    RETURNING row_id
+){{template "CopyReplayed" "$3"}}
+SELECT count(*)::int FROM r

@@ -252,7 +252,9 @@ SELECT TOP (@limit) CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}
 -- replay before the attempt that ended the row; with, for a row that was
 -- delivered, its try and when its delivery was written (deleted.*, the
 -- row before the update): the history records no first try that
--- succeeds, which only the row tells until the replay sets it back.
+-- succeeds, which only the row tells until the replay sets it back. The
+-- row's copies (a fan-out row's) go: its new pass delivers to every
+-- destination again, and copies what does not end well there.
 SET NOCOUNT ON;
 DECLARE @now DATETIME2 = SYSUTCDATETIME();
 DECLARE @replayed TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, was NVARCHAR(50), was_attempt INT, was_at DATETIME2);
@@ -276,6 +278,7 @@ SELECT r.id, CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now
   FROM @replayed AS r
  OUTER APPLY (SELECT MAX(a.attempted_at) AS at FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.id) AS l
  WHERE @p3 IS NOT NULL;
+DELETE FROM {{q (obj "copies") | qualify}} WHERE row_id IN (SELECT id FROM @replayed);
 SELECT COUNT(*) FROM @replayed;
 
 -- name: OutboxPurge
@@ -700,3 +703,390 @@ SET NOCOUNT ON;
 DELETE TOP (@p2) FROM {{q (obj "attempts") | qualify}} WITH (ROWLOCK, READPAST)
  WHERE attempted_at < DATEADD(second, -@p1, SYSUTCDATETIME());
 SELECT @@ROWCOUNT;
+
+
+-- Fan-out: the copies table (V16; see dialects.Copies). Its columns are
+-- QueueBox's own, not mapped; [key] and [sequence] are bracketed. A batch
+-- that makes copies pending draws one value of the change counter's
+-- sequence (@change) for all of them, and only when it writes any.
+
+-- name: FanOutComplete
+-- OutboxCompleteAttempts for outcomes of fan-out rows, in one transaction:
+-- @p1 the outcomes (see OutboxComplete; their attempt fields are not
+-- read), @p2 JSON array of the attempts {i: the row, at, us, n, k, ds, st,
+-- er, rs, p, u} (see OutboxCompleteAttempts; an outcome may carry
+-- several), @p3 JSON array of the copies of the delivered rows {i: the
+-- row, ds: destination, s: state (pending or dead), a: attempt, d: due
+-- after ms, e: last_error, "" for none}. A copy takes the row's topic,
+-- key, payload, headers, aggregate type, sequence, creation time and
+-- max_attempts from the row itself, never from the caller; a copy of the
+-- same row and destination (a replayed row's) is replaced, its claim and
+-- lease cleared: the update holds the key range of the copies it looks
+-- for (UPDLOCK, HOLDLOCK) until the commit, so the insert of those it did
+-- not find races no one. Attempts and copies are written only for outcomes
+-- that were written.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @done TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+{{template "CompleteUpdate" (printf "inserted.%s INTO @done" (c "id"))}}
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted)
+SELECT v.i, CONVERT(DATETIME2, v.at, 126), v.us, v.n, v.k, NULLIF(v.ds, N''), NULLIF(v.st, N''), NULLIF(v.er, N''), NULLIF(v.rs, N''),
+       COALESCE(v.p, 0), 1 - COALESCE(v.u, 0)
+  FROM OPENJSON(@p2) WITH (i UNIQUEIDENTIFIER '$.i', at NVARCHAR(40) '$.at', us BIGINT '$.us', n INT '$.n', k NVARCHAR(20) '$.k',
+                           ds NVARCHAR(255) '$.ds', st NVARCHAR(255) '$.st', er NVARCHAR(MAX) '$.er', rs NVARCHAR(MAX) '$.rs',
+                           p INT '$.p', u INT '$.u') AS v
+ WHERE v.i IN (SELECT id FROM @done);
+DECLARE @copies TABLE (row_id UNIQUEIDENTIFIER NOT NULL, destination NVARCHAR(255) NOT NULL, state NVARCHAR(50) NOT NULL,
+                       attempt INT NOT NULL, delay_ms INT NOT NULL, err NVARCHAR(MAX) NULL, PRIMARY KEY (row_id, destination));
+INSERT INTO @copies (row_id, destination, state, attempt, delay_ms, err)
+SELECT v.i, v.ds, v.s, v.a, v.d, NULLIF(v.e, N'')
+  FROM OPENJSON(@p3) WITH (i UNIQUEIDENTIFIER '$.i', ds NVARCHAR(255) '$.ds', s NVARCHAR(50) '$.s', a INT '$.a', d INT '$.d',
+                           e NVARCHAR(MAX) '$.e') AS v
+ WHERE v.i IN (SELECT id FROM @done);
+DECLARE @change BIGINT;
+IF EXISTS (SELECT 1 FROM @copies)
+    SET @change = NEXT VALUE FOR {{copyseq}};
+UPDATE x
+   SET topic = o.{{c "topic"}}, [key] = o.{{c "key"}}, payload = o.{{c "payload"}}, headers = o.{{c "headers"}},
+       aggregate_type = o.{{c "aggregate_type"}}, [sequence] = o.{{c "sequence"}}, row_created_at = o.{{c "created_at"}},
+       state = v.state, attempt = v.attempt, max_attempts = o.{{c "max_attempts"}},
+       scheduled_at = DATEADD(millisecond, v.delay_ms, @now), last_error = v.err,
+       claimed_at = NULL, claim_token = NULL, lease_expires_at = NULL, updated_at = @now, copy_change = @change
+  FROM {{copies}} AS x WITH (UPDLOCK, HOLDLOCK)
+  JOIN @copies AS v ON x.row_id = v.row_id AND x.destination = v.destination
+  JOIN {{t}} AS o ON o.{{c "id"}} = v.row_id;
+INSERT INTO {{copies}} (row_id, destination, topic, [key], payload, headers, aggregate_type, [sequence], row_created_at,
+                        state, attempt, max_attempts, scheduled_at, created_at, updated_at, last_error, copy_change)
+SELECT v.row_id, v.destination, o.{{c "topic"}}, o.{{c "key"}}, o.{{c "payload"}}, o.{{c "headers"}}, o.{{c "aggregate_type"}},
+       o.{{c "sequence"}}, o.{{c "created_at"}}, v.state, v.attempt, o.{{c "max_attempts"}},
+       DATEADD(millisecond, v.delay_ms, @now), @now, @now, v.err, @change
+  FROM @copies AS v
+  JOIN {{t}} AS o ON o.{{c "id"}} = v.row_id
+ WHERE NOT EXISTS (SELECT 1 FROM {{copies}} AS x WITH (UPDLOCK, HOLDLOCK)
+                    WHERE x.row_id = v.row_id AND x.destination = v.destination);
+COMMIT TRANSACTION;
+SELECT CAST(id AS NVARCHAR(36)) FROM @done;
+
+-- name: FanOutBlockedLanes
+-- @p1 JSON array of the keys of the rows a claim took: the lanes
+-- (destination, key) among them that have a pending or processing copy.
+-- A skip scan of the copies' lanes index: per key, the first destination,
+-- then the next after the greatest found, until none is left; one seek
+-- per lane and key and one more, whatever the copies of each lane number.
+SET NOCOUNT ON;
+DECLARE @keys TABLE (k NVARCHAR(255) PRIMARY KEY);
+INSERT INTO @keys (k)
+SELECT DISTINCT CAST([value] AS NVARCHAR(255)) FROM OPENJSON(@p1) WHERE CAST([value] AS NVARCHAR(255)) <> N'';
+DECLARE @lanes TABLE (k NVARCHAR(255) NOT NULL, d NVARCHAR(255) NOT NULL, PRIMARY KEY (k, d));
+INSERT INTO @lanes (k, d)
+SELECT k.k, n.d
+  FROM @keys AS k
+ CROSS APPLY (SELECT TOP (1) x.destination AS d FROM {{copies}} AS x
+               WHERE x.[key] = k.k AND x.state IN (N'pending', N'processing')
+               ORDER BY x.destination) AS n;
+WHILE @@ROWCOUNT > 0
+    INSERT INTO @lanes (k, d)
+    SELECT l.k, n.d
+      FROM (SELECT k, MAX(d) AS d FROM @lanes GROUP BY k) AS l
+     CROSS APPLY (SELECT TOP (1) x.destination AS d FROM {{copies}} AS x
+                   WHERE x.[key] = l.k AND x.destination > l.d AND x.state IN (N'pending', N'processing')
+                   ORDER BY x.destination) AS n;
+SELECT d, k FROM @lanes;
+
+-- fragment: CopyLaneHead
+-- The keyed copy c is the head of its lane: no copy of the same
+-- destination and key with a smaller sequence is pending or processing,
+-- and no outbox row of the key with a smaller sequence is (its pass may
+-- still write an earlier copy).
+NOT EXISTS (SELECT 1 FROM {{copies}} AS b
+             WHERE b.[key] = c.[key] AND b.destination = c.destination
+               AND b.[sequence] < c.[sequence] AND b.state IN (N'pending', N'processing'))
+AND NOT EXISTS (SELECT 1 FROM {{t}} AS b
+                 WHERE b.{{c "key"}} = c.[key] AND b.{{c "sequence"}} < c.[sequence]
+                   AND b.{{c "state"}} IN (N'pending', N'processing'))
+
+-- name: CopyClaim
+-- @p1 limit, @p2 the most heads (<= @p1), @p3 lease in ms, @p4 the claim
+-- token. As in the PostgreSQL dialect: heads, due pending copies in
+-- schedule order that head their lane (see CopyLaneHead) or have no key,
+-- locked (UPDLOCK, READPAST, ROWLOCK); then for each keyed head the
+-- pending copies of its lane right behind it in sequence order, up to the
+-- first that is processing or not yet due, and before the key's first
+-- pending or processing outbox row after the head; keyed heads share what
+-- the limit leaves.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @heads TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, d NVARCHAR(255) NOT NULL, k NVARCHAR(255) NULL, seq BIGINT NOT NULL);
+INSERT INTO @heads (id, d, k, seq)
+SELECT TOP (@p2) c.id, c.destination, c.[key], c.[sequence]
+  FROM {{copies}} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
+ WHERE c.state = N'pending'
+   AND c.scheduled_at <= @now
+   AND (c.[key] IS NULL OR c.[key] = N'' OR ({{template "CopyLaneHead"}}))
+ ORDER BY c.scheduled_at;
+DECLARE @keyed INT = (SELECT COUNT(*) FROM @heads WHERE k IS NOT NULL AND k <> N'');
+DECLARE @per INT = (@p1 - (SELECT COUNT(*) FROM @heads)) / CASE WHEN @keyed > 0 THEN @keyed ELSE 1 END;
+DECLARE @claim TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+INSERT INTO @claim (id) SELECT id FROM @heads;
+INSERT INTO @claim (id)
+SELECT f.id
+  FROM @heads AS h
+ CROSS APPLY (SELECT COALESCE((SELECT TOP (1) o.{{c "sequence"}} FROM {{t}} AS o
+                                WHERE o.{{c "key"}} = h.k AND o.{{c "sequence"}} > h.seq
+                                  AND o.{{c "state"}} IN (N'pending', N'processing')
+                                ORDER BY o.{{c "sequence"}}), CAST(9223372036854775807 AS BIGINT)) AS upto) AS b
+ CROSS APPLY (
+       SELECT w.id
+         FROM (SELECT TOP (@per) x.id,
+                      MAX(CASE WHEN x.state = N'processing' OR x.scheduled_at > @now THEN 1 ELSE 0 END)
+                          OVER (ORDER BY x.[sequence] ROWS UNBOUNDED PRECEDING) AS blocked
+                 FROM {{copies}} AS x
+                WHERE x.[key] = h.k AND x.destination = h.d
+                  AND x.[sequence] > h.seq AND x.[sequence] < b.upto
+                  AND x.state IN (N'pending', N'processing')
+                ORDER BY x.[sequence]) AS w
+        WHERE w.blocked = 0) AS f
+ WHERE h.k IS NOT NULL AND h.k <> N'';
+UPDATE x
+   SET state = N'processing',
+       claimed_at = @now,
+       claim_token = CAST(@p4 AS UNIQUEIDENTIFIER),
+       lease_expires_at = DATEADD(millisecond, @p3, @now),
+       updated_at = @now
+OUTPUT CAST(inserted.id AS NVARCHAR(36)), CAST(inserted.row_id AS NVARCHAR(36)), inserted.destination, inserted.topic,
+       COALESCE(inserted.[key], N''), inserted.payload, inserted.headers, inserted.aggregate_type, inserted.attempt,
+       inserted.max_attempts, inserted.[sequence], inserted.row_created_at
+  FROM {{copies}} AS x
+  JOIN @claim AS c ON x.id = c.id
+ WHERE x.state = N'pending';
+COMMIT TRANSACTION;
+
+-- name: CopyRenewLeases
+-- @p1 JSON array of {i: id, t: token} of the held copies, @p2 lease in
+-- ms; as OutboxRenewLeases.
+SET NOCOUNT ON;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+UPDATE x
+   SET lease_expires_at = DATEADD(millisecond, @p2, @now)
+OUTPUT CAST(inserted.id AS NVARCHAR(36))
+  FROM {{copies}} AS x WITH (ROWLOCK, READPAST)
+  JOIN OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', t UNIQUEIDENTIFIER '$.t') AS v
+    ON x.id = v.i AND x.claim_token = v.t
+ WHERE x.state = N'processing';
+
+-- name: CopyComplete
+-- OutboxCompleteAttempts for copies, in one transaction: @p1 as there,
+-- by copy id; an attempt is recorded under the copy's outbox row with the
+-- copy's destination. Copies written pending take a new change counter.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @change BIGINT;
+IF EXISTS (SELECT 1 FROM OPENJSON(@p1) WITH (s NVARCHAR(50) '$.s') AS v WHERE v.s = N'pending')
+    SET @change = NEXT VALUE FOR {{copyseq}};
+DECLARE @done TABLE (id UNIQUEIDENTIFIER PRIMARY KEY, row_id UNIQUEIDENTIFIER NOT NULL, destination NVARCHAR(255) NOT NULL);
+UPDATE x
+   SET state = v.s,
+       attempt = x.attempt + v.a,
+       scheduled_at = COALESCE(DATEADD(millisecond, v.d, @now), x.scheduled_at),
+       last_error = CASE WHEN v.w = 1 THEN v.e ELSE x.last_error END,
+       claimed_at = NULL,
+       claim_token = NULL,
+       lease_expires_at = NULL,
+       updated_at = @now,
+       copy_change = CASE WHEN v.s = N'pending' THEN @change ELSE x.copy_change END
+OUTPUT inserted.id, inserted.row_id, inserted.destination INTO @done
+  FROM {{copies}} AS x
+  JOIN OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', t UNIQUEIDENTIFIER '$.t', s NVARCHAR(50) '$.s',
+                           a INT '$.a', d INT '$.d', w INT '$.w', e NVARCHAR(MAX) '$.e') AS v
+    ON x.id = v.i AND x.claim_token = v.t
+ WHERE x.state = N'processing';
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, status, error, response, probe, counted)
+SELECT d.row_id, CONVERT(DATETIME2, v.at, 126), v.us, v.n, v.k, d.destination, NULLIF(v.st, N''), NULLIF(v.er, N''), NULLIF(v.rs, N''),
+       COALESCE(v.p, 0), 1 - COALESCE(v.u, 0)
+  FROM OPENJSON(@p1) WITH (i UNIQUEIDENTIFIER '$.i', at NVARCHAR(40) '$.at', us BIGINT '$.us', n INT '$.n', k NVARCHAR(20) '$.k',
+                           st NVARCHAR(255) '$.st', er NVARCHAR(MAX) '$.er', rs NVARCHAR(MAX) '$.rs',
+                           p INT '$.p', u INT '$.u') AS v
+  JOIN @done AS d ON d.id = v.i
+ WHERE v.at IS NOT NULL;
+COMMIT TRANSACTION;
+SELECT CAST(id AS NVARCHAR(36)) FROM @done;
+
+-- name: CopyReleaseExpired
+-- @p1 limit, @p2 JSON array of claim tokens the caller still holds.
+-- Processing copies whose lease has passed (or that have none) go back to
+-- pending, attempt unchanged, with a new change counter; returns how many.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @released TABLE (id UNIQUEIDENTIFIER PRIMARY KEY);
+UPDATE TOP (@p1) x
+   SET state = N'pending',
+       claimed_at = NULL,
+       claim_token = NULL,
+       lease_expires_at = NULL,
+       updated_at = @now
+OUTPUT inserted.id INTO @released
+  FROM {{copies}} AS x WITH (ROWLOCK, READPAST)
+ WHERE x.state = N'processing'
+   AND (x.lease_expires_at IS NULL OR x.lease_expires_at <= @now)
+   AND (x.claim_token IS NULL
+        OR x.claim_token NOT IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2)));
+IF EXISTS (SELECT 1 FROM @released)
+BEGIN
+    DECLARE @change BIGINT;
+    SET @change = NEXT VALUE FOR {{copyseq}};
+    UPDATE x SET copy_change = @change FROM {{copies}} AS x JOIN @released AS r ON x.id = r.id;
+END;
+COMMIT TRANSACTION;
+SELECT COUNT(*) FROM @released;
+
+-- name: CopyProbe
+-- The change counter (the last value its sequence handed out: it moves
+-- when a batch that makes copies pending draws it, before that batch
+-- commits), and how long, in ms, until the earliest pending copy
+-- scheduled later comes due (NULL: none is).
+SELECT COALESCE((SELECT COALESCE(CAST(last_used_value AS BIGINT), CAST(current_value AS BIGINT) - 1)
+                   FROM sys.sequences WHERE object_id = OBJECT_ID({{lit copyseq}})), 0),
+       (SELECT DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), MIN(scheduled_at))
+          FROM {{copies}}
+         WHERE state = N'pending' AND scheduled_at > SYSUTCDATETIME());
+
+-- name: CopyPurge
+-- @p1 state, @p2 age in seconds, @p3 batch.
+SET NOCOUNT ON;
+DELETE TOP (@p3) FROM {{copies}} WITH (ROWLOCK, READPAST)
+ WHERE state = @p1
+   AND updated_at < DATEADD(second, -@p2, SYSUTCDATETIME());
+SELECT @@ROWCOUNT;
+
+-- name: CopyCounts
+-- Copies per destination and state, and for pending ones how long, in ms,
+-- the oldest due copy that heads its lane (no earlier copy of its
+-- destination and key pending or processing) has waited since it came due
+-- (0: none). One pass over the table: operators run it.
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+SELECT c.destination, c.state, COUNT_BIG(*),
+       COALESCE(DATEDIFF_BIG(millisecond, MIN(CASE WHEN h.head = 1 THEN c.scheduled_at END), @now), 0)
+  FROM {{copies}} AS c
+ OUTER APPLY (SELECT CASE WHEN c.state = N'pending' AND c.scheduled_at <= @now
+                           AND (COALESCE(c.[key], N'') = N'' OR NOT EXISTS (
+                                SELECT 1 FROM {{copies}} AS b
+                                 WHERE b.[key] = c.[key] AND b.destination = c.destination
+                                   AND b.[sequence] < c.[sequence] AND b.state IN (N'pending', N'processing')))
+                          THEN 1 ELSE 0 END AS head) AS h
+ GROUP BY c.destination, c.state
+ ORDER BY c.destination, c.state;
+
+-- fragment: CopyFilter
+-- The operator filter of copies: @states (JSON; empty: any), @ids the
+-- outbox rows (JSON; NULL: any), @key (NULL: any), @since and @until (the
+-- copy's updated_at), @error_text (text in last_error), @destination
+-- (NULL: any).
+(NOT EXISTS (SELECT 1 FROM OPENJSON(@states)) OR c.state IN (SELECT [value] FROM OPENJSON(@states)))
+   AND (@ids IS NULL OR c.row_id IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@ids)))
+   AND (@key IS NULL OR c.[key] = @key)
+   AND (@since IS NULL OR c.updated_at >= @since)
+   AND (@until IS NULL OR c.updated_at < @until)
+   AND (@error_text IS NULL OR CHARINDEX(LOWER(@error_text), LOWER(c.last_error)) > 0)
+   AND (@destination IS NULL OR c.destination = @destination)
+
+-- fragment: CopyColumns
+-- A copy as operators read it (see CopyList): created_at is the row's.
+CAST(c.id AS NVARCHAR(36)), c.topic, c.[key], c.aggregate_type, c.state, c.attempt, c.max_attempts, c.[sequence],
+       c.row_created_at, c.updated_at, c.last_error, c.destination, CAST(c.row_id AS NVARCHAR(36)), c.scheduled_at
+
+-- name: CopyList
+-- The copies the filter selects (see CopyFilter), newest update first,
+-- after (@after_updated_at, @after_sequence, @after_destination) when set
+-- (keyset: copies of one row share its sequence), at most @limit.
+SELECT TOP (@limit) {{template "CopyColumns"}}
+  FROM {{copies}} AS c
+ WHERE {{template "CopyFilter"}}
+   AND (@after_updated_at IS NULL OR c.updated_at < @after_updated_at
+        OR (c.updated_at = @after_updated_at AND (c.[sequence] < @after_sequence
+            OR (c.[sequence] = @after_sequence AND c.destination < @after_destination))))
+ ORDER BY c.updated_at DESC, c.[sequence] DESC, c.destination DESC;
+
+-- name: CopiesOfRow
+-- The copies of the outbox row @p1 (text), by destination.
+SELECT {{template "CopyColumns"}}
+  FROM {{copies}} AS c
+ WHERE c.row_id = CAST(@p1 AS UNIQUEIDENTIFIER)
+ ORDER BY c.destination;
+
+-- fragment: CopyReplayed
+-- After @r was filled with the outbox row ids of the copies of the
+-- destination @p1 put back: an entry in each row's history after its
+-- latest one, outcome replayed, with the destination and who replayed (the
+-- dot; NULL: nothing is recorded).
+INSERT INTO {{q (obj "attempts") | qualify}} (row_id, attempted_at, duration_us, try, outcome, destination, replayed_by)
+SELECT r.row_id, CASE WHEN l.at >= @now THEN DATEADD(microsecond, 1, l.at) ELSE @now END, 0, 0, N'replayed', @p1, {{.}}
+  FROM @r AS r
+ OUTER APPLY (SELECT MAX(a.attempted_at) AS at FROM {{q (obj "attempts") | qualify}} AS a WHERE a.row_id = r.row_id) AS l
+ WHERE {{.}} IS NOT NULL;
+
+-- name: CopyReplay
+-- @p1 destination, @p2 JSON outbox row ids, @p3 JSON states that may be
+-- replayed, @p4 who replayed (NULL: nothing recorded). The copies of @p1
+-- of those rows in one of the states, never a processing one, go back to
+-- pending: attempt 0, no error, due now, a new change counter. Returns how
+-- many.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @change BIGINT;
+SET @change = NEXT VALUE FOR {{copyseq}};
+DECLARE @r TABLE (row_id UNIQUEIDENTIFIER PRIMARY KEY);
+UPDATE c
+   SET state = N'pending',
+       attempt = 0,
+       last_error = NULL,
+       scheduled_at = @now,
+       claimed_at = NULL,
+       claim_token = NULL,
+       lease_expires_at = NULL,
+       updated_at = @now,
+       copy_change = @change
+OUTPUT inserted.row_id INTO @r
+  FROM {{copies}} AS c
+ WHERE c.row_id IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2))
+   AND c.destination = @p1
+   AND c.state IN (SELECT [value] FROM OPENJSON(@p3))
+   AND c.state <> N'processing';
+{{template "CopyReplayed" "@p4"}}
+COMMIT TRANSACTION;
+SELECT COUNT(*) FROM @r;
+
+-- name: CopyBackfill
+-- @p1 destination, @p2 JSON outbox row ids, @p3 who (NULL: nothing
+-- recorded). A pending copy of @p1, due now, for each of those rows that
+-- is delivered and has no copy of @p1, made from the row; recorded in the
+-- row's history as a replay to @p1. Returns how many.
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @now DATETIME2 = SYSUTCDATETIME();
+DECLARE @change BIGINT;
+SET @change = NEXT VALUE FOR {{copyseq}};
+DECLARE @r TABLE (row_id UNIQUEIDENTIFIER PRIMARY KEY);
+INSERT INTO {{copies}} (row_id, destination, topic, [key], payload, headers, aggregate_type, [sequence], row_created_at,
+                        state, attempt, max_attempts, scheduled_at, created_at, updated_at, copy_change)
+OUTPUT inserted.row_id INTO @r
+SELECT o.{{c "id"}}, @p1, o.{{c "topic"}}, o.{{c "key"}}, o.{{c "payload"}}, o.{{c "headers"}}, o.{{c "aggregate_type"}},
+       o.{{c "sequence"}}, o.{{c "created_at"}}, N'pending', 0, o.{{c "max_attempts"}}, @now, @now, @now, @change
+  FROM {{t}} AS o
+ WHERE o.{{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p2))
+   AND o.{{c "state"}} = N'delivered'
+   AND NOT EXISTS (SELECT 1 FROM {{copies}} AS x WITH (UPDLOCK, HOLDLOCK)
+                    WHERE x.row_id = o.{{c "id"}} AND x.destination = @p1);
+{{template "CopyReplayed" "@p3"}}
+COMMIT TRANSACTION;
+SELECT COUNT(*) FROM @r;

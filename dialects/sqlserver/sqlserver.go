@@ -78,6 +78,7 @@ type Catalog struct {
 	OutboxClaim  dialects.Named[claimArgs]
 	OutboxSelect dialects.Named[selectArgs]
 	OutboxList   dialects.Named[listArgs]
+	CopyList     dialects.Named[copyListArgs]
 
 	OutboxRenewLeases, OutboxComplete, OutboxReleaseExpired  string
 	OutboxCompleteAttempts                                   string
@@ -88,6 +89,10 @@ type Catalog struct {
 	OutboxHorizon                                            string
 	OutboxBlockedKeys, OutboxDeadGroups                      string
 	OutboxProbe, OutboxWriters, OtherRelays                  string
+	FanOutComplete, FanOutBlockedLanes                       string
+	CopyClaim, CopyRenewLeases, CopyComplete                 string
+	CopyReleaseExpired, CopyProbe, CopyPurge, CopyCounts     string
+	CopiesOfRow, CopyReplay, CopyBackfill                    string
 	dialects.HistoryStatements
 	InboxStatements
 	dialects.DestinationStatements
@@ -260,7 +265,48 @@ func (d *Dialect) OutboxClaim(ctx context.Context, p dialects.ClaimParams) (_ di
 		return dialects.Claimed{}, err
 	}
 	dialects.SortClaimed(c.Rows)
-	return c, nil
+	if p.Lanes {
+		c.Blocked, err = d.blockedLanes(ctx, c.Rows)
+	}
+	return c, err
+}
+
+// blockedLanes reads the lanes of the keys of rows that have a pending or
+// processing copy, in a statement of its own after the claim's batch:
+// read later, it finds no lane that the claim's own snapshot would not
+// (a copy of one of the keys is written only by the completion of an
+// earlier row of the key, which had ended when the claim took the row).
+func (d *Dialect) blockedLanes(ctx context.Context, rows []dialects.Row) ([]dialects.Lane, error) {
+	keys := KeysOf(rows)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	res, err := d.db.QueryContext(ctx, d.q.FanOutBlockedLanes, jsonArg(keys))
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	var out []dialects.Lane
+	for res.Next() {
+		var l dialects.Lane
+		if err := res.Scan(&l.Destination, &l.Key); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, res.Err()
+}
+
+// KeysOf lists the keys of the keyed rows, each once, in the rows' order
+// (sorted rows: key order); exported for the rendered-SQL tests.
+func KeysOf(rows []dialects.Row) []string {
+	var keys []string
+	for _, r := range rows {
+		if r.Keyed() && (len(keys) == 0 || keys[len(keys)-1] != r.Key) {
+			keys = append(keys, r.Key)
+		}
+	}
+	return keys
 }
 
 func (d *Dialect) queryIDs(ctx context.Context, query string, args ...any) (map[uuid.UUID]struct{}, error) {
@@ -319,6 +365,12 @@ type completeArg struct {
 	W int       `json:"w"`
 	E string    `json:"e"`
 	// The attempt, when the outcome carries one (OutboxCompleteAttempts).
+	attemptArg
+}
+
+// attemptArg is an attempt as the statements that record attempts read
+// it from JSON.
+type attemptArg struct {
 	At *string `json:"at,omitempty"`
 	US int64   `json:"us,omitempty"`
 	N  int     `json:"n,omitempty"`
@@ -329,6 +381,19 @@ type completeArg struct {
 	RS string  `json:"rs,omitempty"`
 	P  int     `json:"p,omitempty"`
 	U  int     `json:"u,omitempty"`
+}
+
+// attemptArgOf is attempt t, recorded as outcome.
+func attemptArgOf(t *dialects.Attempt, outcome string) attemptArg {
+	at := t.At.UTC().Format("2006-01-02T15:04:05.9999999")
+	a := attemptArg{At: &at, US: t.Duration.Microseconds(), N: t.Try, K: outcome, DS: t.Destination, ST: t.Status, ER: t.Error, RS: t.Response}
+	if t.Probe {
+		a.P = 1
+	}
+	if t.Uncounted {
+		a.U = 1
+	}
+	return a
 }
 
 // HasAttempts reports whether any outcome carries an attempt for the
@@ -343,8 +408,12 @@ func HasAttempts(outcomes []dialects.Outcome) bool {
 }
 
 // CompleteArg renders the JSON parameter of OutboxComplete (exported for the
-// rendered-SQL tests).
-func CompleteArg(outcomes []dialects.Outcome) string {
+// rendered-SQL tests), with each outcome's attempt.
+func CompleteArg(outcomes []dialects.Outcome) string { return jsonArg(completeArgs(outcomes, true)) }
+
+// completeArgs are the outcomes as the completions read them, with their
+// attempt when withAttempt is set.
+func completeArgs(outcomes []dialects.Outcome, withAttempt bool) []completeArg {
 	args := make([]completeArg, len(outcomes))
 	for i, o := range outcomes {
 		w := dialects.WriteOf(o)
@@ -356,20 +425,12 @@ func CompleteArg(outcomes []dialects.Outcome) string {
 		if w.WriteError {
 			a.W, a.E = 1, o.Error
 		}
-		if t := o.Attempt; t != nil {
-			at := t.At.UTC().Format("2006-01-02T15:04:05.9999999")
-			a.At, a.US, a.N, a.K = &at, t.Duration.Microseconds(), t.Try, dialects.RecordedOutcome(o.Kind)
-			a.DS, a.ST, a.ER, a.RS = t.Destination, t.Status, t.Error, t.Response
-			if t.Probe {
-				a.P = 1
-			}
-			if t.Uncounted {
-				a.U = 1
-			}
+		if t := o.Attempt; t != nil && withAttempt {
+			a.attemptArg = attemptArgOf(t, dialects.RecordedOutcome(o.Kind))
 		}
 		args[i] = a
 	}
-	return jsonArg(args)
+	return args
 }
 
 func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) (_ []dialects.Claim, err error) {
@@ -377,11 +438,16 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	if len(outcomes) == 0 {
 		return nil, nil
 	}
-	query := d.q.OutboxComplete
-	if HasAttempts(outcomes) {
-		query = d.q.OutboxCompleteAttempts
+	var held map[uuid.UUID]struct{}
+	switch {
+	case dialects.FanOut(outcomes):
+		attempts, copies := FanOutArgs(outcomes)
+		held, err = d.queryIDs(ctx, d.q.FanOutComplete, jsonArg(completeArgs(outcomes, false)), attempts, copies)
+	case HasAttempts(outcomes):
+		held, err = d.queryIDs(ctx, d.q.OutboxCompleteAttempts, CompleteArg(outcomes))
+	default:
+		held, err = d.queryIDs(ctx, d.q.OutboxComplete, CompleteArg(outcomes))
 	}
-	held, err := d.queryIDs(ctx, query, CompleteArg(outcomes))
 	if err != nil {
 		return nil, err
 	}
