@@ -331,3 +331,22 @@ func TestMergeNewestKeepsTiesTogether(t *testing.T) {
 		t.Errorf("everything: %+v, more %v", got, more)
 	}
 }
+
+// The copies a completion writes are counted per destination and reason,
+// under each outbox's label.
+func TestCopiesWrittenAreCounted(t *testing.T) {
+	m := NewMetrics(nil)
+	m.CopiesWritten("crm", dialects.CopyRetry, 2)
+	m.CopiesWritten("crm", dialects.CopyBehind, 3)
+	m.ForOutbox("billing").CopiesWritten("ledger", dialects.CopyDead, 1)
+	want := `
+# HELP queuebox_copies_written_total Copies this replica wrote for destinations of fan-out rows whose delivery did not end well in the row's pass, by outbox, destination and reason (retry: it failed and is tried again; defer: the destination was paused, its circuit open or its flow full; behind: earlier copies of the key wait there; dead).
+# TYPE queuebox_copies_written_total counter
+queuebox_copies_written_total{destination="crm",outbox="default",reason="behind"} 3
+queuebox_copies_written_total{destination="crm",outbox="default",reason="retry"} 2
+queuebox_copies_written_total{destination="ledger",outbox="billing",reason="dead"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "queuebox_copies_written_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -18,7 +18,7 @@ import (
 // Metrics are the Prometheus metrics of one outbox of a replica, in the
 // registry of the replica (shared by its outboxes: ForOutbox). Every family
 // about rows or claims carries an outbox label. They hear the outbox's
-// engine as its actors.Observer; the row counts come from the outbox's
+// engine as its actors.Observer (and actors.CopiesObserver); the row counts come from the outbox's
 // Sampler; retention deletes are counted by wrapping the engine's dialect
 // (CountPurges), because the janitor reports them to no observer.
 type Metrics struct {
@@ -30,6 +30,7 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	rows       *prometheus.GaugeVec
 	copies     *prometheus.GaugeVec
+	copied     *prometheus.CounterVec
 	oldest     prometheus.Gauge
 	claimed    prometheus.Counter
 	lost       prometheus.Counter
@@ -72,6 +73,7 @@ type families struct {
 	latency    *prometheus.HistogramVec
 	rows       *prometheus.GaugeVec
 	copies     *prometheus.GaugeVec
+	copied     *prometheus.CounterVec
 	oldest     *prometheus.GaugeVec
 	claimed    *prometheus.CounterVec
 	lost       *prometheus.CounterVec
@@ -150,6 +152,9 @@ func NewMetricsFor(inboxSources []string, outbox string) *Metrics {
 	f.copies = r.gaugeVec("queuebox_copies",
 		"Copies of fan-out rows per destination and state, counted with queuebox_rows: a destination gets a copy when its delivery did not end well in its row's pass (a destination delivered in the pass has none). Every state of a destination that has copies is present.",
 		"outbox", "destination", "state")
+	f.copied = r.counterVec("queuebox_copies_written_total",
+		"Copies this replica wrote for destinations of fan-out rows whose delivery did not end well in the row's pass, by outbox, destination and reason (retry: it failed and is tried again; defer: the destination was paused, its circuit open or its flow full; behind: earlier copies of the key wait there; dead).",
+		"outbox", "destination", "reason")
 	f.oldest = r.gaugeVec("queuebox_oldest_pending_age_seconds",
 		"How long the oldest row the relay could claim now has waited since it became due (rows behind a held or running row of their key, as during a pause, wait for it and do not count); 0 when none is due.", "outbox")
 	f.claimed = r.counterVec("queuebox_claimed_rows_total", "Rows this replica claimed.", "outbox")
@@ -194,7 +199,7 @@ func (f *families) forOutbox(name string) *Metrics {
 	l := prometheus.Labels{"outbox": name}
 	m := &Metrics{families: f, outbox: name, dests: map[string]*destinationCounts{},
 		deliveries: f.deliveries.MustCurryWith(l), duration: f.duration.MustCurryWith(l).(*prometheus.HistogramVec),
-		latency: f.latency.MustCurryWith(l).(*prometheus.HistogramVec), rows: f.rows.MustCurryWith(l), copies: f.copies.MustCurryWith(l),
+		latency: f.latency.MustCurryWith(l).(*prometheus.HistogramVec), rows: f.rows.MustCurryWith(l), copies: f.copies.MustCurryWith(l), copied: f.copied.MustCurryWith(l),
 		oldest: f.oldest.With(l), claimed: f.claimed.With(l), lost: f.lost.With(l), retention: f.retention.MustCurryWith(l),
 		inboxRows: f.inboxRows.MustCurryWith(l), inboxAge: f.inboxAge.With(l), countTook: f.countTook.With(l),
 		wakeups: f.wakeups.MustCurryWith(l), horizonAge: f.horizonAge.With(l), deadVersions: f.deadVersions.With(l),
@@ -396,7 +401,10 @@ func (f factory) histogramVec(name, help string, buckets []float64, labels ...st
 	return h
 }
 
-var _ actors.Observer = (*Metrics)(nil)
+var (
+	_ actors.Observer       = (*Metrics)(nil)
+	_ actors.CopiesObserver = (*Metrics)(nil)
+)
 
 // Claimed counts claimed rows.
 func (m *Metrics) Claimed(rows int, _ time.Duration) { m.claimed.Add(float64(rows)) }
@@ -468,6 +476,24 @@ func (m *Metrics) setRows(rows map[string]int64, took time.Duration) {
 		m.rows.WithLabelValues(s).Set(float64(n))
 	}
 	m.countTook.Set(took.Seconds())
+}
+
+// CopiesWritten counts the copies a completion wrote (actors.CopiesObserver).
+func (m *Metrics) CopiesWritten(destination string, kind dialects.CopyKind, n int) {
+	m.copied.WithLabelValues(destination, copyReason(kind)).Add(float64(n))
+}
+
+// copyReason names a kind of copy in queuebox_copies_written_total.
+func copyReason(k dialects.CopyKind) string {
+	switch k {
+	case dialects.CopyRetry:
+		return "retry"
+	case dialects.CopyDefer:
+		return "defer"
+	case dialects.CopyBehind:
+		return "behind"
+	}
+	return "dead"
 }
 
 // setCopies publishes a count of the copies: the four states of each
