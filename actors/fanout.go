@@ -258,7 +258,11 @@ func (fi *fanIn) emit(f *fanRow, out *fanOut) {
 }
 
 // finish hands out a row's outcome, and reports whether the row ended well
-// (delivered or dead: its key may go on past it).
+// (delivered or dead: its key may go on past it). A row delivered with
+// copies did not: the claim that continues a key takes its next row
+// without looking back, and could take it before the copies commit (two
+// flushes of the completer may run at once), so that the next row's pass
+// would not see the lanes they block.
 func (fi *fanIn) finish(f *fanRow, out *fanOut) bool {
 	delete(fi.rows, f.claim)
 	o, ok := f.outcome()
@@ -268,7 +272,7 @@ func (fi *fanIn) finish(f *fanRow, out *fanOut) bool {
 	}
 	out.outcomes = append(out.outcomes, o)
 	out.rewind = out.rewind || o.Kind == dialects.OutcomeRelease
-	return o.Kind == dialects.OutcomeDelivered || o.Kind == dialects.OutcomeDead
+	return o.Kind == dialects.OutcomeDelivered && len(o.Copies) == 0 || o.Kind == dialects.OutcomeDead
 }
 
 // laneRun is the rows one claim hands to one actor: a key's (lane.Key), a

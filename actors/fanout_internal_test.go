@@ -196,6 +196,22 @@ func TestAKeyWhoseRowWasReleasedTellsNoPosition(t *testing.T) {
 	}
 }
 
+// A key whose fan-out row was delivered with a copy tells the claimer
+// nothing either: a claim that continued the key could take its next row
+// before the copy commits, and that row's pass would not see the lane the
+// copy blocks.
+func TestAKeyWhoseRowLeftACopyTellsNoPosition(t *testing.T) {
+	fi := newFanIn()
+	var out fanOut
+	r1, r2 := claimOf(1), claimOf(2)
+	fi.add([]*fanRow{{claim: r1, key: "k", seq: 1, waiting: 2}, {claim: r2, key: "k", seq: 2, waiting: 2}}, &out)
+	fi.end([]unitEnd{{claim: r1, end: unitDelivered}, {claim: r1, end: unitCopied, copy: dialects.Copy{Destination: "b", Kind: dialects.CopyRetry, Attempt: 1}},
+		{claim: r2, end: unitDelivered}, {claim: r2, end: unitDelivered}}, &out)
+	if len(out.outcomes) != 2 || len(out.outcomes[0].Copies) != 1 || len(out.continued) != 0 {
+		t.Errorf("got %+v", out)
+	}
+}
+
 func testDeliverer(t *testing.T, routes []routing.Route, handles map[string]*destctl.Handle, c clock.Clock) *deliverer {
 	router := routing.NewRouter(routes)
 	return &deliverer{router: router, sinks: handles, routes: newRouteObservers(router, NopObserver{}), clock: c,
