@@ -205,6 +205,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	p := parts{
 		opts: &e.opts, log: e.log, stats: &e.Stats, sinks: e.sinks, routes: e.routes, mailboxes: &e.mailboxes,
 		bg: e.bg, deliveryCtx: e.deliveryCtx, drained: e.drained, copiesDrained: e.copiesDrained, ready: &e.ready, clock: e.opts.Clock, tune: claimplan.Default(),
+		fanOut: e.opts.Router.FanOut() || copiesWaiting(ctx, e.opts.Dialect, e.log),
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &supervisorActor{parts: p} },
 		actor.WithSupervisor(&engineStrategy{crash: e.crash}))
@@ -367,4 +368,25 @@ func (e *Engine) stop(ctx context.Context) error {
 	e.closeSinks()
 	e.log.Info("stopped", "delivered", e.Stats.Delivered.Load(), "retried", e.Stats.Retried.Load(), "dead", e.Stats.Dead.Load())
 	return err
+}
+
+// copiesWaiting reports whether copies of fan-out rows wait to be
+// delivered although the router has no fan-out route (a configuration
+// that fanned out before): the engine then runs the copies path too, and
+// its claims keep those destinations' keys in order behind them. A
+// database that does not answer within two seconds says nothing.
+func copiesWaiting(ctx context.Context, d dialects.Dialect, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	counts, err := d.CopyCounts(ctx)
+	if err != nil {
+		return false
+	}
+	for _, c := range counts {
+		if c.Rows > 0 && (c.State == dialects.Pending || c.State == dialects.Processing) {
+			log.Info("copies of fan-out rows wait to be delivered although no route fans out: they are delivered", "destination", c.Destination, "state", c.State, "copies", c.Rows)
+			return true
+		}
+	}
+	return false
 }

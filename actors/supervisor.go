@@ -30,12 +30,16 @@ type parts struct {
 	// deliveryCtx is the parent of every Publish.
 	deliveryCtx context.Context
 	drained     chan struct{}
-	// copiesDrained is closed when the copies path has drained (fan-out
-	// routes only).
+	// copiesDrained is closed when the copies path has drained (fanOut
+	// only).
 	copiesDrained chan struct{}
-	ready         *atomic.Bool
-	clock         clock.Clock
-	tune          claimplan.Tuning
+	// fanOut: the copies path runs and claims read the blocked lanes (the
+	// router has fan-out routes, or copies wait from an earlier
+	// configuration: copiesWaiting).
+	fanOut bool
+	ready  *atomic.Bool
+	clock  clock.Clock
+	tune   claimplan.Tuning
 }
 
 // supervisorActor is the engine supervisor: it spawns the engine's actors,
@@ -87,7 +91,7 @@ func (s *supervisorActor) spawnChildren(c actor.Context) *children {
 	}
 	claimerAt := actor.NewPID(c.Self().Address, c.Self().Id+"/claimer")
 	var copiesAt *actor.PID
-	if o.Router.FanOut() {
+	if s.fanOut {
 		copiesAt = actor.NewPID(c.Self().Address, c.Self().Id+"/copies-claimer")
 	}
 
