@@ -434,3 +434,50 @@ func TestAKeyRoutedToOneAndToSeveralKeepsItsOrderAtEach(t *testing.T) {
 	checkInOrder(t, "a", a, len(all))
 	checkInOrder(t, "b", b, fanned)
 }
+
+// Copies written while a route fanned out are delivered after the
+// configuration stops fanning out: an engine that finds copies waiting
+// runs the copies path all the same, and the destination receives the
+// key's rows in order.
+func TestCopiesLeftByAnEarlierConfigurationAreDelivered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := testrecv.New(t, nil)
+	var up sync.Once
+	upNow := make(chan struct{})
+	b := testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) {
+		select {
+		case <-upNow:
+			return 204, "", nil
+		default:
+			return 503, "down", nil
+		}
+	})
+	h.fanOut(a, b)
+	all := fanRows(2, 4, 0)
+	h.insert(all...)
+	e := h.startWatched()
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	testkit.Eventually(t, "a copy waiting for b for each row", time.Minute, func() error {
+		if cs := h.copyCounts()["b"]; cs[dialects.Pending]+cs[dialects.Processing] != int64(len(all)) {
+			return fmt.Errorf("copies of b: %v", cs)
+		}
+		return nil
+	})
+	if err := e.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The next configuration sends the topic to b alone; b is back.
+	h.opts.Destinations = map[string]actors.SinkFactory{"b": httpDest(t, b.URL+"/x", nil)}
+	h.opts.Router = routing.NewRouter([]routing.Route{route("#", "b")})
+	up.Do(func() { close(upNow) })
+	h.startWatched()
+	testkit.Eventually(t, "the copies of b delivered", time.Minute, func() error {
+		if cs := h.copyCounts()["b"]; cs[dialects.Delivered] != int64(len(all)) {
+			return fmt.Errorf("copies of b: %v", cs)
+		}
+		return nil
+	})
+	b.WaitDelivered(t, len(all), time.Minute)
+	b.CheckOrder(t)
+}
