@@ -276,6 +276,31 @@ func chromium(t *testing.T) string {
 	return p
 }
 
+// browserTab starts the headless browser with a profile of its own and
+// returns its first tab; both end with the test.
+func browserTab(t *testing.T, browser string) context.Context {
+	t.Helper()
+	profile, err := os.MkdirTemp("", "queuebox-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The browser's helpers may write a moment after it stops.
+		_ = testkit.Poll(5*time.Second, func() error { return os.RemoveAll(profile) })
+	})
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(1280, 1000),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+	)
+	tab, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	return tab
+}
+
 // The page in a real headless browser: it shows the counts, the dead rows
 // grouped by failure, a blocked key and the inbox's received messages per
 // source; the replay button of one group puts its rows back, and the page
@@ -341,25 +366,7 @@ inbox:
 	}
 	accepting.Store(true)
 
-	profile, err := os.MkdirTemp("", "queuebox-chromium-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// The browser's helpers may write a moment after it stops.
-		_ = testkit.Poll(5*time.Second, func() error { return os.RemoveAll(profile) })
-	})
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1280, 1000),
-		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-	)
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(alloc)
-	defer cancelTab()
+	tab := browserTab(t, browser)
 	if err := chromedp.Do(tab, chromedp.Navigate(page)); err != nil {
 		t.Fatalf("opening %s: %v", page, err)
 	}

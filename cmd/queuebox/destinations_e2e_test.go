@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -245,17 +244,7 @@ func TestPauseAndResumeOnTheAdminPage(t *testing.T) {
 	_, _, cfg := destinationsSetup(t, ", rateLimit: { perSecond: 20 }, maxConcurrency: 4")
 	r := startRelay(t, "--config", cfg)
 	page := r.pageURL(t)
-	profile, err := os.MkdirTemp("", "queuebox-chromium-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = testkit.Poll(5*time.Second, func() error { return os.RemoveAll(profile) }) })
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(browser), chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1280, 1000), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true))
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(alloc)
-	defer cancelTab()
+	tab := browserTab(t, browser)
 	if err := chromedp.Do(tab, chromedp.Navigate(page)); err != nil {
 		t.Fatal(err)
 	}

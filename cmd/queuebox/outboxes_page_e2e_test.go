@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,20 +79,7 @@ admin: { listen: "127.0.0.1:0" }
 	}
 	accepting.Store(true)
 
-	profile, err := os.MkdirTemp("", "queuebox-chromium-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = testkit.Poll(5*time.Second, func() error { return os.RemoveAll(profile) }) })
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser), chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 1000),
-		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-	)
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(alloc)
-	defer cancelTab()
+	tab := browserTab(t, browser)
 	if err := chromedp.Do(tab, chromedp.Navigate(page)); err != nil {
 		t.Fatalf("opening %s: %v", page, err)
 	}
