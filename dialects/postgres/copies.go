@@ -109,23 +109,7 @@ func (d *Dialect) CopyComplete(ctx context.Context, outcomes []dialects.Outcome)
 	if len(outcomes) == 0 {
 		return nil, nil
 	}
-	n := len(outcomes)
-	c := completeArgs{IDs: make([][16]byte, n), Tokens: make([][16]byte, n), States: make([]string, n),
-		AttemptIncs: make([]int32, n), DelaysMS: make([]int64, n), Errors: make([]string, n), HasErrors: make([]bool, n)}
-	claims := make([]dialects.Claim, n)
-	for i, o := range outcomes {
-		w := dialects.WriteOf(o)
-		c.IDs[i], c.Tokens[i], claims[i] = o.ID, o.Token, o.Claim
-		c.States[i] = string(w.State)
-		c.AttemptIncs[i] = int32(w.AttemptIncrement)
-		c.DelaysMS[i] = -1
-		if w.Reschedule {
-			c.DelaysMS[i] = max(ms(o.Delay), 0)
-		}
-		if w.WriteError {
-			c.Errors[i], c.HasErrors[i] = o.Error, true
-		}
-	}
+	c, claims := completeArgsOf(outcomes)
 	a := attemptArrays(outcomes)
 	if a == nil {
 		a = &attempts{attemptRecords: newAttemptRecords(0), ProbeIDs: [][16]byte{}, UncountedIDs: [][16]byte{}}
@@ -134,7 +118,7 @@ func (d *Dialect) CopyComplete(ctx context.Context, outcomes []dialects.Outcome)
 	if err != nil {
 		return nil, err
 	}
-	held, err := collectIDs(rows, n)
+	held, err := collectIDs(rows, len(outcomes))
 	if err != nil {
 		return nil, err
 	}

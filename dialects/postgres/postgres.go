@@ -441,11 +441,9 @@ func collectIDs(rows pgx.Rows, n int) (map[uuid.UUID]struct{}, error) {
 	return held, rows.Err()
 }
 
-func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) (_ []dialects.Claim, err error) {
-	defer func() { err = mapError(err) }()
-	if len(outcomes) == 0 {
-		return nil, nil
-	}
+// completeArgsOf binds the outcomes of OutboxComplete and CopyComplete,
+// and returns their claims in the same order.
+func completeArgsOf(outcomes []dialects.Outcome) (completeArgs, []dialects.Claim) {
 	n := len(outcomes)
 	c := completeArgs{IDs: make([][16]byte, n), Tokens: make([][16]byte, n), States: make([]string, n),
 		AttemptIncs: make([]int32, n), DelaysMS: make([]int64, n), Errors: make([]string, n), HasErrors: make([]bool, n)}
@@ -463,6 +461,15 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 			c.Errors[i], c.HasErrors[i] = o.Error, true
 		}
 	}
+	return c, claims
+}
+
+func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcome) (_ []dialects.Claim, err error) {
+	defer func() { err = mapError(err) }()
+	if len(outcomes) == 0 {
+		return nil, nil
+	}
+	c, claims := completeArgsOf(outcomes)
 	var rows pgx.Rows
 	if dialects.FanOut(outcomes) {
 		rows, err = d.pool.Query(ctx, d.q.FanOutComplete.SQL(), d.q.FanOutComplete.Args(fanOutArgs(c, outcomes))...)
@@ -474,7 +481,7 @@ func (d *Dialect) OutboxComplete(ctx context.Context, outcomes []dialects.Outcom
 	if err != nil {
 		return nil, err
 	}
-	held, err := collectIDs(rows, n)
+	held, err := collectIDs(rows, len(outcomes))
 	if err != nil {
 		return nil, err
 	}
