@@ -263,14 +263,14 @@ func (q *deliveryQueue) startDeliveries(ctx actor.Context, out *outcomes) {
 		now := q.d.clock.Now()
 		p, l, ok := q.unpark()
 		if ok {
-			if !l.Trusted(now) {
+			if !l.Trusted(p.row.ID, now) {
 				q.d.release(out, p.row, p.unit)
 				out.rewind = true
 				continue
 			}
 		} else if len(q.queue) > 0 {
 			head := q.pop()
-			if !head.lease.Trusted(now) {
+			if !head.lease.Trusted(head.ID, now) {
 				// The lease may have passed: delivering now could race another
 				// replica. Hand the row back.
 				q.d.release(out, head.Row, head.unit)
@@ -394,7 +394,7 @@ func (q *deliveryQueue) batch(first prepared, l *upkeep.Lease, now time.Time, pr
 	}
 	for len(batch) < limit && len(q.queue) > 0 {
 		next := q.queue[0]
-		if !next.lease.Trusted(now) {
+		if !next.lease.Trusted(next.ID, now) {
 			break
 		}
 		p := q.d.prepareClaimed(&next)
@@ -479,8 +479,8 @@ func deliver(ctx context.Context, h *destctl.Handle, f *flight, msgs []sinks.Mes
 	if r, d := h.HeldNow(now, probe); r != destctl.NotHeld {
 		return notStarted(r, d)
 	}
-	for _, l := range f.leases {
-		if !l.Trusted(now) {
+	for i, l := range f.leases {
+		if !l.Trusted(f.rows[i].row.ID, now) {
 			return notStarted(destctl.NotHeld, 0) // it waited too long for a permit
 		}
 	}

@@ -19,10 +19,46 @@ type Lease struct {
 	// the claim planner): a key's position learnt from its rows holds only while
 	// the counter stands there.
 	rewinds int64
+	// lost holds the rows of the claim that a renewal found the database no
+	// longer holds (another replica took them): they are never trusted
+	// again, whatever later renewals say of the claim's other rows. Nil
+	// while none is lost; replaced whole, never changed in place.
+	lost atomic.Pointer[map[uuid.UUID]struct{}]
 }
 
-// Trusted reports whether a delivery may start at now.
-func (l *Lease) Trusted(now time.Time) bool { return now.UnixNano() < l.trustedUntil.Load() }
+// Trusted reports whether a delivery of row id may start at now.
+func (l *Lease) Trusted(id uuid.UUID, now time.Time) bool {
+	// The window is read before the lost rows: the lease keeper marks a
+	// row lost before it extends the window of the renewal that found
+	// it, so a reader that sees the new window sees the row lost too.
+	if now.UnixNano() >= l.trustedUntil.Load() {
+		return false
+	}
+	if lost := l.lost.Load(); lost != nil {
+		if _, ok := (*lost)[id]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Lose marks rows of the claim as the database's no more: no delivery of
+// them starts under this lease from now on. Only the lease keeper calls it.
+func (l *Lease) Lose(ids ...uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	next := map[uuid.UUID]struct{}{}
+	if cur := l.lost.Load(); cur != nil {
+		for id := range *cur {
+			next[id] = struct{}{}
+		}
+	}
+	for _, id := range ids {
+		next[id] = struct{}{}
+	}
+	l.lost.Store(&next)
+}
 
 // Extend moves the window to sentAt+length-margin, never backwards.
 func (l *Lease) Extend(sentAt time.Time, length time.Duration) {

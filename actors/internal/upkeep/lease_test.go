@@ -3,6 +3,8 @@ package upkeep
 import (
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The docs promise operators how long a lease is trusted (how-it-works.md,
@@ -11,7 +13,7 @@ import (
 // claim or the last renewal was sent. This holds the code to that promise,
 // so that a change of the margin changes the docs too.
 func TestALeaseIsTrustedUntilAFifthOfItAtMostFiveSecondsBeforeItEnds(t *testing.T) {
-	sent := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	sent, id := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC), uuid.New()
 	for _, c := range []struct{ lease, trusted time.Duration }{
 		{time.Second, 800 * time.Millisecond},
 		{10 * time.Second, 8 * time.Second},
@@ -21,7 +23,7 @@ func TestALeaseIsTrustedUntilAFifthOfItAtMostFiveSecondsBeforeItEnds(t *testing.
 	} {
 		var l Lease
 		l.Extend(sent, c.lease)
-		if end := sent.Add(c.trusted); !l.Trusted(end.Add(-time.Nanosecond)) || l.Trusted(end) {
+		if end := sent.Add(c.trusted); !l.Trusted(id, end.Add(-time.Nanosecond)) || l.Trusted(id, end) {
 			t.Errorf("a lease of %s sent at %s: trusted until %s, want until %s",
 				c.lease, sent.Format(time.TimeOnly), time.Unix(0, l.trustedUntil.Load()).UTC().Format(time.TimeOnly), end.Format(time.TimeOnly))
 		}

@@ -146,6 +146,19 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 			k.failing = false
 			k.Log.Info("lease renewal working again")
 		}
+		// The lost rows first: the renewal extends their claim's window for
+		// the rows it did renew, and a delivery that reads the new window
+		// must already see these rows lost (Lease.Trusted). Their actors
+		// hear of it below, but a delivery may come up before that message.
+		lostOf := map[*Lease][]uuid.UUID{}
+		for _, c := range m.lost {
+			if t := k.claims[c.ID]; t != nil && t.lease.token == c.Token {
+				lostOf[t.lease] = append(lostOf[t.lease], c.ID)
+			}
+		}
+		for l, ids := range lostOf {
+			l.Lose(ids...)
+		}
 		for _, l := range m.leases {
 			l.Extend(m.sentAt, k.LeaseLength)
 		}

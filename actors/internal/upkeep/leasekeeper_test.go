@@ -69,3 +69,69 @@ func TestARowClaimedAgainCancelsItsEarlierClaim(t *testing.T) {
 		t.Fatalf("cancelled at a %v and b %v; want the earlier claim %v once at each", a.got(), b.got(), want)
 	}
 }
+
+// renewer answers renewals: the rows in lost are the database's no more.
+// Only the lease keeper's reading of a renewal's answer is under test here;
+// what the database answers is the dialects' conformance suite's.
+type renewer struct {
+	dialects.Relay
+	lost map[uuid.UUID]bool
+}
+
+func (r renewer) OutboxRenewLeases(_ context.Context, claims []dialects.Claim, _ time.Duration) ([]dialects.Claim, error) {
+	var lost []dialects.Claim
+	for _, c := range claims {
+		if r.lost[c.ID] {
+			lost = append(lost, c)
+		}
+	}
+	return lost, nil
+}
+
+// A renewal that finds some rows of a claim taken by another replica (a
+// replica continued after a stop longer than its lease) extends the trust
+// of the rows it renewed and never that of the lost ones, even before
+// their actor has heard that they are lost: a delivery that starts in
+// between must not send a row another replica delivered meanwhile.
+func TestARenewalNeverTrustsTheRowsItFoundLost(t *testing.T) {
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	root := system.Root
+	kept, taken := uuid.New(), uuid.New()
+	clk := clock.NewFake(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	lease := NewLease(uuid.New(), 0)
+	lease.Extend(clk.Now(), 3*time.Second)
+	// The actor never answers: it stands for one that has not yet read
+	// its CancelClaims when the delivery comes up.
+	holder := root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	keeper := root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return NewLeaseKeeper(LeaseKeeper{Dialect: renewer{lost: map[uuid.UUID]bool{taken: true}}, LeaseLength: 3 * time.Second,
+			Clock: clk, BG: context.Background(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}))
+	root.Send(keeper, &Track{Lease: lease, Entries: []TrackEntry{
+		{Claim: dialects.Claim{ID: kept, Token: lease.Token()}, PID: holder},
+		{Claim: dialects.Claim{ID: taken, Token: lease.Token()}, PID: holder}}})
+	// The replica was stopped past its lease: neither row is trusted.
+	clk.Advance(6 * time.Second)
+	if lease.Trusted(kept, clk.Now()) || lease.Trusted(taken, clk.Now()) {
+		t.Fatal("a lease trusted twice its length after it was sent")
+	}
+	root.Send(keeper, &RenewTick{})
+	deadline := time.Now().Add(5 * time.Second)
+	for !lease.Trusted(kept, clk.Now()) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !lease.Trusted(kept, clk.Now()) {
+		t.Fatal("the renewed row is not trusted after its renewal")
+	}
+	if lease.Trusted(taken, clk.Now()) {
+		t.Fatal("the row the renewal found lost is trusted again: a delivery starting now would race the replica that took it")
+	}
+	// A later renewal that finds nothing more lost does not trust it either.
+	clk.Advance(time.Second)
+	root.Send(keeper, &RenewTick{})
+	time.Sleep(50 * time.Millisecond)
+	if lease.Trusted(taken, clk.Now()) {
+		t.Fatal("a later renewal trusted the lost row again")
+	}
+}
