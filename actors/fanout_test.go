@@ -2,6 +2,7 @@ package actors_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -480,4 +481,78 @@ func TestCopiesLeftByAnEarlierConfigurationAreDelivered(t *testing.T) {
 	})
 	b.WaitDelivered(t, len(all), time.Minute)
 	b.CheckOrder(t)
+}
+
+// Two filtered routes of one pattern fan out to a shared destination, each
+// with its own transform; the shared one is down, so each row leaves a
+// copy for it. Once it is back, every copy goes through the transform of
+// the route that made it, not the pattern's first route's.
+func TestACopyKeepsTheTransformOfTheRouteThatMadeIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	up := make(chan struct{})
+	audit := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
+		select {
+		case <-up:
+			return 200, "", nil
+		default:
+			return 503, "down", nil
+		}
+	})
+	eu, rest := testrecv.New(t, nil), testrecv.New(t, nil)
+	compile := func(filter, transform string) (*routing.Filter, *routing.Transform) {
+		var f *routing.Filter
+		if filter != "" {
+			var err error
+			if f, err = routing.CompileFilter(filter); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr, err := routing.CompileTransform(transform)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, tr
+	}
+	euRoute := route("order.#", "eu")
+	euRoute.Name, euRoute.Destinations = "eu orders", []string{"eu", "audit"}
+	euRoute.Filter, euRoute.Transform = compile(`.region == "eu"`, `{via: "eu", n: .n}`)
+	restRoute := route("order.#", "rest")
+	restRoute.Name, restRoute.Destinations = "other orders", []string{"rest", "audit"}
+	_, restRoute.Transform = compile("", `{via: "rest", n: .n}`)
+	h.opts.Router = routing.NewRouter([]routing.Route{euRoute, restRoute})
+	h.opts.Destinations = map[string]actors.SinkFactory{"eu": httpDest(t, eu.URL+"/x", nil), "rest": httpDest(t, rest.URL+"/x", nil),
+		"audit": httpDest(t, audit.URL+"/x", nil)}
+	h.opts.Backoff = actors.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.1}
+	want := map[int]string{}
+	var all []dialects.NewRow
+	for i := range 40 {
+		region := map[bool]string{true: "eu", false: "us"}[i%3 == 0]
+		r := testkit.Row("order.created", testkit.Key(fmt.Sprintf("c%d", i%4)), testkit.Payload(fmt.Sprintf(`{"n":%d,"region":%q}`, i, region)))
+		m := 1000
+		r.MaxAttempts = &m
+		all = append(all, r)
+		want[i] = map[bool]string{true: "eu", false: "rest"}[region == "eu"]
+	}
+	h.insert(all...)
+	h.startWatched()
+	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
+	close(up)
+	audit.WaitDelivered(t, len(all), time.Minute)
+	for _, q := range audit.Requests() {
+		if q.Status != 200 {
+			continue
+		}
+		var body struct {
+			Via string `json:"via"`
+			N   int    `json:"n"`
+		}
+		if err := json.Unmarshal(q.Body, &body); err != nil {
+			t.Fatalf("audit received %s: %v", q.Body, err)
+		}
+		if body.Via != want[body.N] {
+			t.Errorf("row %d reached audit through the transform of %q, want %q's", body.N, body.Via, want[body.N])
+		}
+	}
+	checkInOrder(t, "audit", audit, len(all))
 }

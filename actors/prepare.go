@@ -105,16 +105,68 @@ func (d *deliverer) prepareUnit(r dialects.Row, u *unit) prepared {
 
 // prepareCopy prepares a copy: the message of its outbox row (the row's id
 // is the message id) for the copy's destination.
+//
+// Its route (for the transform and the metrics) is the one that sent the
+// row to the copy's destination: with route filters, the first route that
+// sends there and accepts the row (routing.Router.MatchRowTo); without, or
+// when no route sends the row there today, the first route whose pattern
+// matches.
 func (d *deliverer) prepareCopy(r dialects.Row) prepared {
-	p := prepared{row: r, route: d.router.Match(r.Topic)}
-	p.obs = d.routes.to(p.route, r.CopyOf.Destination)
-	p.dest = d.sinks[r.CopyOf.Destination]
+	dest := r.CopyOf.Destination
+	p := prepared{row: r}
+	var headers map[string]string
+	checked := false
+	if d.router.Filters() {
+		route, h, err := d.copyRoute(&r)
+		if err != nil {
+			p.obs, p.dead = d.routes.to(d.router.Match(r.Topic), dest), err
+			return p
+		}
+		p.route, headers, checked = route, h, true
+	}
+	if p.route == nil {
+		p.route = d.router.Match(r.Topic)
+	}
+	p.obs = d.routes.to(p.route, dest)
+	p.dest = d.sinks[dest]
 	if p.dest == nil {
 		p.dead = fmt.Errorf("this copy of row %s goes to destination %q, which no longer exists in the configuration; add it back and replay the copy, or leave it dead",
-			r.CopyOf.RowID, r.CopyOf.Destination)
+			r.CopyOf.RowID, dest)
 		return p
 	}
-	return d.build(p, nil, false, r.CopyOf.RowID.String())
+	return d.build(p, headers, checked, r.CopyOf.RowID.String())
+}
+
+// copyRoute finds the route that sent a copy's row to the copy's
+// destination, running the filters with the row's variables (its id is
+// the outbox row's).
+func (d *deliverer) copyRoute(r *dialects.Row) (*routing.Route, map[string]string, error) {
+	if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
+		return nil, nil, err
+	}
+	headers, err := parseHeaders(r.Headers)
+	if err != nil {
+		return nil, nil, err
+	}
+	route, err := d.router.MatchRowTo(r.Payload, vars(r, r.CopyOf.RowID.String(), headers), r.CopyOf.Destination)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the filter of a route to %q failed on this row, so its route cannot be told (fix the filter or the row, then replay the copy): %w", r.CopyOf.Destination, err)
+	}
+	return route, headers, nil
+}
+
+// RowRoute is the route of r under router, its filters run with the row's
+// variables as the relay runs them: what the operator commands that select
+// rows by destination ask of a row whose topic alone does not tell. nil
+// when no route matches; an error when the row cannot be routed (a filter
+// failed, the payload or headers are not valid).
+func RowRoute(router *routing.Router, r *dialects.Row) (*routing.Route, error) {
+	if !router.Filters() {
+		return router.Match(r.Topic), nil
+	}
+	d := deliverer{router: router}
+	route, _, err := d.routeFiltered(r)
+	return route, err
 }
 
 // routeFiltered finds the route of a row when some route has a filter: the

@@ -102,6 +102,62 @@ func (r *Router) MatchRow(payload []byte, v Vars) (*Route, error) {
 	return nil, nil
 }
 
+// Candidates returns the routes a row of topic may take, in order: the
+// routes whose pattern matches it, up to and including the first without a
+// filter (it takes every row the filters before it turn down). A single
+// candidate without a filter is the topic's route whatever the payload;
+// with filters, only a row's payload and variables tell (MatchRow).
+func (r *Router) Candidates(topic string) []*Route {
+	var out []*Route
+	for i := range r.routes {
+		rt := &r.routes[i]
+		if !rt.Pattern.Match(topic) {
+			continue
+		}
+		out = append(out, rt)
+		if rt.Filter == nil {
+			break
+		}
+	}
+	return out
+}
+
+// MatchRowTo returns the route that sent the row to destination: the first
+// route whose pattern matches the row's topic, that sends to destination,
+// and whose filter, if it has one, accepts the row. It is how a copy, which
+// keeps its destination but not its route, finds the route (and the
+// transform) that made it: under the configuration that routed the row, no
+// earlier route accepted it, so the route that did is the first one here.
+// nil when no route sends the row to destination today.
+func (r *Router) MatchRowTo(payload []byte, v Vars, destination string) (*Route, error) {
+	var in any
+	var vars []any
+	for i := range r.routes {
+		rt := &r.routes[i]
+		if !rt.Pattern.Match(v.Topic) || !rt.Sends(destination) {
+			continue
+		}
+		if rt.Filter == nil {
+			return rt, nil
+		}
+		if vars == nil {
+			var err error
+			if in, err = decodePayload(payload); err != nil {
+				return nil, &FilterError{Route: rt.Name, Err: err}
+			}
+			vars = v.bind()
+		}
+		ok, err := rt.Filter.accepts(in, vars)
+		if err != nil {
+			return nil, &FilterError{Route: rt.Name, Err: err}
+		}
+		if ok {
+			return rt, nil
+		}
+	}
+	return nil, nil
+}
+
 // Filters reports whether some route has a filter: routing a row then
 // needs its payload and variables.
 func (r *Router) Filters() bool { return r.filters }

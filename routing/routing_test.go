@@ -171,6 +171,47 @@ func TestMatchRowFirstMatchWins(t *testing.T) {
 	}
 }
 
+// The candidates of a topic are its pattern's routes up to the first
+// without a filter; MatchRowTo finds, among the routes that send to a
+// destination, the one a row took: a copy's route.
+func TestCandidatesAndTheRouteToADestination(t *testing.T) {
+	r := router(t,
+		[3]string{"order.#", `.region == "eu"`, "eu,audit"},
+		[3]string{"order.#", `.region == "us"`, "us,audit"},
+		[3]string{"order.paid", "", "paid"},
+		[3]string{"order.#", "", "rest"},
+		[3]string{"user.#", "", "users"},
+	)
+	names := func(rs []*Route) string {
+		var out []string
+		for _, rt := range rs {
+			out = append(out, rt.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for topic, want := range map[string]string{"order.created": "r0,r1,r3", "order.paid": "r0,r1,r2", "user.x": "r4", "invoice.sent": ""} {
+		if got := names(r.Candidates(topic)); got != want {
+			t.Errorf("Candidates(%s) = %s, want %s", topic, got, want)
+		}
+	}
+	for _, c := range []struct{ payload, dest, want string }{
+		{`{"region": "eu"}`, "audit", "r0"},
+		{`{"region": "us"}`, "audit", "r1"},
+		{`{"region": "us"}`, "us", "r1"},
+		{`{"region": "ap"}`, "audit", ""}, // no route sends it there today
+		{`{"region": "ap"}`, "rest", "r3"},
+		{`{"region": "eu"}`, "users", ""},
+	} {
+		got, err := r.MatchRowTo([]byte(c.payload), Vars{Topic: "order.created"}, c.dest)
+		if err != nil || (got == nil) != (c.want == "") || got != nil && got.Name != c.want {
+			t.Errorf("MatchRowTo(%s, %s) = %+v, %v; want %q", c.payload, c.dest, got, err, c.want)
+		}
+	}
+	if _, err := r.MatchRowTo([]byte(`[1]`), Vars{Topic: "order.created"}, "audit"); err == nil {
+		t.Error("a filter that fails on the row: no error")
+	}
+}
+
 // A filter reads every variable a transform reads, with the row's values.
 func TestFilterVariables(t *testing.T) {
 	key, agg := "cust-42", "order"
