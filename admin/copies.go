@@ -21,10 +21,35 @@ import (
 // copies next to dead rows, and a replay with a destination replays that
 // destination's copies only.
 
+// Routes tells where today's routes send rows: for the views, and for the
+// commands that select rows by destination.
+type Routes interface {
+	// Targets names the destinations of each route a row of topic may take
+	// (each route's in configuration order; none when no route matches).
+	// byRow is true when route filters decide by each row's payload and
+	// variables which one it takes: RowTargets tells a row's.
+	Targets(topic string) (routes [][]string, byRow bool)
+	// RowTargets names the destinations of r's route, its filters run on
+	// it; none when no route takes it.
+	RowTargets(r dialects.Row) []string
+}
+
 // TargetsOf names the destinations the route of a topic sends each row to
 // today, in configuration order: one for a route to one destination, two
-// or more for a fan-out route, none when no route matches.
+// or more for a fan-out route, none when no route matches. It is the
+// Routes of routes without filters.
 type TargetsOf func(topic string) []string
+
+// Targets is the topic's one route's destinations.
+func (t TargetsOf) Targets(topic string) ([][]string, bool) {
+	if ds := t(topic); len(ds) > 0 {
+		return [][]string{ds}, false
+	}
+	return nil, false
+}
+
+// RowTargets is the destinations of the row's topic.
+func (t TargetsOf) RowTargets(r dialects.Row) []string { return t(r.Topic) }
 
 // TargetsFromRouteOf is the TargetsOf of routes that each send to one
 // destination: the one routeOf names.
@@ -40,14 +65,34 @@ func TargetsFromRouteOf(routeOf RouteOf) TargetsOf {
 	}
 }
 
-// sendsTo selects the topics whose route sends to destination: among
-// others (fanOut), or alone (!fanOut); topic, when set, must accept them
-// too.
-func sendsTo(targetsOf TargetsOf, destination string, fanOut bool, topic func(string) bool) func(string) bool {
-	return func(t string) bool {
-		ds := targetsOf(t)
-		return (len(ds) > 1) == fanOut && slices.Contains(ds, destination) && (topic == nil || topic(t))
+// routedTo narrows f to the rows whose route today sends them to
+// destinations that want accepts: by topic where the topic tells, by each
+// row (its route's filters run on it) where filters decide.
+func routedTo(routes Routes, f dialects.Filter, want func(targets []string) bool) dialects.Filter {
+	topic := f.TopicMatch
+	f.TopicMatch = func(t string) bool {
+		if topic != nil && !topic(t) {
+			return false
+		}
+		sets, _ := routes.Targets(t)
+		return slices.ContainsFunc(sets, want)
 	}
+	f.Rows = &dialects.RowMatch{
+		ByRow: func(t string) bool {
+			_, byRow := routes.Targets(t)
+			return byRow
+		},
+		Keep: func(r dialects.Row) bool { return want(routes.RowTargets(r)) },
+	}
+	return f
+}
+
+// sendsTo narrows f to the rows whose route sends them to destination:
+// among others (fanOut), or alone (!fanOut).
+func sendsTo(routes Routes, f dialects.Filter, destination string, fanOut bool) dialects.Filter {
+	return routedTo(routes, f, func(ds []string) bool {
+		return (len(ds) > 1) == fanOut && slices.Contains(ds, destination)
+	})
 }
 
 // copyPage is how many copies one CopyList page of a walk reads.
@@ -130,10 +175,14 @@ func walkRows(ctx context.Context, d dialects.Operator, f dialects.Filter, each 
 		if err != nil {
 			return err
 		}
+		keep, err := dialects.Keep(ctx, d, f, len(chunk), func(i int) (uuid.UUID, string) { return chunk[i].ID, chunk[i].Topic })
+		if err != nil {
+			return err
+		}
 		ids := make([]uuid.UUID, 0, len(chunk))
-		for _, r := range chunk {
+		for i, r := range chunk {
 			after = r.Sequence
-			if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
+			if keep[i] {
 				ids = append(ids, r.ID)
 			}
 		}
@@ -247,20 +296,17 @@ type ReplayResult struct {
 //
 // Replaying a delivered fan-out row itself would deliver it to every
 // destination again. Since and Until bound the copies' own updated_at.
-func ReplayDestination(ctx context.Context, d dialects.Dialect, f dialects.Filter, destination string, targetsOf TargetsOf, dryRun bool, by string) (ReplayResult, error) {
+func ReplayDestination(ctx context.Context, d dialects.Dialect, f dialects.Filter, destination string, routes Routes, dryRun bool, by string) (ReplayResult, error) {
 	var res ReplayResult
 	if len(f.States) == 0 {
 		f.States = dialects.ReplayDefaultStates(f)
 	}
-	alone := f
-	alone.TopicMatch = sendsTo(targetsOf, destination, false, f.TopicMatch)
-	n, err := dialects.Replay(ctx, d, alone, dryRun, by)
+	n, err := dialects.Replay(ctx, d, sendsTo(routes, f, destination, false), dryRun, by)
 	res.Rows += n
 	if err != nil {
 		return res, err
 	}
-	fanOut := f
-	fanOut.TopicMatch = sendsTo(targetsOf, destination, true, f.TopicMatch)
+	fanOut := sendsTo(routes, f, destination, true)
 	if slices.Contains(f.States, dialects.Dead) {
 		dead := fanOut
 		dead.States = []dialects.State{dialects.Dead}

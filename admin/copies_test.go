@@ -80,7 +80,7 @@ func fanOutServer(t *testing.T, d dialects.Dialect) (*Server, *httptest.Server) 
 		dests = append(dests, DestinationInfo{Name: n, Type: "http"})
 	}
 	s := NewServer(Options{Dialect: d, CountInterval: 50 * time.Millisecond, ThroughputStep: 50 * time.Millisecond,
-		RouteOf: fanOutRouteOf, TargetsOf: fanOutTargets, Destinations: dests, History: true,
+		RouteOf: fanOutRouteOf, Routes: TargetsOf(fanOutTargets), Destinations: dests, History: true,
 		FinalStatus: func(destination string, status int) bool { return destination == "ledger" && status == 410 }})
 	s.Start(context.Background())
 	t.Cleanup(s.Stop)
@@ -96,7 +96,7 @@ func TestRowDetailListsEachDestination(t *testing.T) {
 	t.Parallel()
 	d := testdb.Migrated(t, 0)
 	id := fanOutRow(t, d, "cust-1")
-	v, found, err := RowDetail(context.Background(), d, id, fanOutRouteOf, fanOutTargets)
+	v, found, err := RowDetail(context.Background(), d, id, fanOutRouteOf, TargetsOf(fanOutTargets))
 	if err != nil || !found {
 		t.Fatal(found, err)
 	}
@@ -135,7 +135,7 @@ func TestRowDetailListsEachDestination(t *testing.T) {
 	if len(rows) != 1 {
 		t.Fatalf("pending rows %+v", rows)
 	}
-	v, _, err = RowDetail(context.Background(), d, rows[0].ID, fanOutRouteOf, fanOutTargets)
+	v, _, err = RowDetail(context.Background(), d, rows[0].ID, fanOutRouteOf, TargetsOf(fanOutTargets))
 	if err != nil || v.Destinations != nil {
 		t.Errorf("a row of one destination: %+v %v", v.Destinations, err)
 	}
@@ -148,7 +148,7 @@ func TestDeadRowsListDeadCopies(t *testing.T) {
 	d := outbox(t) // three dead rows: two order.created, one user.created
 	id := fanOutRow(t, d, "cust-2")
 	ctx := context.Background()
-	list, err := DeadRows(ctx, d, dialects.Filter{}, "", 100, fanOutRouteOf, fanOutTargets)
+	list, err := DeadRows(ctx, d, dialects.Filter{}, "", 100, fanOutRouteOf, TargetsOf(fanOutTargets))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,13 +161,13 @@ func TestDeadRowsListDeadCopies(t *testing.T) {
 	if len(list.Rows) != 4 || len(copies) != 1 || copies[0].ID != id || copies[0].Destination != "ledger" || copies[0].State != "dead" {
 		t.Fatalf("dead rows and copies: %+v", list.Rows)
 	}
-	list, _ = DeadRows(ctx, d, dialects.Filter{}, "ledger", 100, fanOutRouteOf, fanOutTargets)
+	list, _ = DeadRows(ctx, d, dialects.Filter{}, "ledger", 100, fanOutRouteOf, TargetsOf(fanOutTargets))
 	// The two dead order rows route to the ledger too (a fan-out route), and
 	// the ledger's copy.
 	if len(list.Rows) != 3 || list.Rows[0].CopyID == nil {
 		t.Errorf("--destination ledger: %+v", list.Rows)
 	}
-	if list, _ = DeadRows(ctx, d, dialects.Filter{}, "crm", 100, fanOutRouteOf, fanOutTargets); len(list.Rows) != 2 {
+	if list, _ = DeadRows(ctx, d, dialects.Filter{}, "crm", 100, fanOutRouteOf, TargetsOf(fanOutTargets)); len(list.Rows) != 2 {
 		t.Errorf("--destination crm (its copy is pending): %+v", list.Rows)
 	}
 	var b bytes.Buffer
@@ -196,7 +196,7 @@ func TestReplayDestination(t *testing.T) {
 	ctx := context.Background()
 	id := fanOutRow(t, d, "cust-3")
 	state := func(dest string) string {
-		v, _, err := RowDetail(ctx, d, id, fanOutRouteOf, fanOutTargets)
+		v, _, err := RowDetail(ctx, d, id, fanOutRouteOf, TargetsOf(fanOutTargets))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,11 +211,11 @@ func TestReplayDestination(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := ReplayDestination(ctx, d, f, "ledger", fanOutTargets, true, "")
+	res, err := ReplayDestination(ctx, d, f, "ledger", TargetsOf(fanOutTargets), true, "")
 	if err != nil || res != (ReplayResult{Copies: 1}) || state("ledger") != "dead/false" {
 		t.Fatalf("dry run: %+v %v, ledger %s", res, err, state("ledger"))
 	}
-	res, err = ReplayDestination(ctx, d, f, "ledger", fanOutTargets, false, "test")
+	res, err = ReplayDestination(ctx, d, f, "ledger", TargetsOf(fanOutTargets), false, "test")
 	if err != nil || res != (ReplayResult{Copies: 1}) {
 		t.Fatalf("replay: %+v %v", res, err)
 	}
@@ -228,15 +228,15 @@ func TestReplayDestination(t *testing.T) {
 
 	// orders-webhook delivered with the row: a backfill gives it a copy.
 	f, _ = FilterText{States: []string{"delivered"}, Topic: "order.#"}.Filter(Flags, ForReplay, time.Now())
-	res, err = ReplayDestination(ctx, d, f, "orders-webhook", fanOutTargets, true, "")
+	res, err = ReplayDestination(ctx, d, f, "orders-webhook", TargetsOf(fanOutTargets), true, "")
 	if err != nil || res != (ReplayResult{Backfilled: 1}) {
 		t.Fatalf("backfill dry run: %+v %v", res, err)
 	}
-	res, err = ReplayDestination(ctx, d, f, "orders-webhook", fanOutTargets, false, "test")
+	res, err = ReplayDestination(ctx, d, f, "orders-webhook", TargetsOf(fanOutTargets), false, "test")
 	if err != nil || res != (ReplayResult{Backfilled: 1}) || state("orders-webhook") != "pending/false" {
 		t.Fatalf("backfill: %+v %v, orders-webhook %s", res, err, state("orders-webhook"))
 	}
-	if res, _ = ReplayDestination(ctx, d, f, "orders-webhook", fanOutTargets, false, "test"); res != (ReplayResult{}) {
+	if res, _ = ReplayDestination(ctx, d, f, "orders-webhook", TargetsOf(fanOutTargets), false, "test"); res != (ReplayResult{}) {
 		t.Errorf("a second backfill: %+v", res)
 	}
 }

@@ -125,9 +125,9 @@ func ParseRowID(input, s string) (uuid.UUID, error) {
 
 // RowDetail reads one row with its newest attempts and its copies; found
 // is false when no row has the id (a row that retention deleted is gone,
-// with its attempts). targetsOf (nil: routeOf's one destination) names the
+// with its attempts). routes (nil: routeOf's one destination) names the
 // destinations of the row's route.
-func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf RouteOf, targetsOf TargetsOf) (RowDetailView, bool, error) {
+func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf RouteOf, routes Routes) (RowDetailView, bool, error) {
 	r, found, err := d.OutboxRow(ctx, id, MaxRowAttempts)
 	if err != nil || !found {
 		return RowDetailView{}, found, err
@@ -136,12 +136,12 @@ func RowDetail(ctx context.Context, d dialects.Dialect, id uuid.UUID, routeOf Ro
 	if err != nil {
 		return RowDetailView{}, true, fmt.Errorf("reading the copies of row %s: %w", id, err)
 	}
-	if targetsOf == nil {
-		targetsOf = TargetsFromRouteOf(routeOf)
+	if routes == nil {
+		routes = TargetsFromRouteOf(routeOf)
 	}
 	v := RowDetailView{RowView: rowView(r.ListedRow, routeOf), ScheduledAt: r.ScheduledAt.UTC(),
 		Payload: rawJSON(r.Payload), Headers: rawJSON(r.Headers), Attempts: make([]AttemptView, 0, len(r.Attempts)), MoreAttempts: r.MoreAttempts}
-	v.Destinations = rowDestinations(r.ListedRow, targetsOf(r.Topic), copies)
+	v.Destinations = rowDestinations(r.ListedRow, routes.RowTargets(r.Row()), copies)
 	if r.State == dialects.Dead && r.LastError != nil && *r.LastError == noRouteError(r.Topic) {
 		at := r.UpdatedAt.UTC()
 		v.MatchedNoRouteAt = &at
@@ -216,7 +216,7 @@ func (s *Server) row(w http.ResponseWriter, r *http.Request) {
 		s.failInput(w, err)
 		return
 	}
-	v, found, err := RowDetail(r.Context(), s.o.Dialect, id, s.o.RouteOf, s.o.TargetsOf)
+	v, found, err := RowDetail(r.Context(), s.o.Dialect, id, s.o.RouteOf, s.o.Routes)
 	if err != nil {
 		s.dbFailed(w, err)
 		return

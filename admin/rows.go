@@ -224,14 +224,14 @@ type DeadList struct {
 // DeadRows lists up to limit dead rows and dead copies that f selects, the
 // most recently updated first, each with where its topic routes today
 // (routeOf may be nil). With a destination, the rows are those whose topic
-// the routes send to it (targetsOf) and the copies its own; without, every
+// the routes send to it (routes) and the copies its own; without, every
 // dead row and every dead copy. Callers check limit with CheckLimit, which
 // names it as their source does.
-func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, destination string, limit int, routeOf RouteOf, targetsOf TargetsOf) (DeadList, error) {
+func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, destination string, limit int, routeOf RouteOf, routes Routes) (DeadList, error) {
 	f.States = []dialects.State{dialects.Dead}
 	rowFilter := f
 	if destination != "" {
-		rowFilter = RoutedTo(f, destination, targetsOf)
+		rowFilter = RoutedTo(f, destination, routes)
 	}
 	// One more than asked says whether the limit cut the list.
 	rows, _, err := dialects.List(ctx, d, rowFilter, nil, limit+1)
@@ -257,14 +257,11 @@ func DeadRows(ctx context.Context, d dialects.Dialect, f dialects.Filter, destin
 	return DeadList{Rows: all, Limit: limit, More: more}, nil
 }
 
-// RoutedTo narrows f to the rows whose topic the routes send to
-// destination today, alone or among the destinations of a fan-out route.
-func RoutedTo(f dialects.Filter, destination string, targetsOf TargetsOf) dialects.Filter {
-	topic := f.TopicMatch
-	f.TopicMatch = func(t string) bool {
-		return slices.Contains(targetsOf(t), destination) && (topic == nil || topic(t))
-	}
-	return f
+// RoutedTo narrows f to the rows the routes send to destination today,
+// alone or among the destinations of a fan-out route (by topic, or by
+// each row where route filters decide).
+func RoutedTo(f dialects.Filter, destination string, routes Routes) dialects.Filter {
+	return routedTo(routes, f, func(ds []string) bool { return slices.Contains(ds, destination) })
 }
 
 // Replay puts the rows f selects back to pending (attempt 0, due now) and

@@ -37,9 +37,9 @@ type Options struct {
 	// Token, when set, is required on every route but /healthz.
 	Token   string
 	RouteOf RouteOf
-	// TargetsOf names every destination of a topic's route, for fan-out
-	// routes (nil: each route sends to the one RouteOf names).
-	TargetsOf TargetsOf
+	// Routes names every destination of a row's route, for fan-out routes
+	// and filters (nil: each route sends to the one RouteOf names).
+	Routes Routes
 	// FinalStatus names the HTTP statuses each destination takes as final,
 	// for the dead groups' replay warnings.
 	FinalStatus FinalStatus
@@ -102,8 +102,8 @@ func NewServer(o Options) *Server {
 	if o.ThroughputStep <= 0 {
 		o.ThroughputStep = 5 * time.Second
 	}
-	if o.TargetsOf == nil {
-		o.TargetsOf = TargetsFromRouteOf(o.RouteOf)
+	if o.Routes == nil {
+		o.Routes = TargetsFromRouteOf(o.RouteOf)
 	}
 	s := &Server{o: o, sampler: newSampler(o.Dialect, o.Metrics, o.RouteOf, o.Log, o.CountInterval)}
 	s.sampler.final = o.FinalStatus
@@ -577,7 +577,7 @@ func (s *Server) rows(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listRows(ctx context.Context, f dialects.Filter, destination string, after *dialects.Cursor, limit int) (RowsView, error) {
 	rowFilter, copyFilter := f, dialects.CopyFilter{Filter: f, Destination: destination}
 	if destination != "" {
-		rowFilter = RoutedTo(f, destination, s.o.TargetsOf)
+		rowFilter = RoutedTo(f, destination, s.o.Routes)
 	}
 	// One more of each says whether more follow.
 	rows, _, err := dialects.List(ctx, s.o.Dialect, rowFilter, after, limit+1)
@@ -671,7 +671,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	if req.Destination == "" {
 		res.Rows, err = Replay(r.Context(), s.o.Dialect, req.Filter, req.DryRun, s.replayedBy(r))
 	} else {
-		res, err = ReplayDestination(r.Context(), s.o.Dialect, req.Filter, req.Destination, s.o.TargetsOf, req.DryRun, s.replayedBy(r))
+		res, err = ReplayDestination(r.Context(), s.o.Dialect, req.Filter, req.Destination, s.o.Routes, req.DryRun, s.replayedBy(r))
 	}
 	if err != nil {
 		s.dbFailed(w, err)

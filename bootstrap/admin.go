@@ -13,9 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queuebox/queuebox/actors"
 	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/inbox"
+	"github.com/queuebox/queuebox/routing"
 )
 
 // adminListener is the admin listener of a running replica.
@@ -69,7 +71,7 @@ func adminServer(v *Loaded, d dialects.Dialect, m *admin.Metrics, log *slog.Logg
 	return admin.NewServer(admin.Options{
 		Dialect: d, Token: v.Admin.Token, Metrics: m, Log: log, Version: Version, Destinations: DestinationInfos(v),
 		CountInterval: ro.AdminCountInterval, ThroughputStep: ro.AdminThroughputStep,
-		RouteOf: RouteOf(v), TargetsOf: TargetsOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
+		RouteOf: RouteOf(v), Routes: TargetsOf(v), FinalStatus: FinalStatus(v), History: v.Outbox.History.Enabled,
 		Outbox: v.OutboxName, State: state,
 	})
 }
@@ -88,16 +90,35 @@ func RouteOf(l *Loaded) admin.RouteOf {
 	}
 }
 
-// TargetsOf names the destinations the configured route of a topic sends
-// each row to (a fan-out route's several; none when no route matches).
-func TargetsOf(l *Loaded) admin.TargetsOf {
-	router := l.Compiled.Router
-	return func(topic string) []string {
-		if r := router.Match(topic); r != nil {
-			return r.Targets()
-		}
-		return nil
+// TargetsOf tells where the configured routes send rows: by topic, and
+// by each row (its filters run) where route filters decide.
+func TargetsOf(l *Loaded) admin.Routes { return routes{l.Compiled.Router} }
+
+// routes is admin.Routes over the configured router.
+type routes struct{ router *routing.Router }
+
+func (r routes) Targets(topic string) ([][]string, bool) {
+	cs := r.router.Candidates(topic)
+	sets := make([][]string, len(cs))
+	filtered, same := false, true
+	for i, c := range cs {
+		sets[i] = c.Targets()
+		filtered = filtered || c.Filter != nil
+		same = same && slices.Equal(sets[i], sets[0])
 	}
+	// Filters decide, unless every row ends at the same destinations
+	// whichever route takes it (the last candidate takes what the
+	// filters before it turn down).
+	byRow := filtered && !(same && cs[len(cs)-1].Filter == nil)
+	return sets, byRow
+}
+
+func (r routes) RowTargets(row dialects.Row) []string {
+	rt, err := actors.RowRoute(r.router, &row)
+	if err != nil || rt == nil {
+		return nil // the row cannot be routed: it goes nowhere
+	}
+	return rt.Targets()
 }
 
 // FinalStatus reports the HTTP statuses that an HTTP destination takes as

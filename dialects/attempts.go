@@ -95,6 +95,16 @@ type RowDetail struct {
 	MoreAttempts bool
 }
 
+// Row is the detail's row as a claim returns it: what a route filter reads.
+func (d RowDetail) Row() Row {
+	r := Row{Claim: Claim{ID: d.ID}, Topic: d.Topic, Payload: []byte(d.Payload), Headers: []byte(d.Headers),
+		AggregateType: d.AggregateType, Attempt: d.Attempt, MaxAttempts: d.MaxAttempts, Sequence: d.Sequence, CreatedAt: d.CreatedAt}
+	if d.Key != nil {
+		r.Key = *d.Key
+	}
+	return r
+}
+
 // History reads one row with its attempts, and deletes old attempts. The
 // relay writes attempts with the outcomes (OutboxComplete).
 type History interface {

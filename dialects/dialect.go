@@ -262,6 +262,20 @@ type Filter struct {
 	// Since and Until bound updated_at (inclusive, exclusive).
 	Since, Until  *time.Time
 	ErrorContains string
+	// Rows, when set, selects by the whole row among the rows of the
+	// topics it reads (see RowMatch). It runs in Go, after TopicMatch.
+	Rows *RowMatch
+}
+
+// RowMatch selects rows by their payload and variables where their topic
+// does not tell: a route filter decides which destination a row of such a
+// topic goes to.
+type RowMatch struct {
+	// ByRow names the topics whose rows Keep decides; rows of the other
+	// topics are kept as TopicMatch says.
+	ByRow func(topic string) bool
+	// Keep reports whether the row is selected.
+	Keep func(r Row) bool
 }
 
 // ListedRow is a row as operator commands show it.
@@ -560,6 +574,11 @@ type Operator interface {
 	// history is off). It removes the copies of the rows it puts back: a
 	// fan-out row's new pass delivers to every destination again.
 	OutboxReplayIDs(ctx context.Context, ids []uuid.UUID, states []State, by string) (int, error)
+	// OutboxRowsOf reads the rows ids (those that exist), whole: payload,
+	// headers and the variables a route filter reads. The commands that
+	// select rows by destination run the filters on them where a filter
+	// decides (Filter.Rows).
+	OutboxRowsOf(ctx context.Context, ids []uuid.UUID) ([]Row, error)
 	// OutboxInsert inserts rows the way an application would, in one
 	// transaction.
 	OutboxInsert(ctx context.Context, rows []NewRow) error

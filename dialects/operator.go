@@ -2,6 +2,7 @@ package dialects
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 )
@@ -31,10 +32,14 @@ func Replay(ctx context.Context, op Operator, f Filter, dryRun bool, by string) 
 		if err != nil {
 			return total, err
 		}
+		keep, err := Keep(ctx, op, f, len(chunk), func(i int) (uuid.UUID, string) { return chunk[i].ID, chunk[i].Topic })
+		if err != nil {
+			return total, err
+		}
 		ids := make([]uuid.UUID, 0, len(chunk))
-		for _, r := range chunk {
+		for i, r := range chunk {
 			after = r.Sequence
-			if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
+			if keep[i] {
 				ids = append(ids, r.ID)
 			}
 		}
@@ -54,6 +59,42 @@ func Replay(ctx context.Context, op Operator, f Filter, dryRun bool, by string) 
 	}
 }
 
+// Keep reports which of n rows (at gives each one's id and topic) f
+// selects by what runs in Go: its TopicMatch, then its Rows, which reads
+// the rows it decides in one statement. The other fields of f are the
+// database's to apply.
+func Keep(ctx context.Context, op Operator, f Filter, n int, at func(int) (uuid.UUID, string)) ([]bool, error) {
+	keep := make([]bool, n)
+	var read []uuid.UUID
+	var index map[uuid.UUID]int
+	for i := range n {
+		id, topic := at(i)
+		switch {
+		case f.TopicMatch != nil && !f.TopicMatch(topic):
+		case f.Rows != nil && f.Rows.ByRow(topic):
+			if index == nil {
+				index = map[uuid.UUID]int{}
+			}
+			read, index[id] = append(read, id), i
+		default:
+			keep[i] = true
+		}
+	}
+	if len(read) == 0 {
+		return keep, nil
+	}
+	rows, err := op.OutboxRowsOf(ctx, read)
+	if err != nil {
+		return nil, fmt.Errorf("reading rows that a route filter routes: %w", err)
+	}
+	for _, r := range rows {
+		if f.Rows.Keep(r) {
+			keep[index[r.ID]] = true
+		}
+	}
+	return keep, nil
+}
+
 // listPage is how many rows one OutboxList page reads while List looks for
 // rows whose topic matches.
 const listPage = 500
@@ -69,15 +110,19 @@ func List(ctx context.Context, op Operator, f Filter, after *Cursor, limit int) 
 	var out []ListedRow
 	for len(out) < limit {
 		page := listPage
-		if f.TopicMatch == nil {
+		if f.TopicMatch == nil && f.Rows == nil {
 			page = limit - len(out)
 		}
 		rows, err := op.OutboxList(ctx, ListParams{Filter: f, After: after, Limit: page})
 		if err != nil {
 			return nil, nil, err
 		}
+		keep, err := Keep(ctx, op, f, len(rows), func(i int) (uuid.UUID, string) { return rows[i].ID, rows[i].Topic })
+		if err != nil {
+			return nil, nil, err
+		}
 		for i, r := range rows {
-			if f.TopicMatch == nil || f.TopicMatch(r.Topic) {
+			if keep[i] {
 				out = append(out, r)
 				if len(out) == limit {
 					// More may follow: the next page starts after this row,

@@ -79,7 +79,7 @@ type Catalog struct {
 	OutboxBlockedKeys, OutboxDeadGroups                                   string
 	OutboxProbeSequence, OutboxProbeSnapshot, OutboxWriters               string
 	OutboxFloors, OutboxRewind, OutboxNextDue                             string
-	OutboxHorizon                                                         string
+	OutboxHorizon, OutboxRowsOf                                           string
 	OtherRelays                                                           string
 	FanOutBlockedLanes, CopyClaim, CopyRenewLeases, CopyReleaseExpired    string
 	CopyProbe, CopyPurge, CopyCounts, CopiesOfRow, CopyReplay             string
@@ -577,6 +577,29 @@ func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ 
 		var s dialects.Selected
 		err := r.Scan(&s.ID, &s.Topic, &s.Sequence)
 		return s, err
+	})
+}
+
+func (d *Dialect) OutboxRowsOf(ctx context.Context, ids []uuid.UUID) (_ []dialects.Row, err error) {
+	defer func() { err = mapError(err) }()
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	b := make([][16]byte, len(ids))
+	for i, id := range ids {
+		b[i] = id
+	}
+	rows, err := d.pool.Query(ctx, d.q.OutboxRowsOf, b)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (dialects.Row, error) {
+		var r dialects.Row
+		var payload, headers string
+		err := row.Scan((*[16]byte)(&r.ID), &r.Topic, &r.Key, &payload, &headers, &r.AggregateType,
+			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt)
+		r.Payload, r.Headers, r.TypedJSON = []byte(payload), []byte(headers), true
+		return r, err
 	})
 }
 

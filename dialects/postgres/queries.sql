@@ -1052,6 +1052,14 @@ SELECT destination, replica, opened_at, seen_at, COALESCE(last_error, '')
  WHERE seen_at >= now() - $1::bigint * interval '1 millisecond'
  ORDER BY destination, opened_at, replica
 
+-- name: OutboxRowsOf
+-- The rows $1 (ids), whole, as the relay's route filters read them: for the
+-- operator commands that select by destination where a filter decides.
+SELECT {{c "id"}}, {{c "topic"}}, COALESCE({{c "key"}}, ''), {{c "payload"}}::text, {{c "headers"}}::text, {{c "aggregate_type"}},
+       {{c "attempt"}}, {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}
+  FROM {{t}}
+ WHERE {{c "id"}} = ANY($1::uuid[])
+
 -- name: OutboxRow
 -- One row as an operator inspects it: $1 its id (text).
 SELECT {{c "id"}}::text, {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},

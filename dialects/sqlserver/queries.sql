@@ -680,6 +680,15 @@ SELECT destination, replica, opened_at, seen_at, COALESCE(last_error, N'')
  WHERE seen_at >= DATEADD(millisecond, -@p1, SYSUTCDATETIME())
  ORDER BY destination, opened_at, replica;
 
+-- name: OutboxRowsOf
+-- The rows @p1 (JSON ids), whole, as the relay's route filters read them:
+-- for the operator commands that select by destination where a filter
+-- decides.
+SELECT CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, COALESCE({{c "key"}}, N''), {{c "payload"}}, {{c "headers"}}, {{c "aggregate_type"}},
+       {{c "attempt"}}, {{c "max_attempts"}}, {{c "sequence"}}, {{c "created_at"}}
+  FROM {{t}}
+ WHERE {{c "id"}} IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1));
+
 -- name: OutboxRow
 -- One row as an operator inspects it: @p1 its id (text).
 SELECT CAST({{c "id"}} AS NVARCHAR(36)), {{c "topic"}}, {{c "key"}}, {{c "aggregate_type"}}, {{c "state"}}, {{c "attempt"}},

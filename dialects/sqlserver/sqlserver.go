@@ -86,7 +86,7 @@ type Catalog struct {
 	OutboxPurgeWait                                          string
 	OutboxCountByState, OutboxDeadByTopic, OutboxInsert      string
 	OutboxPendingDue, OutboxCountByTopicState, OutboxNextDue string
-	OutboxHorizon                                            string
+	OutboxHorizon, OutboxRowsOf                              string
 	OutboxBlockedKeys, OutboxDeadGroups                      string
 	OutboxProbe, OutboxWriters, OtherRelays                  string
 	FanOutComplete, FanOutBlockedLanes                       string
@@ -540,6 +540,33 @@ func (d *Dialect) OutboxSelect(ctx context.Context, p dialects.SelectParams) (_ 
 			return nil, err
 		}
 		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func (d *Dialect) OutboxRowsOf(ctx context.Context, ids []uuid.UUID) (_ []dialects.Row, err error) {
+	defer func() { err = MapError(err) }()
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.OutboxRowsOf, jsonArg(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dialects.Row
+	for rows.Next() {
+		var r dialects.Row
+		var id, payload, headers string
+		if err := rows.Scan(&id, &r.Topic, &r.Key, &payload, &headers, &r.AggregateType,
+			&r.Attempt, &r.MaxAttempts, &r.Sequence, &r.CreatedAt); err != nil {
+			return nil, err
+		}
+		if r.ID, err = uuid.Parse(id); err != nil {
+			return nil, err
+		}
+		r.Payload, r.Headers, r.CreatedAt = []byte(payload), []byte(headers), r.CreatedAt.UTC()
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
