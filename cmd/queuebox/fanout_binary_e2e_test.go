@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/queuebox/queuebox/admin"
 	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/internal/testdb"
 	"github.com/queuebox/queuebox/internal/testkit"
@@ -199,5 +202,148 @@ admin: { listen: "127.0.0.1:0" }
 	var dead int64
 	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'dead'`).Scan(&dead); err != nil || dead != 1 {
 		t.Errorf("%d dead rows, want the one the filter failed on (%v)\n%s", dead, err, tail(r.log(), 2000))
+	}
+}
+
+// Two routes of one pattern, split by a filter: large payments fan out to
+// large and ledger, the others go to small. The commands that select by
+// destination run the filter on each row: dead list and replay with
+// --destination take the rows that went to that destination and no
+// other, and a backfill to ledger gives copies to the large payments only.
+func TestCommandsThatSelectByDestinationRunTheRouteFilters(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	answer := func(*testrecv.Request) (int, string, map[string]string) {
+		if failing.Load() {
+			return 410, "gone for now", nil
+		}
+		return 204, "", nil
+	}
+	large, small, ledger := testrecv.New(t, answer), testrecv.New(t, answer), testrecv.New(t, nil)
+	dbURL := testdb.Database(t)
+	cfg := writeConfig(t, fmt.Sprintf(`database: { url: %q }
+outbox: { pollIntervalMs: 100 }
+destinations:
+  large: { type: http, url: "%s/large", nonRetryableStatus: [410] }
+  small: { type: http, url: "%s/small", nonRetryableStatus: [410] }
+  ledger: { type: http, url: "%s/ledger" }
+routes:
+  - { name: large payments, topicPattern: "payment.#", filter: ".amount >= 100", destinations: [large, ledger] }
+  - { name: other payments, topicPattern: "payment.#", destination: small }
+`, dbURL, large.URL, small.URL, ledger.URL))
+	if out, stderr, code := run(t, "migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s%s", code, out, stderr)
+	}
+	d := openPostgres(t, dbURL)
+	ctx := context.Background()
+	var rows []dialects.NewRow
+	isLarge := map[uuid.UUID]bool{}
+	nLarge, nSmall := 0, 0
+	for i := range 30 {
+		id, amount := uuid.New(), (i*41)%200
+		isLarge[id] = amount >= 100
+		if isLarge[id] {
+			nLarge++
+		} else {
+			nSmall++
+		}
+		// A key's rows stay on one side of the split: in a key that has
+		// fan-out rows, a row to one destination is delivered in its lane
+		// and a failure leaves a copy, where here it leaves a dead row.
+		key := fmt.Sprintf("acct-%d", i%4)
+		if isLarge[id] {
+			key = fmt.Sprintf("big-%d", i%3)
+		}
+		rows = append(rows, testkit.Row("payment.made", testkit.ID(id), testkit.Key(key), testkit.PayloadOf(map[string]int{"i": i, "amount": amount})))
+	}
+	if err := d.OutboxInsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelay(t, "--config", cfg)
+	// Small's rows go dead; large's part of each large payment goes dead
+	// (a copy), ledger's is delivered with the row.
+	ledger.WaitDelivered(t, nLarge, time.Minute)
+	testkit.Eventually(t, "every small payment and every copy of large dead", time.Minute, func() error {
+		st, err := d.OutboxStats(ctx)
+		if err != nil {
+			return err
+		}
+		cs, err := d.CopyCounts(ctx)
+		if err != nil {
+			return err
+		}
+		deadCopies := int64(0)
+		for _, c := range cs {
+			if c.Destination == "large" && c.State == dialects.Dead {
+				deadCopies += c.Rows
+			}
+		}
+		if st.Rows[dialects.Dead] != int64(nSmall) || st.Rows[dialects.Delivered] != int64(nLarge) || deadCopies != int64(nLarge) {
+			return fmt.Errorf("rows %v, dead copies of large %d; small answered %d requests, large %d\n%s", st.Rows, deadCopies, len(small.Requests()), len(large.Requests()), tail(r.log(), 3000))
+		}
+		return nil
+	})
+	r.stop(t)
+
+	deadList := func(dest string) admin.DeadList {
+		t.Helper()
+		out, stderr, code := run(t, "dead", "list", "--destination", dest, "--json", "--config", cfg)
+		var l admin.DeadList
+		if err := json.Unmarshal([]byte(out), &l); code != 0 || err != nil {
+			t.Fatalf("dead list --destination %s: exit %d, %v\n%s%s", dest, code, err, out, stderr)
+		}
+		return l
+	}
+	for dest, want := range map[string]struct {
+		n     int
+		large bool
+	}{"small": {nSmall, false}, "large": {nLarge, true}, "ledger": {0, true}} {
+		l := deadList(dest)
+		if len(l.Rows) != want.n {
+			t.Errorf("dead list --destination %s: %d rows, want %d", dest, len(l.Rows), want.n)
+		}
+		for _, row := range l.Rows {
+			if isLarge[row.ID] != want.large || (row.CopyID != nil) != want.large {
+				t.Errorf("dead list --destination %s lists row %s (large %v, copy %v), which did not go there", dest, row.ID, isLarge[row.ID], row.CopyID != nil)
+			}
+		}
+	}
+
+	failing.Store(false)
+	out, stderr, code := run(t, "replay", "--destination", "small", "--config", cfg)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d rows replayed", nSmall)) || !strings.Contains(out, "0 copies of small") {
+		t.Errorf("replay --destination small: exit %d\n%s%s", code, out, stderr)
+	}
+	out, stderr, code = run(t, "replay", "--destination", "large", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "0 rows replayed") || !strings.Contains(out, fmt.Sprintf("%d copies of large replayed", nLarge)) {
+		t.Errorf("replay --destination large: exit %d\n%s%s", code, out, stderr)
+	}
+	r = startRelay(t, "--config", cfg)
+	small.WaitDelivered(t, nSmall, time.Minute)
+	large.WaitDelivered(t, nLarge, time.Minute)
+	for name, rv := range map[string]*testrecv.Receiver{"small": small, "large": large} {
+		for _, q := range rv.Requests() {
+			id, err := uuid.Parse(q.ID)
+			if err != nil || isLarge[id] != (name == "large") {
+				t.Errorf("%s received row %s, which its route does not send there", name, q.ID)
+			}
+		}
+	}
+	r.stop(t)
+	if got := ledger.Delivered(); got != nLarge {
+		t.Errorf("ledger received %d rows, want its %d once each", got, nLarge)
+	}
+
+	// Every payment is delivered now; ledger's part of the large ones went
+	// with their rows. A backfill to ledger gives those a copy, and no
+	// small payment one.
+	out, stderr, code = run(t, "replay", "--destination", "ledger", "--state", "delivered", "--config", cfg)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d copies of ledger created for delivered fan-out rows that had none", nLarge)) {
+		t.Errorf("backfill to ledger: exit %d\n%s%s", code, out, stderr)
+	}
+	var wrong int
+	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM outbox_copies c JOIN outbox o ON o.id = c.row_id WHERE c.destination = 'ledger' AND (o.payload->>'amount')::int < 100`).Scan(&wrong); err != nil || wrong != 0 {
+		t.Errorf("%d small payments got a copy for ledger (%v)", wrong, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 		{"RenewLeases", testRenew},
 		{"OutcomesWriteTheTransitionTable", testOutcomes},
 		{"Replay", testReplay},
+		{"ReplayAndListSelectByTheWholeRow", testRowMatch},
 		{"Purge", testPurge},
 		{"Stats", testStats},
 		{"ClaimWithFewHeadsTakesRuns", testMaxHeads},
@@ -631,6 +633,57 @@ func testReplay(t *testing.T, h Harness) {
 	listed := list(t, d, dialects.Filter{IDs: []uuid.UUID{again[0].ID}, States: dialects.States}, 1)
 	if len(listed) != 1 || listed[0].State != dialects.Pending || listed[0].LastError != nil || listed[0].ID != again[0].ID {
 		t.Fatalf("after replay: %+v", listed)
+	}
+}
+
+// OutboxRowsOf reads rows whole (payload, headers, the variables a route
+// filter reads); a Filter's Rows decides the rows of the topics it names
+// by them, in a replay and in a listing, and leaves the other topics to
+// TopicMatch.
+func testRowMatch(t *testing.T, h Harness) {
+	d := h.New(t, 0)
+	big, small, other := uuid.New(), uuid.New(), uuid.New()
+	insert(t, d,
+		testkit.Row("payment.made", testkit.ID(big), testkit.Key("acct-1"), testkit.Payload(`{"amount": 150}`), testkit.Headers(`{"X-Tenant": "acme"}`), testkit.AggregateType("account")),
+		testkit.Row("payment.made", testkit.ID(small), testkit.Payload(`{"amount": 5}`)),
+		testkit.Row("order.created", testkit.ID(other), testkit.Payload(`{"amount": 5}`)))
+	rows, err := d.OutboxRowsOf(ctx(t), []uuid.UUID{big, small, uuid.New()})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("OutboxRowsOf: %d rows, %v; want the two that exist", len(rows), err)
+	}
+	byID := map[uuid.UUID]dialects.Row{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	b := byID[big]
+	if b.Topic != "payment.made" || b.Key != "acct-1" || b.AggregateType == nil || *b.AggregateType != "account" || b.Sequence == 0 || b.CreatedAt.IsZero() ||
+		!strings.Contains(string(b.Payload), "150") || !strings.Contains(string(b.Headers), "acme") || byID[small].Key != "" {
+		t.Fatalf("OutboxRowsOf read %+v and %+v", b, byID[small])
+	}
+	var all []dialects.Outcome
+	for _, r := range h.claim(t, d, 10) {
+		all = append(all, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "boom"})
+	}
+	complete(t, d, all...)
+	read := 0
+	f := dialects.Filter{Rows: &dialects.RowMatch{
+		ByRow: func(topic string) bool { return topic == "payment.made" },
+		Keep: func(r dialects.Row) bool {
+			read++
+			return strings.Contains(string(r.Payload), "150")
+		},
+	}}
+	if listed := list(t, d, f, 10); len(listed) != 2 || read != 2 || slices.ContainsFunc(listed, func(r dialects.ListedRow) bool { return r.ID == small }) {
+		t.Fatalf("a listing by the whole row: %+v (%d rows read whole); want the big payment and the order", listed, read)
+	}
+	f.TopicMatch = func(topic string) bool { return topic == "payment.made" }
+	n, err := dialects.Replay(ctx(t), d, f, false, "")
+	if err != nil || n != 1 {
+		t.Fatalf("a replay by the whole row: %d, %v; want the big payment alone", n, err)
+	}
+	again := h.claim(t, d, 10)
+	if len(again) != 1 || again[0].ID != big {
+		t.Fatalf("after the replay: %+v", again)
 	}
 }
 

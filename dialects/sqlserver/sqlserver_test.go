@@ -97,6 +97,10 @@ func TestClaimUsesLockHintsAndHeadRule(t *testing.T) {
 			t.Errorf("the completion lacks %q", want)
 		}
 	}
+	if rowsOf := q.OutboxRowsOf; !strings.Contains(rowsOf, "IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@p1))") ||
+		!strings.Contains(rowsOf, "COALESCE([key], N'')") {
+		t.Errorf("OutboxRowsOf reads the rows of a JSON array of ids:\n%s", rowsOf)
+	}
 	// No statement carries a row value: every value is a parameter.
 	for name, sql := range dialects.Statements(q) {
 		if regexp.MustCompile(`N'[0-9a-f]{8}-`).MatchString(sql) {
