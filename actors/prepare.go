@@ -51,7 +51,7 @@ func (d *deliverer) prepareClaimed(c *claimed) prepared {
 // are not an object of strings) comes back dead, in words that tell the
 // producer what to fix. A transform that fails on this payload fails this
 // attempt only. A copy (Row.CopyOf) goes to its own destination, with the
-// transform of the route that matches its topic now, if any.
+// transform of the route that sends its row there (prepareCopy).
 func (d *deliverer) prepare(r dialects.Row) prepared {
 	if r.CopyOf != nil {
 		return d.prepareCopy(r)
@@ -110,7 +110,8 @@ func (d *deliverer) prepareUnit(r dialects.Row, u *unit) prepared {
 // row to the copy's destination: with route filters, the first route that
 // sends there and accepts the row (routing.Router.MatchRowTo); without, or
 // when no route sends the row there today, the first route whose pattern
-// matches.
+// matches. A filter that fails on the copy's row sends the copy dead, as
+// it sends a row dead.
 func (d *deliverer) prepareCopy(r dialects.Row) prepared {
 	dest := r.CopyOf.Destination
 	p := prepared{row: r}

@@ -100,16 +100,13 @@ type routes struct{ router *routing.Router }
 func (r routes) Targets(topic string) ([][]string, bool) {
 	cs := r.router.Candidates(topic)
 	sets := make([][]string, len(cs))
-	filtered, same := false, true
+	byRow := false
 	for i, c := range cs {
 		sets[i] = c.Targets()
-		filtered = filtered || c.Filter != nil
-		same = same && slices.Equal(sets[i], sets[0])
+		// A filter decides, even between routes to the same destinations:
+		// a row it fails on goes nowhere.
+		byRow = byRow || c.Filter != nil
 	}
-	// Filters decide, unless every row ends at the same destinations
-	// whichever route takes it (the last candidate takes what the
-	// filters before it turn down).
-	byRow := filtered && !(same && cs[len(cs)-1].Filter == nil)
 	return sets, byRow
 }
 

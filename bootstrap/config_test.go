@@ -2,10 +2,12 @@ package bootstrap
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/dialects"
 	"github.com/queuebox/queuebox/routing"
 )
 
@@ -374,6 +376,27 @@ func TestFanOutRoutesAndFilters(t *testing.T) {
 	// The admin views name every destination of the route a topic takes.
 	if route, dest := RouteOf(l)("order.created"); route != "big-orders" || dest != "hook, queue, audit" {
 		t.Errorf("RouteOf: %q, %q", route, dest)
+	}
+	// The commands that select by destination: where filters decide, the
+	// topic names every route a row may take and each row tells its own.
+	sel := TargetsOf(l)
+	for topic, want := range map[string]string{"order.created": "[[hook queue audit] [queue]] by row", "user.created": "[[audit]] by row"} {
+		sets, byRow := sel.Targets(topic)
+		if got := fmt.Sprint(sets) + map[bool]string{true: " by row", false: " by topic"}[byRow]; got != want {
+			t.Errorf("Targets(%s) = %s, want %s", topic, got, want)
+		}
+	}
+	for _, c := range []struct{ topic, payload, headers, want string }{
+		{"order.created", `{"amount": 150}`, `{}`, "[hook queue audit]"},
+		{"order.created", `{"amount": 50}`, `{}`, "[queue]"},
+		{"order.created", `[1]`, `{}`, "[]"}, // the filter fails: the row goes nowhere
+		{"user.created", `{}`, `{"X-Tenant": "acme"}`, "[audit]"},
+		{"user.created", `{}`, `{"X-Tenant": "other"}`, "[]"},
+	} {
+		got := sel.RowTargets(dialects.Row{Topic: c.topic, Payload: []byte(c.payload), Headers: []byte(c.headers)})
+		if fmt.Sprint(got) != c.want {
+			t.Errorf("RowTargets(%s %s %s) = %v, want %s", c.topic, c.payload, c.headers, got, c.want)
+		}
 	}
 
 	// The same routes as an outbox's own.

@@ -122,19 +122,25 @@ func (r *Router) Candidates(topic string) []*Route {
 	return out
 }
 
-// MatchRowTo returns the route that sent the row to destination: the first
-// route whose pattern matches the row's topic, that sends to destination,
-// and whose filter, if it has one, accepts the row. It is how a copy, which
-// keeps its destination but not its route, finds the route (and the
-// transform) that made it: under the configuration that routed the row, no
-// earlier route accepted it, so the route that did is the first one here.
-// nil when no route sends the row to destination today.
+// MatchRowTo returns the route that sent the row to destination: among the
+// routes a row of its topic may take (Candidates), the first that sends to
+// destination and whose filter, if it has one, accepts the row. It is how
+// a copy, which keeps its destination but not its route, finds the route
+// (and the transform) that made it: under the configuration that routed
+// the row, no earlier route accepted it, so the route that did is the
+// first one here. nil when no route sends the row to destination today.
 func (r *Router) MatchRowTo(payload []byte, v Vars, destination string) (*Route, error) {
 	var in any
 	var vars []any
 	for i := range r.routes {
 		rt := &r.routes[i]
-		if !rt.Pattern.Match(v.Topic) || !rt.Sends(destination) {
+		if !rt.Pattern.Match(v.Topic) {
+			continue
+		}
+		if !rt.Sends(destination) {
+			if rt.Filter == nil {
+				return nil, nil // it takes every row that reaches it
+			}
 			continue
 		}
 		if rt.Filter == nil {

@@ -207,6 +207,14 @@ func TestCandidatesAndTheRouteToADestination(t *testing.T) {
 			t.Errorf("MatchRowTo(%s, %s) = %+v, %v; want %q", c.payload, c.dest, got, err, c.want)
 		}
 	}
+	// order.paid's own route, without a filter, takes every row the two
+	// before turn down: the catch-all behind it is never reached.
+	if got, err := r.MatchRowTo([]byte(`{"region": "ap"}`), Vars{Topic: "order.paid"}, "rest"); got != nil || err != nil {
+		t.Errorf("MatchRowTo past an unfiltered route: %+v, %v; want none", got, err)
+	}
+	if got, _ := r.MatchRowTo([]byte(`{"region": "eu"}`), Vars{Topic: "order.paid"}, "audit"); got == nil || got.Name != "r0" {
+		t.Errorf("MatchRowTo before the unfiltered route: %+v", got)
+	}
 	if _, err := r.MatchRowTo([]byte(`[1]`), Vars{Topic: "order.created"}, "audit"); err == nil {
 		t.Error("a filter that fails on the row: no error")
 	}

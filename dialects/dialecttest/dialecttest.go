@@ -660,6 +660,10 @@ func testRowMatch(t *testing.T, h Harness) {
 		!strings.Contains(string(b.Payload), "150") || !strings.Contains(string(b.Headers), "acme") || byID[small].Key != "" {
 		t.Fatalf("OutboxRowsOf read %+v and %+v", b, byID[small])
 	}
+	if l := list(t, d, dialects.Filter{IDs: []uuid.UUID{big}, States: dialects.States}, 1); len(l) != 1 || l[0].Attempt != b.Attempt ||
+		l[0].MaxAttempts != b.MaxAttempts || l[0].Sequence != b.Sequence || !l[0].CreatedAt.Equal(b.CreatedAt) || b.MaxAttempts == 0 {
+		t.Fatalf("OutboxRowsOf read attempt %d of %d, sequence %d, created %s; the listing %+v", b.Attempt, b.MaxAttempts, b.Sequence, b.CreatedAt, l)
+	}
 	var all []dialects.Outcome
 	for _, r := range h.claim(t, d, 10) {
 		all = append(all, dialects.Outcome{Claim: r.Claim, Kind: dialects.OutcomeDead, Error: "boom"})

@@ -152,8 +152,8 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 		// hear of it below, but a delivery may come up before that message.
 		lostOf := map[*Lease][]uuid.UUID{}
 		for _, c := range m.lost {
-			if t := k.claims[c.ID]; t != nil && t.lease.token == c.Token {
-				lostOf[t.lease] = append(lostOf[t.lease], c.ID)
+			if l := k.leases[c.Token]; l != nil {
+				lostOf[l] = append(lostOf[l], c.ID)
 			}
 		}
 		for l, ids := range lostOf {
@@ -184,6 +184,9 @@ func (k *LeaseKeeper) Receive(ctx actor.Context) {
 // holds it no more, so the actors that still hold it cancel it.
 func (k *LeaseKeeper) replaced(ctx actor.Context, id uuid.UUID, t *tracked) {
 	old := dialects.Claim{ID: id, Token: t.lease.token}
+	// The old claim's lease may go on for its other rows: this one is never
+	// trusted under it again, even before its actors read the message.
+	t.lease.Lose(id)
 	if k.perLease[old.Token]--; k.perLease[old.Token] <= 0 {
 		delete(k.perLease, old.Token)
 		delete(k.leases, old.Token)

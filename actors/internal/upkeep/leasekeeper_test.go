@@ -49,6 +49,7 @@ func TestARowClaimedAgainCancelsItsEarlierClaim(t *testing.T) {
 		return NewLeaseKeeper(LeaseKeeper{LeaseLength: time.Minute, Clock: clock.Wall{}, BG: context.Background(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}))
 	first, second := NewLease(uuid.New(), 0), NewLease(uuid.New(), 0)
+	first.Extend(time.Now(), time.Minute) // trusted, as if renewed for its other rows
 	id := uuid.New()
 	root.Send(keeper, &Track{Lease: first, Entries: []TrackEntry{{Claim: dialects.Claim{ID: id, Token: first.Token()}, PID: pa},
 		{Claim: dialects.Claim{ID: id, Token: first.Token()}, PID: pb}, {Claim: dialects.Claim{ID: id, Token: first.Token()}, PID: pa}}})
@@ -59,6 +60,9 @@ func TestARowClaimedAgainCancelsItsEarlierClaim(t *testing.T) {
 	}
 	if tokens := res.([]uuid.UUID); !slices.Equal(tokens, []uuid.UUID{second.Token()}) {
 		t.Fatalf("live tokens %v, want only the second claim's %v", tokens, second.Token())
+	}
+	if first.Trusted(id, time.Now()) {
+		t.Fatal("the earlier claim still trusts the row claimed again: its actor could deliver it before it reads the cancel")
 	}
 	want := []dialects.Claim{{ID: id, Token: first.Token()}}
 	deadline := time.Now().Add(5 * time.Second)
@@ -127,10 +131,16 @@ func TestARenewalNeverTrustsTheRowsItFoundLost(t *testing.T) {
 	if lease.Trusted(taken, clk.Now()) {
 		t.Fatal("the row the renewal found lost is trusted again: a delivery starting now would race the replica that took it")
 	}
-	// A later renewal that finds nothing more lost does not trust it either.
+	// A later renewal moves the window again, for the renewed row only.
 	clk.Advance(time.Second)
 	root.Send(keeper, &RenewTick{})
-	time.Sleep(50 * time.Millisecond)
+	later := clk.Now().Add(2 * time.Second) // past the first renewal's window
+	for !lease.Trusted(kept, later) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !lease.Trusted(kept, later) {
+		t.Fatal("the second renewal did not move the renewed row's window")
+	}
 	if lease.Trusted(taken, clk.Now()) {
 		t.Fatal("a later renewal trusted the lost row again")
 	}
