@@ -142,10 +142,7 @@ func (d *deliverer) prepareCopy(r dialects.Row) prepared {
 // destination, running the filters with the row's variables (its id is
 // the outbox row's).
 func (d *deliverer) copyRoute(r *dialects.Row) (*routing.Route, map[string]string, error) {
-	if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
-		return nil, nil, err
-	}
-	headers, err := parseHeaders(r.Headers)
+	headers, err := checkRow(r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -174,10 +171,7 @@ func RowRoute(router *routing.Router, r *dialects.Row) (*routing.Route, error) {
 // filters read the payload and the variables, so the payload and headers
 // are checked first. No route is not an error here (nil, nil).
 func (d *deliverer) routeFiltered(r *dialects.Row) (*routing.Route, map[string]string, error) {
-	if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
-		return nil, nil, err
-	}
-	headers, err := parseHeaders(r.Headers)
+	headers, err := checkRow(r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -193,11 +187,7 @@ func (d *deliverer) routeFiltered(r *dialects.Row) (*routing.Route, map[string]s
 func (d *deliverer) build(p prepared, headers map[string]string, checked bool, id string) prepared {
 	r := &p.row
 	if !checked {
-		if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
-			p.dead, p.rowDead = err, true
-			return p
-		}
-		h, err := parseHeaders(r.Headers)
+		h, err := checkRow(r)
 		if err != nil {
 			p.dead, p.rowDead = err, true
 			return p
@@ -230,6 +220,15 @@ func vars(r *dialects.Row, id string, headers map[string]string) routing.Vars {
 		Attempt: r.Attempt, ID: id, Topic: r.Topic, Key: key, AggregateType: r.AggregateType,
 		Sequence: r.Sequence, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339Nano), Headers: headers,
 	}
+}
+
+// checkRow checks the payload of r and reads its headers: what a row must
+// pass before a filter or a transform reads it.
+func checkRow(r *dialects.Row) (map[string]string, error) {
+	if err := checkPayload(r.Payload, r.TypedJSON); err != nil {
+		return nil, err
+	}
+	return parseHeaders(r.Headers)
 }
 
 // checkPayload accepts a JSON object or array. typed says the database has

@@ -69,20 +69,23 @@ func TargetsFromRouteOf(routeOf RouteOf) TargetsOf {
 // destinations that want accepts: by topic where the topic tells, by each
 // row (its route's filters run on it) where filters decide.
 func routedTo(routes Routes, f dialects.Filter, want func(targets []string) bool) dialects.Filter {
-	topic := f.TopicMatch
-	f.TopicMatch = func(t string) bool {
-		if topic != nil && !topic(t) {
-			return false
+	// Each topic is asked once: a walk asks of every row.
+	type verdict struct{ possible, byRow bool }
+	seen := map[string]verdict{}
+	of := func(t string) verdict {
+		v, ok := seen[t]
+		if !ok {
+			sets, byRow := routes.Targets(t)
+			v = verdict{slices.ContainsFunc(sets, want), byRow}
+			seen[t] = v
 		}
-		sets, _ := routes.Targets(t)
-		return slices.ContainsFunc(sets, want)
+		return v
 	}
+	topic := f.TopicMatch
+	f.TopicMatch = func(t string) bool { return (topic == nil || topic(t)) && of(t).possible }
 	f.Rows = &dialects.RowMatch{
-		ByRow: func(t string) bool {
-			_, byRow := routes.Targets(t)
-			return byRow
-		},
-		Keep: func(r dialects.Row) bool { return want(routes.RowTargets(r)) },
+		ByRow: func(t string) bool { return of(t).byRow },
+		Keep:  func(r dialects.Row) bool { return want(routes.RowTargets(r)) },
 	}
 	return f
 }

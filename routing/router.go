@@ -71,14 +71,28 @@ func (r *Router) Match(topic string) *Route {
 // MatchRow returns the first route whose pattern matches the row's topic
 // and whose filter, if it has one, accepts the row; nil when none does. A
 // filter that fails on the row stops the search with its error: the row
-// cannot be routed. The payload is decoded once, by the first filter that
-// reads it, and only then.
+// cannot be routed.
 func (r *Router) MatchRow(payload []byte, v Vars) (*Route, error) {
+	return r.match(payload, v, func(*Route) bool { return true })
+}
+
+// match walks the routes whose pattern matches the row's topic, in order,
+// and returns the first that take accepts and whose filter, if it has one,
+// accepts the row. A route without a filter that take refuses ends the
+// walk: it takes every row that reaches it. The payload is decoded once, by
+// the first filter that reads it, and only then.
+func (r *Router) match(payload []byte, v Vars, take func(*Route) bool) (*Route, error) {
 	var in any
 	var vars []any
 	for i := range r.routes {
 		rt := &r.routes[i]
 		if !rt.Pattern.Match(v.Topic) {
+			continue
+		}
+		if !take(rt) {
+			if rt.Filter == nil {
+				return nil, nil
+			}
 			continue
 		}
 		if rt.Filter == nil {
@@ -130,38 +144,7 @@ func (r *Router) Candidates(topic string) []*Route {
 // the row, no earlier route accepted it, so the route that did is the
 // first one here. nil when no route sends the row to destination today.
 func (r *Router) MatchRowTo(payload []byte, v Vars, destination string) (*Route, error) {
-	var in any
-	var vars []any
-	for i := range r.routes {
-		rt := &r.routes[i]
-		if !rt.Pattern.Match(v.Topic) {
-			continue
-		}
-		if !rt.Sends(destination) {
-			if rt.Filter == nil {
-				return nil, nil // it takes every row that reaches it
-			}
-			continue
-		}
-		if rt.Filter == nil {
-			return rt, nil
-		}
-		if vars == nil {
-			var err error
-			if in, err = decodePayload(payload); err != nil {
-				return nil, &FilterError{Route: rt.Name, Err: err}
-			}
-			vars = v.bind()
-		}
-		ok, err := rt.Filter.accepts(in, vars)
-		if err != nil {
-			return nil, &FilterError{Route: rt.Name, Err: err}
-		}
-		if ok {
-			return rt, nil
-		}
-	}
-	return nil, nil
+	return r.match(payload, v, func(rt *Route) bool { return rt.Sends(destination) })
 }
 
 // Filters reports whether some route has a filter: routing a row then
