@@ -38,6 +38,19 @@ func (h *harness) fanOutNamed(names []string, recvs ...*testrecv.Receiver) {
 	h.opts.Router = routing.NewRouter([]routing.Route{rt})
 }
 
+// downUntil is a receiver that answers status with text until up is
+// closed, and 200 from then on.
+func downUntil(t *testing.T, up <-chan struct{}, status int, text string) *testrecv.Receiver {
+	return testrecv.New(t, func(*testrecv.Request) (int, string, map[string]string) {
+		select {
+		case <-up:
+			return 200, "", nil
+		default:
+			return status, text, nil
+		}
+	})
+}
+
 // startWatched starts an engine, and fails the test if one of its actors
 // crashed by the time the test ends.
 func (h *harness) startWatched() *actors.Engine {
@@ -125,14 +138,7 @@ func TestFanOutOutageOfOneDestinationHoldsBackNoOther(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	up := make(chan struct{})
-	down := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
-		select {
-		case <-up:
-			return 200, "", nil
-		default:
-			return 502, "bad gateway", nil
-		}
-	})
+	down := downUntil(t, up, 502, "bad gateway")
 	a, c := testrecv.New(t, nil), testrecv.New(t, nil)
 	h.fanOut(a, down, c)
 	h.opts.Backoff = actors.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond, Jitter: 0.1}
@@ -400,14 +406,7 @@ func TestAKeyRoutedToOneAndToSeveralKeepsItsOrderAtEach(t *testing.T) {
 	h := newHarness(t)
 	up := make(chan struct{})
 	a := testrecv.New(t, failPolicy)
-	b := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
-		select {
-		case <-up:
-			return 200, "", nil
-		default:
-			return 503, "unavailable", nil
-		}
-	})
+	b := downUntil(t, up, 503, "unavailable")
 	both := route("order.created", "a")
 	both.Destinations = []string{"a", "b"}
 	h.opts.Router = routing.NewRouter([]routing.Route{both, route("order.#", "a")})
@@ -491,14 +490,7 @@ func TestACopyKeepsTheTransformOfTheRouteThatMadeIt(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	up := make(chan struct{})
-	audit := testrecv.New(t, func(r *testrecv.Request) (int, string, map[string]string) {
-		select {
-		case <-up:
-			return 200, "", nil
-		default:
-			return 503, "down", nil
-		}
-	})
+	audit := downUntil(t, up, 503, "down")
 	eu, rest := testrecv.New(t, nil), testrecv.New(t, nil)
 	compile := func(filter, transform string) (*routing.Filter, *routing.Transform) {
 		var f *routing.Filter
