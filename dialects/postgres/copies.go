@@ -81,24 +81,8 @@ func sortCopies(rows []dialects.Row) {
 	})
 }
 
-func (d *Dialect) CopyRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
-	defer func() { err = mapError(err) }()
-	if len(claims) == 0 {
-		return nil, nil
-	}
-	ids, tokens := make([][16]byte, len(claims)), make([][16]byte, len(claims))
-	for i, c := range claims {
-		ids[i], tokens[i] = c.ID, c.Token
-	}
-	rows, err := d.pool.Query(ctx, d.q.CopyRenewLeases, ids, tokens, ms(lease))
-	if err != nil {
-		return nil, err
-	}
-	held, err := collectIDs(rows, len(claims))
-	if err != nil {
-		return nil, err
-	}
-	return dialects.LostClaims(claims, held), nil
+func (d *Dialect) CopyRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) ([]dialects.Claim, error) {
+	return d.renew(ctx, d.q.CopyRenewLeases, claims, lease)
 }
 
 // CopyComplete writes the outcomes of copies and their attempts in one

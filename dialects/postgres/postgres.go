@@ -408,7 +408,14 @@ func (d *Dialect) ExplainClaim(ctx context.Context, p dialects.ClaimParams) (_ s
 	return strings.Join(lines, "\n"), err
 }
 
-func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
+func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim, lease time.Duration) ([]dialects.Claim, error) {
+	return d.renew(ctx, d.q.OutboxRenewLeases, claims, lease)
+}
+
+// renew runs a renewal statement (OutboxRenewLeases, CopyRenewLeases: ids,
+// tokens and the lease, returning the ids it renewed) and returns the
+// claims it did not renew.
+func (d *Dialect) renew(ctx context.Context, sql string, claims []dialects.Claim, lease time.Duration) (_ []dialects.Claim, err error) {
 	defer func() { err = mapError(err) }()
 	if len(claims) == 0 {
 		return nil, nil
@@ -417,7 +424,7 @@ func (d *Dialect) OutboxRenewLeases(ctx context.Context, claims []dialects.Claim
 	for i, c := range claims {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	rows, err := d.pool.Query(ctx, d.q.OutboxRenewLeases, ids, tokens, ms(lease))
+	rows, err := d.pool.Query(ctx, sql, ids, tokens, ms(lease))
 	if err != nil {
 		return nil, err
 	}
