@@ -83,6 +83,17 @@ func (h *harness) copyCounts() map[string]map[dialects.State]int64 {
 	return out
 }
 
+// waitCopiesWaiting waits until dest has n copies pending or processing.
+func (h *harness) waitCopiesWaiting(dest string, n int) {
+	h.t.Helper()
+	testkit.Eventually(h.t, fmt.Sprintf("%d copies waiting for %s", n, dest), time.Minute, func() error {
+		if cs := h.copyCounts()[dest]; cs[dialects.Pending]+cs[dialects.Processing] != int64(n) {
+			return fmt.Errorf("copies of %s: %v", dest, cs)
+		}
+		return nil
+	})
+}
+
 // fanRows are keyed rows over keys, and unkeyed ones, that may be tried
 // often.
 func fanRows(keys, perKey, unkeyed int) []dialects.NewRow {
@@ -343,12 +354,7 @@ func TestACopyWhoseDestinationIsGoneGoesDead(t *testing.T) {
 	h.insert(all...)
 	e := h.startWatched()
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
-	testkit.Eventually(t, "a copy waiting for b for each row", time.Minute, func() error {
-		if cs := h.copyCounts()["b"]; cs[dialects.Pending]+cs[dialects.Processing] != int64(len(all)) {
-			return fmt.Errorf("copies of b: %v", cs)
-		}
-		return nil
-	})
+	h.waitCopiesWaiting("b", len(all))
 	if err := e.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -458,12 +464,7 @@ func TestCopiesLeftByAnEarlierConfigurationAreDelivered(t *testing.T) {
 	h.insert(all...)
 	e := h.startWatched()
 	h.waitState(dialects.Delivered, int64(len(all)), time.Minute)
-	testkit.Eventually(t, "a copy waiting for b for each row", time.Minute, func() error {
-		if cs := h.copyCounts()["b"]; cs[dialects.Pending]+cs[dialects.Processing] != int64(len(all)) {
-			return fmt.Errorf("copies of b: %v", cs)
-		}
-		return nil
-	})
+	h.waitCopiesWaiting("b", len(all))
 	if err := e.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -132,13 +132,8 @@ func (d *Dialect) CopyProbe(ctx context.Context) (p dialects.Probe, err error) {
 	return p, nil
 }
 
-func (d *Dialect) CopyPurge(ctx context.Context, p dialects.PurgeParams) (_ int, err error) {
-	defer func() { err = mapError(err) }()
-	tag, err := d.pool.Exec(ctx, d.q.CopyPurge, string(p.State), ms(p.OlderThan), p.Batch)
-	if err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected()), nil
+func (d *Dialect) CopyPurge(ctx context.Context, p dialects.PurgeParams) (int, error) {
+	return d.purge(ctx, d.q.CopyPurge, p)
 }
 
 func (d *Dialect) CopyCounts(ctx context.Context) (_ []dialects.DestinationCount, err error) {

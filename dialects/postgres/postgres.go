@@ -642,9 +642,15 @@ func (d *Dialect) OutboxList(ctx context.Context, p dialects.ListParams) (_ []di
 	})
 }
 
-func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (_ int, err error) {
+func (d *Dialect) OutboxPurge(ctx context.Context, p dialects.PurgeParams) (int, error) {
+	return d.purge(ctx, d.q.OutboxPurge, p)
+}
+
+// purge runs a retention delete (OutboxPurge, CopyPurge: the state, the
+// age in milliseconds and the batch) and returns how many rows it deleted.
+func (d *Dialect) purge(ctx context.Context, sql string, p dialects.PurgeParams) (_ int, err error) {
 	defer func() { err = mapError(err) }()
-	tag, err := d.pool.Exec(ctx, d.q.OutboxPurge, string(p.State), ms(p.OlderThan), p.Batch)
+	tag, err := d.pool.Exec(ctx, sql, string(p.State), ms(p.OlderThan), p.Batch)
 	if err != nil {
 		return 0, err
 	}
