@@ -1322,3 +1322,54 @@ func TestHorizonLeavesOutTheRelaysOwnStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Sessions that took their snapshots while a transaction ran share its
+// xmin: the holder named is the transaction that began first, never one
+// of those bystanders.
+func TestHorizonNamesTheTransactionThatBeganFirst(t *testing.T) {
+	t.Parallel()
+	schema, url := testdb.Schema(t)
+	d := openAt(t, url, schema)
+	ctx := context.Background()
+	if _, err := migrations.UpTo(ctx, d, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	begin := func(name, first string) (pgx.Tx, int64) {
+		t.Helper()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		if _, err := c.Exec(ctx, "SET application_name = '"+name+"'"); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		var pid int64
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid() FROM ("+first+") AS x").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return tx, pid
+	}
+	_, holder := begin("nightly-report", "SELECT pg_current_xact_id()")
+	bystanders := map[int64]bool{}
+	for i := range 5 {
+		time.Sleep(20 * time.Millisecond) // each begins after the holder
+		_, pid := begin(fmt.Sprintf("dashboard-%d", i), "SELECT 1")
+		bystanders[pid] = true
+	}
+	h, err := d.OutboxHorizon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Holder == nil {
+		t.Fatal("no holder named while a transaction is open")
+	}
+	if bystanders[h.Holder.PID] {
+		t.Fatalf("the holder named is a session that began after the transaction holding it (pid %d): %+v", holder, *h.Holder)
+	}
+}

@@ -378,7 +378,9 @@ SELECT (EXTRACT(EPOCH FROM now() - o.{{c "scheduled_at"}}) * 1000)::bigint
 -- What holds the horizon back: the session, standby (a walsender's
 -- feedback), prepared transaction or replication slot with the oldest
 -- snapshot (its xmin; a transaction without one holds back from its own
--- id), the oldest first; this session and the logical slots (which hold
+-- id), the oldest first, and among those of one xmin the one that began
+-- first (the others took their snapshots while it ran); this session and
+-- the logical slots (which hold
 -- only the catalogs) left out, and so are the statements that the relays'
 -- own sessions (this session's application_name) are running: each is
 -- bounded by a timeout, and a relay that took its own claim or probe over
@@ -408,7 +410,7 @@ WITH h AS (
 SELECT h.kind, h.pid, h.since, h.query_start, h.state, h.name, h.query, h.xage,
        COALESCE((SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = {{lit t}}::regclass), -1)
   FROM (SELECT NULL::int AS one) AS o
-  LEFT JOIN LATERAL (SELECT * FROM h ORDER BY h.xage DESC LIMIT 1) AS h ON true
+  LEFT JOIN LATERAL (SELECT * FROM h ORDER BY h.xage DESC, h.since ASC NULLS LAST LIMIT 1) AS h ON true
 
 -- name: OutboxNextDue
 -- How long, in ms, until the earliest pending row scheduled later comes
